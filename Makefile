@@ -1,0 +1,31 @@
+# Developer entry points. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+BUILD_LOG := .build/make-test-build.log
+
+.PHONY: demo test clean
+
+# make demo ARGS="..."
+demo:
+	scripts/bootstrap
+	swift build --product demo-share
+	.build/debug/demo-share $(ARGS)
+
+test:
+	scripts/bootstrap
+	scripts/gen-proto --check
+	mkdir -p .build
+	swift build --build-tests 2>&1 | tee $(BUILD_LOG)
+# Fail on warnings from our own Sources/Tests; dependencies' warnings (.build/checkouts) are
+# ignored. Only recompiled files emit warnings, so an incremental build can miss some; CI builds
+# from scratch.
+	@grep -E '^/.*/(Sources|Tests)/.*: warning:' $(BUILD_LOG) | grep -v '/\.build/' | sort -u >.build/warnings.txt || true
+	@if [[ -s .build/warnings.txt ]]; then \
+	  echo "error: compiler warnings in project sources:"; cat .build/warnings.txt; exit 1; \
+	fi
+# Not --parallel: tests spawn processes and check fd leaks.
+	swift test
+
+clean:
+	swift package clean

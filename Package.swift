@@ -1,0 +1,81 @@
+// swift-tools-version: 6.1
+//
+// RemoteView: XPC services, launchd-style on-demand launching and remote view controllers for
+// Linux. Layout and dependency direction follow design §2:
+// CProto ← RemoteCore ← {RemoteService, RemoteHost} ← demo-share.
+import PackageDescription
+
+let package = Package(
+    name: "RemoteView",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "RemoteService", targets: ["RemoteService"]),
+        .library(name: "RemoteHost", targets: ["RemoteHost"]),
+        .executable(name: "demo-share", targets: ["demo-share"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // libprotobuf-c, found through pkg-config (Debian: libprotobuf-c-dev).
+        .systemLibrary(
+            name: "CProtobufC",
+            pkgConfig: "libprotobuf-c",
+            providers: [.apt(["libprotobuf-c-dev"])]
+        ),
+        // The wire schema, its generated protobuf-c code (committed; scripts/gen-proto) and thin
+        // C shims for what Swift cannot call.
+        .target(
+            name: "CProto",
+            dependencies: ["CProtobufC"],
+            exclude: ["remoteview.proto"],
+            cSettings: [.define("_GNU_SOURCE", to: "1")]
+        ),
+        .target(
+            name: "RemoteCore",
+            dependencies: [
+                "CProto",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "RemoteService",
+            dependencies: [
+                "RemoteCore",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "RemoteHost",
+            dependencies: [
+                "RemoteCore",
+                "CProto",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "demo-share",
+            dependencies: [
+                "RemoteHost",
+                "RemoteService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // A real service executable the integration tests launch (not shipped).
+        .executableTarget(
+            name: "remoteview-test-service",
+            dependencies: ["RemoteService"],
+            path: "Tests/Fixtures/TestService"
+        ),
+        .testTarget(
+            name: "RemoteCoreTests",
+            dependencies: ["RemoteCore", "CProto"]
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["RemoteHost", "RemoteCore", "remoteview-test-service"]
+        ),
+    ]
+)

@@ -1,0 +1,55 @@
+#define _GNU_SOURCE 1
+#include "CProto.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+size_t rv_cmsg_space(size_t length) { return CMSG_SPACE(length); }
+size_t rv_cmsg_len(size_t length) { return CMSG_LEN(length); }
+struct cmsghdr *rv_cmsg_firsthdr(const struct msghdr *message) { return CMSG_FIRSTHDR(message); }
+struct cmsghdr *rv_cmsg_nxthdr(const struct msghdr *message, const struct cmsghdr *header) {
+    return CMSG_NXTHDR((struct msghdr *)message, (struct cmsghdr *)header);
+}
+unsigned char *rv_cmsg_data(const struct cmsghdr *header) { return CMSG_DATA((struct cmsghdr *)header); }
+const int rv_msg_cmsg_cloexec = MSG_CMSG_CLOEXEC;
+
+int rv_memfd_create(const char *name, unsigned int flags) { return memfd_create(name, flags); }
+const unsigned int rv_mfd_cloexec = MFD_CLOEXEC;
+const unsigned int rv_mfd_allow_sealing = MFD_ALLOW_SEALING;
+const int rv_f_add_seals = F_ADD_SEALS;
+const int rv_f_get_seals = F_GET_SEALS;
+const int rv_f_seal_seal = F_SEAL_SEAL;
+const int rv_f_seal_shrink = F_SEAL_SHRINK;
+const int rv_f_seal_grow = F_SEAL_GROW;
+const int rv_f_seal_write = F_SEAL_WRITE;
+int rv_fcntl_int(int fd, int command, int argument) { return fcntl(fd, command, argument); }
+
+int rv_pidfd_open(pid_t pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
+int rv_pidfd_send_signal(int pidfd, int signal, unsigned int flags) {
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, flags);
+}
+int rv_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
+}
+int rv_waitid_pidfd(int pidfd, int block, int *exited, int *code, int *status) {
+    siginfo_t info = {0};
+    if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED | (block ? 0 : WNOHANG)) != 0) return -1;
+    *exited = info.si_pid != 0;
+    *code = info.si_code;
+    *status = info.si_status;
+    return 0;
+}
+const int rv_cld_exited = CLD_EXITED;
+const int rv_cld_killed = CLD_KILLED;
+const int rv_cld_dumped = CLD_DUMPED;
+
+void rv_stdout_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }

@@ -1,0 +1,109 @@
+/// The protocol version this build speaks. Peers must speak the same one.
+public let remoteViewProtocolVersion: UInt32 = 1
+
+/// Which end of a connection a peer is.
+public enum PeerRole: Sendable, Hashable, CustomStringConvertible {
+    /// The process that launched or connected to the service; it owns policy.
+    case host
+    /// The service process; untrusted.
+    case service
+
+    public var description: String { self == .host ? "host" : "service" }
+}
+
+/// What a peer says about itself in the handshake.
+public struct Handshake: Sendable, Hashable {
+    public var protocolVersion: UInt32
+    public var role: PeerRole
+    /// Reverse-DNS identifier of the service, or of the host application.
+    public var identifier: String
+    /// Optional features the peer supports.
+    public var capabilities: [String]
+    /// The largest packet the peer accepts.
+    public var maxPacketSize: UInt32
+
+    public init(protocolVersion: UInt32 = remoteViewProtocolVersion, role: PeerRole, identifier: String,
+                capabilities: [String] = [], maxPacketSize: UInt32 = UInt32(WireLimits.maxPacketSize)) {
+        self.protocolVersion = protocolVersion
+        self.role = role
+        self.identifier = identifier
+        self.capabilities = capabilities
+        self.maxPacketSize = maxPacketSize
+    }
+}
+
+/// Why a peer reports a protocol error (the schema's `ProtocolErrorCode`).
+package enum ProtocolErrorCode: Int32, Sendable, CaseIterable {
+    case malformed = 1
+    case versionMismatch = 2
+    case unexpected = 3
+    case fdMismatch = 4
+    case tooLarge = 5
+    case role = 6
+}
+
+/// One packet: the Swift value of the schema's `Envelope`, validated.
+///
+/// The wire layer: ``Connection`` builds and reads these; authors never see them.
+package struct Envelope: Sendable {
+    /// Sender-assigned, never 0.
+    package var id: UInt64
+    /// The request this answers, if it is a reply.
+    package var replyTo: UInt64?
+    package var body: Body
+    /// The fds riding with the packet; `fd_count` on the wire is their count.
+    package var attachments: [Attachment]
+
+    package init(id: UInt64, replyTo: UInt64? = nil, body: Body, attachments: [Attachment] = []) {
+        self.id = id
+        self.replyTo = replyTo
+        self.body = body
+        self.attachments = attachments
+    }
+
+    /// The schema's `oneof body`.
+    package enum Body: Sendable {
+        case handshake(Handshake)
+        case goodbye(reason: String)
+        case protocolError(ProtocolErrorCode, reason: String)
+        case ping(nonce: UInt64)
+        case pong(nonce: UInt64)
+        case request(type: String, payload: [UInt8])
+        case reply(type: String, payload: [UInt8])
+        case message(type: String, payload: [UInt8])
+        case failure(ServiceFailure)
+        case cancel(requestID: UInt64)
+
+        /// The schema's name for this body, for error messages.
+        package var name: String {
+            switch self {
+            case .handshake: "handshake"
+            case .goodbye: "goodbye"
+            case .protocolError: "protocol_error"
+            case .ping: "ping"
+            case .pong: "pong"
+            case .request: "request"
+            case .reply: "reply"
+            case .message: "message"
+            case .failure: "failure"
+            case .cancel: "cancel"
+            }
+        }
+
+        /// How many fds this body may carry (the schema's "fds:" notes).
+        package var allowedAttachments: ClosedRange<Int> {
+            switch self {
+            case .request, .reply, .message: 0...WireLimits.maxAttachments
+            default: 0...0
+            }
+        }
+
+        /// Whether this body answers a request (and so must have `reply_to`).
+        package var isReply: Bool {
+            switch self {
+            case .pong, .reply, .failure: true
+            default: false
+            }
+        }
+    }
+}

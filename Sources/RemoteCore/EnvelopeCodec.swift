@@ -1,0 +1,341 @@
+import CProto
+import CProtobufC
+import Glibc
+
+/// Converts between ``Envelope`` values and the bytes of one packet, through protobuf-c.
+///
+/// The only place that touches the generated C structs (like Mojo's `StructTraits`): decoding
+/// validates every field — sizes, counts, string lengths and encodings, enum ranges, the fd
+/// count against the fds that actually arrived — so no handler ever sees an invalid value.
+/// protobuf-c sets no limits of its own, so the packet size is capped before unpacking and
+/// unpacking runs on an allocator with a fixed budget. The schema has no recursive messages,
+/// so nesting depth is bounded by the schema itself (two levels).
+package enum EnvelopeCodec {
+    // MARK: decode
+
+    /// Decodes one packet that arrived with `attachments`.
+    ///
+    /// - Throws: ``RemoteError`` with code ``RemoteError/Code/protocolViolation`` naming what was
+    ///   wrong. The attachments are released (and so closed) when decoding fails.
+    package static func decode(_ packet: UnsafeRawBufferPointer, attachments: [Attachment]) throws(RemoteError) -> Envelope {
+        guard packet.count <= WireLimits.maxPacketSize else {
+            throw violation("packet of \(packet.count) bytes exceeds the \(WireLimits.maxPacketSize)-byte limit")
+        }
+        guard packet.count > 0, let base = packet.baseAddress else { throw violation("empty packet") }
+
+        // Every allocation protobuf-c makes while unpacking comes out of this budget. Expansion
+        // is bounded: at most 8 bytes of struct per byte of input plus fixed overhead.
+        let budget = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        budget.initialize(to: 16 * packet.count + 4_096)
+        defer { budget.deallocate() }
+        var allocator = ProtobufCAllocator(alloc: budgetedAlloc, free: budgetedFree, allocator_data: budget)
+
+        guard let envelope = remoteview__envelope__unpack(&allocator, packet.count, base.assumingMemoryBound(to: UInt8.self)) else {
+            throw violation(budget.pointee < 0 ? "packet needs more memory to decode than its size allows"
+                : "packet of \(packet.count) bytes is not a valid Envelope")
+        }
+        defer { remoteview__envelope__free_unpacked(envelope, &allocator) }
+        return try convert(envelope.pointee, attachments: attachments)
+    }
+
+    private static func convert(_ e: Remoteview__Envelope, attachments: [Attachment]) throws(RemoteError) -> Envelope {
+        guard e.id != 0 else { throw violation("envelope id is 0") }
+        let body = try convertBody(e)
+        guard Int(e.fd_count) == attachments.count else {
+            throw RemoteError(.protocolViolation, "\(body.name) envelope \(e.id) declares \(e.fd_count) fd(s) but \(attachments.count) arrived")
+        }
+        guard body.allowedAttachments.contains(attachments.count) else {
+            throw violation("\(body.name) may carry \(body.allowedAttachments) fd(s), got \(attachments.count)")
+        }
+        if body.isReply {
+            guard e.reply_to != 0 else { throw violation("\(body.name) envelope \(e.id) has no reply_to") }
+        } else {
+            guard e.reply_to == 0 else { throw violation("\(body.name) envelope \(e.id) must not have reply_to (\(e.reply_to))") }
+        }
+        return Envelope(id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to, body: body, attachments: attachments)
+    }
+
+    private static func convertBody(_ e: Remoteview__Envelope) throws(RemoteError) -> Envelope.Body {
+        switch e.body_case {
+        case REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE:
+            let h = e.handshake.pointee
+            guard h.protocol_version != 0 else { throw violation("handshake protocol_version is 0") }
+            let role: PeerRole
+            switch h.role {
+            case REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST: role = .host
+            case REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE: role = .service
+            default: throw violation("handshake role \(h.role.rawValue) is not host (1) or service (2)")
+            }
+            let identifier = try string(h.identifier, "handshake identifier", max: WireLimits.maxIdentifierLength)
+            try checkIdentifier(identifier)
+            guard h.n_capabilities <= WireLimits.maxCapabilities else {
+                throw violation("handshake lists \(h.n_capabilities) capabilities, more than \(WireLimits.maxCapabilities)")
+            }
+            var capabilities: [String] = []
+            for index in 0..<h.n_capabilities {
+                let capability = try string(h.capabilities[index], "handshake capability \(index)", max: WireLimits.maxCapabilityLength)
+                guard !capability.isEmpty, capability.utf8.allSatisfy(isTokenByte) else {
+                    throw violation("handshake capability \(index) \"\(capability)\" must be non-empty [A-Za-z0-9._-]")
+                }
+                capabilities.append(capability)
+            }
+            guard h.max_packet_size >= 1_024 else {
+                throw violation("handshake max_packet_size \(h.max_packet_size) is below 1024")
+            }
+            return .handshake(Handshake(protocolVersion: h.protocol_version, role: role, identifier: identifier,
+                                        capabilities: capabilities, maxPacketSize: h.max_packet_size))
+        case REMOTEVIEW__ENVELOPE__BODY_GOODBYE:
+            return .goodbye(reason: try string(e.goodbye.pointee.reason, "goodbye reason", max: WireLimits.maxReasonLength))
+        case REMOTEVIEW__ENVELOPE__BODY_PROTOCOL_ERROR:
+            let p = e.protocol_error.pointee
+            guard let code = ProtocolErrorCode(rawValue: Int32(bitPattern: p.code.rawValue)) else {
+                throw violation("protocol_error code \(p.code.rawValue) is out of range 1…\(ProtocolErrorCode.allCases.count)")
+            }
+            return .protocolError(code, reason: try string(p.reason, "protocol_error reason", max: WireLimits.maxReasonLength))
+        case REMOTEVIEW__ENVELOPE__BODY_PING:
+            return .ping(nonce: e.ping.pointee.nonce)
+        case REMOTEVIEW__ENVELOPE__BODY_PONG:
+            return .pong(nonce: e.pong.pointee.nonce)
+        case REMOTEVIEW__ENVELOPE__BODY_REQUEST:
+            let (type, payload) = try serviceMessage(e.request.pointee, "request")
+            return .request(type: type, payload: payload)
+        case REMOTEVIEW__ENVELOPE__BODY_REPLY:
+            let (type, payload) = try serviceMessage(e.reply.pointee, "reply")
+            return .reply(type: type, payload: payload)
+        case REMOTEVIEW__ENVELOPE__BODY_MESSAGE:
+            let (type, payload) = try serviceMessage(e.message.pointee, "message")
+            return .message(type: type, payload: payload)
+        case REMOTEVIEW__ENVELOPE__BODY_FAILURE:
+            let f = e.failure.pointee
+            return .failure(ServiceFailure(
+                domain: try string(f.domain, "failure domain", max: WireLimits.maxReasonLength),
+                code: f.code,
+                message: try string(f.message, "failure message", max: WireLimits.maxFailureMessageLength)))
+        case REMOTEVIEW__ENVELOPE__BODY_CANCEL:
+            let requestID = e.cancel.pointee.request_id
+            guard requestID != 0 else { throw violation("cancel request_id is 0") }
+            return .cancel(requestID: requestID)
+        default:
+            let unknown = (0..<Int(e.base.n_unknown_fields)).map { e.base.unknown_fields[$0].tag }
+            throw violation(unknown.isEmpty ? "envelope \(e.id) has no body"
+                : "envelope \(e.id) has no known body (unknown field(s) \(unknown.map { String($0) }.joined(separator: ", ")))")
+        }
+    }
+
+    private static func serviceMessage(_ m: Remoteview__ServiceMessage, _ what: String) throws(RemoteError) -> (String, [UInt8]) {
+        let type = try string(m.type, "\(what) type", max: WireLimits.maxTypeLength)
+        try checkType(type, what)
+        let payload = m.payload.len == 0 ? [] : Array(UnsafeBufferPointer(start: m.payload.data, count: m.payload.len))
+        return (type, payload)
+    }
+
+    /// A C string from protobuf-c as Swift: valid UTF-8, at most `max` bytes.
+    private static func string(_ pointer: UnsafeMutablePointer<CChar>?, _ field: String, max: Int) throws(RemoteError) -> String {
+        guard let pointer else { return "" }
+        let length = strnlen(pointer, max + 1)
+        guard length <= max else { throw violation("\(field) is longer than \(max) bytes") }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+        guard let value = String(validating: bytes, as: UTF8.self) else { throw violation("\(field) is not valid UTF-8") }
+        return value
+    }
+
+    // MARK: shared validation (also applied before sending)
+
+    /// A reverse-DNS-style identifier: 1…255 bytes of `[A-Za-z0-9._-]`.
+    package static func checkIdentifier(_ identifier: String) throws(RemoteError) {
+        guard !identifier.isEmpty, identifier.utf8.count <= WireLimits.maxIdentifierLength,
+              identifier.utf8.allSatisfy(isTokenByte) else {
+            throw violation("identifier \"\(identifier.prefix(64))\" must be 1…\(WireLimits.maxIdentifierLength) bytes of [A-Za-z0-9._-]")
+        }
+    }
+
+    /// A message type: 1…256 bytes, no control characters.
+    package static func checkType(_ type: String, _ what: String) throws(RemoteError) {
+        guard !type.isEmpty, type.utf8.count <= WireLimits.maxTypeLength,
+              type.unicodeScalars.allSatisfy({ !($0.value < 0x20 || (0x7F..<0xA0).contains($0.value)) }) else {
+            throw violation("\(what) type \"\(type.prefix(64))\" must be 1…\(WireLimits.maxTypeLength) bytes without control characters")
+        }
+    }
+
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default:
+            false
+        }
+    }
+
+    private static func violation(_ reason: String) -> RemoteError {
+        RemoteError(.protocolViolation, reason)
+    }
+
+    // MARK: encode
+
+    /// Encodes `envelope` into the bytes of one packet.
+    ///
+    /// - Throws: ``RemoteError`` with ``RemoteError/Code/invalidArgument`` when the envelope could
+    ///   never be accepted by a peer (a field over its bound, too many fds, too large a packet).
+    package static func encode(_ envelope: Envelope) throws(RemoteError) -> [UInt8] {
+        guard envelope.id != 0 else { throw RemoteError(.invalidArgument, "envelope id 0") }
+        guard envelope.body.allowedAttachments.contains(envelope.attachments.count) else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) may carry \(envelope.body.allowedAttachments) fd(s), not \(envelope.attachments.count)")
+        }
+        guard envelope.body.isReply == (envelope.replyTo != nil) else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) \(envelope.body.isReply ? "needs" : "must not have") reply_to")
+        }
+        let arena = CArena()
+        defer { arena.free() }
+
+        var e = Remoteview__Envelope()
+        remoteview__envelope__init(&e)
+        e.id = envelope.id
+        e.reply_to = envelope.replyTo ?? 0
+        e.fd_count = UInt32(envelope.attachments.count)
+
+        switch envelope.body {
+        case .handshake(let handshake):
+            let h = arena.message(Remoteview__Handshake.self, remoteview__handshake__init)
+            h.pointee.protocol_version = handshake.protocolVersion
+            h.pointee.role = handshake.role == .host ? REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST : REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE
+            h.pointee.identifier = arena.string(handshake.identifier)
+            h.pointee.n_capabilities = handshake.capabilities.count
+            h.pointee.capabilities = arena.strings(handshake.capabilities)
+            h.pointee.max_packet_size = handshake.maxPacketSize
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE
+            e.handshake = h
+        case .goodbye(let reason):
+            let g = arena.message(Remoteview__Goodbye.self, remoteview__goodbye__init)
+            g.pointee.reason = arena.string(truncated(reason, WireLimits.maxReasonLength))
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_GOODBYE
+            e.goodbye = g
+        case .protocolError(let code, let reason):
+            let p = arena.message(Remoteview__ProtocolError.self, remoteview__protocol_error__init)
+            p.pointee.code = Remoteview__ProtocolErrorCode(rawValue: UInt32(code.rawValue))
+            p.pointee.reason = arena.string(truncated(reason, WireLimits.maxReasonLength))
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PROTOCOL_ERROR
+            e.protocol_error = p
+        case .ping(let nonce):
+            let p = arena.message(Remoteview__Ping.self, remoteview__ping__init)
+            p.pointee.nonce = nonce
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PING
+            e.ping = p
+        case .pong(let nonce):
+            let p = arena.message(Remoteview__Pong.self, remoteview__pong__init)
+            p.pointee.nonce = nonce
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PONG
+            e.pong = p
+        case .request(let type, let payload):
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_REQUEST
+            e.request = try arena.serviceMessage(type, payload, "request")
+        case .reply(let type, let payload):
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_REPLY
+            e.reply = try arena.serviceMessage(type, payload, "reply")
+        case .message(let type, let payload):
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_MESSAGE
+            e.message = try arena.serviceMessage(type, payload, "message")
+        case .failure(let failure):
+            let f = arena.message(Remoteview__Failure.self, remoteview__failure__init)
+            f.pointee.domain = arena.string(truncated(failure.domain, WireLimits.maxReasonLength))
+            f.pointee.code = failure.code
+            f.pointee.message = arena.string(truncated(failure.message, WireLimits.maxFailureMessageLength))
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FAILURE
+            e.failure = f
+        case .cancel(let requestID):
+            let c = arena.message(Remoteview__Cancel.self, remoteview__cancel__init)
+            c.pointee.request_id = requestID
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_CANCEL
+            e.cancel = c
+        }
+
+        let size = remoteview__envelope__get_packed_size(&e)
+        guard size <= WireLimits.maxPacketSize else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+        }
+        return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            count = remoteview__envelope__pack(&e, buffer.baseAddress)
+        }
+    }
+
+    /// `text` cut to at most `max` UTF-8 bytes on a character boundary (for reasons we send).
+    private static func truncated(_ text: String, _ max: Int) -> String {
+        guard text.utf8.count > max else { return text }
+        var result = ""
+        for character in text {
+            if result.utf8.count + character.utf8.count > max - 3 { break }
+            result.append(character)
+        }
+        return result + "..."
+    }
+}
+
+/// Allocations that live while one envelope is packed (C strings and sub-messages).
+private final class CArena {
+    private var allocations: [UnsafeMutableRawPointer] = []
+
+    func allocate(_ size: Int) -> UnsafeMutableRawPointer {
+        let pointer = malloc(max(size, 1))!
+        allocations.append(pointer)
+        return pointer
+    }
+
+    func message<M>(_: M.Type, _ initialize: (UnsafeMutablePointer<M>) -> Void) -> UnsafeMutablePointer<M> {
+        let pointer = allocate(MemoryLayout<M>.size).bindMemory(to: M.self, capacity: 1)
+        initialize(pointer)
+        return pointer
+    }
+
+    func string(_ value: String) -> UnsafeMutablePointer<CChar> {
+        var value = value
+        return value.withUTF8 { utf8 in
+            let pointer = allocate(utf8.count + 1).bindMemory(to: CChar.self, capacity: utf8.count + 1)
+            UnsafeMutableRawPointer(pointer).copyMemory(from: utf8.baseAddress!, byteCount: utf8.count)
+            pointer[utf8.count] = 0
+            return pointer
+        }
+    }
+
+    func strings(_ values: [String]) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
+        guard !values.isEmpty else { return nil }
+        let array = allocate(MemoryLayout<UnsafeMutablePointer<CChar>?>.stride * values.count)
+            .bindMemory(to: UnsafeMutablePointer<CChar>?.self, capacity: values.count)
+        for (index, value) in values.enumerated() { array[index] = string(value) }
+        return array
+    }
+
+    func serviceMessage(_ type: String, _ payload: [UInt8], _ what: String) throws(RemoteError) -> UnsafeMutablePointer<Remoteview__ServiceMessage> {
+        do { try EnvelopeCodec.checkType(type, what) } catch { throw RemoteError(.invalidArgument, error.reason) }
+        guard payload.count <= WireLimits.maxPacketSize else {
+            throw RemoteError(.invalidArgument, "\(what) payload of \(payload.count) bytes is over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+        }
+        let m = message(Remoteview__ServiceMessage.self, remoteview__service_message__init)
+        m.pointee.type = string(type)
+        if !payload.isEmpty {
+            let bytes = allocate(payload.count)
+            payload.withUnsafeBytes { bytes.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            m.pointee.payload = ProtobufCBinaryData(len: payload.count, data: bytes.assumingMemoryBound(to: UInt8.self))
+        }
+        return m
+    }
+
+    func free() {
+        for pointer in allocations { Glibc.free(pointer) }
+        allocations.removeAll()
+    }
+}
+
+/// protobuf-c's allocator for unpacking: refuses once the budget in `data` is spent.
+private let budgetedAlloc: @convention(c) (UnsafeMutableRawPointer?, Int) -> UnsafeMutableRawPointer? = { data, size in
+    let budget = data!.assumingMemoryBound(to: Int.self)
+    guard size <= budget.pointee else {
+        budget.pointee = -1
+        return nil
+    }
+    budget.pointee -= size
+    return malloc(max(size, 1))
+}
+
+private let budgetedFree: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, pointer in
+    free(pointer)
+}

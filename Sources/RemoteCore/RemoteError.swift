@@ -1,0 +1,71 @@
+/// An error from a RemoteView connection.
+///
+/// An open struct with a ``Code`` rather than a closed enum, so later codes do not break
+/// anyone's `switch` (like swift-system's `Errno`). Compare with ``code``:
+///
+/// ```swift
+/// do { try await connection.request(message) }
+/// catch let error as RemoteError where error.code == .interrupted { /* retry */ }
+/// ```
+public struct RemoteError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// The peer went away (it exited, crashed, or closed the connection). A later message
+        /// may work again. Like `XPC_ERROR_CONNECTION_INTERRUPTED`.
+        public static let interrupted = Code(rawValue: "interrupted")
+        /// The connection can never work: no such service, sandbox refused, crash loop, or it was
+        /// closed on purpose. Like `XPC_ERROR_CONNECTION_INVALID`.
+        public static let invalidated = Code(rawValue: "invalidated")
+        /// The peer broke the protocol; ``RemoteError/reason`` says how.
+        public static let protocolViolation = Code(rawValue: "protocol violation")
+        /// A reply did not arrive before its deadline.
+        public static let timeout = Code(rawValue: "timeout")
+        /// The caller's task was cancelled; the peer was told.
+        public static let cancelled = Code(rawValue: "cancelled")
+        /// The peer's own error: see ``RemoteError/remote``.
+        public static let remoteError = Code(rawValue: "remote error")
+        /// A message the caller built cannot be sent as it is (too large, bad type name).
+        public static let invalidArgument = Code(rawValue: "invalid argument")
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// A sentence for people: what happened, naming the values involved.
+    public var reason: String
+    /// The peer's own error, when ``code`` is ``Code/remoteError``.
+    public var remote: ServiceFailure?
+
+    public init(_ code: Code, _ reason: String, remote: ServiceFailure? = nil) {
+        self.code = code
+        self.reason = reason
+        self.remote = remote
+    }
+
+    public var description: String { "\(code): \(reason)" }
+}
+
+/// An error a service (or host) sends as the answer to a request, like an `NSError` with a
+/// domain and code crossing an XPC reply.
+///
+/// Throw it from a request handler to send exactly this to the requester; any other error a
+/// handler throws is sent with domain `"RemoteView.HandlerError"` and its description.
+public struct ServiceFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Who defines ``code``, e.g. `"com.example.echo"`.
+    public var domain: String
+    /// The domain's code for this failure.
+    public var code: Int64
+    /// A sentence for people.
+    public var message: String
+
+    public init(domain: String, code: Int64, message: String) {
+        self.domain = domain
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(domain) \(code): \(message)" }
+}

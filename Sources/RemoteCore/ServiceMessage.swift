@@ -1,0 +1,55 @@
+/// An application message: what a host and a service say to each other.
+///
+/// Like an XPC dictionary reduced to what crosses the wire: a ``type`` naming what the payload
+/// is (the receiver dispatches on it), opaque ``payload`` bytes, and up to
+/// ``WireLimits/maxAttachments`` file descriptors. Data larger than a packet goes in a sealed
+/// memfd attachment (see ``MemoryFile``).
+public struct ServiceMessage: Sendable, CustomStringConvertible {
+    /// What the payload is, e.g. `"echo"` or `"com.example.clock/now"`. 1…256 bytes of UTF-8,
+    /// no control characters.
+    public var type: String
+    /// The message's bytes, in whatever encoding ``type`` implies.
+    public var payload: [UInt8]
+    /// File descriptors travelling with the message.
+    public var attachments: [Attachment]
+
+    public init(type: String, payload: [UInt8] = [], attachments: [Attachment] = []) {
+        self.type = type
+        self.payload = payload
+        self.attachments = attachments
+    }
+
+    /// A message whose payload is `text` as UTF-8.
+    public init(type: String, text: String, attachments: [Attachment] = []) {
+        self.init(type: type, payload: Array(text.utf8), attachments: attachments)
+    }
+
+    /// The payload decoded as UTF-8, or `nil` if it is not valid UTF-8.
+    public var text: String? { String(validating: payload, as: UTF8.self) }
+
+    public var description: String {
+        let fds = attachments.isEmpty ? "" : ", \(attachments.count) fd(s)"
+        return "\(type) (\(payload.count) bytes\(fds))"
+    }
+}
+
+/// The bounds every peer enforces on what it receives (and checks on what it sends).
+///
+/// protobuf-c itself sets no limits, so these are the only ones.
+public enum WireLimits {
+    /// The largest packet, in bytes. Larger data goes in a memfd attachment.
+    public static let maxPacketSize = 65_536
+    /// The most file descriptors one message may carry.
+    public static let maxAttachments = 16
+    /// Identifier length bound (reverse-DNS, bytes).
+    public static let maxIdentifierLength = 255
+    /// How many capabilities a handshake may list, and how long each may be.
+    public static let maxCapabilities = 32
+    public static let maxCapabilityLength = 64
+    /// ``ServiceMessage/type`` length bound (bytes).
+    public static let maxTypeLength = 256
+    /// Bound for reasons in goodbyes and protocol errors, and for failure domains (bytes).
+    public static let maxReasonLength = 1_024
+    /// Bound for a ``ServiceFailure/message`` (bytes).
+    public static let maxFailureMessageLength = 4_096
+}

@@ -1,0 +1,213 @@
+import CProto
+import Glibc
+import Synchronization
+
+/// One thread waiting in `epoll_wait` for every descriptor and deadline RemoteView watches.
+///
+/// Sockets, pidfds and timers of all connections share it (like a NIO event loop), so a host
+/// with 64 services runs one waiting thread, not 64. Interest is one-shot: a waiter ``arm(_:events:)``s
+/// its registration, the loop calls its handler once when the descriptor is ready, and the
+/// waiter arms again if it still needs to wait. Handlers run on the loop thread and must only
+/// hand work off (resume a continuation), never block.
+package final class EventLoop: Sendable {
+    /// The process-wide loop, started on first use.
+    package static let shared: EventLoop = {
+        do { return try EventLoop() } catch {
+            fatalError("RemoteView cannot start its event loop: \(error)")
+        }
+    }()
+
+    /// What a registered descriptor is ready for: `EPOLLIN`, `EPOLLOUT`, `EPOLLHUP`, `EPOLLERR` bits.
+    package typealias Handler = @Sendable (_ events: UInt32) -> Void
+
+    /// A descriptor's place in the loop.
+    package struct Registration: Sendable, Hashable {
+        fileprivate let token: UInt64
+        fileprivate let fd: Int32
+    }
+
+    /// A scheduled deadline, to cancel.
+    package struct TimerID: Sendable, Hashable {
+        fileprivate let value: UInt64
+    }
+
+    private struct Timer {
+        var deadline: ContinuousClock.Instant
+        var id: UInt64
+    }
+
+    private struct State {
+        var handlers: [UInt64: Handler] = [:]
+        var nextToken: UInt64 = 1
+        /// Min-heap of deadlines; cancelled ones stay until they surface and are skipped.
+        var timers: [Timer] = []
+        var timerActions: [UInt64: @Sendable () -> Void] = [:]
+        /// The deadline the loop thread is sleeping towards, if any.
+        var sleepingUntil: ContinuousClock.Instant?
+        var sleeping = false
+    }
+
+    private let epoll: Int32
+    private let wakeup: Int32
+    private let state = Mutex(State())
+    private static let wakeToken: UInt64 = 0
+
+    private init() throws(SystemCallError) {
+        epoll = try Syscall.epollCreate()
+        wakeup = try Syscall.eventCounter()
+        try Syscall.epollControl(epoll, EPOLL_CTL_ADD, wakeup, events: EPOLLIN.rawValue, token: Self.wakeToken)
+        startThread()
+    }
+
+    // MARK: descriptors
+
+    /// Adds `fd` with no interest yet; `handler` runs on the loop thread when an armed
+    /// interest fires. The caller keeps owning `fd` and must ``deregister(_:)`` before closing it.
+    package func register(_ fd: Int32, handler: @escaping Handler) throws(SystemCallError) -> Registration {
+        let token = state.withLock { state in
+            let token = state.nextToken
+            state.nextToken += 1
+            state.handlers[token] = handler
+            return token
+        }
+        do {
+            try Syscall.epollControl(epoll, EPOLL_CTL_ADD, fd, events: EPOLLONESHOT.rawValue, token: token)
+        } catch {
+            _ = state.withLock { $0.handlers.removeValue(forKey: token) }
+            throw error
+        }
+        return Registration(token: token, fd: fd)
+    }
+
+    /// Asks for one call of the handler when `events` (`EPOLLIN`/`EPOLLOUT`) become ready.
+    /// Hang-up and error always count as ready.
+    package func arm(_ registration: Registration, events: UInt32) {
+        do {
+            try Syscall.epollControl(epoll, EPOLL_CTL_MOD, registration.fd, events: events | EPOLLONESHOT.rawValue,
+                                     token: registration.token)
+        } catch {
+            preconditionFailure("epoll_ctl(MOD) on a registered descriptor failed: \(error)")
+        }
+    }
+
+    /// Removes the descriptor; its handler is not called again.
+    package func deregister(_ registration: Registration) {
+        _ = state.withLock { $0.handlers.removeValue(forKey: registration.token) }
+        try? Syscall.epollControl(epoll, EPOLL_CTL_DEL, registration.fd, events: 0, token: 0)
+    }
+
+    // MARK: timers
+
+    /// Calls `action` on the loop thread at `deadline` unless cancelled first.
+    @discardableResult
+    package func schedule(at deadline: ContinuousClock.Instant, _ action: @escaping @Sendable () -> Void) -> TimerID {
+        let (id, wake) = state.withLock { state in
+            let id = state.nextToken
+            state.nextToken += 1
+            state.timerActions[id] = action
+            state.timers.append(Timer(deadline: deadline, id: id))
+            Self.siftUp(&state.timers, from: state.timers.count - 1)
+            let wake = state.sleeping && (state.sleepingUntil.map { deadline < $0 } ?? true)
+            return (id, wake)
+        }
+        if wake { Syscall.signalEventCounter(wakeup) }
+        return TimerID(value: id)
+    }
+
+    /// Cancels a timer; does nothing if it already fired.
+    package func cancel(_ timer: TimerID) {
+        _ = state.withLock { $0.timerActions.removeValue(forKey: timer.value) }
+    }
+
+    // MARK: the loop thread
+
+    private func startThread() {
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(self).toOpaque()
+        let result = pthread_create(&thread, nil, { context in
+            let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
+            loop.run()
+        }, context)
+        precondition(result == 0, "pthread_create for the event loop failed: errno \(result)")
+        pthread_detach(thread)
+    }
+
+    private func run() -> Never {
+        let capacity: Int32 = 64
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: Int(capacity))
+        while true {
+            let timeout = state.withLock { state -> Int32 in
+                Self.dropCancelled(&state)
+                state.sleeping = true
+                state.sleepingUntil = state.timers.first?.deadline
+                guard let deadline = state.sleepingUntil else { return -1 }
+                let remaining = ContinuousClock.now.duration(to: deadline)
+                if remaining <= .zero { return 0 }
+                let (seconds, attoseconds) = remaining.components
+                // Round up so a timer never fires early.
+                return Int32(clamping: seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+            }
+            let count: Int
+            do {
+                count = try Syscall.epollWait(epoll, events, capacity, timeoutMilliseconds: timeout)
+            } catch {
+                fatalError("RemoteView event loop: \(error)")
+            }
+            state.withLock { $0.sleeping = false }
+            for index in 0..<count {
+                let token = events[index].data.u64
+                if token == Self.wakeToken {
+                    Syscall.drainEventCounter(wakeup)
+                    continue
+                }
+                let handler = state.withLock { $0.handlers[token] }
+                handler?(events[index].events)
+            }
+            fireDueTimers()
+        }
+    }
+
+    private func fireDueTimers() {
+        let now = ContinuousClock.now
+        let due = state.withLock { state -> [@Sendable () -> Void] in
+            var due: [@Sendable () -> Void] = []
+            while let first = state.timers.first, first.deadline <= now {
+                Self.popFirst(&state.timers)
+                if let action = state.timerActions.removeValue(forKey: first.id) { due.append(action) }
+            }
+            return due
+        }
+        for action in due { action() }
+    }
+
+    private static func dropCancelled(_ state: inout State) {
+        while let first = state.timers.first, state.timerActions[first.id] == nil { popFirst(&state.timers) }
+    }
+
+    // Binary min-heap on `deadline`.
+    private static func siftUp(_ heap: inout [Timer], from index: Int) {
+        var child = index
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].deadline < heap[parent].deadline else { return }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private static func popFirst(_ heap: inout [Timer]) {
+        let last = heap.removeLast()
+        guard !heap.isEmpty else { return }
+        heap[0] = last
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1, right = left + 1
+            var smallest = parent
+            if left < heap.count, heap[left].deadline < heap[smallest].deadline { smallest = left }
+            if right < heap.count, heap[right].deadline < heap[smallest].deadline { smallest = right }
+            if smallest == parent { return }
+            heap.swapAt(parent, smallest)
+            parent = smallest
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import CProto
+import Glibc
+
+/// Anonymous shared memory (`memfd_create`) that can be sealed, the way large data and
+/// pixels cross the process boundary instead of paths (Wayland's `wl_shm`, made safe by seals).
+///
+/// A receiver checks ``seals`` before trusting the size: a file sealed against shrinking can
+/// never be truncated under a reader's mapping.
+public struct MemoryFile: ~Copyable, Sendable {
+    /// Seals, as `F_SEAL_*` bits.
+    public struct Seals: OptionSet, Sendable, Hashable {
+        public let rawValue: Int32
+        public init(rawValue: Int32) { self.rawValue = rawValue }
+        /// `F_SEAL_SHRINK`: the size can no longer decrease.
+        public static let shrink = Seals(rawValue: rv_f_seal_shrink)
+        /// `F_SEAL_GROW`: the size can no longer increase.
+        public static let grow = Seals(rawValue: rv_f_seal_grow)
+        /// `F_SEAL_WRITE`: the contents can no longer change.
+        public static let write = Seals(rawValue: rv_f_seal_write)
+        /// `F_SEAL_SEAL`: no more seals can be added.
+        public static let seal = Seals(rawValue: rv_f_seal_seal)
+    }
+
+    /// The memfd.
+    public let fd: OwnedFD
+
+    /// A new, empty, sealable memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`). `name` shows in
+    /// `/proc/PID/fd` as `memfd:NAME`.
+    public init(name: String) throws(SystemCallError) {
+        fd = OwnedFD(adopting: try Syscall.memoryFileCreate(name))
+    }
+
+    /// Wraps a descriptor received from a peer (not trusted: check ``seals`` and ``size``).
+    public init(adopting fd: consuming OwnedFD) {
+        self.fd = fd
+    }
+
+    /// A memfd holding `bytes`, sealed against any change (shrink, grow, write, further seals).
+    public static func sealed(name: String, contents bytes: some Collection<UInt8>) throws(SystemCallError) -> MemoryFile {
+        let file = try MemoryFile(name: name)
+        let array = Array(bytes)
+        try Syscall.truncate(file.fd.rawValue, array.count)
+        try Syscall.writeAll(file.fd.rawValue, array, at: 0)
+        try file.addSeals([.shrink, .grow, .write, .seal])
+        return file
+    }
+
+    /// Gives up the memfd, e.g. to attach it to a message: `Attachment(file.takeDescriptor())`.
+    public consuming func takeDescriptor() -> OwnedFD {
+        fd
+    }
+
+    /// The file's size in bytes (`fstat`).
+    public var size: Int {
+        get throws(SystemCallError) { Int(try Syscall.status(fd.rawValue).st_size) }
+    }
+
+    /// Sets the size (`ftruncate`).
+    public func resize(to size: Int) throws(SystemCallError) {
+        try Syscall.truncate(fd.rawValue, size)
+    }
+
+    /// The seals in force; throws `EINVAL` when the descriptor is not a sealable memfd.
+    public var seals: Seals {
+        get throws(SystemCallError) { Seals(rawValue: try Syscall.seals(fd.rawValue)) }
+    }
+
+    /// Adds seals (`F_ADD_SEALS`).
+    public func addSeals(_ seals: Seals) throws(SystemCallError) {
+        try Syscall.addSeals(fd.rawValue, seals.rawValue)
+    }
+
+    /// Writes `bytes` at `offset`.
+    public func write(_ bytes: some Collection<UInt8>, at offset: Int = 0) throws(SystemCallError) {
+        try Syscall.writeAll(fd.rawValue, Array(bytes), at: offset)
+    }
+
+    /// Reads up to `count` bytes from `offset` (fewer at end of file).
+    public func read(count: Int, at offset: Int = 0) throws(SystemCallError) -> [UInt8] {
+        try Syscall.readAll(fd.rawValue, count: count, at: offset)
+    }
+}

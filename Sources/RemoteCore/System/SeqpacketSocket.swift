@@ -1,0 +1,274 @@
+import CProto
+import Glibc
+import Synchronization
+
+/// An `AF_UNIX` `SOCK_SEQPACKET` socket carrying one ``Envelope`` per packet, its fds riding on
+/// the same `sendmsg` as `SCM_RIGHTS` (received with `MSG_CMSG_CLOEXEC`).
+///
+/// Non-blocking underneath: a call that would block waits on the shared ``EventLoop`` instead of
+/// holding a thread, and a send waits at most ``sendTimeout`` for a peer that stopped reading.
+package final class SeqpacketSocket: Transport, @unchecked Sendable {
+    // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` is only touched by
+    // the single receiver that `state.receiving` admits; everything else is in `state`.
+
+    /// The descriptor, owned by this object and closed when it goes away.
+    package let fd: Int32
+    /// How long a send waits for a peer that does not read.
+    package let sendTimeout: Duration
+    private let loop: EventLoop
+    private let registration: EventLoop.Registration
+    private let buffers: ReceiveBuffers
+    private let waiters: Waiters
+
+    private final class Waiters: Sendable {
+        let state = Mutex(State())
+    }
+
+    private struct State {
+        var closed = false
+        var receiving = false
+        var readWaiter: CheckedContinuation<Void, Never>?
+        var writeWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var nextWaiter: UInt64 = 0
+
+        var interest: UInt32 {
+            (readWaiter == nil ? 0 : EPOLLIN.rawValue) | (writeWaiters.isEmpty ? 0 : EPOLLOUT.rawValue)
+        }
+    }
+
+    /// Takes ownership of a connected seqpacket socket (made non-blocking here).
+    package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), loop: EventLoop = .shared) throws(SystemCallError) {
+        let fd = socket.release()
+        let waiters = Waiters()
+        do {
+            try Syscall.setNonBlocking(fd, true)
+            // Runs on the loop thread. Interest is one-shot, so whatever fired, every waiter is
+            // woken: each retries its call and, if it still would block, arms again.
+            registration = try loop.register(fd) { _ in
+                let (reader, writers) = waiters.state.withLock { state in
+                    defer { state.readWaiter = nil; state.writeWaiters.removeAll() }
+                    return (state.readWaiter, Array(state.writeWaiters.values))
+                }
+                reader?.resume()
+                for writer in writers { writer.resume(returning: true) }
+            }
+        } catch {
+            Syscall.close(fd)
+            throw error
+        }
+        self.waiters = waiters
+        self.buffers = ReceiveBuffers()
+        self.fd = fd
+        self.sendTimeout = sendTimeout
+        self.loop = loop
+    }
+
+    /// A connected pair, for a host and a service it is about to spawn (or for tests).
+    package static func pair() throws(SystemCallError) -> SocketPair {
+        let (a, b) = try Syscall.seqpacketPair(nonBlocking: false)
+        return SocketPair(first: OwnedFD(adopting: a), second: OwnedFD(adopting: b))
+    }
+
+    deinit {
+        loop.deregister(registration)
+        Syscall.close(fd)
+        buffers.deallocate()
+    }
+
+    // MARK: Transport
+
+    package func close() {
+        let (reader, writers) = waiters.state.withLock { state in
+            state.closed = true
+            defer { state.readWaiter = nil; state.writeWaiters.removeAll() }
+            return (state.readWaiter, Array(state.writeWaiters.values))
+        }
+        // The fd stays open until deinit, so no call in flight can hit a reused number.
+        Syscall.shutdownBoth(fd)
+        reader?.resume()
+        for writer in writers { writer.resume(returning: false) }
+    }
+
+    package func send(_ envelope: Envelope) async throws(RemoteError) {
+        let packet = try EnvelopeCodec.encode(envelope)
+        var fds: [Int32] = []
+        for attachment in envelope.attachments {
+            guard let fd = attachment.descriptor else {
+                throw RemoteError(.invalidArgument, "\(envelope.body.name) has an attachment whose fd was already taken")
+            }
+            fds.append(fd)
+        }
+        let deadline = ContinuousClock.now.advanced(by: sendTimeout)
+        while true {
+            if waiters.state.withLock({ $0.closed }) { throw RemoteError(.invalidated, "the connection was closed") }
+            let result: IOResult<Int>
+            do {
+                result = try Self.sendPacket(fd, packet, fds)
+            } catch {
+                if error.errno == EPIPE || error.errno == ECONNRESET || error.errno == ENOTCONN {
+                    throw RemoteError(.interrupted, "the peer closed the connection")
+                }
+                throw RemoteError(.interrupted, "\(error)")
+            }
+            switch result {
+            case .done: return
+            case .wouldBlock:
+                guard await waitWritable(until: deadline) else {
+                    if waiters.state.withLock({ $0.closed }) { throw RemoteError(.invalidated, "the connection was closed") }
+                    throw RemoteError(.timeout, "the peer has not read for \(sendTimeout); its receive queue is full")
+                }
+            }
+        }
+    }
+
+    package func receive() async throws(RemoteError) -> Envelope? {
+        let admitted = waiters.state.withLock { state in
+            if state.receiving { return false }
+            state.receiving = true
+            return true
+        }
+        precondition(admitted, "SeqpacketSocket.receive() called by two receivers at once")
+        defer { waiters.state.withLock { $0.receiving = false } }
+        while true {
+            switch try receivePacket() {
+            case .done(let envelope):
+                return envelope
+            case .wouldBlock:
+                await waitReadable()
+            }
+        }
+    }
+
+    // MARK: waiting
+
+    private func waitReadable() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let armed: UInt32? = waiters.state.withLock { state in
+                if state.closed { return nil }
+                state.readWaiter = continuation
+                return state.interest
+            }
+            if let armed { loop.arm(registration, events: armed) } else { continuation.resume() }
+        }
+    }
+
+    /// `true` when the socket may be writable again, `false` at the deadline or on close.
+    private func waitWritable(until deadline: ContinuousClock.Instant) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let armed: (UInt64, UInt32)? = waiters.state.withLock { state in
+                if state.closed { return nil }
+                state.nextWaiter += 1
+                state.writeWaiters[state.nextWaiter] = continuation
+                return (state.nextWaiter, state.interest)
+            }
+            guard let (waiter, interest) = armed else { return continuation.resume(returning: false) }
+            loop.arm(registration, events: interest)
+            let waiters = self.waiters
+            loop.schedule(at: deadline) {
+                waiters.state.withLock { $0.writeWaiters.removeValue(forKey: waiter) }?.resume(returning: false)
+            }
+        }
+    }
+
+    // MARK: packets
+
+    private static func sendPacket(_ fd: Int32, _ packet: [UInt8], _ fds: [Int32]) throws(SystemCallError) -> IOResult<Int> {
+        var packet = packet
+        return try packet.withUnsafeMutableBytes { bytes in Result { () throws(SystemCallError) in
+            var iov = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
+            return try withUnsafeMutablePointer(to: &iov) { (iovPointer) throws(SystemCallError) -> IOResult<Int> in
+                var message = msghdr()
+                message.msg_iov = iovPointer
+                message.msg_iovlen = 1
+                guard !fds.isEmpty else { return try Syscall.sendMessage(fd, &message) }
+                let payloadLength = fds.count * MemoryLayout<Int32>.size
+                let controlLength = rv_cmsg_space(payloadLength)
+                let control = UnsafeMutableRawPointer.allocate(byteCount: controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+                defer { control.deallocate() }
+                control.initializeMemory(as: UInt8.self, repeating: 0, count: controlLength)
+                message.msg_control = control
+                message.msg_controllen = controlLength
+                let header = rv_cmsg_firsthdr(&message)!
+                header.pointee.cmsg_level = SOL_SOCKET
+                header.pointee.cmsg_type = Int32(SCM_RIGHTS)
+                header.pointee.cmsg_len = rv_cmsg_len(payloadLength)
+                let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
+                for (index, descriptor) in fds.enumerated() {
+                    data.storeBytes(of: descriptor, toByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
+                }
+                return try Syscall.sendMessage(fd, &message)
+            }
+        } }.get()
+    }
+
+    /// One `recvmsg`: an envelope, `nil` at end of file, or would-block.
+    private func receivePacket() throws(RemoteError) -> IOResult<Envelope?> {
+        var iov = iovec(iov_base: buffers.packet, iov_len: WireLimits.maxPacketSize)
+        var message = msghdr()
+        let count: Int
+        do {
+            let result = try withUnsafeMutablePointer(to: &iov) { (iovPointer) throws(SystemCallError) -> IOResult<Int> in
+                message.msg_iov = iovPointer
+                message.msg_iovlen = 1
+                message.msg_control = buffers.control
+                message.msg_controllen = ReceiveBuffers.controlLength
+                return try Syscall.receiveMessage(fd, &message)
+            }
+            switch result {
+            case .wouldBlock: return .wouldBlock
+            case .done(let received): count = received
+            }
+        } catch {
+            if error.errno == ECONNRESET { return .done(nil) }
+            throw RemoteError(.interrupted, "\(error)")
+        }
+
+        // Own every fd that arrived before looking at anything else, so each error path closes them.
+        var attachments: [Attachment] = []
+        var header = message.msg_controllen > 0 ? rv_cmsg_firsthdr(&message) : nil
+        while let current = header {
+            if current.pointee.cmsg_level == SOL_SOCKET && current.pointee.cmsg_type == Int32(SCM_RIGHTS) {
+                let data = UnsafeRawPointer(rv_cmsg_data(current))
+                let fdCount = (Int(current.pointee.cmsg_len) - rv_cmsg_len(0)) / MemoryLayout<Int32>.size
+                for index in 0..<fdCount {
+                    let fd = data.loadUnaligned(fromByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
+                    attachments.append(Attachment(OwnedFD(adopting: fd)))
+                }
+            }
+            header = rv_cmsg_nxthdr(&message, current)
+        }
+
+        if message.msg_flags & Int32(MSG_CTRUNC) != 0 {
+            throw RemoteError(.protocolViolation, "packet carried more than \(WireLimits.maxAttachments) fds (control data truncated)")
+        }
+        if message.msg_flags & Int32(MSG_TRUNC) != 0 {
+            throw RemoteError(.protocolViolation, "packet exceeds the \(WireLimits.maxPacketSize)-byte limit")
+        }
+        if count == 0 {
+            // End of file (a zero-length packet can never be a valid envelope either).
+            if !attachments.isEmpty {
+                throw RemoteError(.protocolViolation, "empty packet carrying \(attachments.count) fd(s)")
+            }
+            return .done(nil)
+        }
+        return .done(try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: buffers.packet, count: count), attachments: attachments))
+    }
+}
+
+/// Both ends of a socket pair: one for the host, one for the service it spawns.
+@frozen package struct SocketPair: ~Copyable {
+    package var first: OwnedFD
+    package var second: OwnedFD
+}
+
+/// The receive side's packet and control buffers, allocated once per socket.
+private struct ReceiveBuffers: @unchecked Sendable {
+    static let controlLength = rv_cmsg_space(WireLimits.maxAttachments * MemoryLayout<Int32>.size)
+    let packet = UnsafeMutableRawPointer.allocate(byteCount: WireLimits.maxPacketSize, alignment: 16)
+    let control = UnsafeMutableRawPointer.allocate(byteCount: ReceiveBuffers.controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+
+    func deallocate() {
+        packet.deallocate()
+        control.deallocate()
+    }
+}

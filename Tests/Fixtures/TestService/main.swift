@@ -1,0 +1,93 @@
+// A real service executable for the integration tests. argv[1] picks a behaviour; the hostile
+// ones speak raw packets on fd 3 to exercise the host's rejection paths.
+import Glibc
+import RemoteService
+import Synchronization
+
+/// Cancellations this process observed, reported by the "cancellations" request.
+let cancellations = Cancellations()
+
+final class Cancellations: Sendable {
+    private let count = Atomic<Int>(0)
+    func record() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
+}
+
+func openFDCount() -> Int {
+    guard let directory = opendir("/proc/self/fd") else { return -1 }
+    defer { closedir(directory) }
+    var count = 0
+    while readdir(directory) != nil { count += 1 }
+    return count - 3  // ".", "..", and the directory's own fd
+}
+
+func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
+    switch request.type {
+    case "echo":
+        return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
+    case "memfd.read":
+        guard request.attachments.count == 1, let fd = request.attachments[0].take() else {
+            throw ServiceFailure(domain: "test", code: 1, message: "memfd.read needs exactly one fd")
+        }
+        let file = MemoryFile(adopting: fd)
+        let seals = try file.seals
+        guard seals.contains(.shrink) else { throw ServiceFailure(domain: "test", code: 2, message: "memfd is not sealed") }
+        return ServiceMessage(type: "memfd.contents", payload: try file.read(count: try file.size))
+    case "memfd.make":
+        let file = try MemoryFile.sealed(name: "test-reply", contents: request.payload.reversed())
+        return ServiceMessage(type: "memfd", attachments: [Attachment(file.takeDescriptor())])
+    case "sleep":
+        do {
+            try await Task.sleep(for: .seconds(60))
+        } catch {
+            cancellations.record()
+            throw error
+        }
+        return ServiceMessage(type: "slept")
+    case "cancellations":
+        return ServiceMessage(type: "cancellations", text: String(cancellations.value))
+    case "fd-count":
+        return ServiceMessage(type: "fd-count", text: String(openFDCount()))
+    case "fail":
+        throw ServiceFailure(domain: "com.example.test", code: 42, message: "asked to fail")
+    case "crash":
+        exit(3)
+    default:
+        throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
+    }
+}
+
+/// Sends one raw packet on fd 3 (no fds).
+func sendRaw(_ bytes: [UInt8]) {
+    _ = bytes.withUnsafeBytes { send(3, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+}
+
+/// Waits until the host closes the socket (so the host sees the packet before EOF).
+func waitForHangup() {
+    var byte: UInt8 = 0
+    while recv(3, &byte, 1, 0) > 0 {}
+}
+
+let mode = CommandLine.arguments.dropFirst().first ?? "serve"
+switch mode {
+case "serve":
+    await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
+case "garbage":
+    sendRaw([0xff, 0xff, 0xff, 0xff, 0x0f, 0x08])
+    waitForHangup()
+case "wrong-version":
+    let packet = try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(protocolVersion: 99, role: .service, identifier: "com.example.future"))))
+    sendRaw(packet)
+    waitForHangup()
+case "fd-mismatch":
+    // Declares one fd and sends none.
+    var bytes = try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.test"))))
+    bytes += [0x18, 0x01]  // field 3 (fd_count), varint 1
+    sendRaw(bytes)
+    waitForHangup()
+case "exit":
+    exit(7)
+default:
+    print("remoteview-test-service: unknown mode \(mode)")
+    exit(64)
+}
