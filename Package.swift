@@ -69,13 +69,19 @@ let package = Package(
             dependencies: ["RemoteService"],
             path: "Tests/Fixtures/TestService"
         ),
+        // Deadlines and fd/process leak checks shared by the test targets.
+        .target(
+            name: "RemoteTestSupport",
+            dependencies: ["RemoteCore"],
+            path: "Tests/Support"
+        ),
         .testTarget(
             name: "RemoteCoreTests",
-            dependencies: ["RemoteCore", "CProto"]
+            dependencies: ["RemoteCore", "CProto", "RemoteTestSupport"]
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["RemoteHost", "RemoteCore", "remoteview-test-service"]
+            dependencies: ["RemoteHost", "RemoteCore", "RemoteTestSupport", "remoteview-test-service"]
         ),
     ]
 )

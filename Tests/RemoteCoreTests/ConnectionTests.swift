@@ -1,0 +1,390 @@
+import CProto
+import Glibc
+import RemoteTestSupport
+import Synchronization
+import Testing
+@testable import RemoteCore
+
+/// Tier 2: two connections over a real socketpair inside this process.
+@Suite("Connection over a socketpair")
+struct ConnectionTests {
+    static let host = Connection.Configuration(role: .host, identifier: "com.example.host")
+    static let service = Connection.Configuration(role: .service, identifier: "com.example.service", capabilities: ["echo"])
+
+    /// A host connection and a service connection on the two ends of a socketpair, both running
+    /// while `body` uses the host side; checks that nothing leaked afterwards.
+    func withPair<R: Sendable>(onRequest: @escaping Connection.RequestHandler = { $0 },
+                               onMessage: @escaping Connection.MessageHandler = { _ in },
+                               _ body: @escaping @Sendable (Connection, Connection) async throws -> R) async throws -> R {
+        let (result, leaks) = try await measuringLeaks {
+            try await withDeadline {
+                let pair = try SeqpacketSocket.pair()
+                let hostEnd = pair.first
+                let host = try Connection(socket: hostEnd, configuration: Self.host)
+                let service = try Connection(socket: pair.second, configuration: Self.service,
+                                             onRequest: onRequest, onMessage: onMessage)
+                return try await withThrowingTaskGroup(of: R?.self) { group in
+                    group.addTask { try await service.run(); return nil }
+                    let result = try await host.withRunning { host in try await body(host, service) }
+                    try await group.waitForAll()
+                    return result
+                }
+            }
+        }
+        #expect(leaks.isEmpty, "\(leaks)")
+        return result
+    }
+
+    @Test("handshake exchanges identity, then request/reply round-trips")
+    func requestReply() async throws {
+        try await withPair { host, _ in
+            let peer = try #require(host.peer)
+            #expect(peer.role == .service)
+            #expect(peer.identifier == "com.example.service")
+            #expect(peer.capabilities == ["echo"])
+            #expect(peer.protocolVersion == remoteViewProtocolVersion)
+            for index in 0..<50 {
+                let reply = try await host.request(ServiceMessage(type: "echo", text: "hello \(index)"))
+                #expect(reply.type == "echo")
+                #expect(reply.text == "hello \(index)")
+            }
+            #expect(try await host.ping() > .zero)
+        }
+    }
+
+    @Test("concurrent requests are matched to their replies by id")
+    func concurrentRequests() async throws {
+        try await withPair(onRequest: { message in
+            // Reply out of order: later requests finish first.
+            let delay = 20 - Int(message.text ?? "0")!
+            try await Task.sleep(for: .milliseconds(delay))
+            return message
+        }) { host, _ in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<20 {
+                    group.addTask {
+                        let reply = try await host.request(ServiceMessage(type: "n", text: String(index)))
+                        #expect(reply.text == String(index))
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test("a memfd attached to a request arrives sealed with its contents; one comes back in the reply")
+    func fdPassing() async throws {
+        try await withPair(onRequest: { message in
+            guard let fd = message.attachments.first?.take() else { throw ServiceFailure(domain: "test", code: 1, message: "no fd") }
+            let file = MemoryFile(adopting: fd)
+            let seals = try file.seals
+            #expect(seals.contains([.shrink, .grow, .write]))
+            let contents = try file.read(count: try file.size)
+            let answer = try MemoryFile.sealed(name: "answer", contents: contents.reversed())
+            return ServiceMessage(type: "reversed", attachments: [Attachment(answer.takeDescriptor())])
+        }) { host, _ in
+            let bytes = Array("shared through a sealed memfd".utf8)
+            let file = try MemoryFile.sealed(name: "item", contents: bytes)
+            let reply = try await host.request(ServiceMessage(type: "reverse", attachments: [Attachment(file.takeDescriptor())]))
+            #expect(reply.attachments.count == 1)
+            guard let fd = reply.attachments[0].take() else { Issue.record("reply fd was already taken"); return }
+            let answer = MemoryFile(adopting: fd)
+            #expect(try answer.read(count: 1_000) == bytes.reversed())
+        }
+    }
+
+    @Test("the peer's ServiceFailure arrives as a remote error with its domain and code")
+    func remoteFailure() async throws {
+        try await withPair(onRequest: { _ in
+            throw ServiceFailure(domain: "com.example.service", code: 7, message: "nope")
+        }) { host, _ in
+            let error = await #expect(throws: RemoteError.self) { try await host.request(ServiceMessage(type: "x")) }
+            #expect(error?.code == .remoteError)
+            #expect(error?.remote == ServiceFailure(domain: "com.example.service", code: 7, message: "nope"))
+        }
+    }
+
+    @Test("cancelling the requesting task fails it with cancelled and cancels the peer's handler")
+    func cancellation() async throws {
+        let started = AsyncStream.makeStream(of: Void.self)
+        let handlerCancelled = AsyncStream.makeStream(of: Bool.self)
+        try await withPair(onRequest: { message in
+            started.continuation.yield()
+            do {
+                try await Task.sleep(for: .seconds(60))
+            } catch {
+                handlerCancelled.continuation.yield(Task.isCancelled)
+                throw error
+            }
+            return message
+        }) { host, _ in
+            let request = Task { try await host.request(ServiceMessage(type: "slow"), timeout: nil) }
+            var startedIterator = started.stream.makeAsyncIterator()
+            _ = await startedIterator.next()
+            request.cancel()
+            let error = await #expect(throws: RemoteError.self) { try await request.value }
+            #expect(error?.code == .cancelled)
+            var cancelledIterator = handlerCancelled.stream.makeAsyncIterator()
+            #expect(await cancelledIterator.next() == true)
+            // The connection still works afterwards.
+            let roundTrip = try await host.ping()
+            #expect(roundTrip > .zero)
+        }
+    }
+
+    @Test("a reply that misses its deadline fails with timeout; the peer's handler is cancelled")
+    func deadline() async throws {
+        let handlerCancelled = AsyncStream.makeStream(of: Void.self)
+        try await withPair(onRequest: { message in
+            do { try await Task.sleep(for: .seconds(60)) } catch {
+                handlerCancelled.continuation.yield()
+                throw error
+            }
+            return message
+        }) { host, _ in
+            let error = await #expect(throws: RemoteError.self) {
+                try await host.request(ServiceMessage(type: "slow"), timeout: .milliseconds(50))
+            }
+            #expect(error?.code == .timeout)
+            #expect(error?.reason.contains("slow") == true)
+            var iterator = handlerCancelled.stream.makeAsyncIterator()
+            #expect(await iterator.next() != nil)
+        }
+    }
+
+    @Test("one-way messages arrive in order")
+    func oneWayMessages() async throws {
+        let received = AsyncStream.makeStream(of: String.self)
+        try await withPair(onMessage: { message in received.continuation.yield(message.text ?? "") }) { host, _ in
+            for index in 0..<100 { try await host.send(ServiceMessage(type: "note", text: String(index))) }
+            var iterator = received.stream.makeAsyncIterator()
+            for index in 0..<100 { #expect(await iterator.next() == String(index)) }
+        }
+    }
+
+    @Test("closing says goodbye: the peer's run() returns normally, later requests fail invalidated")
+    func orderlyClose() async throws {
+        try await withPair { host, service in
+            await service.close(reason: "finished")
+            var events = host.events.makeAsyncIterator()
+            guard case .connected = await events.next() else { Issue.record("expected connected"); return }
+            guard case .closed(let reason) = await events.next() else { Issue.record("expected closed"); return }
+            #expect(reason == nil)
+            let error = await #expect(throws: RemoteError.self) { try await host.request(ServiceMessage(type: "late")) }
+            #expect(error?.code == .invalidated || error?.code == .interrupted)
+        }
+    }
+}
+
+/// Tier 2, hostile: one end is a raw socket the test writes arbitrary packets to.
+@Suite("Connection against a hostile peer")
+struct HostileConnectionTests {
+    /// Runs a host connection against a raw peer socket; `script` plays the peer; returns the
+    /// error the host's run() ended with and what the peer received back.
+    func hostFacing(_ script: @escaping @Sendable (Int32) throws -> Void) async throws -> (RemoteError?, [Envelope]) {
+        let (outcome, leaks) = try await measuringLeaks {
+            try await withDeadline {
+                let pair = try SeqpacketSocket.pair()
+                let hostEnd = pair.first
+                let peer = try SeqpacketSocket(pair.second)
+                let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+                var error: RemoteError?
+                do {
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask { try await host.run() }
+                        try script(peer.fd)
+                        try await group.waitForAll()
+                    }
+                } catch let failure as RemoteError {
+                    error = failure
+                }
+                var received: [Envelope] = []
+                while let envelope = try? await peer.receive() { received.append(envelope) }
+                return (error, received)
+            }
+        }
+        #expect(leaks.isEmpty, "\(leaks)")
+        return outcome
+    }
+
+    static func handshake(version: UInt32 = remoteViewProtocolVersion, role: PeerRole = .service) throws -> [UInt8] {
+        try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(protocolVersion: version, role: role, identifier: "com.example.hostile"))))
+    }
+
+    @Test("a garbage packet is a protocol violation, reported to the peer; nothing crashes")
+    func garbage() async throws {
+        let (error, received) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            try rawSend(fd, [0xff, 0xff, 0xff, 0xff, 0x0f, 0x08])
+        }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("not a valid Envelope") == true)
+        #expect(received.contains { if case .protocolError(.malformed, _) = $0.body { true } else { false } })
+    }
+
+    @Test("a handshake of another protocol version is refused, naming both versions")
+    func versionMismatch() async throws {
+        let (error, received) = try await hostFacing { fd in try rawSend(fd, Self.handshake(version: 99)) }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("version \(remoteViewProtocolVersion)") == true)
+        #expect(error?.reason.contains("version 99") == true)
+        #expect(received.contains { if case .protocolError(.versionMismatch, _) = $0.body { true } else { false } })
+    }
+
+    @Test("a peer claiming the host role too is refused")
+    func sameRole() async throws {
+        let (error, _) = try await hostFacing { fd in try rawSend(fd, Self.handshake(role: .host)) }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("both peers claim") == true)
+    }
+
+    @Test("declared and received fd counts must match; the fds that arrived are closed")
+    func fdCountMismatch() async throws {
+        let (error, _) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            // Declares two fds, sends one.
+            var request = try EnvelopeCodec.encode(Envelope(id: 2, body: .message(type: "x", payload: [])))
+            request += [0x18, 0x02]
+            let file = try MemoryFile(name: "stray")
+            try rawSend(fd, request, fds: [file.fd.rawValue])
+        }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("declares 2 fd(s) but 1 arrived") == true)
+    }
+
+    @Test("more fds than a message may carry is a protocol violation, and none leak")
+    func tooManyFDs() async throws {
+        let (error, _) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            let files = try (0..<20).map { _ in try Syscall.memoryFileCreate("stray") }
+            defer { files.forEach(Syscall.close) }
+            var message = try EnvelopeCodec.encode(Envelope(id: 2, body: .message(type: "x", payload: [])))
+            message += [0x18, 20]
+            try rawSend(fd, message, fds: files)
+        }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("more than \(WireLimits.maxAttachments) fds") == true)
+    }
+
+    @Test("a packet over the size limit is a protocol violation")
+    func oversized() async throws {
+        let (error, _) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            try rawSend(fd, [UInt8](repeating: 0, count: WireLimits.maxPacketSize + 100))
+        }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("exceeds the \(WireLimits.maxPacketSize)-byte limit") == true)
+    }
+
+    @Test("a reply to an envelope that was never sent is a protocol violation")
+    func forgedReply() async throws {
+        let (error, _) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            try rawSend(fd, EnvelopeCodec.encode(Envelope(id: 2, replyTo: 9_999, body: .reply(type: "x", payload: []))))
+        }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("never sent") == true)
+    }
+
+    @Test("a peer that never handshakes times out")
+    func silentPeer() async throws {
+        let (outcome, leaks) = try await measuringLeaks {
+            try await withDeadline {
+                let pair = try SeqpacketSocket.pair()
+                let hostEnd = pair.first
+                var configuration = ConnectionTests.host
+                configuration.handshakeTimeout = .milliseconds(100)
+                let host = try Connection(socket: hostEnd, configuration: configuration)
+                let peer = pair.second
+                let error = await #expect(throws: RemoteError.self) { try await host.run() }
+                peer.close()
+                return error
+            }
+        }
+        #expect(outcome?.code == .timeout)
+        #expect(leaks.isEmpty, "\(leaks)")
+    }
+
+    @Test("a peer that stops reading makes sends time out instead of blocking forever")
+    func stalledPeer() async throws {
+        let (outcome, leaks) = try await measuringLeaks {
+            try await withDeadline {
+                let pair = try SeqpacketSocket.pair()
+                let peer = pair.second
+                let transport = try SeqpacketSocket(pair.first, sendTimeout: .milliseconds(100))
+                try rawSend(peer.rawValue, Self.handshake())
+                let host = Connection(transport: transport, configuration: ConnectionTests.host)
+                return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
+                    group.addTask { try? await host.run() }
+                    defer { transport.close() }
+                    let payload = [UInt8](repeating: 1, count: 60_000)
+                    do {
+                        while true { try await host.send(ServiceMessage(type: "flood", payload: payload)) }
+                    } catch let error as RemoteError {
+                        return error
+                    }
+                }
+            }
+        }
+        #expect(outcome?.code == .timeout)
+        #expect(leaks.isEmpty, "\(leaks)")
+    }
+
+    @Test("the peer vanishing fails outstanding requests with interrupted")
+    func vanishingPeer() async throws {
+        let (error, leaks) = try await measuringLeaks {
+            try await withDeadline {
+                let pair = try SeqpacketSocket.pair()
+                let hostEnd = pair.first
+                let peer = try SeqpacketSocket(pair.second)
+                try rawSend(peer.fd, Self.handshake())
+                let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+                return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
+                    group.addTask { try? await host.run() }
+                    let request = Task { try await host.request(ServiceMessage(type: "never answered")) }
+                    // The peer sees the host's handshake, then the request, then vanishes.
+                    _ = try await peer.receive()
+                    let sent = try await peer.receive()
+                    guard case .request = sent?.body else { return nil }
+                    peer.close()
+                    do {
+                        _ = try await request.value
+                        return nil
+                    } catch let error as RemoteError {
+                        return error
+                    }
+                }
+            }
+        }
+        #expect(error?.code == .interrupted)
+        #expect(leaks.isEmpty, "\(leaks)")
+    }
+}
+
+/// `sendmsg` of raw bytes with optional SCM_RIGHTS, bypassing the codec (tests only).
+func rawSend(_ fd: Int32, _ bytes: [UInt8], fds: [Int32] = []) throws {
+    var bytes = bytes
+    let result = bytes.withUnsafeMutableBytes { buffer -> Int in
+        var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+        return withUnsafeMutablePointer(to: &iov) { iovPointer in
+            var message = msghdr()
+            message.msg_iov = iovPointer
+            message.msg_iovlen = 1
+            let length = fds.count * 4
+            let control = UnsafeMutableRawPointer.allocate(byteCount: max(rv_cmsg_space(length), 1), alignment: 8)
+            defer { control.deallocate() }
+            if !fds.isEmpty {
+                message.msg_control = control
+                message.msg_controllen = rv_cmsg_space(length)
+                let header = rv_cmsg_firsthdr(&message)!
+                header.pointee.cmsg_level = SOL_SOCKET
+                header.pointee.cmsg_type = Int32(SCM_RIGHTS)
+                header.pointee.cmsg_len = rv_cmsg_len(length)
+                let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
+                for (index, fd) in fds.enumerated() { data.storeBytes(of: fd, toByteOffset: index * 4, as: Int32.self) }
+            }
+            return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
+        }
+    }
+    if result < 0 { throw SystemCallError(call: "sendmsg (test)", errno: errno) }
+}

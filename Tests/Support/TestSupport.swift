@@ -1,0 +1,94 @@
+import Glibc
+@testable import RemoteCore
+
+/// Thrown when awaited work misses its deadline.
+public struct DeadlineExceeded: Error, CustomStringConvertible {
+    public let what: String
+    public let deadline: Duration
+    public var description: String { "\(what) did not finish within \(deadline)" }
+}
+
+/// Runs `body`, failing with ``DeadlineExceeded`` if it has not finished after `deadline`.
+///
+/// Every test that waits awaits its event through this: nothing sleeps to synchronise, and a
+/// hang becomes a failure that names what hung.
+public func withDeadline<R: Sendable>(_ deadline: Duration = .seconds(10), _ what: String = "the test",
+                                      _ body: @escaping @Sendable () async throws -> R) async throws -> R {
+    try await withThrowingTaskGroup(of: R?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: deadline)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let result = first else {
+            throw DeadlineExceeded(what: what, deadline: deadline)
+        }
+        return result
+    }
+}
+
+/// The fd numbers open in this process.
+public func openDescriptors() -> Set<Int32> {
+    guard let directory = opendir("/proc/self/fd") else { return [] }
+    defer { closedir(directory) }
+    let own = dirfd(directory)
+    var result: Set<Int32> = []
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if let fd = Int32(name), fd != own { result.insert(fd) }
+    }
+    return result
+}
+
+/// Pids of this process's living (or unreaped) children.
+public func childProcesses() -> Set<Int32> {
+    var result: Set<Int32> = []
+    guard let tasks = opendir("/proc/self/task") else { return [] }
+    defer { closedir(tasks) }
+    while let entry = readdir(tasks) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        guard Int32(name) != nil, let file = fopen("/proc/self/task/\(name)/children", "r") else { continue }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 4096)
+        while fgets(&buffer, Int32(buffer.count), file) != nil {
+            let line = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            for word in line.split(whereSeparator: \.isWhitespace) { if let pid = Int32(word) { result.insert(pid) } }
+        }
+    }
+    return result
+}
+
+/// What leaked: fds and child processes present after `body` that were not there before.
+public struct Leaks: Equatable, CustomStringConvertible {
+    public var descriptors: Set<Int32>
+    public var children: Set<Int32>
+    public var isEmpty: Bool { descriptors.isEmpty && children.isEmpty }
+    public var description: String {
+        let fds = descriptors.sorted().map { "\($0) -> \(Self.target(of: $0))" }
+        return "leaked fds \(fds), child processes \(children.sorted())"
+    }
+
+    static func target(of fd: Int32) -> String {
+        var buffer = [CChar](repeating: 0, count: 512)
+        let length = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        return length > 0 ? String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+    }
+}
+
+/// Runs `body` and returns it together with what it leaked. Process-wide descriptors that are
+/// made once on first use (the shared event loop's epoll and eventfd, Dispatch's timerfd behind
+/// `Task.sleep`) are created first, so they never count as a leak.
+///
+/// Run the tests serially (`swift test --no-parallel`): fds are per process.
+public func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks) {
+    _ = EventLoop.shared
+    _ = try? await withDeadline { 0 }
+    let descriptors = openDescriptors()
+    let children = childProcesses()
+    let result = try await body()
+    // Dispatch (behind Task.sleep) makes its timerfds lazily, per clock and quality of service;
+    // RemoteView itself never creates a timerfd, so one is never ours.
+    let leaked = openDescriptors().subtracting(descriptors).filter { Leaks.target(of: $0) != "anon_inode:[timerfd]" }
+    return (result, Leaks(descriptors: leaked, children: childProcesses().subtracting(children)))
+}
