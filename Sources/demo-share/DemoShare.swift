@@ -27,8 +27,8 @@ struct Host: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Start the demo service as a child process and exchange requests with it (the default).")
 
-    @Option(help: "Round trips to time at the end.")
-    var pings = 2_000
+    @Option(help: "Round trips to time at the end (64-byte echo requests, then pings).")
+    var roundTrips = 2_000
 
     func run() async throws {
         rv_stdout_line_buffered()
@@ -62,15 +62,26 @@ struct Host: AsyncParsableCommand {
                 print("request slow (100 ms deadline) -> \(error.code): \(error.reason)")
             }
 
-            var samples: [Duration] = []
-            samples.reserveCapacity(pings)
-            for _ in 0..<pings { samples.append(try await connection.ping()) }
-            samples.sort()
-            let median = samples[samples.count / 2], p99 = samples[samples.count * 99 / 100]
-            print("ping x\(pings): median \(format(median)), p99 \(format(p99))")
+            let payload = [UInt8](repeating: 0x2a, count: 64)
+            let stopwatch = ContinuousClock()
+            var requests: [Duration] = [], pings: [Duration] = []
+            for _ in 0..<roundTrips {
+                requests.append(try await stopwatch.measure {
+                    _ = try await connection.request(ServiceMessage(type: "echo", payload: payload))
+                })
+            }
+            for _ in 0..<roundTrips { pings.append(try await connection.ping()) }
+            print("request/reply (64-byte echo) x\(roundTrips): \(summary(requests))")
+            print("ping (answered by the connection) x\(roundTrips): \(summary(pings))")
         }
         let termination = await service.process.waitForExit()
         print("connection closed; service process \(service.process.pid) \(termination)")
+    }
+
+    private func summary(_ samples: [Duration]) -> String {
+        guard !samples.isEmpty else { return "no samples" }
+        let sorted = samples.sorted()
+        return "median \(format(sorted[sorted.count / 2])), p99 \(format(sorted[sorted.count * 99 / 100]))"
     }
 
     private func format(_ duration: Duration) -> String {
