@@ -190,15 +190,17 @@ public final class Connection: Sendable {
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
-        let wasOpen = state.withLock { state -> Bool in
-            if case .closed = state.phase { return false }
-            if state.closingLocally { return false }
+        let (closing, handshook) = state.withLock { state -> (Bool, Bool) in
+            if case .closed = state.phase { return (false, false) }
+            if state.closingLocally { return (false, false) }
             state.closingLocally = true
             state.closeReason = nil
-            return true
+            if case .open = state.phase { return (true, true) }
+            return (true, false)
         }
-        guard wasOpen else { return }
-        await sendBestEffort(.goodbye(reason: reason))
+        guard closing else { return }
+        // Nothing but a handshake may come first, so a goodbye only follows one.
+        if handshook { await sendBestEffort(.goodbye(reason: reason)) }
         fail(all: RemoteError(.invalidated, "the connection was closed: \(reason)"))
         transport.close()
     }
@@ -412,7 +414,11 @@ public final class Connection: Sendable {
                 throw RemoteError(.protocolViolation, "more than \(configuration.maxIncomingRequests) requests outstanding at once")
             }
             // Created under the lock so the task's own removal cannot run before its insertion.
-            state.incoming[id] = Task { [self, onRequest] in
+            // The task captures nothing strongly that outlives its body (a task's captures are
+            // freed whenever the runtime drops it), so fds and the socket close deterministically.
+            let handoff = Handoff(message)
+            state.incoming[id] = Task { [weak self, onRequest] in
+                guard let self, let message = handoff.take() else { return }
                 var attachments: [Attachment] = []
                 let body: Envelope.Body
                 do {
@@ -490,6 +496,13 @@ public final class Connection: Sendable {
     private func makeID() -> UInt64 {
         nextID.wrappingAdd(1, ordering: .relaxed).oldValue
     }
+}
+
+/// Passes a value into a task exactly once, so the task's captures do not keep it alive.
+private final class Handoff<Value: Sendable>: Sendable {
+    private let value: Mutex<Value?>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func take() -> Value? { value.withLock { $0.take() } }
 }
 
 /// What happened to a ``Connection``, in order, from ``Connection/events``.

@@ -23,8 +23,9 @@ package enum EnvelopeCodec {
         }
         guard packet.count > 0, let base = packet.baseAddress else { throw violation("empty packet") }
 
-        // Every allocation protobuf-c makes while unpacking comes out of this budget. Expansion
-        // is bounded: at most 8 bytes of struct per byte of input plus fixed overhead.
+        // Every allocation protobuf-c makes while unpacking comes out of this budget: 16 bytes per
+        // input byte covers real envelopes; a packet of thousands of empty fields (about 24 bytes
+        // of struct per input byte) is refused rather than allowed to amplify.
         let budget = UnsafeMutablePointer<Int>.allocate(capacity: 1)
         budget.initialize(to: 16 * packet.count + 4_096)
         defer { budget.deallocate() }
@@ -35,7 +36,15 @@ package enum EnvelopeCodec {
                 : "packet of \(packet.count) bytes is not a valid Envelope")
         }
         defer { remoteview__envelope__free_unpacked(envelope, &allocator) }
-        return try convert(envelope.pointee, attachments: attachments)
+        let decoded = try convert(envelope.pointee, attachments: attachments)
+        // protobuf-c hands strings over NUL-terminated, so "ok\0!!" would read as "ok" and pass
+        // validation. Re-measuring catches it: only a canonically encoded packet (no embedded NUL,
+        // no repeated or explicitly-default fields) packs back to its own size.
+        let canonicalSize = remoteview__envelope__get_packed_size(envelope)
+        guard canonicalSize == packet.count else {
+            throw violation("packet of \(packet.count) bytes is not canonically encoded (\(canonicalSize) bytes when re-encoded): a string with an embedded NUL, or a repeated or default-valued field")
+        }
+        return decoded
     }
 
     private static func convert(_ e: Remoteview__Envelope, attachments: [Attachment]) throws(RemoteError) -> Envelope {
@@ -196,6 +205,7 @@ package enum EnvelopeCodec {
 
         switch envelope.body {
         case .handshake(let handshake):
+            try checkOutgoing(handshake)
             let h = arena.message(Remoteview__Handshake.self, remoteview__handshake__init)
             h.pointee.protocol_version = handshake.protocolVersion
             h.pointee.role = handshake.role == .host ? REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST : REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE
@@ -243,6 +253,7 @@ package enum EnvelopeCodec {
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_FAILURE
             e.failure = f
         case .cancel(let requestID):
+            guard requestID != 0 else { throw RemoteError(.invalidArgument, "cancel of request 0") }
             let c = arena.message(Remoteview__Cancel.self, remoteview__cancel__init)
             c.pointee.request_id = requestID
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_CANCEL
@@ -255,6 +266,26 @@ package enum EnvelopeCodec {
         }
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             count = remoteview__envelope__pack(&e, buffer.baseAddress)
+        }
+    }
+
+    /// Refuses a handshake every peer's decode would refuse, before it is sent.
+    private static func checkOutgoing(_ handshake: Handshake) throws(RemoteError) {
+        do throws(RemoteError) {
+            guard handshake.protocolVersion != 0 else { throw violation("handshake protocol version 0") }
+            guard handshake.maxPacketSize >= 1_024 else { throw violation("handshake max packet size \(handshake.maxPacketSize) is below 1024") }
+            try checkIdentifier(handshake.identifier)
+            guard handshake.capabilities.count <= WireLimits.maxCapabilities else {
+                throw violation("\(handshake.capabilities.count) capabilities, more than \(WireLimits.maxCapabilities)")
+            }
+            for capability in handshake.capabilities {
+                guard !capability.isEmpty, capability.utf8.count <= WireLimits.maxCapabilityLength,
+                      capability.utf8.allSatisfy(isTokenByte) else {
+                    throw violation("capability \"\(capability.prefix(64))\" must be 1…\(WireLimits.maxCapabilityLength) bytes of [A-Za-z0-9._-]")
+                }
+            }
+        } catch {
+            throw RemoteError(.invalidArgument, error.reason)
         }
     }
 

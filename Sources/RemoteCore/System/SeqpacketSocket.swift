@@ -26,6 +26,9 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     private struct State {
         var closed = false
+        /// Calls using `fd` right now; the fd is closed when this reaches 0 after ``close()``.
+        var inFlight = 0
+        var released = false
         var receiving = false
         var readWaiter: CheckedContinuation<Void, Never>?
         var writeWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
@@ -70,23 +73,53 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 
     deinit {
+        if !waiters.state.withLock({ $0.released }) { releaseDescriptor() }
+        buffers.deallocate()
+    }
+
+    // MARK: descriptor lifetime
+
+    /// Admits one use of `fd`; `false` once closed. Pair with ``leave()``.
+    private func enter() -> Bool {
+        waiters.state.withLock { state in
+            if state.closed { return false }
+            state.inFlight += 1
+            return true
+        }
+    }
+
+    /// Ends one use of `fd`; the last one after ``close()`` closes it, so the number is never
+    /// reused under a call in flight, and it is closed as soon as nothing uses it.
+    private func leave() {
+        let release = waiters.state.withLock { state in
+            state.inFlight -= 1
+            guard state.closed, state.inFlight == 0, !state.released else { return false }
+            state.released = true
+            return true
+        }
+        if release { releaseDescriptor() }
+    }
+
+    private func releaseDescriptor() {
         loop.deregister(registration)
         Syscall.close(fd)
-        buffers.deallocate()
     }
 
     // MARK: Transport
 
     package func close() {
-        let (reader, writers) = waiters.state.withLock { state in
+        let closing = waiters.state.withLock { state -> (CheckedContinuation<Void, Never>?, [CheckedContinuation<Bool, Never>])? in
+            if state.closed { return nil }
             state.closed = true
+            state.inFlight += 1  // this call's own use of fd, ended by leave() below
             defer { state.readWaiter = nil; state.writeWaiters.removeAll() }
             return (state.readWaiter, Array(state.writeWaiters.values))
         }
-        // The fd stays open until deinit, so no call in flight can hit a reused number.
+        guard let (reader, writers) = closing else { return }
         Syscall.shutdownBoth(fd)
         reader?.resume()
         for writer in writers { writer.resume(returning: false) }
+        leave()
     }
 
     package func send(_ envelope: Envelope) async throws(RemoteError) {
@@ -100,9 +133,10 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
         let deadline = ContinuousClock.now.advanced(by: sendTimeout)
         while true {
-            if waiters.state.withLock({ $0.closed }) { throw RemoteError(.invalidated, "the connection was closed") }
+            guard enter() else { throw RemoteError(.invalidated, "the connection was closed") }
             let result: IOResult<Int>
             do {
+                defer { leave() }
                 result = try Self.sendPacket(fd, packet, fds)
             } catch {
                 if error.errno == EPIPE || error.errno == ECONNRESET || error.errno == ENOTCONN {
@@ -130,7 +164,13 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         precondition(admitted, "SeqpacketSocket.receive() called by two receivers at once")
         defer { waiters.state.withLock { $0.receiving = false } }
         while true {
-            switch try receivePacket() {
+            guard enter() else { return nil }
+            let packet: IOResult<Envelope?>
+            do {
+                defer { leave() }
+                packet = try receivePacket()
+            }
+            switch packet {
             case .done(let envelope):
                 return envelope
             case .wouldBlock:
@@ -143,19 +183,25 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     private func waitReadable() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let armed: UInt32? = waiters.state.withLock { state in
+            guard enter() else { return continuation.resume() }
+            defer { leave() }
+            // Registered under the same lock close() takes, so a close in between is seen here.
+            let armed = waiters.state.withLock { state -> UInt32? in
                 if state.closed { return nil }
                 state.readWaiter = continuation
                 return state.interest
             }
-            if let armed { loop.arm(registration, events: armed) } else { continuation.resume() }
+            guard let armed else { return continuation.resume() }
+            loop.arm(registration, events: armed)
         }
     }
 
     /// `true` when the socket may be writable again, `false` at the deadline or on close.
     private func waitWritable(until deadline: ContinuousClock.Instant) async -> Bool {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let armed: (UInt64, UInt32)? = waiters.state.withLock { state in
+            guard enter() else { return continuation.resume(returning: false) }
+            defer { leave() }
+            let armed = waiters.state.withLock { state -> (UInt64, UInt32)? in
                 if state.closed { return nil }
                 state.nextWaiter += 1
                 state.writeWaiters[state.nextWaiter] = continuation
