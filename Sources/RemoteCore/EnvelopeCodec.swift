@@ -68,31 +68,23 @@ package enum EnvelopeCodec {
         switch e.body_case {
         case REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE:
             let h = e.handshake.pointee
-            guard h.protocol_version != 0 else { throw violation("handshake protocol_version is 0") }
             let role: PeerRole
             switch h.role {
             case REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST: role = .host
             case REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE: role = .service
             default: throw violation("handshake role \(h.role.rawValue) is not host (1) or service (2)")
             }
-            let identifier = try string(h.identifier, "handshake identifier", max: WireLimits.maxIdentifierLength)
-            try checkIdentifier(identifier)
-            guard h.n_capabilities <= WireLimits.maxCapabilities else {
-                throw violation("handshake lists \(h.n_capabilities) capabilities, more than \(WireLimits.maxCapabilities)")
-            }
+            // Reading is bounded by the packet; the count and each value are checked in validate().
             var capabilities: [String] = []
             for index in 0..<h.n_capabilities {
-                let capability = try string(h.capabilities[index], "handshake capability \(index)", max: WireLimits.maxCapabilityLength)
-                guard !capability.isEmpty, capability.utf8.allSatisfy(isTokenByte) else {
-                    throw violation("handshake capability \(index) \"\(capability)\" must be non-empty [A-Za-z0-9._-]")
-                }
-                capabilities.append(capability)
+                capabilities.append(try string(h.capabilities[index], "handshake capability \(index)", max: WireLimits.maxCapabilityLength))
             }
-            guard h.max_packet_size >= 1_024 else {
-                throw violation("handshake max_packet_size \(h.max_packet_size) is below 1024")
-            }
-            return .handshake(Handshake(protocolVersion: h.protocol_version, role: role, identifier: identifier,
-                                        capabilities: capabilities, maxPacketSize: h.max_packet_size))
+            let handshake = Handshake(
+                protocolVersion: h.protocol_version, role: role,
+                identifier: try string(h.identifier, "handshake identifier", max: WireLimits.maxIdentifierLength),
+                capabilities: capabilities, maxPacketSize: h.max_packet_size)
+            try validate(handshake)
+            return .handshake(handshake)
         case REMOTEVIEW__ENVELOPE__BODY_GOODBYE:
             return .goodbye(reason: try string(e.goodbye.pointee.reason, "goodbye reason", max: WireLimits.maxReasonLength))
         case REMOTEVIEW__ENVELOPE__BODY_PROTOCOL_ERROR:
@@ -150,6 +142,24 @@ package enum EnvelopeCodec {
 
     // MARK: shared validation (also applied before sending)
 
+    /// The handshake's bounds: version, identifier, capabilities, packet size.
+    package static func validate(_ handshake: Handshake) throws(RemoteError) {
+        guard handshake.protocolVersion != 0 else { throw violation("handshake protocol_version is 0") }
+        try checkIdentifier(handshake.identifier)
+        guard handshake.capabilities.count <= WireLimits.maxCapabilities else {
+            throw violation("handshake lists \(handshake.capabilities.count) capabilities, more than \(WireLimits.maxCapabilities)")
+        }
+        for (index, capability) in handshake.capabilities.enumerated() {
+            guard !capability.isEmpty, capability.utf8.count <= WireLimits.maxCapabilityLength,
+                  capability.utf8.allSatisfy(isTokenByte) else {
+                throw violation("handshake capability \(index) \"\(capability.prefix(64))\" must be 1…\(WireLimits.maxCapabilityLength) bytes of [A-Za-z0-9._-]")
+            }
+        }
+        guard handshake.maxPacketSize >= 1_024 else {
+            throw violation("handshake max_packet_size \(handshake.maxPacketSize) is below 1024")
+        }
+    }
+
     /// A reverse-DNS-style identifier: 1…255 bytes of `[A-Za-z0-9._-]`.
     package static func checkIdentifier(_ identifier: String) throws(RemoteError) {
         guard !identifier.isEmpty, identifier.utf8.count <= WireLimits.maxIdentifierLength,
@@ -205,7 +215,7 @@ package enum EnvelopeCodec {
 
         switch envelope.body {
         case .handshake(let handshake):
-            try checkOutgoing(handshake)
+            do { try validate(handshake) } catch { throw RemoteError(.invalidArgument, error.reason) }
             let h = arena.message(Remoteview__Handshake.self, remoteview__handshake__init)
             h.pointee.protocol_version = handshake.protocolVersion
             h.pointee.role = handshake.role == .host ? REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST : REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE
@@ -266,26 +276,6 @@ package enum EnvelopeCodec {
         }
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             count = remoteview__envelope__pack(&e, buffer.baseAddress)
-        }
-    }
-
-    /// Refuses a handshake every peer's decode would refuse, before it is sent.
-    private static func checkOutgoing(_ handshake: Handshake) throws(RemoteError) {
-        do throws(RemoteError) {
-            guard handshake.protocolVersion != 0 else { throw violation("handshake protocol version 0") }
-            guard handshake.maxPacketSize >= 1_024 else { throw violation("handshake max packet size \(handshake.maxPacketSize) is below 1024") }
-            try checkIdentifier(handshake.identifier)
-            guard handshake.capabilities.count <= WireLimits.maxCapabilities else {
-                throw violation("\(handshake.capabilities.count) capabilities, more than \(WireLimits.maxCapabilities)")
-            }
-            for capability in handshake.capabilities {
-                guard !capability.isEmpty, capability.utf8.count <= WireLimits.maxCapabilityLength,
-                      capability.utf8.allSatisfy(isTokenByte) else {
-                    throw violation("capability \"\(capability.prefix(64))\" must be 1…\(WireLimits.maxCapabilityLength) bytes of [A-Za-z0-9._-]")
-                }
-            }
-        } catch {
-            throw RemoteError(.invalidArgument, error.reason)
         }
     }
 
