@@ -83,8 +83,9 @@ public final class Connection: Sendable {
         var openWaiters: [CheckedContinuation<Result<Handshake, RemoteError>, Never>] = []
         var pending: [UInt64: Pending] = [:]
         var incoming: [UInt64: Task<Void, Never>] = [:]
-        var closeReason: RemoteError?
         var closingLocally = false
+        /// The code to report when this side refuses the peer; `nil` means malformed.
+        var refusal: ProtocolErrorCode?
     }
 
     /// A connection over `transport`. Requests from the peer go to `onRequest`, one-way messages
@@ -150,16 +151,16 @@ public final class Connection: Sendable {
                 if state.withLock({ if case .closed = $0.phase { true } else { false } }) { break }
             }
             outcome = state.withLock { state in
-                if state.closingLocally { return state.closeReason }
+                if state.closingLocally { return nil }
                 if case .closed(let reason) = state.phase { return reason }
                 return RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)")
             }
         } catch {
-            outcome = state.withLock { $0.closingLocally ? $0.closeReason : nil } ?? error
-            if error.code == .protocolViolation && !state.withLock({ $0.closingLocally }) {
+            let (closingLocally, refusal) = state.withLock { ($0.closingLocally, $0.refusal) }
+            outcome = closingLocally ? nil : error
+            if error.code == .protocolViolation && !closingLocally {
                 logger.error("protocol violation by the peer: \(error.reason)")
-                await sendBestEffort(.protocolError(error.reason.hasPrefix("protocol version mismatch") ? .versionMismatch : .malformed,
-                                                    reason: error.reason))
+                await sendBestEffort(.protocolError(refusal ?? .malformed, reason: error.reason))
             }
         }
         await finish(outcome)
@@ -194,7 +195,6 @@ public final class Connection: Sendable {
             if case .closed = state.phase { return (false, false) }
             if state.closingLocally { return (false, false) }
             state.closingLocally = true
-            state.closeReason = nil
             if case .open = state.phase { return (true, true) }
             return (true, false)
         }
@@ -330,13 +330,13 @@ public final class Connection: Sendable {
             throw RemoteError(.interrupted, "the peer closed the connection before its handshake (it may have crashed at start-up)")
         }
         guard case .handshake(let theirs) = first.body else {
-            throw RemoteError(.protocolViolation, "expected a handshake first, got \(first.body.name)")
+            throw refuse(.unexpected, "expected a handshake first, got \(first.body.name)")
         }
         guard theirs.protocolVersion == ours.protocolVersion else {
-            throw RemoteError(.protocolViolation, "protocol version mismatch: this \(ours.role) speaks version \(ours.protocolVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks version \(theirs.protocolVersion)")
+            throw refuse(.versionMismatch, "protocol version mismatch: this \(ours.role) speaks version \(ours.protocolVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks version \(theirs.protocolVersion)")
         }
         guard theirs.role != ours.role else {
-            throw RemoteError(.protocolViolation, "both peers claim to be the \(ours.role)")
+            throw refuse(.role, "both peers claim to be the \(ours.role)")
         }
         let waiters = state.withLock { state in
             state.phase = .open(theirs)
@@ -346,6 +346,12 @@ public final class Connection: Sendable {
         for waiter in waiters { waiter.resume(returning: .success(theirs)) }
         logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(theirs.protocolVersion))")
         eventSink.yield(.connected(theirs))
+    }
+
+    /// A protocol violation this side reports to the peer with `code` (not the default, malformed).
+    private func refuse(_ code: ProtocolErrorCode, _ reason: String) -> RemoteError {
+        state.withLock { $0.refusal = code }
+        return RemoteError(.protocolViolation, reason)
     }
 
     private func handshakeTimeout() -> RemoteError {
@@ -372,7 +378,7 @@ public final class Connection: Sendable {
     private func dispatch(_ envelope: Envelope) async throws(RemoteError) {
         switch envelope.body {
         case .handshake:
-            throw RemoteError(.protocolViolation, "a second handshake (envelope \(envelope.id))")
+            throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
         case .goodbye(let reason):
             logger.debug("the peer said goodbye: \(reason)")
             state.withLock { state in
@@ -414,69 +420,60 @@ public final class Connection: Sendable {
                 throw RemoteError(.protocolViolation, "more than \(configuration.maxIncomingRequests) requests outstanding at once")
             }
             // Created under the lock so the task's own removal cannot run before its insertion.
-            // The task captures nothing strongly that outlives its body (a task's captures are
-            // freed whenever the runtime drops it), so fds and the socket close deterministically.
+            // The request travels in a handoff and the work runs in answer()'s own frame, so
+            // every fd of the request and the reply is released before the task leaves
+            // `incoming` (which is what finish() awaits), not whenever the runtime frees the task.
             let handoff = Handoff(message)
-            state.incoming[id] = Task { [weak self, onRequest] in
-                guard let self, let message = handoff.take() else { return }
-                var attachments: [Attachment] = []
-                let body: Envelope.Body
-                do {
-                    let reply = try await onRequest(message)
-                    body = .reply(type: reply.type, payload: reply.payload)
-                    attachments = reply.attachments
-                } catch let failure as ServiceFailure {
-                    body = .failure(failure)
-                } catch {
-                    body = .failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)"))
-                }
-                if !Task.isCancelled {
-                    do {
-                        try await transport.send(Envelope(id: makeID(), replyTo: id, body: body, attachments: attachments))
-                    } catch let error as RemoteError where error.code == .invalidArgument {
-                        logger.error("reply to \"\(message.type)\" cannot be sent: \(error.reason)")
-                        await sendBestEffort(.failure(ServiceFailure(domain: "RemoteView", code: 2, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
-                    } catch {
-                        logger.debug("reply to \"\(message.type)\" not sent: \(error)")
-                    }
-                }
-                _ = self.state.withLock { $0.incoming.removeValue(forKey: id) }
+            state.incoming[id] = Task { [weak self] in
+                await self?.answer(handoff, id: id)
+                _ = self?.state.withLock { $0.incoming.removeValue(forKey: id) }
             }
+        }
+    }
+
+    /// Runs the request handler for request `id` and sends its reply or failure.
+    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64) async {
+        guard let message = handoff.take() else { return }
+        var attachments: [Attachment] = []
+        let body: Envelope.Body
+        do {
+            let reply = try await onRequest(message)
+            body = .reply(type: reply.type, payload: reply.payload)
+            attachments = reply.attachments
+        } catch let failure as ServiceFailure {
+            body = .failure(failure)
+        } catch {
+            body = .failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)"))
+        }
+        guard !Task.isCancelled else { return }
+        do {
+            try await transport.send(Envelope(id: makeID(), replyTo: id, body: body, attachments: attachments))
+        } catch where error.code == .invalidArgument {
+            logger.error("reply to \"\(message.type)\" cannot be sent: \(error.reason)")
+            await sendBestEffort(.failure(ServiceFailure(domain: "RemoteView", code: 2, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
+        } catch {
+            logger.debug("reply to \"\(message.type)\" not sent: \(error)")
         }
     }
 
     // MARK: ending
 
+    /// Fails every outstanding request and every caller waiting for the handshake.
     private func fail(all error: RemoteError) {
-        let (pending, waiters) = state.withLock { state in
-            defer { state.pending.removeAll(); state.openWaiters.removeAll() }
-            return (state.pending, state.openWaiters)
+        let (ids, waiters) = state.withLock { state in
+            defer { state.openWaiters.removeAll() }
+            return (Array(state.pending.keys), state.openWaiters)
         }
         for waiter in waiters { waiter.resume(returning: .failure(error)) }
-        for (_, entry) in pending {
-            if let timer = entry.timer { loop.cancel(timer) }
-            entry.continuation?.resume(returning: .failure(error))
-        }
-        // Entries without a continuation yet are gone: their exchange() finds no `arrived` result
-        // and would wait forever, so keep them answered instead.
-        state.withLock { state in
-            for (id, entry) in pending where entry.continuation == nil {
-                state.pending[id] = Pending(expectsPong: entry.expectsPong, continuation: nil, arrived: .failure(error), timer: nil)
-            }
-        }
+        for id in ids { resolve(id, .failure(error)) }
     }
 
     private func finish(_ outcome: RemoteError?) async {
-        let closing = outcome ?? RemoteError(.invalidated, "the connection is closed")
-        let (handlers, alreadyClosed) = state.withLock { state -> ([Task<Void, Never>], Bool) in
-            if case .closed = state.phase {
-                return (Array(state.incoming.values), true)
-            }
-            state.phase = .closed(outcome)
-            return (Array(state.incoming.values), false)
+        let handlers = state.withLock { state in
+            if case .closed = state.phase {} else { state.phase = .closed(outcome) }
+            return Array(state.incoming.values)
         }
-        _ = alreadyClosed
-        fail(all: closing)
+        fail(all: outcome ?? RemoteError(.invalidated, "the connection is closed"))
         transport.close()
         for handler in handlers { handler.cancel() }
         for handler in handlers { await handler.value }
