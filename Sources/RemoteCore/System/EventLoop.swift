@@ -116,7 +116,15 @@ package final class EventLoop: Sendable {
 
     /// Cancels a timer; does nothing if it already fired.
     package func cancel(_ timer: TimerID) {
-        _ = state.withLock { $0.timerActions.removeValue(forKey: timer.value) }
+        state.withLock { state in
+            guard state.timerActions.removeValue(forKey: timer.value) != nil else { return }
+            // Cancelled entries stay in the heap until they surface; every request's deadline
+            // is cancelled long before it is due, so drop them once they outnumber live ones
+            // (amortised O(log n) per cancel). A sorted array is a valid min-heap.
+            if state.timers.count > 64 && state.timers.count > 2 * state.timerActions.count {
+                state.timers = state.timers.filter { state.timerActions[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
+            }
+        }
     }
 
     // MARK: the loop thread

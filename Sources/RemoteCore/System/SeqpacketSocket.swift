@@ -117,9 +117,11 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
         guard let (reader, writers) = closing else { return }
         Syscall.shutdownBoth(fd)
+        // Give up this call's use before waking anyone, so whoever returns because of the close
+        // finds the fd already closed unless another call is still using it.
+        leave()
         reader?.resume()
         for writer in writers { writer.resume(returning: false) }
-        leave()
     }
 
     package func send(_ envelope: Envelope) async throws(RemoteError) {

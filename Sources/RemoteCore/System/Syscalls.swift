@@ -174,8 +174,8 @@ extension Syscall {
         _ = try retrying("fcntl(F_ADD_SEALS)") { rv_fcntl_int(fd, rv_f_add_seals, seals) }
     }
 
-    /// `fcntl(fd, F_GET_SEALS)`; `EINVAL` (not a sealable file) comes back as 0 seals... never:
-    /// it is thrown, so callers can say "not a memfd".
+    /// `fcntl(fd, F_GET_SEALS)`. `EINVAL` (not a sealable file) is thrown, not trapped, so a
+    /// receiver can report that a peer sent something other than a memfd.
     package static func seals(_ fd: Int32) throws(SystemCallError) -> Int32 {
         let result = rv_fcntl_int(fd, rv_f_get_seals, 0)
         if result >= 0 { return result }
