@@ -16,26 +16,18 @@ struct ConnectionTests {
     func withPair<R: Sendable>(onRequest: @escaping Connection.RequestHandler = { $0 },
                                onMessage: @escaping Connection.MessageHandler = { _ in },
                                _ body: @escaping @Sendable (Connection, Connection) async throws -> R) async throws -> R {
-        let (result, leaks) = try await measuringLeaks {
-            try await withDeadline {
-                let pair = try SeqpacketSocket.pair()
-                let hostEnd = pair.first
-                let host = try Connection(socket: hostEnd, configuration: Self.host)
-                let service = try Connection(socket: pair.second, configuration: Self.service,
-                                             onRequest: onRequest, onMessage: onMessage)
-                return try await withThrowingTaskGroup(of: R?.self) { group in
-                    group.addTask { try await service.run(); return nil }
-                    let result = try await host.withRunning { host in try await body(host, service) }
-                    try await group.waitForAll()
-                    return result
-                }
+        let result = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let host = try Connection(socket: hostEnd, configuration: Self.host)
+            let service = try Connection(socket: pair.second, configuration: Self.service,
+                                         onRequest: onRequest, onMessage: onMessage)
+            return try await withThrowingTaskGroup(of: R?.self) { group in
+                group.addTask { try await service.run(); return nil }
+                let result = try await host.withRunning { host in try await body(host, service) }
+                try await group.waitForAll()
+                return result
             }
-        }
-        // KNOWN: with both peers in this process, an fd owned by a value in a finished task's
-        // frame (an attachment, a socket) is sometimes freed a moment after the test's await
-        // returns (about 1 run in 5 here). The cross-process tier checks leaks strictly.
-        withKnownIssue("in-process task teardown can close an fd after the test's await returns", isIntermittent: true) {
-            #expect(leaks.isEmpty, "\(leaks)")
         }
         return result
     }
@@ -190,28 +182,25 @@ struct HostileConnectionTests {
     /// Runs a host connection against a raw peer socket; `script` plays the peer; returns the
     /// error the host's run() ended with and what the peer received back.
     func hostFacing(_ script: @escaping @Sendable (Int32) throws -> Void) async throws -> (RemoteError?, [Envelope]) {
-        let (outcome, leaks) = try await measuringLeaks {
-            try await withDeadline {
-                let pair = try SeqpacketSocket.pair()
-                let hostEnd = pair.first
-                let peer = try SeqpacketSocket(pair.second)
-                let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
-                var error: RemoteError?
-                do {
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask { try await host.run() }
-                        try script(peer.fd)
-                        try await group.waitForAll()
-                    }
-                } catch let failure as RemoteError {
-                    error = failure
+        let outcome = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let peer = try SeqpacketSocket(pair.second)
+            let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+            var error: RemoteError?
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { try await host.run() }
+                    try script(peer.fd)
+                    try await group.waitForAll()
                 }
-                var received: [Envelope] = []
-                while let envelope = try? await peer.receive() { received.append(envelope) }
-                return (error, received)
+            } catch let failure as RemoteError {
+                error = failure
             }
+            var received: [Envelope] = []
+            while let envelope = try? await peer.receive() { received.append(envelope) }
+            return (error, received)
         }
-        #expect(leaks.isEmpty, "\(leaks)")
         return outcome
     }
 
@@ -296,76 +285,67 @@ struct HostileConnectionTests {
 
     @Test("a peer that never handshakes times out")
     func silentPeer() async throws {
-        let (outcome, leaks) = try await measuringLeaks {
-            try await withDeadline {
-                let pair = try SeqpacketSocket.pair()
-                let hostEnd = pair.first
-                var configuration = ConnectionTests.host
-                configuration.handshakeTimeout = .milliseconds(100)
-                let host = try Connection(socket: hostEnd, configuration: configuration)
-                let peer = pair.second
-                let error = await #expect(throws: RemoteError.self) { try await host.run() }
-                peer.close()
-                return error
-            }
+        let outcome = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            var configuration = ConnectionTests.host
+            configuration.handshakeTimeout = .milliseconds(100)
+            let host = try Connection(socket: hostEnd, configuration: configuration)
+            let peer = pair.second
+            let error = await #expect(throws: RemoteError.self) { try await host.run() }
+            peer.close()
+            return error
         }
         #expect(outcome?.code == .timeout)
-        #expect(leaks.isEmpty, "\(leaks)")
     }
 
     @Test("a peer that stops reading makes sends time out instead of blocking forever")
     func stalledPeer() async throws {
-        let (outcome, leaks) = try await measuringLeaks {
-            try await withDeadline {
-                let pair = try SeqpacketSocket.pair()
-                let peer = pair.second
-                let transport = try SeqpacketSocket(pair.first, sendTimeout: .milliseconds(100))
-                try rawSend(peer.rawValue, Self.handshake())
-                let host = Connection(transport: transport, configuration: ConnectionTests.host)
-                return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
-                    group.addTask { try? await host.run() }
-                    defer { transport.close() }
-                    let payload = [UInt8](repeating: 1, count: 60_000)
-                    do {
-                        while true { try await host.send(ServiceMessage(type: "flood", payload: payload)) }
-                    } catch let error as RemoteError {
-                        return error
-                    }
+        let outcome = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let peer = pair.second
+            let transport = try SeqpacketSocket(pair.first, sendTimeout: .milliseconds(100))
+            try rawSend(peer.rawValue, Self.handshake())
+            let host = Connection(transport: transport, configuration: ConnectionTests.host)
+            return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
+                group.addTask { try? await host.run() }
+                defer { transport.close() }
+                let payload = [UInt8](repeating: 1, count: 60_000)
+                do {
+                    while true { try await host.send(ServiceMessage(type: "flood", payload: payload)) }
+                } catch let error as RemoteError {
+                    return error
                 }
             }
         }
         #expect(outcome?.code == .timeout)
-        #expect(leaks.isEmpty, "\(leaks)")
     }
 
     @Test("the peer vanishing fails outstanding requests with interrupted")
     func vanishingPeer() async throws {
-        let (error, leaks) = try await measuringLeaks {
-            try await withDeadline {
-                let pair = try SeqpacketSocket.pair()
-                let hostEnd = pair.first
-                let peer = try SeqpacketSocket(pair.second)
-                try rawSend(peer.fd, Self.handshake())
-                let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
-                return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
-                    group.addTask { try? await host.run() }
-                    let request = Task { try await host.request(ServiceMessage(type: "never answered")) }
-                    // The peer sees the host's handshake, then the request, then vanishes.
-                    _ = try await peer.receive()
-                    let sent = try await peer.receive()
-                    guard case .request = sent?.body else { return nil }
-                    peer.close()
-                    do {
-                        _ = try await request.value
-                        return nil
-                    } catch let error as RemoteError {
-                        return error
-                    }
+        let error = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let peer = try SeqpacketSocket(pair.second)
+            try rawSend(peer.fd, Self.handshake())
+            let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+            return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
+                group.addTask { try? await host.run() }
+                let request = Task { try await host.request(ServiceMessage(type: "never answered")) }
+                // The peer sees the host's handshake, then the request, then vanishes.
+                _ = try await peer.receive()
+                let sent = try await peer.receive()
+                guard case .request = sent?.body else { return nil }
+                peer.close()
+                do {
+                    _ = try await request.value
+                    return nil
+                } catch let error as RemoteError {
+                    return error
                 }
             }
         }
         #expect(error?.code == .interrupted)
-        #expect(leaks.isEmpty, "\(leaks)")
     }
 }
 

@@ -1,5 +1,6 @@
 import Glibc
 @testable import RemoteCore
+import Testing
 
 /// Thrown when awaited work misses its deadline.
 public struct DeadlineExceeded: Error, CustomStringConvertible {
@@ -76,12 +77,22 @@ public struct Leaks: Equatable, CustomStringConvertible {
     }
 }
 
+/// Runs `body` within `deadline` and records a test issue for every fd or child process it
+/// leaked. The way every test that opens fds or starts processes runs.
+public func withoutLeaks<R: Sendable>(within deadline: Duration = .seconds(10),
+                                      sourceLocation: SourceLocation = #_sourceLocation,
+                                      _ body: @escaping @Sendable () async throws -> R) async throws -> R {
+    let (result, leaks) = try await measuringLeaks { try await withDeadline(deadline, "the test", body) }
+    #expect(leaks.isEmpty, "\(leaks)", sourceLocation: sourceLocation)
+    return result
+}
+
 /// Runs `body` and returns it together with what it leaked. Process-wide descriptors that are
 /// made once on first use (the shared event loop's epoll and eventfd, Dispatch's timerfd behind
 /// `Task.sleep`) are created first, so they never count as a leak.
 ///
 /// Run the tests serially (`swift test --no-parallel`): fds are per process.
-public func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks) {
+func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks) {
     _ = EventLoop.shared
     _ = try? await withDeadline { 0 }
     let descriptors = openDescriptors()

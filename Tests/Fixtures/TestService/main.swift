@@ -13,12 +13,20 @@ final class Cancellations: Sendable {
     var value: Int { count.load(ordering: .relaxed) }
 }
 
-func openFDCount() -> Int {
-    guard let directory = opendir("/proc/self/fd") else { return -1 }
+/// The names of the memfds this process has open ("/memfd:NAME (deleted)" links).
+func openMemoryFiles() -> [String] {
+    guard let directory = opendir("/proc/self/fd") else { return [] }
     defer { closedir(directory) }
-    var count = 0
-    while readdir(directory) != nil { count += 1 }
-    return count - 3  // ".", "..", and the directory's own fd
+    var names: [String] = []
+    while let entry = readdir(directory) {
+        let fd = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        var buffer = [CChar](repeating: 0, count: 512)
+        let length = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard length > 0 else { continue }
+        let target = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if target.hasPrefix("/memfd:") { names.append(String(target.dropFirst(7).prefix { $0 != " " })) }
+    }
+    return names
 }
 
 func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
@@ -46,8 +54,8 @@ func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
         return ServiceMessage(type: "slept")
     case "cancellations":
         return ServiceMessage(type: "cancellations", text: String(cancellations.value))
-    case "fd-count":
-        return ServiceMessage(type: "fd-count", text: String(openFDCount()))
+    case "open-memfds":
+        return ServiceMessage(type: "open-memfds", text: openMemoryFiles().sorted().joined(separator: "\n"))
     case "fail":
         throw ServiceFailure(domain: "com.example.test", code: 42, message: "asked to fail")
     case "crash":
