@@ -32,6 +32,11 @@ let package = Package(
             exclude: ["remoteview.proto"],
             cSettings: [.define("_GNU_SOURCE", to: "1")]
         ),
+        // The launcher's process start (vfork + execve), in C because it runs where Swift cannot.
+        .target(
+            name: "CSpawn",
+            cSettings: [.define("_GNU_SOURCE", to: "1")]
+        ),
         .target(
             name: "RemoteCore",
             dependencies: [
@@ -51,6 +56,7 @@ let package = Package(
             dependencies: [
                 "RemoteCore",
                 "CProto",
+                "CSpawn",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

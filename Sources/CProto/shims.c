@@ -37,9 +37,6 @@ int rv_pidfd_open(pid_t pid, unsigned int flags) { return (int)syscall(SYS_pidfd
 int rv_pidfd_send_signal(int pidfd, int signal, unsigned int flags) {
     return (int)syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, flags);
 }
-int rv_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, int from) {
-    return posix_spawn_file_actions_addclosefrom_np(actions, from);
-}
 int rv_waitid_pidfd(int pidfd, int block, int *exited, int *code, int *status) {
     siginfo_t info = {0};
     if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED | (block ? 0 : WNOHANG)) != 0) return -1;

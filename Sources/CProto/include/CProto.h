@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <spawn.h>
 
 #include "remoteview.pb-c.h"
 
@@ -52,8 +51,6 @@ int rv_fcntl_int(int fd, int command, int argument);
 int rv_pidfd_open(pid_t pid, unsigned int flags);
 /// `syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, flags)`.
 int rv_pidfd_send_signal(int pidfd, int signal, unsigned int flags);
-/// `posix_spawn_file_actions_addclosefrom_np(actions, from)` (glibc ≥ 2.34, _GNU_SOURCE).
-int rv_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *_Nonnull actions, int from);
 /// `waitid(P_PIDFD, pidfd, ...)`: collects the exit of the process behind `pidfd`, waiting for
 /// it when `block` is non-zero (else `WNOHANG`). Returns 0 and sets `*exited` to 1 with `*code`/`*status` (si_code / si_status)
 /// when it has exited, 0 with `*exited` = 0 when it is still running, -1 with errno otherwise.

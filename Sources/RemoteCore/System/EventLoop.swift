@@ -114,6 +114,12 @@ package final class EventLoop: Sendable {
         return TimerID(value: id)
     }
 
+    /// Runs `action` on the loop thread as soon as it is free. The loop thread lives as long as
+    /// the process, which is what `PR_SET_PDEATHSIG` (tied to the spawning thread) needs.
+    package func execute(_ action: @escaping @Sendable () -> Void) {
+        schedule(at: .now, action)
+    }
+
     /// Cancels a timer; does nothing if it already fired.
     package func cancel(_ timer: TimerID) {
         state.withLock { state in

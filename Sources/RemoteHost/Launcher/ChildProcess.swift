@@ -1,13 +1,14 @@
 import CProto
+import CSpawn
 import Glibc
 import RemoteCore
 import Synchronization
 
 /// A service process the host started, tracked by pidfd and reaped exactly once.
 ///
-/// The launcher's spawning half: `posix_spawn` with the service's socket end at fd 3 and
-/// `LISTEN_FDS=1` (systemd socket activation), every other inherited fd closed
-/// (`posix_spawn_file_actions_addclosefrom_np`), signal mask and dispositions reset. Exit is
+/// The launcher's spawning half: vfork + execve in a small C shim (`CSpawn`) with the chosen fds
+/// arranged (the service's socket at fd 3 under `LISTEN_FDS=1`), every other inherited fd
+/// closed, signal mask and dispositions reset, a death signal and resource limits set. Exit is
 /// observed through the pidfd on the shared event loop, so waiting holds no thread.
 public final class ChildProcess: Sendable {
     /// The process id, as the host sees it.
@@ -26,47 +27,102 @@ public final class ChildProcess: Sendable {
         var waiters: [CheckedContinuation<Termination, Never>] = []
     }
 
-    /// Starts `executable` with `socket` as its fd 3.
+    /// A resource limit the child gets (`setrlimit`, soft = hard).
+    public struct ResourceLimit: Sendable, Hashable {
+        /// `RLIMIT_*`.
+        public var resource: Int32
+        public var value: UInt64
+        public init(resource: Int32, value: UInt64) {
+            self.resource = resource
+            self.value = value
+        }
+    }
+
+    /// How to start a process.
+    public struct Options: Sendable {
+        /// The child's fd `i` is a copy of `descriptors[i]` (`-1`: `/dev/null`); every other fd
+        /// is closed. The caller keeps its own descriptors.
+        public var descriptors: [Int32] = [-1, -1, -1]
+        /// The child's whole environment.
+        public var environment: [String: String] = [:]
+        /// Sent to the child when the thread that started it exits (`PR_SET_PDEATHSIG`);
+        /// ``launch(executable:arguments:options:)`` starts children from the event loop's
+        /// thread, which lives as long as the process, so this means "when the host dies".
+        public var deathSignal: Int32? = SIGKILL
+        /// Start a new session (`setsid`), detaching from the host's terminal.
+        public var newSession = false
+        /// Applied in the child before `execve`.
+        public var limits: [ResourceLimit] = []
+
+        public init() {}
+    }
+
+    /// Starts `executable` with `socket` as its fd 3 and `LISTEN_FDS=1` (the socket-activation
+    /// convention), stdin/stdout/stderr on `/dev/null`, from the calling thread.
     ///
-    /// - Parameters:
-    ///   - executable: An absolute path.
-    ///   - arguments: `argv[1...]`.
-    ///   - environment: The child's whole environment; `LISTEN_FDS` and `LISTEN_FDNAMES` are added.
-    ///   - socket: The service's end of the socket pair; closed in this process once spawned.
-    /// - Throws: ``SystemCallError`` naming `posix_spawn` (e.g. `ENOENT` for a missing executable).
+    /// - Throws: ``SystemCallError`` naming the step that failed (e.g. `execve` with `ENOENT`).
     public static func spawn(executable: String, arguments: [String] = [], environment: [String: String] = [:],
-                             socket: consuming OwnedFD) throws(SystemCallError) -> ChildProcess {
-        // posix_spawn's dup2(fd, 3) clears close-on-exec only when fd is not already 3.
-        let source = socket.rawValue == SocketActivation.firstDescriptor ? try socket.duplicate() : socket
-        // `source` (and `socket`, if duplicated) close when this function returns.
+                             socket: borrowing OwnedFD) throws(SystemCallError) -> ChildProcess {
+        var options = Options()
+        options.descriptors = [-1, -1, -1, socket.rawValue]
+        options.environment = environment.merging(["LISTEN_FDS": "1", "LISTEN_FDNAMES": "remoteview"]) { _, new in new }
+        options.deathSignal = nil
+        return try start(executable: executable, arguments: arguments, options: options)
+    }
 
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, source.rawValue, SocketActivation.firstDescriptor)
-        rv_spawn_file_actions_addclosefrom(&actions, SocketActivation.firstDescriptor + 1)
+    /// Starts a process from the event loop's long-lived thread, so its death signal fires
+    /// only when this process dies (not when some worker thread retires).
+    ///
+    /// The descriptors in `options` must stay open until this returns.
+    public static func launch(executable: String, arguments: [String], options: Options) async throws(SystemCallError) -> ChildProcess {
+        let loop = EventLoop.shared
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ChildProcess, SystemCallError>, Never>) in
+            loop.execute {
+                do throws(SystemCallError) {
+                    continuation.resume(returning: .success(try start(executable: executable, arguments: arguments, options: options)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        var allSignals = sigset_t()
-        sigfillset(&allSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        posix_spawnattr_setsigdefault(&attributes, &allSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    /// Starts a process from the calling thread (see ``rv_spawn``).
+    public static func start(executable: String, arguments: [String], options: Options) throws(SystemCallError) -> ChildProcess {
+        guard options.descriptors.count <= Int(RV_SPAWN_MAX_FDS), options.limits.count <= Int(RV_SPAWN_MAX_LIMITS) else {
+            throw SystemCallError(call: "spawn(\(executable)): too many descriptors or limits", errno: EINVAL)
+        }
+        var request = rv_spawn_request()
+        withUnsafeMutableBytes(of: &request.fds) { raw in
+            let fds = raw.bindMemory(to: Int32.self)
+            for (index, fd) in options.descriptors.enumerated() { fds[index] = fd }
+        }
+        request.fd_count = Int32(options.descriptors.count)
+        request.death_signal = options.deathSignal ?? 0
+        request.new_session = options.newSession ? 1 : 0
+        withUnsafeMutableBytes(of: &request.limit_resources) { raw in
+            for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: Int32.self)[index] = limit.resource }
+        }
+        withUnsafeMutableBytes(of: &request.limit_values) { raw in
+            for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: UInt64.self)[index] = limit.value }
+        }
+        request.limit_count = Int32(options.limits.count)
 
-        var fullEnvironment = environment
-        fullEnvironment["LISTEN_FDS"] = "1"
-        fullEnvironment["LISTEN_FDNAMES"] = "remoteview"
         let argv = CStringArray([executable] + arguments)
-        let envp = CStringArray(fullEnvironment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
+        let envp = CStringArray(options.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
         defer { argv.free(); envp.free() }
-
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, &attributes, argv.pointers, envp.pointers)
-        guard result == 0 else { throw SystemCallError(call: "posix_spawn(\(executable))", errno: result) }
+        var failedStep: UnsafePointer<CChar>? = nil
+        let pid = executable.withCString { path in
+            request.path = path
+            request.argv = UnsafePointer(argv.pointers)
+            request.envp = UnsafePointer(envp.pointers)
+            return rv_spawn(&request, &failedStep)
+        }
+        guard pid > 0 else {
+            let step = failedStep.map { String(cString: $0) } ?? "spawn"
+            throw SystemCallError(call: "\(step)(\(executable))", errno: errno)
+        }
 
         // Not reaped yet, so the pid cannot have been reused.
         let pidfd = rv_pidfd_open(pid, 0)
@@ -114,6 +170,53 @@ public final class ChildProcess: Sendable {
             }
             if let done { continuation.resume(returning: done) } else { loop.arm(registration, events: EPOLLIN.rawValue) }
         }
+    }
+
+    /// The process and its descendants (a sandboxed service runs under bubblewrap, as its
+    /// grandchild), parents first, from `/proc/PID/task/*/children`.
+    public func processTree() -> [Int32] {
+        var tree = [pid], index = 0
+        while index < tree.count, tree.count < 64 {
+            tree += Self.children(of: tree[index])
+            index += 1
+        }
+        return tree
+    }
+
+    /// Resident memory of the whole process tree, in bytes (`/proc/PID/statm`), or `nil` once gone.
+    public func residentBytes() -> UInt64? {
+        let page = UInt64(sysconf(Int32(_SC_PAGESIZE)))
+        var total: UInt64 = 0
+        var found = false
+        for pid in processTree() {
+            guard let fields = Self.readSmallFile("/proc/\(pid)/statm")?.split(separator: " "), fields.count > 1,
+                  let pages = UInt64(fields[1]) else { continue }
+            total += pages * page
+            found = true
+        }
+        return found ? total : nil
+    }
+
+    private static func children(of pid: Int32) -> [Int32] {
+        guard let tasks = opendir("/proc/\(pid)/task") else { return [] }
+        defer { closedir(tasks) }
+        var result: [Int32] = []
+        while let entry = readdir(tasks) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard Int32(name) != nil, let text = readSmallFile("/proc/\(pid)/task/\(name)/children") else { continue }
+            result += text.split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
+        }
+        return result
+    }
+
+    static func readSmallFile(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Syscall.close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = read(fd, &buffer, buffer.count)
+        guard count >= 0 else { return nil }
+        return String(decoding: buffer[..<count], as: UTF8.self)
     }
 
     /// Sends `signal` through the pidfd (never to a reused pid). Does nothing once it has exited.

@@ -22,8 +22,9 @@ public final class SpawnedService: Sendable {
                 onMessage: @escaping Connection.MessageHandler = { _ in }) throws(SystemCallError) {
         let pair = try SeqpacketSocket.pair()
         let hostEnd = pair.first
+        let serviceEnd = pair.second
         process = try ChildProcess.spawn(executable: executable, arguments: arguments, environment: environment,
-                                         socket: pair.second)
+                                         socket: serviceEnd)
         var settings = Connection.Configuration(role: .host, identifier: hostIdentifier)
         configuration?(&settings)
         connection = try Connection(socket: hostEnd, configuration: settings, onRequest: onRequest, onMessage: onMessage)

@@ -1,0 +1,92 @@
+
+#include "CSpawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// The child half. It shares the parent's memory (vfork) until execve, so it only writes to the
+// two out-variables, calls async-signal-safe functions and never returns.
+static void run_child(const struct rv_spawn_request *request, pid_t parent,
+                      volatile int *child_errno, const char *volatile *failed_step) {
+#define FAIL(step) do { *child_errno = errno; *failed_step = (step); _exit(127); } while (0)
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        struct sigaction action = {0};
+        action.sa_handler = SIG_DFL;
+        sigemptyset(&action.sa_mask);
+        (void)sigaction(sig, &action, NULL);  // fails harmlessly for glibc's reserved signals
+    }
+    if (request->new_session && setsid() < 0) FAIL("setsid");
+    if (request->death_signal != 0) {
+        if (prctl(PR_SET_PDEATHSIG, request->death_signal) != 0) FAIL("prctl(PR_SET_PDEATHSIG)");
+        // The parent is suspended in vfork, but check anyway, as the man page advises.
+        if (getppid() != parent) { errno = ESRCH; FAIL("getppid"); }
+    }
+    // Move every source above the target range first, so dup2 never clobbers a later source.
+    int moved[RV_SPAWN_MAX_FDS];
+    for (int i = 0; i < request->fd_count; i++) {
+        if (request->fds[i] < 0) {
+            moved[i] = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (moved[i] < 0) FAIL("open(/dev/null)");
+        } else {
+            moved[i] = request->fds[i];
+        }
+        if (moved[i] < request->fd_count) {
+            moved[i] = fcntl(moved[i], F_DUPFD_CLOEXEC, request->fd_count);
+            if (moved[i] < 0) FAIL("fcntl(F_DUPFD_CLOEXEC)");
+        }
+    }
+    for (int i = 0; i < request->fd_count; i++) {
+        if (dup2(moved[i], i) < 0) FAIL("dup2");  // the copy at i is not close-on-exec
+    }
+    if (close_range((unsigned)request->fd_count, ~0U, 0) != 0) FAIL("close_range");
+    for (int i = 0; i < request->limit_count; i++) {
+        struct rlimit limit = {request->limit_values[i], request->limit_values[i]};
+        if (setrlimit(request->limit_resources[i], &limit) != 0) FAIL("setrlimit");
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) FAIL("sigprocmask");
+    execve(request->path, request->argv, request->envp);
+    FAIL("execve");
+#undef FAIL
+}
+
+pid_t rv_spawn(const struct rv_spawn_request *request, const char **failed_step) {
+    if (request->fd_count < 0 || request->fd_count > RV_SPAWN_MAX_FDS ||
+        request->limit_count < 0 || request->limit_count > RV_SPAWN_MAX_LIMITS) {
+        *failed_step = "rv_spawn arguments";
+        errno = EINVAL;
+        return -1;
+    }
+    // No signal handler of this process may run in the child while it shares our memory.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    volatile int child_errno = 0;
+    const char *volatile step = NULL;
+    pid_t pid = vfork();
+    if (pid == 0) run_child(request, parent, &child_errno, &step);
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        *failed_step = "vfork";
+        errno = saved;
+        return -1;
+    }
+    if (child_errno != 0) {
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        *failed_step = step;
+        errno = child_errno;
+        return -1;
+    }
+    return pid;
+}
