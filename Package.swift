@@ -75,6 +75,12 @@ let package = Package(
             dependencies: ["RemoteService"],
             path: "Tests/Fixtures/TestService"
         ),
+        // A host process the integration tests kill, to see its services go with it.
+        .executableTarget(
+            name: "remoteview-test-host",
+            dependencies: ["RemoteHost"],
+            path: "Tests/Fixtures/TestHost"
+        ),
         // Deadlines and fd/process leak checks shared by the test targets.
         .target(
             name: "RemoteTestSupport",
@@ -87,7 +93,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["RemoteHost", "RemoteCore", "RemoteTestSupport", "remoteview-test-service"]
+            dependencies: ["RemoteHost", "RemoteCore", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host"]
         ),
     ]
 )

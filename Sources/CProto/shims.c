@@ -22,6 +22,8 @@ struct cmsghdr *rv_cmsg_nxthdr(const struct msghdr *message, const struct cmsghd
 unsigned char *rv_cmsg_data(const struct cmsghdr *header) { return CMSG_DATA((struct cmsghdr *)header); }
 const int rv_msg_cmsg_cloexec = MSG_CMSG_CLOEXEC;
 
+int rv_accept_cloexec_nonblock(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
+int rv_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 int rv_memfd_create(const char *name, unsigned int flags) { return memfd_create(name, flags); }
 const unsigned int rv_mfd_cloexec = MFD_CLOEXEC;
 const unsigned int rv_mfd_allow_sealing = MFD_ALLOW_SEALING;

@@ -84,6 +84,7 @@ public final class Connection: Sendable {
         var pending: [UInt64: Pending] = [:]
         var incoming: [UInt64: Task<Void, Never>] = [:]
         var closingLocally = false
+        var peerGoodbye: String?
         /// The code to report when this side refuses the peer; `nil` means malformed.
         var refusal: ProtocolErrorCode?
     }
@@ -113,6 +114,15 @@ public final class Connection: Sendable {
                   onRequest: onRequest, onMessage: onMessage)
     }
 
+    /// A connection to the `SOCK_SEQPACKET` Unix socket at `path` (e.g. one that
+    /// `systemd-socket-activate --accept --seqpacket` listens on).
+    public convenience init(connectingTo path: String, configuration: Configuration,
+                            onRequest: @escaping RequestHandler = Connection.refuseRequests,
+                            onMessage: @escaping MessageHandler = { _ in }) throws(SystemCallError) {
+        try self.init(socket: OwnedFD(adopting: Syscall.connectSeqpacket(to: path)), configuration: configuration,
+                      onRequest: onRequest, onMessage: onMessage)
+    }
+
     /// The default request handler: answers every request with a `RemoteView` failure.
     public static let refuseRequests: RequestHandler = { message in
         throw ServiceFailure(domain: "RemoteView", code: 1, message: "no handler for request \"\(message.type)\"")
@@ -123,6 +133,20 @@ public final class Connection: Sendable {
         state.withLock { state in
             if case .open(let handshake) = state.phase { return handshake }
             return nil
+        }
+    }
+
+    /// The reason the peer gave in its goodbye, once it has said goodbye.
+    public var peerGoodbyeReason: String? {
+        state.withLock { $0.peerGoodbye }
+    }
+
+    /// Whether the connection has closed (or is closing on this side).
+    public var isClosed: Bool {
+        state.withLock { state in
+            if state.closingLocally { return true }
+            if case .closed = state.phase { return true }
+            return false
         }
     }
 
@@ -382,6 +406,7 @@ public final class Connection: Sendable {
         case .goodbye(let reason):
             logger.debug("the peer said goodbye: \(reason)")
             state.withLock { state in
+                state.peerGoodbye = reason
                 if !state.closingLocally { state.phase = .closed(nil) }
             }
             fail(all: RemoteError(.interrupted, "the peer closed the connection: \(reason)"))

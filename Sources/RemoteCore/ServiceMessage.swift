@@ -53,3 +53,13 @@ public enum WireLimits {
     /// Bound for a ``ServiceFailure/message`` (bytes).
     public static let maxFailureMessageLength = 4_096
 }
+
+/// Messages the framework itself sends; their types start with `remoteview.`.
+package enum FrameworkMessage {
+    /// Host → service, one-way, one attachment: a connected `SOCK_SEQPACKET` socket on which a
+    /// new connection (handshake first) starts. The launcher keeps fd 3 as its control
+    /// connection and opens one of these per client, so a shared service process serves many.
+    package static let connect = "remoteview.connect"
+    /// The goodbye reason a service gives when it exits because it was idle.
+    package static let idleExitReason = "idle exit"
+}

@@ -1,8 +1,9 @@
 @_exported import RemoteCore
 import Glibc
+import Synchronization
 
-/// The service side's entry point: picks up the socket the host passed, handshakes, and
-/// serves requests until the host goes away. Like `xpc_main()`.
+/// The service side's entry point: picks up the socket the host passed, serves every
+/// connection on it, and exits when idle. Like `xpc_main()`.
 ///
 /// ```swift
 /// @main struct EchoService {
@@ -14,32 +15,54 @@ import Glibc
 /// }
 /// ```
 ///
-/// The socket arrives as fd 3 under the systemd socket-activation convention (`LISTEN_FDS=1`),
-/// so the same binary runs under a RemoteView host and under `systemd-socket-activate
-/// --accept --seqpacket`. Idle exit and the view-controller API come with later parts.
+/// The socket arrives as fd 3 under the systemd socket-activation convention (`LISTEN_FDS=1`):
+///
+/// - a connected socket (a RemoteView launcher, or `systemd-socket-activate --accept --seqpacket`):
+///   that connection is served, and the host may open more over it (one per client of a shared
+///   service); the service ends when it closes;
+/// - a listening socket (systemd `Accept=no`): every accepted connection is served.
+///
+/// **Idle exit.** With `REMOTEVIEW_IDLE_TIMEOUT` set (seconds; the launcher sets it from the
+/// manifest), the service says goodbye and exits once no request has been outstanding and
+/// nothing has arrived for that long (and, when listening, no connection is open). The host's
+/// connection objects survive this and relaunch the service on their next message.
 public enum ServiceMain {
-    /// Serves the connection the host passed until it closes.
+    /// The environment variable carrying the idle timeout in seconds.
+    public static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
+
+    /// How a ``run(identifier:capabilities:onRequest:onMessage:)`` ended without an error.
+    public enum Ending: Sendable, Equatable {
+        /// The host closed the connection in order.
+        case closed
+        /// Nothing happened for the idle timeout.
+        case idle
+    }
+
+    /// Serves the socket the host passed until the host closes it or the service is idle.
     ///
-    /// - Returns: normally when the host said goodbye.
-    /// - Throws: ``RemoteError`` when no socket was passed, the host broke the protocol, or it
-    ///   vanished.
+    /// - Throws: ``RemoteError`` when no usable socket was passed, the host broke the protocol,
+    ///   or it vanished.
+    @discardableResult
     public static func run(identifier: String, capabilities: [String] = [],
                            onRequest: @escaping Connection.RequestHandler,
-                           onMessage: @escaping Connection.MessageHandler = { _ in }) async throws(RemoteError) {
-        let socket = try SocketActivation.takeSocket()
-        let connection: Connection
-        do {
-            connection = try Connection(socket: socket,
-                                        configuration: .init(role: .service, identifier: identifier, capabilities: capabilities),
-                                        onRequest: onRequest, onMessage: onMessage)
-        } catch {
-            throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
+                           onMessage: @escaping Connection.MessageHandler = { _ in }) async throws(RemoteError) -> Ending {
+        let idleTimeout = try idleTimeoutFromEnvironment()
+        let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, idleTimeout: idleTimeout,
+                                     onRequest: onRequest, onMessage: onMessage)
+        switch try SocketActivation.takeSocket() {
+        case .connected(let socket):
+            return try await runtime.serve(primary: try runtime.connection(on: socket))
+        case .listening(let socket):
+            let listener: ReadableDescriptor
+            do { listener = try ReadableDescriptor(socket) } catch {
+                throw RemoteError(.invalidated, "cannot use the listening socket: \(error)")
+            }
+            return try await runtime.serve(listener: listener)
         }
-        try await connection.run()
     }
 
     /// ``run(identifier:capabilities:onRequest:onMessage:)``, then exits the process: status 0
-    /// after an orderly close, 1 (with the reason on stderr) otherwise.
+    /// after an orderly close or an idle exit, 1 (with the reason on stderr) otherwise.
     public static func exit(serving identifier: String, capabilities: [String] = [],
                             onRequest: @escaping Connection.RequestHandler,
                             onMessage: @escaping Connection.MessageHandler = { _ in }) async -> Never {
@@ -51,5 +74,174 @@ public enum ServiceMain {
             _ = line.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
             Glibc.exit(1)
         }
+    }
+
+    static func idleTimeoutFromEnvironment() throws(RemoteError) -> Duration? {
+        guard let text = getenv(idleTimeoutVariable).map({ String(cString: $0) }), !text.isEmpty else { return nil }
+        guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {
+            throw RemoteError(.invalidArgument, "\(idleTimeoutVariable)=\(text) is not a number of seconds in (0, 86400]")
+        }
+        return .milliseconds(Int64((seconds * 1000).rounded(.up)))
+    }
+}
+
+/// Every connection of one service process, its outstanding requests and its idle clock.
+final class ServiceRuntime: Sendable {
+    let identifier: String
+    let capabilities: [String]
+    let idleTimeout: Duration?
+    private let onRequest: Connection.RequestHandler
+    private let onMessage: Connection.MessageHandler
+    private let newConnections: AsyncStream<Connection>
+    private let newConnectionSink: AsyncStream<Connection>.Continuation
+    private let state = Mutex(State())
+
+    private struct State {
+        var connections: [ObjectIdentifier: Connection] = [:]
+        var outstanding = 0
+        var lastActivity = ContinuousClock.now
+        var ending: ServiceMain.Ending?
+    }
+
+    init(identifier: String, capabilities: [String], idleTimeout: Duration?,
+         onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
+        self.identifier = identifier
+        self.capabilities = capabilities
+        self.idleTimeout = idleTimeout
+        self.onRequest = onRequest
+        self.onMessage = onMessage
+        (newConnections, newConnectionSink) = AsyncStream.makeStream()
+    }
+
+    /// A service-role connection on `socket` whose handlers keep the idle clock and accept
+    /// the host's requests for more connections.
+    func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
+        let connection: Connection
+        do {
+            connection = try Connection(socket: socket,
+                                        configuration: .init(role: .service, identifier: identifier, capabilities: capabilities),
+                                        onRequest: { [weak self] request in
+                                            guard let self else { throw CancellationError() }
+                                            self.begin()
+                                            defer { self.end() }
+                                            return try await self.onRequest(request)
+                                        },
+                                        onMessage: { [weak self] message in await self?.deliver(message) })
+        } catch {
+            throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
+        }
+        state.withLock { $0.connections[ObjectIdentifier(connection)] = connection }
+        return connection
+    }
+
+    /// Serves `primary` and every connection opened through it; ends when it closes or when idle.
+    func serve(primary: Connection) async throws(RemoteError) -> ServiceMain.Ending {
+        let outcome = await withTaskGroup(of: Void.self, returning: Result<ServiceMain.Ending, RemoteError>.self) { group in
+            let result = Mutex<Result<ServiceMain.Ending, RemoteError>>(.success(.closed))
+            group.addTask {
+                do throws(RemoteError) {
+                    try await primary.run()
+                } catch {
+                    result.withLock { $0 = .failure(error) }
+                }
+                await self.end(.closed, reason: "the host closed the service's main connection")
+            }
+            addIdleWatcher(to: &group)
+            for await connection in newConnections where connection !== primary {
+                group.addTask { await self.serveSecondary(connection) }
+            }
+            group.cancelAll()
+            await group.waitForAll()
+            let ending = state.withLock { $0.ending } ?? .closed
+            return ending == .idle ? .success(.idle) : result.withLock { $0 }
+        }
+        return try outcome.get()
+    }
+
+    /// Accepts and serves connections from `listener` until idle.
+    func serve(listener: ReadableDescriptor) async throws(RemoteError) -> ServiceMain.Ending {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while true {
+                    let socket: OwnedFD?
+                    do { socket = try await listener.accept() } catch {
+                        await self.end(.closed, reason: "accept failed: \(error)")
+                        return
+                    }
+                    guard let socket else { return }
+                    if let connection = try? self.connection(on: socket) { self.newConnectionSink.yield(connection) }
+                }
+            }
+            addIdleWatcher(to: &group, stopping: listener)
+            for await connection in newConnections {
+                group.addTask { await self.serveSecondary(connection) }
+            }
+            listener.stop()
+            group.cancelAll()
+        }
+        return .idle
+    }
+
+    private func serveSecondary(_ connection: Connection) async {
+        try? await connection.run()
+        state.withLock { state in
+            state.connections[ObjectIdentifier(connection)] = nil
+            state.lastActivity = .now
+        }
+    }
+
+    private func addIdleWatcher(to group: inout TaskGroup<Void>, stopping listener: ReadableDescriptor? = nil) {
+        guard let idleTimeout else { return }
+        group.addTask {
+            while !Task.isCancelled {
+                let wait = self.state.withLock { state -> Duration? in
+                    if state.ending != nil { return nil }
+                    let busy = state.outstanding > 0 || (listener != nil && !state.connections.isEmpty)
+                    let idleFor = ContinuousClock.now - state.lastActivity
+                    return busy ? idleTimeout : (idleFor >= idleTimeout ? .zero : idleTimeout - idleFor)
+                }
+                guard let wait else { return }
+                if wait == .zero {
+                    listener?.stop()
+                    await self.end(.idle, reason: FrameworkMessage.idleExitReason)
+                    return
+                }
+                try? await Task.sleep(for: wait)
+            }
+        }
+    }
+
+    /// Closes every connection (saying `reason`) and stops taking new ones.
+    private func end(_ ending: ServiceMain.Ending, reason: String) async {
+        let connections = state.withLock { state -> [Connection] in
+            guard state.ending == nil else { return [] }
+            state.ending = ending
+            return Array(state.connections.values)
+        }
+        newConnectionSink.finish()
+        for connection in connections { await connection.close(reason: reason) }
+    }
+
+    private func begin() {
+        state.withLock { state in
+            state.outstanding += 1
+            state.lastActivity = .now
+        }
+    }
+
+    private func end() {
+        state.withLock { state in
+            state.outstanding -= 1
+            state.lastActivity = .now
+        }
+    }
+
+    private func deliver(_ message: ServiceMessage) async {
+        state.withLock { $0.lastActivity = .now }
+        guard message.type == FrameworkMessage.connect else { return await onMessage(message) }
+        // A request from the host for one more connection, on the attached socket.
+        guard message.attachments.count == 1, let socket = message.attachments[0].take(),
+              state.withLock({ $0.ending == nil }) else { return }
+        if let connection = try? connection(on: socket) { newConnectionSink.yield(connection) }
     }
 }

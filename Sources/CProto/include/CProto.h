@@ -30,6 +30,12 @@ unsigned char *_Nonnull rv_cmsg_data(const struct cmsghdr *_Nonnull header);
 /// `MSG_CMSG_CLOEXEC` (Linux-only flag).
 extern const int rv_msg_cmsg_cloexec;
 
+/// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)` (accept4 needs _GNU_SOURCE).
+int rv_accept_cloexec_nonblock(int fd);
+
+/// `pipe2(fds, O_CLOEXEC)` (pipe2 needs _GNU_SOURCE).
+int rv_pipe_cloexec(int fds[_Nonnull 2]);
+
 // MARK: memfd and seals (need _GNU_SOURCE)
 
 /// `memfd_create(name, flags)`.

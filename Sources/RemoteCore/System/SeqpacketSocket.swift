@@ -303,7 +303,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 }
 
-/// Both ends of a socket pair: one for the host, one for the service it spawns.
+/// Two connected descriptors: both ends of a socket pair (one for the host, one for the service
+/// it spawns), or a pipe (`first` reads, `second` writes).
 @frozen package struct SocketPair: ~Copyable {
     package var first: OwnedFD
     package var second: OwnedFD

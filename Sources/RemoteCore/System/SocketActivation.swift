@@ -11,12 +11,20 @@ package enum SocketActivation {
     /// The first passed descriptor, per `SD_LISTEN_FDS_START`.
     package static let firstDescriptor: Int32 = 3
 
-    /// Takes fd 3 if this process was socket-activated with a connected `SOCK_SEQPACKET`
-    /// socket, marks it close-on-exec and clears the `LISTEN_*` variables (as
-    /// `sd_listen_fds(1)` does) so children do not inherit them.
+    /// What fd 3 turned out to be.
+    package enum Socket: ~Copyable {
+        /// One connection (a RemoteView host's socketpair end, or `systemd-socket-activate --accept`).
+        case connected(OwnedFD)
+        /// A listening socket to accept connections from (systemd `Accept=no`).
+        case listening(OwnedFD)
+    }
+
+    /// Takes fd 3 if this process was socket-activated with a `SOCK_SEQPACKET` socket, marks
+    /// it close-on-exec and clears the `LISTEN_*` variables (as `sd_listen_fds(1)` does) so
+    /// children do not inherit them.
     ///
     /// - Throws: ``RemoteError`` `invalidated`, naming what is missing or wrong.
-    package static func takeSocket() throws(RemoteError) -> OwnedFD {
+    package static func takeSocket() throws(RemoteError) -> Socket {
         guard let count = getenv("LISTEN_FDS").map({ String(cString: $0) }) else {
             throw RemoteError(.invalidated, "no socket passed: LISTEN_FDS is not set (start this service through a RemoteView host or systemd-socket-activate --accept --seqpacket)")
         }
@@ -27,13 +35,12 @@ package enum SocketActivation {
             throw RemoteError(.invalidated, "LISTEN_FDS=\(count): a RemoteView service takes exactly one socket")
         }
         let fd = firstDescriptor
+        let listening: Bool
         do {
             guard try Syscall.socketOption(fd, SO_TYPE) == Int32(SOCK_SEQPACKET.rawValue) else {
                 throw RemoteError(.invalidated, "fd 3 is not a SOCK_SEQPACKET socket")
             }
-            guard try Syscall.socketOption(fd, SO_ACCEPTCONN) == 0 else {
-                throw RemoteError(.invalidated, "fd 3 is a listening socket; use systemd-socket-activate --accept so each connection gets its own service")
-            }
+            listening = try Syscall.socketOption(fd, SO_ACCEPTCONN) != 0
             try Syscall.setCloseOnExec(fd, true)
         } catch let error as SystemCallError {
             throw RemoteError(.invalidated, "fd 3 is not a usable socket: \(error)")
@@ -45,6 +52,6 @@ package enum SocketActivation {
         unsetenv("LISTEN_FDS")
         unsetenv("LISTEN_PID")
         unsetenv("LISTEN_FDNAMES")
-        return OwnedFD(adopting: fd)
+        return listening ? .listening(OwnedFD(adopting: fd)) : .connected(OwnedFD(adopting: fd))
     }
 }

@@ -90,6 +90,39 @@ extension Syscall {
         return (fds[0], fds[1])
     }
 
+    /// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)`.
+    package static func accept(_ fd: Int32) throws(SystemCallError) -> IOResult<Int32> {
+        try nonBlocking("accept4") { rv_accept_cloexec_nonblock(fd) }
+    }
+
+    /// A `SOCK_SEQPACKET | SOCK_CLOEXEC` socket connected to the Unix socket at `path`.
+    package static func connectSeqpacket(to path: String) throws(SystemCallError) -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path), !bytes.contains(0) else {
+            try fail("connect(\(path)): not a usable socket path", EINVAL)
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes) }
+        let fd = try retrying("socket") { socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        let result = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if result != 0 {
+            let code = Glibc.errno
+            close(fd)
+            try fail("connect(\(path))", code)
+        }
+        return fd
+    }
+
+    /// `pipe2(O_CLOEXEC)`: `first` is the read end, `second` the write end.
+    package static func pipe() throws(SystemCallError) -> SocketPair {
+        var fds: [Int32] = [-1, -1]
+        _ = try retrying("pipe2") { rv_pipe_cloexec(&fds) }
+        return SocketPair(first: OwnedFD(adopting: fds[0]), second: OwnedFD(adopting: fds[1]))
+    }
+
     /// `getsockopt(fd, SOL_SOCKET, option)` for an int option.
     package static func socketOption(_ fd: Int32, _ option: Int32) throws(SystemCallError) -> Int32 {
         var value: Int32 = 0

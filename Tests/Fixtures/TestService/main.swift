@@ -60,6 +60,39 @@ func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
         throw ServiceFailure(domain: "com.example.test", code: 42, message: "asked to fail")
     case "crash":
         exit(3)
+    case "stat":
+        // Whether a path is visible in this process's file system.
+        guard let path = request.text else { throw ServiceFailure(domain: "test", code: 1, message: "stat needs a path") }
+        var info = stat()
+        return ServiceMessage(type: "stat", text: stat(path, &info) == 0 ? "exists" : "absent: \(String(cString: strerror(errno)))")
+    case "interfaces":
+        // The network interfaces this process can see.
+        var names: [String] = []
+        if let list = if_nameindex() {
+            var entry = list
+            while entry.pointee.if_index != 0, let name = entry.pointee.if_name {
+                names.append(String(cString: name))
+                entry += 1
+            }
+            if_freenameindex(list)
+        }
+        return ServiceMessage(type: "interfaces", text: names.sorted().joined(separator: ","))
+    case "pid":
+        return ServiceMessage(type: "pid", text: String(getpid()))
+    case "print":
+        // One line on stdout and one on stderr, for the host's log.
+        let text = request.text ?? ""
+        _ = Array("out: \(text)\n".utf8).withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        _ = Array("err: \(text)\n".utf8).withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        return ServiceMessage(type: "printed")
+    case "environment":
+        var lines: [String] = []
+        var entry = environ
+        while let pointer = entry.pointee {
+            lines.append(String(cString: pointer))
+            entry += 1
+        }
+        return ServiceMessage(type: "environment", text: lines.sorted().joined(separator: "\n"))
     default:
         throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
     }
@@ -80,6 +113,15 @@ let mode = CommandLine.arguments.dropFirst().first ?? "serve"
 switch mode {
 case "serve":
     await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
+case "ignore-idle":
+    // A service that does not exit when idle, so the host has to stop it.
+    unsetenv(ServiceMain.idleTimeoutVariable)
+    await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
+case "ignore-goodbye":
+    // Stays alive after the host's goodbye and ignores SIGTERM, so the host has to SIGKILL it.
+    signal(SIGTERM, SIG_IGN)
+    _ = try? await ServiceMain.run(identifier: "com.example.test", onRequest: serve)
+    while true { pause() }
 case "garbage":
     sendRaw([0xff, 0xff, 0xff, 0xff, 0x0f, 0x08])
     waitForHangup()

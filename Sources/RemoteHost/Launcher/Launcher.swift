@@ -1,0 +1,385 @@
+import Glibc
+import Logging
+import RemoteCore
+import Synchronization
+
+/// launchd for a host's own services: starts a service's process when a ``ServiceConnection``
+/// first needs it, sandboxed, watches it, relaunches it after a crash (throttled, with
+/// exponential backoff), gives up on a crash loop, and stops it when idle or asked.
+///
+/// Everything the launcher does runs inside ``run()``; use ``withLauncher(registry:configuration:_:)``:
+///
+/// ```swift
+/// let registry = ServiceRegistry(scanning: ["/usr/share/myapp/services"])
+/// try await withLauncher(registry: registry) { launcher in
+///     let echo = launcher.connection(to: "com.example.echo")
+///     let reply = try await echo.request(ServiceMessage(type: "echo", text: "hi"))
+/// }
+/// ```
+public actor Launcher {
+    /// Policy knobs; the defaults suit an interactive host.
+    public struct Configuration: Sendable {
+        /// What the host calls itself in handshakes.
+        public var hostIdentifier: String
+        /// The sandbox; bubblewrap unless explicitly turned off.
+        public var sandbox: SandboxPolicy
+        /// The first relaunch delay after a crash; it doubles with each further crash in a row.
+        public var backoff: Duration
+        /// The longest relaunch delay.
+        public var maximumBackoff: Duration
+        /// The shortest time between two launches after a crash.
+        public var minimumRelaunchInterval: Duration
+        /// This many crashes in a row (each within ``stableAfter`` of its launch) is a crash loop.
+        public var crashLoopLimit: Int
+        /// A process that ran this long before crashing starts a new count.
+        public var stableAfter: Duration
+        /// How long each step of stopping a service waits (goodbye → SIGTERM → SIGKILL).
+        public var stopGracePeriod: Duration
+        /// How long after its idle timeout a service that has not exited by itself is stopped.
+        public var idleGracePeriod: Duration
+        /// Where the launcher and the services' stdout/stderr are logged.
+        public var logger: Logger
+
+        public init(hostIdentifier: String = "remoteview.host", sandbox: SandboxPolicy = .bubblewrap(),
+                    backoff: Duration = .milliseconds(250), maximumBackoff: Duration = .seconds(30),
+                    minimumRelaunchInterval: Duration = .milliseconds(100), crashLoopLimit: Int = 5,
+                    stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
+                    idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher")) {
+            self.hostIdentifier = hostIdentifier
+            self.sandbox = sandbox
+            self.backoff = backoff
+            self.maximumBackoff = maximumBackoff
+            self.minimumRelaunchInterval = minimumRelaunchInterval
+            self.crashLoopLimit = crashLoopLimit
+            self.stableAfter = stableAfter
+            self.stopGracePeriod = stopGracePeriod
+            self.idleGracePeriod = idleGracePeriod
+            self.logger = logger
+        }
+    }
+
+    /// The services this launcher can start.
+    public nonisolated let registry: ServiceRegistry
+    public nonisolated let configuration: Configuration
+
+    private nonisolated let jobs: AsyncStream<@Sendable () async -> Void>
+    private nonisolated let jobSink: AsyncStream<@Sendable () async -> Void>.Continuation
+    private nonisolated let subscribers = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
+    private nonisolated let nextSubscriber = Atomic<Int>(0)
+    private var records: [String: Record] = [:]
+    private var connections: [ObjectIdentifier: WeakConnection] = [:]
+    private var shutDown = false
+
+    private struct Record {
+        let manifest: ServiceManifest
+        var shared: ServiceInstance?
+        var perConnection: [ObjectIdentifier: ServiceInstance] = [:]
+        var launching = false
+        var launchWaiters: [CheckedContinuation<Void, Never>] = []
+        var launches = 0
+        var crashes = 0
+        var consecutiveCrashes = 0
+        var lastCrash: ContinuousClock.Instant?
+        var lastLaunch: ContinuousClock.Instant?
+        var lastTermination: TerminationReason?
+        var invalidation: RemoteError?
+
+        init(manifest: ServiceManifest) { self.manifest = manifest }
+
+        var running: [ServiceInstance] { (shared.map { [$0] } ?? []) + perConnection.values }
+    }
+
+    private struct WeakConnection {
+        weak var connection: ServiceConnection?
+    }
+
+    public init(registry: ServiceRegistry, configuration: Configuration = Configuration()) {
+        self.registry = registry
+        self.configuration = configuration
+        (jobs, jobSink) = AsyncStream.makeStream()
+        for problem in registry.problems {
+            configuration.logger.error("invalid service manifest: \(problem)")
+        }
+    }
+
+    /// Runs the launcher's work (service processes, their connections) until ``shutdown()``.
+    /// Cancelling it shuts down too.
+    public nonisolated func run() async {
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { group in
+                for await job in jobs { group.addTask { await job() } }
+            }
+        } onCancel: {
+            Task { await self.shutdown() }
+        }
+    }
+
+    /// Stops every service (goodbye → SIGTERM → SIGKILL), invalidates every connection, and
+    /// makes ``run()`` return once all is reaped.
+    public func shutdown() async {
+        guard !shutDown else { return }
+        shutDown = true
+        let error = RemoteError(.invalidated, "the launcher shut down")
+        for entry in connections.values { entry.connection?.invalidated(by: error) }
+        connections.removeAll()
+        let instances = records.values.flatMap(\.running)
+        let grace = configuration.stopGracePeriod
+        await withTaskGroup(of: Void.self) { group in
+            for instance in instances {
+                group.addTask { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: grace) }
+            }
+        }
+        jobSink.finish()
+    }
+
+    /// A connection to the service `identifier`. Nothing starts until its first message.
+    public nonisolated func connection(to identifier: String,
+                                       onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                                       onMessage: @escaping Connection.MessageHandler = { _ in }) -> ServiceConnection {
+        ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
+    }
+
+    /// What the launcher is doing, service by service: one entry per registered service.
+    public func status() -> [ServiceStatus] {
+        registry.sortedServices.map { manifest in
+            let record = records[manifest.identifier]
+            let processes = (record?.running ?? []).map { instance -> ServiceStatus.Process in
+                let now = ContinuousClock.now
+                return ServiceStatus.Process(pid: instance.process.pid, servicePid: instance.sandboxed ? instance.process.processTree().dropFirst(2).first : instance.process.pid,
+                                             sandboxed: instance.sandboxed, uptime: Self.seconds(now - instance.launchedAt),
+                                             clients: instance.clientCount,
+                                             idleDeadline: instance.idleDeadline.map { Self.seconds($0 - now) },
+                                             residentBytes: instance.process.residentBytes())
+            }
+            let state: ServiceStatus.State = if record?.invalidation != nil { .invalidated }
+                else if record?.launching == true { .launching }
+                else if processes.isEmpty { .notRunning } else { .running }
+            return ServiceStatus(identifier: manifest.identifier, title: manifest.display.title, state: state,
+                                 instances: manifest.instances, launches: record?.launches ?? 0, crashes: record?.crashes ?? 0,
+                                 lastTermination: record?.lastTermination, invalidation: record?.invalidation?.reason,
+                                 processes: processes)
+        }
+    }
+
+    /// Everything the launcher does from now on: launches, terminations, invalidations.
+    public nonisolated func events() -> AsyncStream<LauncherEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: LauncherEvent.self)
+        let id = nextSubscriber.wrappingAdd(1, ordering: .relaxed).oldValue
+        subscribers.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        return stream
+    }
+
+    // MARK: for ServiceConnection
+
+    /// Runs `job` inside ``run()``; `false` once the launcher has shut down.
+    nonisolated func submit(_ job: @escaping @Sendable () async -> Void) -> Bool {
+        if case .enqueued = jobSink.yield(job) { return true }
+        return false
+    }
+
+    func register(_ connection: ServiceConnection) throws(RemoteError) {
+        if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
+        connections[ObjectIdentifier(connection)] = WeakConnection(connection: connection)
+    }
+
+    func unregister(_ connection: ServiceConnection) {
+        connections[ObjectIdentifier(connection)] = nil
+    }
+
+    /// The process `client` should talk to: the running one, or a new one (after the
+    /// relaunch delay, if the last one crashed).
+    func instance(for client: ServiceConnection) async throws(RemoteError) -> ServiceInstance {
+        let identifier = client.identifier
+        let owner = ObjectIdentifier(client)
+        while true {
+            if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
+            if records[identifier] == nil {
+                switch registry.lookup(identifier) {
+                case .success(let manifest): records[identifier] = Record(manifest: manifest)
+                case .failure(let problem): throw RemoteError(.invalidated, "\(problem)")
+                }
+            }
+            let record = records[identifier]!
+            if let invalidation = record.invalidation { throw invalidation }
+            let current = record.manifest.instances == .shared ? record.shared : record.perConnection[owner]
+            if let current {
+                if current.isUsable { return current }
+                // Dying: wait until it is reaped and accounted for, then decide again.
+                _ = await current.waitForEnd()
+                await Task.yield()
+                if records[identifier]?.shared === current || records[identifier]?.perConnection[owner] === current {
+                    accountFor(current, reason: current.ended!, owner: owner)
+                }
+                continue
+            }
+            if record.launching {
+                await withCheckedContinuation { records[identifier]!.launchWaiters.append($0) }
+                continue
+            }
+            return try await launch(identifier, owner: owner)
+        }
+    }
+
+    private func launch(_ identifier: String, owner: ObjectIdentifier) async throws(RemoteError) -> ServiceInstance {
+        records[identifier]!.launching = true
+        defer {
+            records[identifier]!.launching = false
+            let waiters = records[identifier]!.launchWaiters
+            records[identifier]!.launchWaiters.removeAll()
+            for waiter in waiters { waiter.resume() }
+        }
+        let record = records[identifier]!
+        if record.consecutiveCrashes > 0, let lastCrash = record.lastCrash {
+            let exponent = min(record.consecutiveCrashes - 1, 20)
+            var delay = min(configuration.backoff * (1 << exponent), configuration.maximumBackoff)
+            delay = max(delay, configuration.minimumRelaunchInterval)
+            let due = lastCrash.advanced(by: delay)
+            if due > .now {
+                configuration.logger.info("relaunching \(identifier) in \(due - .now) (crash \(record.consecutiveCrashes) in a row)")
+                do { try await Task.sleep(until: due) } catch {
+                    throw RemoteError(.cancelled, "cancelled while waiting to relaunch \(identifier)")
+                }
+            }
+        }
+        if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
+        let instance: ServiceInstance
+        do {
+            instance = try await ServiceInstance.launch(record.manifest, sandbox: configuration.sandbox,
+                                                        hostIdentifier: configuration.hostIdentifier, logger: configuration.logger)
+        } catch {
+            invalidate(identifier, error)
+            throw error
+        }
+        records[identifier]!.launches += 1
+        records[identifier]!.lastLaunch = .now
+        if record.manifest.instances == .shared {
+            records[identifier]!.shared = instance
+        } else {
+            records[identifier]!.perConnection[owner] = instance
+        }
+        let grace = configuration.idleGracePeriod
+        let started = submit { [weak self] in
+            let reason = await instance.run(idleGrace: grace)
+            await self?.accountFor(instance, reason: reason, owner: owner)
+        }
+        if !started { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down")) }
+        configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
+        broadcast(.launched(identifier: identifier, pid: instance.process.pid))
+        return instance
+    }
+
+    /// Books a process's end once: crash counting, crash-loop detection, events.
+    private func accountFor(_ instance: ServiceInstance, reason: TerminationReason, owner: ObjectIdentifier) {
+        let identifier = instance.manifest.identifier
+        guard var record = records[identifier] else { return }
+        if record.shared === instance {
+            record.shared = nil
+        } else if record.perConnection[owner] === instance {
+            record.perConnection[owner] = nil
+        } else {
+            return  // already booked
+        }
+        record.lastTermination = reason
+        let now = ContinuousClock.now
+        if reason.isCrash {
+            record.crashes += 1
+            record.consecutiveCrashes = now - instance.launchedAt < configuration.stableAfter ? record.consecutiveCrashes + 1 : 1
+            record.lastCrash = now
+        } else if reason.kind == .idleExit {
+            record.consecutiveCrashes = 0
+        }
+        records[identifier] = record
+        configuration.logger.info("\(identifier) (pid \(instance.process.pid)) ended: \(reason)")
+        broadcast(.terminated(identifier: identifier, pid: instance.process.pid, reason: reason))
+        if reason.kind == .sandboxRefused {
+            invalidate(identifier, RemoteError(.invalidated, "\(identifier) cannot run: \(reason.detail)"))
+        } else if record.consecutiveCrashes >= configuration.crashLoopLimit {
+            invalidate(identifier, RemoteError(.invalidated, "crash loop: \(identifier) crashed \(record.consecutiveCrashes) times in a row, each within \(configuration.stableAfter) of its launch; last: \(reason.detail)"))
+        }
+    }
+
+    private func invalidate(_ identifier: String, _ error: RemoteError) {
+        guard records[identifier]?.invalidation == nil else { return }
+        records[identifier]?.invalidation = error
+        configuration.logger.error("\(identifier) is invalidated: \(error.reason)")
+        broadcast(.invalidated(identifier: identifier, reason: error))
+        for entry in connections.values {
+            if let connection = entry.connection, connection.identifier == identifier { connection.invalidated(by: error) }
+        }
+    }
+
+    private nonisolated func broadcast(_ event: LauncherEvent) {
+        for subscriber in subscribers.withLock({ Array($0.values) }) { subscriber.yield(event) }
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
+
+/// Runs a ``Launcher`` for the duration of `body`, then shuts it down: every service it
+/// started is stopped and reaped before this returns.
+public func withLauncher<R: Sendable>(registry: ServiceRegistry, configuration: Launcher.Configuration = .init(),
+                                      _ body: @Sendable (Launcher) async throws -> R) async throws -> R {
+    let launcher = Launcher(registry: registry, configuration: configuration)
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await launcher.run() }
+        do {
+            let result = try await body(launcher)
+            await launcher.shutdown()
+            try await group.waitForAll()
+            return result
+        } catch {
+            await launcher.shutdown()
+            try? await group.waitForAll()
+            throw error
+        }
+    }
+}
+
+/// What a ``Launcher`` did, from ``Launcher/events()``.
+public enum LauncherEvent: Sendable {
+    /// A service process started (`pid` is bubblewrap's when sandboxed).
+    case launched(identifier: String, pid: Int32)
+    /// A service process ended and was reaped.
+    case terminated(identifier: String, pid: Int32, reason: TerminationReason)
+    /// A service can never be launched again by this launcher (crash loop, sandbox refused, …).
+    case invalidated(identifier: String, reason: RemoteError)
+}
+
+/// One registered service as the launcher sees it, like a line of `launchctl list`.
+public struct ServiceStatus: Sendable, Codable, Hashable {
+    public enum State: String, Sendable, Codable, Hashable {
+        case notRunning = "not running", launching, running, invalidated
+    }
+
+    /// One process of the service.
+    public struct Process: Sendable, Codable, Hashable {
+        /// The process the launcher started (bubblewrap when sandboxed).
+        public var pid: Int32
+        /// The service's own process (inside the sandbox's pid namespace it is pid 2).
+        public var servicePid: Int32?
+        public var sandboxed: Bool
+        /// Seconds since launch.
+        public var uptime: Double
+        /// Host connections open to it.
+        public var clients: Int
+        /// Seconds until idle exit if nothing happens; `nil` while a request is outstanding.
+        public var idleDeadline: Double?
+        /// Resident memory of the process tree, bytes.
+        public var residentBytes: UInt64?
+    }
+
+    public var identifier: String
+    public var title: String
+    public var state: State
+    public var instances: ServiceManifest.InstancePolicy
+    public var launches: Int
+    public var crashes: Int
+    public var lastTermination: TerminationReason?
+    /// Why it can never launch again, when invalidated.
+    public var invalidation: String?
+    public var processes: [Process]
+}

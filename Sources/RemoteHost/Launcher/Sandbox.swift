@@ -1,0 +1,162 @@
+import Glibc
+
+/// How the launcher confines services.
+public enum SandboxPolicy: Sendable, Hashable {
+    /// bubblewrap (the sandbox Flatpak uses) at `path` (`nil`: found on `PATH`): new user, pid,
+    /// ipc, uts, net and cgroup namespaces; a read-only minimal filesystem; private `/tmp`,
+    /// `/proc` and `/dev`; no capabilities; no network unless the manifest is entitled to it.
+    case bubblewrap(path: String? = nil)
+    /// No sandbox at all. An explicit opt-in, logged at every launch; never a fallback.
+    case unsandboxed
+}
+
+/// The bubblewrap command line for one service: what the sandbox contains.
+///
+/// The filesystem is `/usr` (with the merged-`/usr` symlinks), the few files of `/etc` that
+/// programs need and that hold no secrets (fonts, the loader cache, the time zone), the
+/// executable itself, the folders its `RUNPATH` names that are outside `/usr` (a dynamically
+/// linked Swift program's runtime), and the manifest's read-only paths. Nothing of the host's
+/// home, `/etc`, `/tmp` or `/run` is there.
+struct BubblewrapCommand {
+    /// bubblewrap's own executable.
+    let bubblewrap: String
+    /// The arguments after `bwrap`, ending with `-- executable arguments...`.
+    let arguments: [String]
+
+    /// Files outside `/usr` that are bound read-only when present.
+    static let systemFiles = ["/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/var/cache/fontconfig"]
+
+    init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String]) {
+        self.bubblewrap = bubblewrap
+        var arguments = ["--unshare-all"]
+        if manifest.sandbox.network { arguments.append("--share-net") }
+        arguments += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+                      "--ro-bind", "/usr", "/usr"]
+        for top in ["/bin", "/lib", "/lib64", "/sbin"] {
+            if let target = Self.symlinkTarget(top) {
+                arguments += ["--symlink", target, top]
+            } else if Self.isDirectory(top) {
+                arguments += ["--ro-bind", top, top]
+            }
+        }
+        arguments += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
+        for file in Self.systemFiles { arguments += ["--ro-bind-try", file, file] }
+        var bound: [String] = []
+        func bind(_ path: String) {
+            guard !path.hasPrefix("/usr/"), !bound.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) else { return }
+            bound.append(path)
+            arguments += ["--ro-bind", path, path]
+        }
+        bind(manifest.executablePath)
+        let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
+        for entry in ELFRunPath.entries(of: manifest.executablePath) {
+            let path = entry.replacing("$ORIGIN", with: folder).replacing("${ORIGIN}", with: folder)
+            // $ORIGIN is the executable's own folder; its libraries are bound one by one.
+            if path == folder {
+                for library in Self.sharedLibraries(in: folder) { bind(folder + "/" + library) }
+            } else if path.hasPrefix("/"), Self.isDirectory(path) {
+                bind(path)
+            }
+        }
+        for path in manifest.sandbox.readOnlyPaths { bind(path) }
+        for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
+        arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
+        self.arguments = arguments
+    }
+
+    /// Finds bubblewrap, or says how to get it.
+    static func locate(_ path: String?) throws(RemoteError) -> String {
+        if let path {
+            guard access(path, X_OK) == 0 else {
+                throw RemoteError(.invalidated, "bubblewrap is not executable at \(path) (\(String(cString: strerror(errno)))); install it with `apt-get install bubblewrap`, or launch unsandboxed with SandboxPolicy.unsandboxed (an explicit opt-in)")
+            }
+            return path
+        }
+        let search = getenv("PATH").map { String(cString: $0) } ?? "/usr/bin:/bin"
+        for folder in search.split(separator: ":") where access("\(folder)/bwrap", X_OK) == 0 {
+            return "\(folder)/bwrap"
+        }
+        throw RemoteError(.invalidated, "bubblewrap (bwrap) is not installed (searched PATH=\(search)); install it with `apt-get install bubblewrap`, or launch unsandboxed with SandboxPolicy.unsandboxed (an explicit opt-in)")
+    }
+
+    /// What to tell the user when bubblewrap itself refused to start the sandbox.
+    static func refusal(_ message: String) -> String {
+        var text = "bubblewrap refused to create the sandbox: \(message)"
+        if message.contains("namespace") || message.contains("uid map") || message.contains("Operation not permitted") {
+            text += " (unprivileged user namespaces may be disabled: check `sysctl kernel.unprivileged_userns_clone` and, with AppArmor, `kernel.apparmor_restrict_unprivileged_userns`)"
+        }
+        return text
+    }
+
+    private static func symlinkTarget(_ path: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let length = buffer.withUnsafeMutableBufferPointer { raw in
+            raw.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count - 1) }
+        }
+        return length > 0 ? String(decoding: buffer[..<length], as: UTF8.self) : nil
+    }
+
+    private static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
+    }
+
+    private static func sharedLibraries(in folder: String) -> [String] {
+        guard let directory = opendir(folder) else { return [] }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name.hasSuffix(".so") || name.contains(".so.") { names.append(name) }
+        }
+        return names.sorted()
+    }
+}
+
+/// Reads the `DT_RUNPATH` (or `DT_RPATH`) of a 64-bit little-endian ELF file: where the dynamic
+/// loader looks for the libraries the sandbox must contain. Anything unexpected yields `[]`.
+enum ELFRunPath {
+    static func entries(of path: String) -> [String] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        func bytes(at offset: UInt64, count: Int) -> [UInt8]? {
+            guard count > 0, count <= 1 << 20, offset < UInt64(Int.max) else { return nil }
+            var buffer = [UInt8](repeating: 0, count: count)
+            let read = pread(fd, &buffer, count, off_t(offset))
+            return read == count ? buffer : nil
+        }
+        func integer(_ data: [UInt8], _ offset: Int, _ size: Int) -> UInt64 {
+            var value: UInt64 = 0
+            for index in (0..<size).reversed() { value = value << 8 | UInt64(data[offset + index]) }
+            return value
+        }
+        guard let header = bytes(at: 0, count: 64), header[0..<4].elementsEqual([0x7f, 0x45, 0x4c, 0x46]),
+              header[4] == 2, header[5] == 1 else { return [] }
+        let sectionTable = integer(header, 0x28, 8)
+        let sectionSize = Int(integer(header, 0x3a, 2)), sectionCount = Int(integer(header, 0x3c, 2))
+        guard sectionSize >= 64, sectionCount > 0, sectionCount <= 4096,
+              let sections = bytes(at: sectionTable, count: sectionSize * sectionCount) else { return [] }
+        for index in 0..<sectionCount {
+            let base = index * sectionSize
+            guard integer(sections, base + 4, 4) == 6 else { continue }  // SHT_DYNAMIC
+            let link = Int(integer(sections, base + 0x28, 4))
+            guard link < sectionCount,
+                  let dynamic = bytes(at: integer(sections, base + 0x18, 8), count: Int(min(integer(sections, base + 0x20, 8), 1 << 16))) else { return [] }
+            let stringsBase = link * sectionSize
+            let stringsOffset = integer(sections, stringsBase + 0x18, 8), stringsSize = integer(sections, stringsBase + 0x20, 8)
+            var result: [String] = []
+            for entry in stride(from: 0, to: dynamic.count - 15, by: 16) {
+                let tag = integer(dynamic, entry, 8)
+                if tag == 0 { break }
+                guard tag == 29 || tag == 15 else { continue }  // DT_RUNPATH, DT_RPATH
+                let offset = integer(dynamic, entry + 8, 8)
+                guard offset < stringsSize, let text = bytes(at: stringsOffset + offset, count: Int(min(stringsSize - offset, 4096))) else { continue }
+                let string = String(decoding: text.prefix { $0 != 0 }, as: UTF8.self)
+                result += string.split(separator: ":").map(String.init)
+            }
+            return result
+        }
+        return []
+    }
+}

@@ -1,0 +1,290 @@
+import Glibc
+import Logging
+import RemoteCore
+import Synchronization
+
+/// One running service process: the process (under bubblewrap, or not), the launcher's control
+/// connection on its fd 3, its captured output, its activity and how it ended.
+///
+/// Clients do not talk on the control connection: each gets its own socket, sent to the
+/// service in a `remoteview.connect` message (``openChannel(configuration:onRequest:onMessage:)``).
+final class ServiceInstance: Sendable {
+    let manifest: ServiceManifest
+    let process: ChildProcess
+    let control: Connection
+    let sandboxed: Bool
+    let launchedAt: ContinuousClock.Instant
+    private let captures: [OutputCapture]
+    private let logger: Logger
+    private let hostIdentifier: String
+    private let state = Mutex(State())
+
+    private struct State {
+        var outstanding = 0
+        var lastActivity = ContinuousClock.now
+        var clients = 0
+        var stopping: TerminationReason?
+        var ended: TerminationReason?
+        var nextWaiter = 0
+        var waiters: [Int: CheckedContinuation<TerminationReason?, Never>] = [:]
+    }
+
+    private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
+                 captures: [OutputCapture], logger: Logger, hostIdentifier: String) {
+        self.manifest = manifest
+        self.process = process
+        self.control = control
+        self.sandboxed = sandboxed
+        self.captures = captures
+        self.logger = logger
+        self.hostIdentifier = hostIdentifier
+        launchedAt = .now
+    }
+
+    /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``.
+    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, hostIdentifier: String,
+                       logger: Logger) async throws(RemoteError) -> ServiceInstance {
+        var environment = [
+            "LISTEN_FDS": "1",
+            "LISTEN_FDNAMES": "remoteview",
+            "PATH": "/usr/bin:/bin",
+            ServiceMainEnvironment.idleTimeout: Self.seconds(manifest.idleTimeout),
+        ]
+        let executable: String, arguments: [String]
+        switch sandbox {
+        case .bubblewrap(let path):
+            environment["HOME"] = "/tmp"
+            let command = BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest, environment: environment)
+            (executable, arguments) = (command.bubblewrap, command.arguments)
+            environment = [:]  // bubblewrap clears the service's environment and sets the above
+        case .unsandboxed:
+            logger.warning("launching without a sandbox (SandboxPolicy.unsandboxed): the service can read what the host can and reach the network")
+            (executable, arguments) = (manifest.executablePath, manifest.arguments)
+        }
+
+        do throws(SystemCallError) {
+            let pair = try SeqpacketSocket.pair()
+            let output = try Syscall.pipe(), errors = try Syscall.pipe()
+            var options = ChildProcess.Options()
+            options.descriptors = [-1, output.second.rawValue, errors.second.rawValue, pair.second.rawValue]
+            options.environment = environment
+            options.deathSignal = SIGKILL
+            options.newSession = sandbox == .unsandboxed  // bubblewrap's --new-session does it otherwise
+            options.limits = [
+                .init(resource: Int32(RLIMIT_NOFILE.rawValue), value: UInt64(manifest.limits.openFiles)),
+                .init(resource: Int32(RLIMIT_CPU.rawValue), value: UInt64(manifest.limits.cpuSeconds)),
+            ]
+            let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
+            var processLogger = logger
+            processLogger[metadataKey: "service"] = "\(manifest.identifier)"
+            processLogger[metadataKey: "pid"] = "\(process.pid)"
+            let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
+                            try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
+            let control = try Connection(socket: pair.first,
+                                         configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
+            return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
+                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier)
+        } catch {
+            throw RemoteError(.invalidated, "cannot start \(manifest.identifier) (\(executable)): \(error)")
+        }
+    }
+
+    // MARK: lifecycle
+
+    /// Serves the control connection and the captured output, enforces the idle timeout, and
+    /// returns how the process ended once it has been reaped.
+    func run(idleGrace: Duration) async -> TerminationReason {
+        let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
+            group.addTask {
+                do throws(RemoteError) {
+                    try await self.control.run()
+                } catch where error.code == .protocolViolation {
+                    await self.stop(TerminationReason(kind: .protocolViolation, detail: error.reason))
+                } catch {}
+            }
+            for capture in captures { group.addTask { await capture.run() } }
+            group.addTask { await self.enforceIdleTimeout(grace: idleGrace) }
+            let termination = await process.waitForExit()
+            let reason = classify(termination)
+            await control.close(reason: "the service process ended")
+            // The pipes reach EOF when the sandbox is gone; do not wait on a stray grandchild.
+            group.addTask {
+                try? await Task.sleep(for: .seconds(1))
+                for capture in self.captures { capture.stop() }
+            }
+            group.cancelAll()
+            return reason
+        }
+        let waiters = state.withLock { state in
+            state.ended = reason
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume(returning: reason) }
+        logger.info("service process ended: \(reason)")
+        return reason
+    }
+
+    private func classify(_ termination: Termination) -> TerminationReason {
+        // bubblewrap reports a service killed by signal N as exit status 128 + N.
+        var termination = termination
+        if sandboxed, case .exited(let code) = termination, code > 128, code < 128 + 65 {
+            termination = .killed(signal: code - 128, coreDumped: false)
+        }
+        if var requested = state.withLock({ $0.stopping }) {
+            requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
+            requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
+            requested.detail += " (then \(termination))"
+            return requested
+        }
+        if control.peerGoodbyeReason == FrameworkMessage.idleExitReason {
+            return TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout), it exited by itself (\(termination))")
+        }
+        if sandboxed, control.peer == nil,
+           let message = captures.last?.recentLines.last(where: { $0.hasPrefix("bwrap: ") }) {
+            return TerminationReason(kind: .sandboxRefused, detail: BubblewrapCommand.refusal(String(message.dropFirst(7))))
+        }
+        return .ended(termination)
+    }
+
+    /// Whether new clients can use this process.
+    var isUsable: Bool {
+        state.withLock { $0.stopping == nil && $0.ended == nil } && !control.isClosed
+    }
+
+    /// How it ended, once it has.
+    var ended: TerminationReason? { state.withLock { $0.ended } }
+
+    /// Waits until the process has ended and returns how; `nil` if `deadline` comes first.
+    func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
+        await withCheckedContinuation { continuation in
+            let (id, ended) = state.withLock { state -> (Int?, TerminationReason?) in
+                if let ended = state.ended { return (nil, ended) }
+                state.nextWaiter += 1
+                state.waiters[state.nextWaiter] = continuation
+                return (state.nextWaiter, nil)
+            }
+            guard let id else { return continuation.resume(returning: ended) }
+            if let deadline {
+                EventLoop.shared.schedule(at: deadline) { [weak self] in
+                    self?.state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: nil)
+                }
+            }
+        }
+    }
+
+    /// Ends the process: goodbye on the control connection (the service closes its clients and
+    /// exits), then `SIGTERM` to the service, then `SIGKILL`, each after `grace`.
+    func stop(_ reason: TerminationReason, grace: Duration = .seconds(2)) async {
+        let first = state.withLock { state -> Bool in
+            guard state.stopping == nil, state.ended == nil else { return false }
+            state.stopping = reason
+            return true
+        }
+        guard first else {
+            _ = await waitForEnd()
+            return
+        }
+        logger.info("stopping: \(reason)")
+        await control.close(reason: reason.detail)
+        if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
+        // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
+        let tree = process.processTree()
+        let targets = sandboxed ? Array(tree.dropFirst(2)) : [process.pid]
+        logger.warning("did not exit within \(grace) of goodbye; sending SIGTERM")
+        for pid in targets where pid > 0 { kill(pid, SIGTERM) }
+        if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
+        logger.warning("did not exit within \(grace) of SIGTERM; sending SIGKILL")
+        process.send(signal: SIGKILL)
+        _ = await waitForEnd()
+    }
+
+    // MARK: clients and activity
+
+    /// A new connection to the service for one client, over its own socket pair.
+    func openChannel(configuration: Connection.Configuration, onRequest: @escaping Connection.RequestHandler,
+                     onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
+        let connection: Connection, attachment: Attachment
+        do throws(SystemCallError) {
+            let pair = try SeqpacketSocket.pair()
+            attachment = Attachment(pair.second)
+            connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+        } catch {
+            throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")
+        }
+        try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
+        state.withLock { state in
+            state.clients += 1
+            state.lastActivity = .now
+        }
+        return connection
+    }
+
+    /// A client's connection closed; returns how many are left.
+    @discardableResult
+    func closeChannel() -> Int {
+        state.withLock { state in
+            state.clients -= 1
+            state.lastActivity = .now
+            return state.clients
+        }
+    }
+
+    /// A request started / ended (the idle clock).
+    func begin() {
+        state.withLock { state in
+            state.outstanding += 1
+            state.lastActivity = .now
+        }
+    }
+
+    func end() {
+        state.withLock { state in
+            state.outstanding -= 1
+            state.lastActivity = .now
+        }
+    }
+
+    /// Traffic other than requests (one-way messages).
+    func touch() {
+        state.withLock { $0.lastActivity = .now }
+    }
+
+    /// When the service should exit if nothing happens, or `nil` while a request is outstanding.
+    var idleDeadline: ContinuousClock.Instant? {
+        state.withLock { state in
+            state.outstanding > 0 || state.ended != nil ? nil : state.lastActivity.advanced(by: manifest.idleTimeout)
+        }
+    }
+
+    var clientCount: Int { state.withLock { $0.clients } }
+
+    /// The host's side of idle exit: a service that is still there `grace` after its idle
+    /// deadline is stopped.
+    private func enforceIdleTimeout(grace: Duration) async {
+        while !Task.isCancelled {
+            let wait = state.withLock { state -> Duration? in
+                if state.stopping != nil || state.ended != nil { return nil }
+                if state.outstanding > 0 { return manifest.idleTimeout + grace }
+                let idleFor = ContinuousClock.now - state.lastActivity
+                return idleFor >= manifest.idleTimeout + grace ? .zero : manifest.idleTimeout + grace - idleFor
+            }
+            guard let wait else { return }
+            if wait == .zero {
+                await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"))
+                return
+            }
+            try? await Task.sleep(for: wait)
+        }
+    }
+
+    private static func seconds(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        return String(Double(seconds) + Double(attoseconds) / 1e18)
+    }
+}
+
+/// Environment variables the launcher sets for the service SDK (`RemoteService` reads them).
+enum ServiceMainEnvironment {
+    static let idleTimeout = "REMOTEVIEW_IDLE_TIMEOUT"
+}

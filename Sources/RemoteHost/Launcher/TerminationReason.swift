@@ -1,0 +1,60 @@
+import Glibc
+
+/// Why a service process ended, as the launcher reports it (``LauncherEvent/terminated(identifier:pid:reason:)``,
+/// ``ServiceStatus/lastTermination``).
+public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The kind of ending.
+    public enum Kind: String, Sendable, Hashable, Codable {
+        /// It exited by itself with ``TerminationReason/exitCode`` (non-zero counts as a crash).
+        case exited
+        /// A signal killed it without the host asking (a crash).
+        case killed
+        /// It was idle for its idle timeout: it exited by itself, or the host stopped it.
+        case idleExit
+        /// It broke the protocol, and the host ended it.
+        case protocolViolation
+        /// It exceeded a resource limit (`SIGXCPU`, `SIGXFSZ`).
+        case limit
+        /// The host stopped it (``ServiceConnection/invalidate()``, launcher shut down).
+        case stopped
+        /// bubblewrap refused to create its sandbox; it never ran.
+        case sandboxRefused
+    }
+
+    public var kind: Kind
+    /// What happened, in words.
+    public var detail: String
+    /// The exit code, when it exited.
+    public var exitCode: Int32?
+    /// The signal, when one killed it.
+    public var signal: Int32?
+
+    public init(kind: Kind, detail: String, exitCode: Int32? = nil, signal: Int32? = nil) {
+        self.kind = kind
+        self.detail = detail
+        self.exitCode = exitCode
+        self.signal = signal
+    }
+
+    /// Whether this counts towards the crash-loop limit.
+    public var isCrash: Bool {
+        switch kind {
+        case .killed, .limit, .protocolViolation: true
+        case .exited: exitCode != 0
+        case .idleExit, .stopped, .sandboxRefused: false
+        }
+    }
+
+    public var description: String { "\(kind.rawValue): \(detail)" }
+
+    /// The reason for a process that ended by itself with `termination`.
+    static func ended(_ termination: Termination) -> TerminationReason {
+        switch termination {
+        case .exited(let code):
+            return TerminationReason(kind: .exited, detail: termination.description, exitCode: code)
+        case .killed(let signal, _):
+            let kind: Kind = signal == SIGXCPU || signal == SIGXFSZ ? .limit : .killed
+            return TerminationReason(kind: kind, detail: termination.description, signal: signal)
+        }
+    }
+}

@@ -1,0 +1,250 @@
+import FoundationEssentials
+
+/// What a service declares about itself: a JSON file beside its executable, like an XPC
+/// service's `Info.plist` or a launchd job's plist. The schema is in `docs/Manifest.md`.
+///
+/// ```json
+/// {
+///   "identifier": "com.example.echo",
+///   "executable": "echo-service",
+///   "display": { "title": "Echo" },
+///   "idleTimeout": 10
+/// }
+/// ```
+///
+/// Decoding checks every value and refuses unknown keys; a ``ManifestError`` names the file,
+/// the key and what was wrong.
+public struct ServiceManifest: Sendable, Hashable {
+    /// Reverse-DNS name hosts ask for, e.g. `com.example.share.mail`.
+    public var identifier: String
+    /// The executable as written in the manifest: relative to the manifest's folder, or absolute.
+    public var executable: String
+    /// `argv[1...]`.
+    public var arguments: [String]
+    /// How a host presents the service.
+    public var display: Display
+    /// When a share sheet offers the service; `nil`: never (a plain XPC-style service).
+    public var activation: Activation?
+    /// What the sandbox allows.
+    public var sandbox: Sandbox
+    /// After this long with no outstanding request and no traffic, the service exits.
+    public var idleTimeout: Duration
+    /// One process per connection, or one shared by every connection of the host.
+    public var instances: InstancePolicy
+    /// Resource limits for the process.
+    public var limits: Limits
+
+    /// The manifest file this came from, and the absolute executable path (resolved by the registry).
+    public var file: String = ""
+    public var executablePath: String = ""
+    /// The icon's absolute path, if one is named.
+    public var iconPath: String?
+
+    /// Display metadata.
+    public struct Display: Sendable, Hashable, Codable {
+        public var title: String
+        public var subtitle: String?
+        /// A PNG, relative to the manifest's folder.
+        public var icon: String?
+    }
+
+    /// Which shared items activate the service: it is offered when every item matches one of
+    /// these rules and each rule's count is within its bounds.
+    public struct Activation: Sendable, Hashable, Codable {
+        public var contentTypes: [ContentTypeRule]
+    }
+
+    /// A content type (e.g. `public.plain-text`, `public.png`; `public.*` style prefixes allowed
+    /// with a trailing `*`) and how many items of it the service takes.
+    public struct ContentTypeRule: Sendable, Hashable, Codable {
+        public var type: String
+        public var min: Int
+        public var max: Int
+    }
+
+    /// Sandbox entitlements.
+    public struct Sandbox: Sendable, Hashable, Codable {
+        /// Whether the service shares the host's network namespace (else it has loopback only).
+        public var network: Bool
+        /// Absolute host paths bound read-only at the same place inside the sandbox.
+        public var readOnlyPaths: [String]
+
+        public init(network: Bool = false, readOnlyPaths: [String] = []) {
+            self.network = network
+            self.readOnlyPaths = readOnlyPaths
+        }
+    }
+
+    /// ``ServiceManifest/instances``.
+    public enum InstancePolicy: String, Sendable, Hashable, Codable {
+        /// Each connection gets its own process.
+        case perConnection
+        /// All of a host's connections share one process (each over its own socket).
+        case shared
+    }
+
+    /// Resource limits. `openFiles` and `cpuSeconds` are applied as rlimits at start; memory and
+    /// processes are validated and reported, and enforced once the launcher uses cgroups.
+    public struct Limits: Sendable, Hashable, Codable {
+        public var memoryMiB: Int
+        public var openFiles: Int
+        public var processes: Int
+        public var cpuSeconds: Int
+
+        public init(memoryMiB: Int = 512, openFiles: Int = 256, processes: Int = 64, cpuSeconds: Int = 3600) {
+            self.memoryMiB = memoryMiB
+            self.openFiles = openFiles
+            self.processes = processes
+            self.cpuSeconds = cpuSeconds
+        }
+    }
+}
+
+// MARK: decoding with validation
+
+extension ServiceManifest: Decodable {
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case identifier, executable, arguments, display, activation, sandbox, idleTimeout, instances, limits
+    }
+
+    /// The default ``idleTimeout``.
+    public static let defaultIdleTimeout: Duration = .seconds(30)
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        identifier = try container.decode(String.self, forKey: .identifier)
+        try container.check(Self.isReverseDNS(identifier), .identifier,
+                            "\"\(identifier)\" is not a reverse-DNS identifier (two or more dot-separated labels of letters, digits and '-', at most \(WireLimits.maxIdentifierLength) bytes)")
+        executable = try container.decode(String.self, forKey: .executable)
+        try container.check(!executable.isEmpty && !executable.contains("\0"), .executable, "must be a non-empty path")
+        arguments = try container.decodeIfPresent([String].self, forKey: .arguments) ?? []
+        try container.check(arguments.count <= 64 && arguments.allSatisfy { $0.utf8.count <= 4096 && !$0.contains("\0") },
+                            .arguments, "at most 64 arguments of at most 4096 bytes, without NUL")
+        display = try container.decode(Display.self, forKey: .display)
+        activation = try container.decodeIfPresent(Activation.self, forKey: .activation)
+        sandbox = try container.decodeIfPresent(Sandbox.self, forKey: .sandbox) ?? Sandbox()
+        if let seconds = try container.decodeIfPresent(Double.self, forKey: .idleTimeout) {
+            try container.check(seconds > 0 && seconds <= 86_400, .idleTimeout, "\(seconds) is not a number of seconds in (0, 86400]")
+            idleTimeout = .milliseconds(Int64((seconds * 1000).rounded(.up)))
+        } else {
+            idleTimeout = Self.defaultIdleTimeout
+        }
+        instances = try container.decodeIfPresent(InstancePolicy.self, forKey: .instances) ?? .shared
+        limits = try container.decodeIfPresent(Limits.self, forKey: .limits) ?? Limits()
+    }
+
+    static func isReverseDNS(_ identifier: String) -> Bool {
+        guard identifier.utf8.count <= WireLimits.maxIdentifierLength else { return false }
+        let labels = identifier.split(separator: ".", omittingEmptySubsequences: false)
+        return labels.count >= 2 && labels.allSatisfy { label in
+            !label.isEmpty && label.first != "-" && label.last != "-"
+                && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
+        }
+    }
+}
+
+extension ServiceManifest.Display {
+    enum CodingKeys: String, CodingKey, CaseIterable { case title, subtitle, icon }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        title = try container.decode(String.self, forKey: .title)
+        try container.check(!title.isEmpty && title.utf8.count <= 200, .title, "must be 1 to 200 bytes")
+        subtitle = try container.decodeIfPresent(String.self, forKey: .subtitle)
+        try container.check((subtitle?.utf8.count ?? 0) <= 400, .subtitle, "must be at most 400 bytes")
+        icon = try container.decodeIfPresent(String.self, forKey: .icon)
+        try container.check(icon.map { !$0.isEmpty && !$0.contains("\0") } ?? true, .icon, "must be a non-empty path")
+    }
+}
+
+extension ServiceManifest.Activation {
+    enum CodingKeys: String, CodingKey, CaseIterable { case contentTypes }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        contentTypes = try container.decode([ServiceManifest.ContentTypeRule].self, forKey: .contentTypes)
+        try container.check(!contentTypes.isEmpty && contentTypes.count <= 32, .contentTypes, "must list 1 to 32 rules")
+    }
+}
+
+extension ServiceManifest.ContentTypeRule {
+    enum CodingKeys: String, CodingKey, CaseIterable { case type, min, max }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        type = try container.decode(String.self, forKey: .type)
+        let valid = !type.isEmpty && type.utf8.count <= 128
+            && type.dropLast(type.hasSuffix("*") ? 1 : 0).unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "." || $0 == "-") }
+        try container.check(valid, .type, "\"\(type)\" is not a content type (letters, digits, '.', '-', an optional trailing '*')")
+        min = try container.decodeIfPresent(Int.self, forKey: .min) ?? 1
+        max = try container.decodeIfPresent(Int.self, forKey: .max) ?? min
+        try container.check(min >= 0 && min <= 1000, .min, "\(min) is not in 0...1000")
+        try container.check(max >= Swift.max(min, 1) && max <= 1000, .max, "\(max) is not in \(Swift.max(min, 1))...1000 (at least min and 1)")
+    }
+}
+
+extension ServiceManifest.Sandbox {
+    enum CodingKeys: String, CodingKey, CaseIterable { case network, readOnlyPaths }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        network = try container.decodeIfPresent(Bool.self, forKey: .network) ?? false
+        readOnlyPaths = try container.decodeIfPresent([String].self, forKey: .readOnlyPaths) ?? []
+        for path in readOnlyPaths {
+            let parts = path.split(separator: "/")
+            try container.check(path.hasPrefix("/") && !parts.contains("..") && !parts.contains(".") && !path.contains("\0") && parts.count >= 1,
+                                .readOnlyPaths, "\"\(path)\" is not a normalised absolute path below /")
+        }
+    }
+}
+
+extension ServiceManifest.Limits {
+    enum CodingKeys: String, CodingKey, CaseIterable { case memoryMiB, openFiles, processes, cpuSeconds }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownKeys(CodingKeys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let defaults = Self()
+        memoryMiB = try container.decodeIfPresent(Int.self, forKey: .memoryMiB) ?? defaults.memoryMiB
+        openFiles = try container.decodeIfPresent(Int.self, forKey: .openFiles) ?? defaults.openFiles
+        processes = try container.decodeIfPresent(Int.self, forKey: .processes) ?? defaults.processes
+        cpuSeconds = try container.decodeIfPresent(Int.self, forKey: .cpuSeconds) ?? defaults.cpuSeconds
+        try container.check((16...65_536).contains(memoryMiB), .memoryMiB, "\(memoryMiB) is not in 16...65536")
+        try container.check((16...65_536).contains(openFiles), .openFiles, "\(openFiles) is not in 16...65536")
+        try container.check((1...4096).contains(processes), .processes, "\(processes) is not in 1...4096")
+        try container.check((1...86_400).contains(cpuSeconds), .cpuSeconds, "\(cpuSeconds) is not in 1...86400")
+    }
+}
+
+// MARK: helpers
+
+private struct AnyKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
+}
+
+extension Decoder {
+    /// Throws for the first key of this object that `Keys` does not name.
+    fileprivate func rejectUnknownKeys<Keys: CodingKey & CaseIterable>(_ keys: Keys.Type) throws {
+        let container = try self.container(keyedBy: AnyKey.self)
+        for key in container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) where Keys(stringValue: key.stringValue) == nil {
+            let known = Keys.allCases.map(\.stringValue).joined(separator: ", ")
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key],
+                                                    debugDescription: "unknown key (this object takes \(known))"))
+        }
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// Throws a `DecodingError` naming `key` with `reason` unless `condition` holds.
+    fileprivate func check(_ condition: Bool, _ key: Key, _ reason: @autoclosure () -> String) throws {
+        if !condition { throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: reason()) }
+    }
+}

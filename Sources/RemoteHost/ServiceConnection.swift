@@ -1,0 +1,260 @@
+import RemoteCore
+import Synchronization
+
+/// A host's connection to a service by name, with XPC's semantics: the service process is
+/// launched on first use, relaunched on the next message after it crashed or exited idle, and
+/// the connection object survives all of that.
+///
+/// ```swift
+/// let mail = launcher.connection(to: "com.example.share.mail")
+/// let reply = try await mail.request(ServiceMessage(type: "compose", text: "hello"))
+/// for await event in mail.events { ... }   // .interrupted, then finally .invalidated
+/// ```
+///
+/// - ``Event/interrupted(_:)``: the service died (or broke the protocol and was ended);
+///   requests outstanding at that moment failed with ``RemoteError/Code/interrupted``. The next
+///   message relaunches it.
+/// - ``Event/invalidated(_:)``: the connection can never work (unknown service, invalid
+///   manifest, sandbox refused, crash loop, ``invalidate()``, launcher shut down). Always the
+///   last event; every call from then on throws ``RemoteError/Code/invalidated``.
+public final class ServiceConnection: Sendable {
+    /// Lifecycle events, in order. ``events`` finishes after ``invalidated(_:)``.
+    public enum Event: Sendable {
+        case interrupted(RemoteError)
+        case invalidated(RemoteError)
+    }
+
+    /// The service's identifier.
+    public let identifier: String
+    /// Lifecycle events (single consumer).
+    public let events: AsyncStream<Event>
+
+    private let launcher: Launcher
+    private let onRequest: Connection.RequestHandler
+    private let onMessage: Connection.MessageHandler
+    private let eventSink: AsyncStream<Event>.Continuation
+    private let state = Mutex(State())
+
+    private struct State {
+        var channel: Channel?
+        var connecting = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var invalidation: RemoteError?
+        var registered = false
+    }
+
+    /// One connection to one process of the service.
+    private final class Channel: Sendable {
+        let instance: ServiceInstance
+        let connection: Connection
+        init(instance: ServiceInstance, connection: Connection) {
+            self.instance = instance
+            self.connection = connection
+        }
+    }
+
+    init(identifier: String, launcher: Launcher, onRequest: @escaping Connection.RequestHandler,
+         onMessage: @escaping Connection.MessageHandler) {
+        self.identifier = identifier
+        self.launcher = launcher
+        self.onRequest = onRequest
+        self.onMessage = onMessage
+        (events, eventSink) = AsyncStream.makeStream()
+    }
+
+    /// The pid of the process serving this connection right now (bubblewrap's when sandboxed),
+    /// or `nil` when none is.
+    public var processIdentifier: Int32? {
+        state.withLock { state in
+            guard let channel = state.channel, channel.instance.ended == nil else { return nil }
+            return channel.instance.process.pid
+        }
+    }
+
+    /// Sends `message` as a request and waits for the reply, launching the service if needed.
+    ///
+    /// - Throws: ``RemoteError``: `interrupted` if the service died first, `invalidated` if it
+    ///   can never be reached, `timeout`, `cancelled`, `remoteError` (the service's own failure),
+    ///   `protocolViolation`.
+    public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {
+        var retried = false
+        while true {
+            let channel = try await currentChannel()
+            channel.instance.begin()
+            do {
+                let reply = try await channel.connection.request(message, timeout: timeout)
+                channel.instance.end()
+                return reply
+            } catch {
+                channel.instance.end()
+                // The service exited idle just as this was sent: it never saw it, so send it once
+                // more, to a new process.
+                if !retried, channel.connection.peerGoodbyeReason == FrameworkMessage.idleExitReason {
+                    retried = true
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    /// Sends a one-way message, launching the service if needed; returns once it is sent.
+    public func send(_ message: ServiceMessage) async throws(RemoteError) {
+        let channel = try await currentChannel()
+        channel.instance.touch()
+        try await channel.connection.send(message)
+    }
+
+    /// Ends the connection for good: it is closed in order, and the service process is stopped
+    /// (goodbye → SIGTERM → SIGKILL) unless other connections share it. Idempotent.
+    public func invalidate() async {
+        let error = RemoteError(.invalidated, "the connection to \(identifier) was invalidated by the host")
+        let (channel, first) = state.withLock { state -> (Channel?, Bool) in
+            guard state.invalidation == nil else { return (nil, false) }
+            state.invalidation = error
+            defer { state.channel = nil }
+            return (state.channel, true)
+        }
+        guard first else { return }
+        eventSink.yield(.invalidated(error))
+        eventSink.finish()
+        await launcher.unregister(self)
+        guard let channel else { return }
+        await channel.connection.close(reason: "invalidated by the host")
+        if channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1 {
+            await channel.instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"),
+                                        grace: launcher.configuration.stopGracePeriod)
+        }
+    }
+
+    /// Called by the launcher when the service can never be launched again.
+    nonisolated func invalidated(by error: RemoteError) {
+        let (channel, first) = state.withLock { state -> (Channel?, Bool) in
+            guard state.invalidation == nil else { return (nil, false) }
+            state.invalidation = error
+            defer { state.channel = nil }
+            return (state.channel, true)
+        }
+        guard first else { return }
+        eventSink.yield(.invalidated(error))
+        eventSink.finish()
+        if let channel { _ = launcher.submit { await channel.connection.close(reason: error.reason) } }
+    }
+
+    // MARK: channels
+
+    private enum Next {
+        case use(Channel)
+        case fail(RemoteError)
+        case wait
+        case connect
+    }
+
+    /// The open channel, or a new one (launching the service if needed). One caller connects;
+    /// concurrent callers wait for it.
+    private func currentChannel() async throws(RemoteError) -> Channel {
+        while true {
+            let next = state.withLock { state -> Next in
+                if let invalidation = state.invalidation { return .fail(invalidation) }
+                if let channel = state.channel, !channel.connection.isClosed, channel.instance.isUsable { return .use(channel) }
+                if state.connecting { return .wait }
+                state.connecting = true
+                return .connect
+            }
+            switch next {
+            case .use(let channel):
+                return channel
+            case .fail(let error):
+                throw error
+            case .wait:
+                await withCheckedContinuation { continuation in
+                    let ready = state.withLock { state in
+                        if !state.connecting { return true }
+                        state.waiters.append(continuation)
+                        return false
+                    }
+                    if ready { continuation.resume() }
+                }
+            case .connect:
+                defer {
+                    let waiters = state.withLock { state in
+                        state.connecting = false
+                        defer { state.waiters.removeAll() }
+                        return state.waiters
+                    }
+                    for waiter in waiters { waiter.resume() }
+                }
+                do {
+                    let channel = try await connect()
+                    let accepted = state.withLock { state -> Bool in
+                        guard state.invalidation == nil else { return false }
+                        state.channel = channel
+                        return true
+                    }
+                    if !accepted { await channel.connection.close(reason: "invalidated") }
+                    return channel
+                } catch {
+                    if error.code == .invalidated {
+                        invalidated(by: error)
+                    } else if error.code == .interrupted {
+                        eventSink.yield(.interrupted(error))
+                    }
+                    throw error
+                }
+            }
+        }
+    }
+
+    private func connect() async throws(RemoteError) -> Channel {
+        if !state.withLock({ $0.registered }) {
+            try await launcher.register(self)
+            state.withLock { $0.registered = true }
+        }
+        let instance = try await launcher.instance(for: self)
+        let onMessage = self.onMessage
+        let connection = try await instance.openChannel(
+            configuration: .init(role: .host, identifier: launcher.configuration.hostIdentifier),
+            onRequest: onRequest,
+            onMessage: { [weak instance] message in
+                instance?.touch()
+                await onMessage(message)
+            })
+        let channel = Channel(instance: instance, connection: connection)
+        guard launcher.submit({ await self.serve(channel) }) else {
+            throw RemoteError(.invalidated, "the launcher shut down")
+        }
+        return channel
+    }
+
+    /// Runs one channel until it closes, and reports how, if it matters to the user.
+    private func serve(_ channel: Channel) async {
+        var failure: RemoteError?
+        do throws(RemoteError) {
+            try await channel.connection.run()
+        } catch {
+            failure = error
+        }
+        channel.instance.closeChannel()
+        let current = state.withLock { state -> Bool in
+            guard state.channel === channel else { return false }
+            state.channel = nil
+            return state.invalidation == nil
+        }
+        guard current else { return }
+        let goodbye = channel.connection.peerGoodbyeReason
+        if let failure {
+            if failure.code == .protocolViolation {
+                await channel.instance.stop(TerminationReason(kind: .protocolViolation, detail: failure.reason),
+                                            grace: launcher.configuration.stopGracePeriod)
+            }
+            // Say how the process ended, if it ends promptly (it normally has already).
+            var error = failure
+            if failure.code == .interrupted, let reason = await channel.instance.waitForEnd(until: .now.advanced(by: .seconds(1))) {
+                error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
+            }
+            eventSink.yield(.interrupted(error))
+        } else if let goodbye, goodbye != FrameworkMessage.idleExitReason {
+            eventSink.yield(.interrupted(RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")))
+        }
+    }
+}
