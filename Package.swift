@@ -93,7 +93,10 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["RemoteHost", "RemoteCore", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host"]
+            dependencies: [
+                "RemoteHost", "RemoteCore", "CProto", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
     ]
 )

@@ -258,12 +258,12 @@ public actor Launcher {
         } else {
             records[identifier]!.perConnection[owner] = instance
         }
-        let grace = configuration.idleGracePeriod
+        let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
         let started = submit { [weak self] in
-            let reason = await instance.run(idleGrace: grace)
+            let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
             await self?.accountFor(instance, reason: reason, owner: owner)
         }
-        if !started { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down")) }
+        if !started { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace) }
         configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
         broadcast(.launched(identifier: identifier, pid: instance.process.pid))
         return instance

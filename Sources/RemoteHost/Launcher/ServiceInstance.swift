@@ -93,19 +93,30 @@ final class ServiceInstance: Sendable {
 
     /// Serves the control connection and the captured output, enforces the idle timeout, and
     /// returns how the process ended once it has been reaped.
-    func run(idleGrace: Duration) async -> TerminationReason {
+    func run(idleGrace: Duration, stopGrace: Duration) async -> TerminationReason {
         let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
             group.addTask {
                 do throws(RemoteError) {
                     try await self.control.run()
                 } catch where error.code == .protocolViolation {
-                    await self.stop(TerminationReason(kind: .protocolViolation, detail: error.reason))
+                    await self.stop(TerminationReason(kind: .protocolViolation, detail: error.reason), grace: stopGrace)
                 } catch {}
+                // Without its main connection a service is unreachable: it must exit now.
+                if await self.waitForEnd(until: .now.advanced(by: stopGrace)) == nil {
+                    await self.stop(TerminationReason(kind: .stopped, detail: "it closed its main connection but did not exit"), grace: stopGrace)
+                }
             }
             for capture in captures { group.addTask { await capture.run() } }
-            group.addTask { await self.enforceIdleTimeout(grace: idleGrace) }
+            group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             let termination = await process.waitForExit()
             let reason = classify(termination)
+            // Published before the tasks above finish: a stop() in one of them waits for it.
+            let waiters = state.withLock { state in
+                state.ended = reason
+                defer { state.waiters.removeAll() }
+                return Array(state.waiters.values)
+            }
+            for waiter in waiters { waiter.resume(returning: reason) }
             await control.close(reason: "the service process ended")
             // The pipes reach EOF when the sandbox is gone; do not wait on a stray grandchild.
             group.addTask {
@@ -115,12 +126,6 @@ final class ServiceInstance: Sendable {
             group.cancelAll()
             return reason
         }
-        let waiters = state.withLock { state in
-            state.ended = reason
-            defer { state.waiters.removeAll() }
-            return Array(state.waiters.values)
-        }
-        for waiter in waiters { waiter.resume(returning: reason) }
         logger.info("service process ended: \(reason)")
         return reason
     }
@@ -131,14 +136,14 @@ final class ServiceInstance: Sendable {
         if sandboxed, case .exited(let code) = termination, code > 128, code < 128 + 65 {
             termination = .killed(signal: code - 128, coreDumped: false)
         }
+        if control.peerGoodbyeReason == FrameworkMessage.idleExitReason {
+            return TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout), it exited by itself (\(termination))")
+        }
         if var requested = state.withLock({ $0.stopping }) {
             requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
             requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
             requested.detail += " (then \(termination))"
             return requested
-        }
-        if control.peerGoodbyeReason == FrameworkMessage.idleExitReason {
-            return TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout), it exited by itself (\(termination))")
         }
         if sandboxed, control.peer == nil,
            let message = captures.last?.recentLines.last(where: { $0.hasPrefix("bwrap: ") }) {
@@ -175,7 +180,7 @@ final class ServiceInstance: Sendable {
 
     /// Ends the process: goodbye on the control connection (the service closes its clients and
     /// exits), then `SIGTERM` to the service, then `SIGKILL`, each after `grace`.
-    func stop(_ reason: TerminationReason, grace: Duration = .seconds(2)) async {
+    func stop(_ reason: TerminationReason, grace: Duration) async {
         let first = state.withLock { state -> Bool in
             guard state.stopping == nil, state.ended == nil else { return false }
             state.stopping = reason
@@ -212,7 +217,13 @@ final class ServiceInstance: Sendable {
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")
         }
-        try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
+        do {
+            try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
+        } catch {
+            // The process is ending (it never handshook, or its main connection closed): say how.
+            let reason = await waitForEnd()
+            throw RemoteError(.interrupted, "\(manifest.identifier) ended before it could be reached: \(reason.map { "\($0)" } ?? error.reason)")
+        }
         state.withLock { state in
             state.clients += 1
             state.lastActivity = .now
@@ -261,7 +272,7 @@ final class ServiceInstance: Sendable {
 
     /// The host's side of idle exit: a service that is still there `grace` after its idle
     /// deadline is stopped.
-    private func enforceIdleTimeout(grace: Duration) async {
+    private func enforceIdleTimeout(grace: Duration, stopGrace: Duration) async {
         while !Task.isCancelled {
             let wait = state.withLock { state -> Duration? in
                 if state.stopping != nil || state.ended != nil { return nil }
@@ -271,7 +282,8 @@ final class ServiceInstance: Sendable {
             }
             guard let wait else { return }
             if wait == .zero {
-                await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"))
+                await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"),
+                           grace: stopGrace)
                 return
             }
             try? await Task.sleep(for: wait)

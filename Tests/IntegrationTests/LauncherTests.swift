@@ -1,0 +1,422 @@
+import CProto
+import Glibc
+import Logging
+import RemoteHost
+import RemoteTestSupport
+import Synchronization
+import Testing
+
+/// The launcher across real processes, sandbox on: the fixture service started on demand under
+/// bubblewrap from manifests the tests write. Every test checks for leaked fds and children.
+@Suite("Launcher", .serialized)
+struct LauncherTests {
+    /// Launcher settings that keep the tests fast: short backoff and grace periods.
+    static func fastConfiguration(_ logger: Logger = Logger(label: "tests")) -> Launcher.Configuration {
+        var logger = logger
+        logger.logLevel = .warning
+        return Launcher.Configuration(hostIdentifier: "com.example.tests", backoff: .milliseconds(20),
+                               minimumRelaunchInterval: .milliseconds(10), crashLoopLimit: 3,
+                               stopGracePeriod: .milliseconds(500), idleGracePeriod: .milliseconds(300), logger: logger)
+    }
+
+    /// Writes `manifests` into a fresh folder, runs a launcher over it for `body`, removes the
+    /// folder, and checks that nothing leaked.
+    @discardableResult
+    func withServices<R: Sendable>(_ manifests: [String: String], within deadline: Duration = .seconds(20),
+                                   configuration: Launcher.Configuration = fastConfiguration(),
+                                   _ body: @escaping @Sendable (Launcher, ServiceFolder) async throws -> R) async throws -> R {
+        let folder = try ServiceFolder(manifests)
+        defer { folder.remove() }
+        return try await withoutLeaks(within: deadline) {
+            try await withLauncher(registry: ServiceRegistry(scanning: [folder.path]), configuration: configuration) { launcher in
+                try await body(launcher, folder)
+            }
+        }
+    }
+
+    @Test("nothing starts until the first message; then the service runs sandboxed and answers")
+    func launchOnFirstMessage() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let children = childProcesses()
+            let connection = launcher.connection(to: "com.example.test")
+            #expect(childProcesses() == children, "a connection alone must not start anything")
+            #expect(await launcher.status().first?.state == .notRunning)
+
+            let reply = try await connection.request(ServiceMessage(type: "echo", text: "hello"))
+            #expect(reply.text == "hello")
+            let pid = try #require(connection.processIdentifier)
+            #expect(childProcesses().contains(pid))
+            let status = try #require(await launcher.status().first)
+            #expect(status.state == .running && status.launches == 1)
+            #expect(status.processes.first?.sandboxed == true)
+            #expect(status.processes.first?.residentBytes ?? 0 > 0)
+            // Inside the pid namespace the service is not the host's child's pid.
+            let inner = try await connection.request(ServiceMessage(type: "pid")).text
+            #expect(inner != String(pid))
+        }
+    }
+
+    @Test("inside the sandbox: no host files, no host environment, loopback only")
+    func sandboxConfines() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, folder in
+            let secret = "/tmp/remoteview-secret-\(getpid())"
+            let fd = open(secret, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            #expect(fd >= 0)
+            close(fd)
+            defer { unlink(secret) }
+            setenv("REMOTEVIEW_TEST_SECRET", "host-only", 1)
+            defer { unsetenv("REMOTEVIEW_TEST_SECRET") }
+
+            let connection = launcher.connection(to: "com.example.test")
+            func stat(_ path: String) async throws -> String? {
+                try await connection.request(ServiceMessage(type: "stat", text: path)).text
+            }
+            #expect(try await stat(secret)?.hasPrefix("absent") == true, "the host's /tmp is private")
+            #expect(try await stat(folder.path)?.hasPrefix("absent") == true, "the manifest folder is not bound")
+            #expect(try await stat("/root")?.hasPrefix("absent") == true, "no host home")
+            #expect(try await stat("/etc/passwd")?.hasPrefix("absent") == true, "no host /etc")
+            #expect(try await stat("/usr/lib")?.hasPrefix("exists") == true, "the read-only system is there")
+            #expect(try await connection.request(ServiceMessage(type: "interfaces")).text == "lo")
+            let environment = try await connection.request(ServiceMessage(type: "environment")).text ?? ""
+            #expect(!environment.contains("REMOTEVIEW_TEST_SECRET"))
+            #expect(!environment.contains("LISTEN_FDS"), "the SDK clears LISTEN_* once it took fd 3")
+        }
+    }
+
+    @Test("a manifest entitled to the network shares the host's interfaces")
+    func networkEntitlement() async throws {
+        let hostInterfaces = Self.interfaces()
+        try await withServices(["test.json": ServiceFolder.manifest(extra: #""sandbox": {"network": true}"#)]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let interfaces = try await connection.request(ServiceMessage(type: "interfaces")).text
+            #expect(interfaces == hostInterfaces)
+        }
+    }
+
+    @Test("idle exit: the process exits by itself and is reaped; the next message relaunches it")
+    func idleExit() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest(idleTimeout: 0.3)]) { launcher, _ in
+            let events = launcher.events()
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "echo", text: "one"))
+            let first = try #require(connection.processIdentifier)
+            let reason = try #require(await Self.termination(of: first, in: events))
+            #expect(reason.kind == .idleExit)
+            #expect(reason.detail.contains("exited by itself"))
+            #expect(!childProcesses().contains(first), "the idle process is reaped")
+
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "two")).text == "two")
+            let second = try #require(connection.processIdentifier)
+            #expect(second != first)
+            #expect(await launcher.status().first?.launches == 2)
+        }
+    }
+
+    @Test("a service that ignores its idle timeout is stopped by the host")
+    func hostEnforcesIdle() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest(mode: "ignore-idle", idleTimeout: 0.2)]) { launcher, _ in
+            let events = launcher.events()
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let pid = try #require(connection.processIdentifier)
+            let reason = try #require(await Self.termination(of: pid, in: events))
+            #expect(reason.kind == .idleExit)
+            #expect(reason.detail.contains("stopped by the host"))
+        }
+    }
+
+    @Test("kill -9: the outstanding request fails with interrupted, an event says so, the next request relaunches")
+    func killedService() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let servicePid = try #require(await launcher.status().first?.processes.first?.servicePid)
+            let first = try #require(connection.processIdentifier)
+
+            async let outstanding: RemoteError? = {
+                do { _ = try await connection.request(ServiceMessage(type: "sleep")); return nil } catch let error as RemoteError { return error } catch { return nil }
+            }()
+            kill(servicePid, SIGKILL)
+            let error = await outstanding
+            #expect(error?.code == .interrupted)
+
+            var iterator = connection.events.makeAsyncIterator()
+            guard case .interrupted(let event) = await iterator.next() else {
+                Issue.record("expected an interrupted event")
+                return
+            }
+            #expect(event.reason.contains("signal 9"), "\(event.reason)")
+
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "again")).text == "again")
+            #expect(connection.processIdentifier != first)
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 2 && status.crashes == 1)
+            #expect(status.lastTermination?.kind == .killed && status.lastTermination?.signal == SIGKILL)
+        }
+    }
+
+    @Test("a service that crashes at start-up is relaunched with backoff, then invalidated as a crash loop")
+    func crashLoop() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest(mode: "exit")]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            var failures: [RemoteError.Code] = []
+            for _ in 0..<10 {
+                do {
+                    _ = try await connection.request(ServiceMessage(type: "echo"))
+                    Issue.record("the crashing service answered")
+                } catch let error as RemoteError {
+                    failures.append(error.code)
+                    if error.code == .invalidated {
+                        #expect(error.reason.contains("crash loop"), "\(error.reason)")
+                        #expect(error.reason.contains("exited with code 7"), "\(error.reason)")
+                        break
+                    }
+                }
+            }
+            #expect(failures == [.interrupted, .interrupted, .interrupted, .invalidated])
+            var events: [ServiceConnection.Event] = []
+            for await event in connection.events { events.append(event) }
+            #expect(events.count == 4)
+            guard case .invalidated(let last) = events.last else { Issue.record("invalidated must come last"); return }
+            #expect(last.reason.contains("crash loop"))
+            let status = try #require(await launcher.status().first)
+            #expect(status.state == .invalidated && status.launches == 3 && status.crashes == 3)
+        }
+    }
+
+    @Test("an unknown service and an invalid manifest invalidate the connection with the reason")
+    func unknownAndInvalid() async throws {
+        let invalid = ServiceFolder.manifest(identifier: "com.example.broken", extra: #""colour": "blue""#)
+        try await withServices(["broken.json": invalid]) { launcher, folder in
+            let unknown = launcher.connection(to: "com.example.nothing")
+            let error = await #expect(throws: RemoteError.self) { try await unknown.request(ServiceMessage(type: "echo")) }
+            #expect(error?.code == .invalidated)
+            #expect(error?.reason.contains("no service \"com.example.nothing\"") == true, "\(error?.reason ?? "")")
+            var iterator = unknown.events.makeAsyncIterator()
+            guard case .invalidated = await iterator.next() else { Issue.record("expected invalidated"); return }
+            #expect(await iterator.next() == nil, "invalidated is the last event")
+
+            let broken = launcher.connection(to: "com.example.broken")
+            let brokenError = await #expect(throws: RemoteError.self) { try await broken.send(ServiceMessage(type: "echo")) }
+            #expect(brokenError?.code == .invalidated)
+            #expect(brokenError?.reason.contains("\(folder.path)/broken.json: colour: unknown key") == true, "\(brokenError?.reason ?? "")")
+        }
+    }
+
+    @Test("bubblewrap missing: invalidated with what to do, never an unsandboxed fallback")
+    func bubblewrapMissing() async throws {
+        var configuration = Self.fastConfiguration()
+        configuration.sandbox = .bubblewrap(path: "/nonexistent/bwrap")
+        try await withServices(["test.json": ServiceFolder.manifest()], configuration: configuration) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let error = await #expect(throws: RemoteError.self) { try await connection.request(ServiceMessage(type: "echo")) }
+            #expect(error?.code == .invalidated)
+            #expect(error?.reason.contains("apt-get install bubblewrap") == true, "\(error?.reason ?? "")")
+            #expect(await launcher.status().first?.launches == 0)
+        }
+    }
+
+    @Test("invalidate(): goodbye, and a service that ignores it and SIGTERM is killed")
+    func invalidateStops() async throws {
+        let manifests = ["polite.json": ServiceFolder.manifest(identifier: "com.example.polite"),
+                         "stubborn.json": ServiceFolder.manifest(identifier: "com.example.stubborn", mode: "ignore-goodbye")]
+        try await withServices(manifests) { launcher, _ in
+            let events = launcher.events()
+            let polite = launcher.connection(to: "com.example.polite")
+            _ = try await polite.request(ServiceMessage(type: "echo"))
+            let politePid = try #require(polite.processIdentifier)
+            await polite.invalidate()
+            let politeEnd = try #require(await Self.termination(of: politePid, in: events))
+            #expect(politeEnd.kind == .stopped && politeEnd.exitCode == 0, "\(politeEnd)")
+            let error = await #expect(throws: RemoteError.self) { try await polite.request(ServiceMessage(type: "echo")) }
+            #expect(error?.code == .invalidated)
+
+            let stubborn = launcher.connection(to: "com.example.stubborn")
+            _ = try await stubborn.request(ServiceMessage(type: "echo"))
+            let stubbornPid = try #require(stubborn.processIdentifier)
+            await stubborn.invalidate()
+            let stubbornEnd = try #require(await Self.termination(of: stubbornPid, in: events))
+            #expect(stubbornEnd.kind == .stopped && stubbornEnd.signal == SIGKILL, "\(stubbornEnd)")
+        }
+    }
+
+    @Test("a service that breaks the protocol is ended with the reason; others are unaffected")
+    func protocolViolation() async throws {
+        let manifests = ["bad.json": ServiceFolder.manifest(identifier: "com.example.bad", mode: "garbage"),
+                         "good.json": ServiceFolder.manifest(identifier: "com.example.good")]
+        try await withServices(manifests) { launcher, _ in
+            let events = launcher.events()
+            let good = launcher.connection(to: "com.example.good")
+            _ = try await good.request(ServiceMessage(type: "echo"))
+            let bad = launcher.connection(to: "com.example.bad")
+            await #expect(throws: RemoteError.self) { try await bad.request(ServiceMessage(type: "echo")) }
+            var reason: TerminationReason?
+            for await event in events {
+                if case .terminated("com.example.bad", _, let ended) = event { reason = ended; break }
+            }
+            #expect(reason?.kind == .protocolViolation, "\(String(describing: reason))")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "still here")).text == "still here")
+        }
+    }
+
+    @Test("shared services serve every connection from one process; perConnection gives each its own")
+    func instancePolicies() async throws {
+        let manifests = ["shared.json": ServiceFolder.manifest(identifier: "com.example.shared"),
+                         "own.json": ServiceFolder.manifest(identifier: "com.example.own", extra: #""instances": "perConnection""#)]
+        try await withServices(manifests) { launcher, _ in
+            let a = launcher.connection(to: "com.example.shared"), b = launcher.connection(to: "com.example.shared")
+            _ = try await a.request(ServiceMessage(type: "echo"))
+            _ = try await b.request(ServiceMessage(type: "echo"))
+            #expect(a.processIdentifier != nil && a.processIdentifier == b.processIdentifier)
+            #expect(await launcher.status().first { $0.identifier == "com.example.shared" }?.processes.first?.clients == 2)
+
+            let c = launcher.connection(to: "com.example.own"), d = launcher.connection(to: "com.example.own")
+            _ = try await c.request(ServiceMessage(type: "echo"))
+            _ = try await d.request(ServiceMessage(type: "echo"))
+            #expect(c.processIdentifier != nil && d.processIdentifier != nil && c.processIdentifier != d.processIdentifier)
+            #expect(await launcher.status().first { $0.identifier == "com.example.own" }?.processes.count == 2)
+        }
+    }
+
+    @Test("the service's stdout and stderr reach the host's log with its identifier")
+    func outputCaptured() async throws {
+        let records = LogRecords()
+        let logger = Logger(label: "tests") { _ in records.handler() }
+        try await withServices(["test.json": ServiceFolder.manifest()], configuration: Self.fastConfiguration(logger)) { launcher, _ in
+            let events = launcher.events()
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "print", text: "marker-42"))
+            let pid = try #require(connection.processIdentifier)
+            await connection.invalidate()
+            _ = await Self.termination(of: pid, in: events)
+        }
+        let lines = records.lines.filter { $0.message.contains("marker-42") }
+        #expect(lines.map(\.message).sorted() == ["err: marker-42", "out: marker-42"])
+        #expect(lines.allSatisfy { $0.metadata["service"] == "com.example.test" })
+    }
+
+    @Test("when the host is killed, its services are gone within a second")
+    func hostDeathTakesServices() async throws {
+        let folder = try ServiceFolder(["test.json": ServiceFolder.manifest()])
+        defer { folder.remove() }
+        try await withoutLeaks(within: .seconds(20)) {
+            let output = try Syscall.pipe()
+            var options = ChildProcess.Options()
+            options.descriptors = [-1, output.second.rawValue, 2]
+            let host = try ChildProcess.start(executable: CrossProcessTests.fixture.replacing("remoteview-test-service", with: "remoteview-test-host"),
+                                              arguments: [folder.path, "com.example.test"], options: options)
+            let reader = try ReadableDescriptor(output.first)
+            var line: [UInt8] = []
+            while !line.contains(0x0a) {
+                guard let chunk = try reader.read(upTo: 256) else { _ = await reader.waitReadable(); continue }
+                if chunk.isEmpty { break }
+                line += chunk
+            }
+            let pids = String(decoding: line, as: UTF8.self).split(whereSeparator: \.isWhitespace).dropFirst().compactMap { Int32($0) }
+            #expect(pids.count == 2, "the host printed \(String(decoding: line, as: UTF8.self))")
+            // Watch the sandboxed service itself (the host's grandchild) by pidfd.
+            let watchers = try pids.map { pid in try ReadableDescriptor(OwnedFD(adopting: rv_pidfd_open(pid, 0))) }
+            host.send(signal: SIGKILL)
+            _ = await host.waitForExit()
+            try await withDeadline(.seconds(1), "the services' exit after the host's death") {
+                for watcher in watchers { _ = await watcher.waitReadable() }
+            }
+        }
+    }
+
+    // MARK: helpers
+
+    /// The termination of `pid` from `events`.
+    static func termination(of pid: Int32, in events: AsyncStream<LauncherEvent>) async -> TerminationReason? {
+        for await event in events {
+            if case .terminated(_, pid, let reason) = event { return reason }
+        }
+        return nil
+    }
+
+    /// This process's network interfaces, sorted, comma-separated.
+    static func interfaces() -> String {
+        var names: [String] = []
+        if let list = if_nameindex() {
+            var entry = list
+            while entry.pointee.if_index != 0, let name = entry.pointee.if_name {
+                names.append(String(cString: name))
+                entry += 1
+            }
+            if_freenameindex(list)
+        }
+        return names.sorted().joined(separator: ",")
+    }
+}
+
+/// A temporary folder of manifests for the fixture service.
+struct ServiceFolder: Sendable {
+    let path: String
+
+    init(_ manifests: [String: String]) throws {
+        var template = Array("/tmp/remoteview-services-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw SystemCallError(call: "mkdtemp", errno: errno) }
+        path = String(cString: made)
+        for (name, json) in manifests {
+            let fd = open(path + "/" + name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw SystemCallError(call: "open", errno: errno) }
+            _ = Array(json.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+        }
+    }
+
+    func remove() {
+        guard let directory = opendir(path) else { return }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { unlink(path + "/" + name) }
+        }
+        closedir(directory)
+        rmdir(path)
+    }
+
+    /// A manifest for the fixture service in `mode`.
+    static func manifest(identifier: String = "com.example.test", mode: String = "serve", idleTimeout: Double = 30,
+                         extra: String? = nil) -> String {
+        """
+        {
+          "identifier": "\(identifier)",
+          "executable": "\(CrossProcessTests.fixture)",
+          "arguments": ["\(mode)"],
+          "display": { "title": "Test service" },
+          "idleTimeout": \(idleTimeout)\(extra.map { ",\n  " + $0 } ?? "")
+        }
+        """
+    }
+}
+
+/// Log lines captured by a test's logger.
+final class LogRecords: Sendable {
+    struct Line: Sendable {
+        var message: String
+        var metadata: [String: String]
+    }
+
+    private let storage = Mutex<[Line]>([])
+    var lines: [Line] { storage.withLock { $0 } }
+
+    func handler() -> some LogHandler { Handler(records: self) }
+
+    fileprivate func append(_ line: Line) { storage.withLock { $0.append(line) } }
+
+    private struct Handler: LogHandler {
+        let records: LogRecords
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
+            records.append(Line(message: "\(event.message)", metadata: merged.mapValues { "\($0)" }))
+        }
+    }
+}
