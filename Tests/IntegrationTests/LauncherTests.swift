@@ -11,12 +11,12 @@ import Testing
 @Suite("Launcher", .serialized)
 struct LauncherTests {
     /// Launcher settings that keep the tests fast: short backoff and grace periods.
-    static func fastConfiguration(_ logger: Logger = Logger(label: "tests")) -> Launcher.Configuration {
-        var logger = logger
-        logger.logLevel = .warning
+    static func fastConfiguration(_ logger: Logger? = nil) -> Launcher.Configuration {
+        var quiet = Logger(label: "tests")
+        quiet.logLevel = .warning
         return Launcher.Configuration(hostIdentifier: "com.example.tests", backoff: .milliseconds(20),
                                minimumRelaunchInterval: .milliseconds(10), crashLoopLimit: 3,
-                               stopGracePeriod: .milliseconds(500), idleGracePeriod: .milliseconds(300), logger: logger)
+                               stopGracePeriod: .milliseconds(500), idleGracePeriod: .milliseconds(300), logger: logger ?? quiet)
     }
 
     /// Writes `manifests` into a fresh folder, runs a launcher over it for `body`, removes the
