@@ -92,6 +92,10 @@ let package = Package(
             dependencies: ["RemoteCore", "CProto", "RemoteTestSupport"]
         ),
         .testTarget(
+            name: "RemoteHostTests",
+            dependencies: ["RemoteHost", "RemoteTestSupport"]
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
                 "RemoteHost", "RemoteCore", "CProto", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host",

@@ -351,29 +351,15 @@ struct LauncherTests {
 
 /// A temporary folder of manifests for the fixture service.
 struct ServiceFolder: Sendable {
-    let path: String
+    let folder: TemporaryFolder
+    var path: String { folder.path }
 
     init(_ manifests: [String: String]) throws {
-        var template = Array("/tmp/remoteview-services-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw SystemCallError(call: "mkdtemp", errno: errno) }
-        path = String(cString: made)
-        for (name, json) in manifests {
-            let fd = open(path + "/" + name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw SystemCallError(call: "open", errno: errno) }
-            _ = Array(json.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            close(fd)
-        }
+        folder = try TemporaryFolder("remoteview-services")
+        for (name, json) in manifests { try folder.write(name, json) }
     }
 
-    func remove() {
-        guard let directory = opendir(path) else { return }
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { unlink(path + "/" + name) }
-        }
-        closedir(directory)
-        rmdir(path)
-    }
+    func remove() { folder.remove() }
 
     /// A manifest for the fixture service in `mode`.
     static func manifest(identifier: String = "com.example.test", mode: String = "serve", idleTimeout: Double = 30,

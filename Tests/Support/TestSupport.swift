@@ -103,3 +103,39 @@ func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks
     let leaked = openDescriptors().subtracting(descriptors).filter { Leaks.target(of: $0) != "anon_inode:[timerfd]" }
     return (result, Leaks(descriptors: leaked, children: childProcesses().subtracting(children)))
 }
+
+/// A fresh folder under /tmp, for files a test writes (manifests); ``remove()`` deletes it.
+public struct TemporaryFolder: Sendable {
+    public let path: String
+
+    public init(_ prefix: String = "remoteview-test") throws {
+        var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw SystemCallError(call: "mkdtemp", errno: errno) }
+        path = String(cString: made)
+    }
+
+    /// Writes `contents` to `name` in the folder (mode `mode`) and returns its path.
+    @discardableResult
+    public func write(_ name: String, _ contents: String, mode: mode_t = 0o644) throws -> String {
+        let file = path + "/" + name
+        let fd = open(file, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw SystemCallError(call: "open(\(file))", errno: errno) }
+        defer { close(fd) }
+        let bytes = Array(contents.utf8)
+        guard bytes.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+            throw SystemCallError(call: "write(\(file))", errno: errno)
+        }
+        return file
+    }
+
+    /// Deletes the folder and the files in it.
+    public func remove() {
+        guard let directory = opendir(path) else { return }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { unlink(path + "/" + name) }
+        }
+        closedir(directory)
+        rmdir(path)
+    }
+}

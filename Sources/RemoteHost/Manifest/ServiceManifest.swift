@@ -180,8 +180,8 @@ extension ServiceManifest.ContentTypeRule {
         let valid = !type.isEmpty && type.utf8.count <= 128
             && type.dropLast(type.hasSuffix("*") ? 1 : 0).unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "." || $0 == "-") }
         try container.check(valid, .type, "\"\(type)\" is not a content type (letters, digits, '.', '-', an optional trailing '*')")
-        min = try container.decodeIfPresent(Int.self, forKey: .min) ?? 1
-        max = try container.decodeIfPresent(Int.self, forKey: .max) ?? min
+        min = try container.decodeInteger(.min) ?? 1
+        max = try container.decodeInteger(.max) ?? min
         try container.check(min >= 0 && min <= 1000, .min, "\(min) is not in 0...1000")
         try container.check(max >= Swift.max(min, 1) && max <= 1000, .max, "\(max) is not in \(Swift.max(min, 1))...1000 (at least min and 1)")
     }
@@ -210,10 +210,10 @@ extension ServiceManifest.Limits {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let defaults = Self()
-        memoryMiB = try container.decodeIfPresent(Int.self, forKey: .memoryMiB) ?? defaults.memoryMiB
-        openFiles = try container.decodeIfPresent(Int.self, forKey: .openFiles) ?? defaults.openFiles
-        processes = try container.decodeIfPresent(Int.self, forKey: .processes) ?? defaults.processes
-        cpuSeconds = try container.decodeIfPresent(Int.self, forKey: .cpuSeconds) ?? defaults.cpuSeconds
+        memoryMiB = try container.decodeInteger(.memoryMiB) ?? defaults.memoryMiB
+        openFiles = try container.decodeInteger(.openFiles) ?? defaults.openFiles
+        processes = try container.decodeInteger(.processes) ?? defaults.processes
+        cpuSeconds = try container.decodeInteger(.cpuSeconds) ?? defaults.cpuSeconds
         try container.check((16...65_536).contains(memoryMiB), .memoryMiB, "\(memoryMiB) is not in 16...65536")
         try container.check((16...65_536).contains(openFiles), .openFiles, "\(openFiles) is not in 16...65536")
         try container.check((1...4096).contains(processes), .processes, "\(processes) is not in 1...4096")
@@ -243,6 +243,14 @@ extension Decoder {
 }
 
 extension KeyedDecodingContainer {
+    /// An integer value. (Decoding `Int` directly reports `1.5` as "not valid JSON" for the
+    /// whole file, without the key.)
+    fileprivate func decodeInteger(_ key: Key) throws -> Int? {
+        guard let value = try decodeIfPresent(Double.self, forKey: key) else { return nil }
+        try check(value.rounded() == value && abs(value) < 1e15, key, "\(value) is not an integer")
+        return Int(value)
+    }
+
     /// Throws a `DecodingError` naming `key` with `reason` unless `condition` holds.
     fileprivate func check(_ condition: Bool, _ key: Key, _ reason: @autoclosure () -> String) throws {
         if !condition { throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: reason()) }

@@ -1,0 +1,152 @@
+import Glibc
+import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// Manifests and the registry, in memory and on disk: every invalid value is refused with the
+/// file, the key and the reason, and one bad manifest never hides the good ones.
+@Suite("Manifests and the registry")
+struct ManifestTests {
+    /// A folder with an executable called `service` (a shell script is enough to validate).
+    static func folder(_ manifests: [String: String]) throws -> TemporaryFolder {
+        let folder = try TemporaryFolder("remoteview-manifests")
+        try folder.write("service", "#!/bin/sh\nexit 0\n", mode: 0o755)
+        try folder.write("icon.png", "not really a png")
+        for (name, json) in manifests { try folder.write(name, json) }
+        return folder
+    }
+
+    static let valid = """
+        {
+          "identifier": "com.example.mail",
+          "executable": "service",
+          "arguments": ["--share"],
+          "display": { "title": "Mail", "subtitle": "Send by mail", "icon": "icon.png" },
+          "activation": { "contentTypes": [ { "type": "public.plain-text", "min": 1, "max": 5 }, { "type": "public.image*", "max": 10 } ] },
+          "sandbox": { "network": true, "readOnlyPaths": ["/usr/share"] },
+          "idleTimeout": 2.5,
+          "instances": "perConnection",
+          "limits": { "memoryMiB": 128, "openFiles": 64, "processes": 4, "cpuSeconds": 30 }
+        }
+        """
+
+    @Test("a complete manifest decodes to the values it states, with paths resolved against its folder")
+    func complete() throws {
+        let folder = try Self.folder(["mail.json": Self.valid])
+        defer { folder.remove() }
+        let manifest = try ServiceRegistry.load(file: folder.path + "/mail.json")
+        #expect(manifest.identifier == "com.example.mail")
+        #expect(manifest.executablePath == folder.path + "/service")
+        #expect(manifest.arguments == ["--share"])
+        #expect(manifest.display.subtitle == "Send by mail")
+        #expect(manifest.iconPath == folder.path + "/icon.png")
+        #expect(manifest.activation?.contentTypes.count == 2)
+        #expect(manifest.activation?.contentTypes[1].min == 1 && manifest.activation?.contentTypes[1].max == 10)
+        #expect(manifest.sandbox.network && manifest.sandbox.readOnlyPaths == ["/usr/share"])
+        #expect(manifest.idleTimeout == .milliseconds(2500))
+        #expect(manifest.instances == .perConnection)
+        #expect(manifest.limits == ServiceManifest.Limits(memoryMiB: 128, openFiles: 64, processes: 4, cpuSeconds: 30))
+    }
+
+    @Test("a minimal manifest gets the documented defaults")
+    func defaults() throws {
+        let folder = try Self.folder(["min.json": #"{"identifier": "com.example.min", "executable": "service", "display": {"title": "Min"}}"#])
+        defer { folder.remove() }
+        let manifest = try ServiceRegistry.load(file: folder.path + "/min.json")
+        #expect(manifest.arguments.isEmpty && manifest.activation == nil)
+        #expect(manifest.sandbox == ServiceManifest.Sandbox(network: false, readOnlyPaths: []))
+        #expect(manifest.idleTimeout == ServiceManifest.defaultIdleTimeout)
+        #expect(manifest.instances == .shared)
+        #expect(manifest.limits == ServiceManifest.Limits())
+    }
+
+    /// (what to change in the valid manifest, the key the error must name, words the reason must contain)
+    static let invalid: [(String, String, String, String?)] = [
+        (#""identifier": "com.example.mail""#, #""identifier": "mail""#, "identifier", "reverse-DNS"),
+        (#""identifier": "com.example.mail""#, #""identifier": "com..mail""#, "identifier", "reverse-DNS"),
+        (#""identifier": "com.example.mail""#, #""identifier": "com.-bad.mail""#, "identifier", "reverse-DNS"),
+        (#""identifier": "com.example.mail""#, #""identifier": 42"#, "identifier", "expected a string"),
+        (#""executable": "service""#, #""executable": "missing""#, "executable", "No such file"),
+        (#""executable": "service""#, #""executable": "icon.png""#, "executable", "not an executable"),
+        (#""executable": "service""#, #""executable": """#, "executable", "non-empty"),
+        (#""title": "Mail""#, #""title": """#, "display.title", "1 to 200"),
+        (#""title": "Mail", "#, "", "display.title", "missing"),
+        (#""icon": "icon.png""#, #""icon": "nope.png""#, "display.icon", "not a file"),
+        (#""min": 1, "max": 5"#, #""min": 6, "max": 5"#, "activation.contentTypes[0].max", "at least min"),
+        (#""type": "public.plain-text""#, #""type": "plain text!""#, "activation.contentTypes[0].type", "not a content type"),
+        (#""contentTypes": [ { "type": "public.plain-text", "min": 1, "max": 5 }, { "type": "public.image*", "max": 10 } ]"#, #""contentTypes": []"#, "activation.contentTypes", "1 to 32"),
+        (#""network": true"#, #""network": "yes""#, "sandbox.network", "true or false"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["relative/path"]"#, "sandbox.readOnlyPaths", "absolute"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/usr/../etc"]"#, "sandbox.readOnlyPaths", "normalised"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/nonexistent/path"]"#, "sandbox.readOnlyPaths[0]", "cannot be bound"),
+        (#""idleTimeout": 2.5"#, #""idleTimeout": 0"#, "idleTimeout", "(0, 86400]"),
+        (#""idleTimeout": 2.5"#, #""idleTimeout": -1"#, "idleTimeout", "(0, 86400]"),
+        (#""instances": "perConnection""#, #""instances": "pooled""#, "instances", nil),
+        (#""memoryMiB": 128"#, #""memoryMiB": 1"#, "limits.memoryMiB", "16...65536"),
+        (#""openFiles": 64"#, #""openFiles": 1000000"#, "limits.openFiles", "16...65536"),
+        (#""processes": 4"#, #""processes": 0"#, "limits.processes", "1...4096"),
+        (#""cpuSeconds": 30"#, #""cpuSeconds": 1.5"#, "limits.cpuSeconds", nil),
+        (#""identifier": "com.example.mail","#, #""identifier": "com.example.mail", "colour": "blue","#, "colour", "unknown key"),
+        (#""network": true"#, #""network": true, "camera": true"#, "sandbox.camera", "unknown key"),
+        (#""max": 10"#, #""max": 10, "maximum": 3"#, "activation.contentTypes[1].maximum", "unknown key"),
+    ]
+
+    @Test("every invalid value is refused, naming the file, the key and the reason", arguments: 0..<invalid.count)
+    func refused(_ index: Int) throws {
+        let (original, replacement, key, words) = Self.invalid[index]
+        #expect(Self.valid.contains(original), "test table out of date: \(original)")
+        let folder = try Self.folder(["bad.json": Self.valid.replacing(original, with: replacement)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+        #expect(error?.file == folder.path + "/bad.json")
+        #expect(error?.key == key, "\(String(describing: error))")
+        if let words { #expect(error?.reason.contains(words) == true, "\(String(describing: error))") }
+    }
+
+    @Test("not JSON, not an object, too large: refused for the whole file", arguments: ["{", "[]", "null", String(repeating: " ", count: 70_000) + "{}"])
+    func notAManifest(_ text: String) throws {
+        let folder = try Self.folder(["bad.json": text])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+        #expect(error?.key == nil, "\(String(describing: error))")
+    }
+
+    @Test("the registry lists the valid services and reports each invalid one without hiding the rest")
+    func registry() throws {
+        let first = try Self.folder([
+            "mail.json": Self.valid,
+            "broken.json": Self.valid.replacing(#""com.example.mail""#, with: #""com.example.broken""#).replacing(#""idleTimeout": 2.5"#, with: #""idleTimeout": "soon""#),
+            "garbage.json": "not json",
+            "notes.txt": "ignored: not a .json file",
+        ])
+        let second = try Self.folder([
+            "dup.json": Self.valid,
+            "echo.json": #"{"identifier": "com.example.echo", "executable": "service", "display": {"title": "Echo"}}"#,
+        ])
+        defer { first.remove(); second.remove() }
+        let registry = ServiceRegistry(scanning: [first.path, second.path, "/nonexistent/folder"])
+        #expect(registry.sortedServices.map(\.identifier) == ["com.example.echo", "com.example.mail"])
+        #expect(registry.services["com.example.mail"]?.file == first.path + "/mail.json")
+        let problems = registry.problems.map(\.description)
+        #expect(problems.count == 4, "\(problems)")
+        #expect(problems.contains { $0.hasPrefix(first.path + "/broken.json: idleTimeout: expected a number") })
+        #expect(problems.contains { $0.hasPrefix(first.path + "/garbage.json: not valid JSON") })
+        #expect(problems.contains { $0.hasPrefix(second.path + "/dup.json: identifier: \"com.example.mail\" is already declared by") })
+        #expect(problems.contains { $0.hasPrefix("/nonexistent/folder: cannot read the manifest folder") })
+
+        guard case .failure(.invalid(let problem)) = registry.lookup("com.example.broken") else {
+            Issue.record("the broken manifest must be found as invalid")
+            return
+        }
+        #expect(problem.key == "idleTimeout")
+        guard case .failure(.unknown) = registry.lookup("com.example.none") else {
+            Issue.record("an unknown identifier is unknown")
+            return
+        }
+        guard case .success(let echo) = registry.lookup("com.example.echo") else {
+            Issue.record("echo is valid")
+            return
+        }
+        #expect(echo.display.title == "Echo")
+    }
+}
