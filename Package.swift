@@ -67,7 +67,9 @@ let package = Package(
                 "RemoteService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // The demo's service manifests; their executable is this one ("../../demo-share").
+            resources: [.copy("Services")]
         ),
         // A real service executable the integration tests launch (not shipped).
         .executableTarget(

@@ -1,8 +1,11 @@
-// demo-share: a host that starts a service process on demand and talks to it over a
-// SOCK_SEQPACKET socket, and the demo service itself (`demo-share service`).
+// demo-share: a host that launches its services on demand (sandboxed, by manifest), talks to
+// them, watches them exit idle and relaunches them; `demo-share services` lists them like
+// `launchctl list`; `demo-share service` is the demo service itself.
 import ArgumentParser
 import CProto
+import FoundationEssentials
 import Glibc
+import Logging
 import RemoteHost
 import RemoteService
 
@@ -11,83 +14,221 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [Host.self, Service.self],
+        subcommands: [Host.self, Services.self, Service.self],
         defaultSubcommand: Host.self)
 }
 
-/// This executable's own path, to start it again as the service.
+/// Options every host command takes.
+struct HostOptions: ParsableArguments {
+    @Option(help: "A folder of service manifests (default: the demo's own, built next to this executable).")
+    var services: String?
+
+    @Flag(help: "Run services without the bubblewrap sandbox (an explicit opt-in; logged).")
+    var unsandboxed = false
+
+    @Flag(help: "Log the launcher's work and the services' stdout/stderr.")
+    var verbose = false
+
+    /// The manifest folder: `--services`, or the `Services` resources SwiftPM copies next to
+    /// this executable (`RemoteView_demo-share.resources/Services`).
+    func folder() throws -> String {
+        if let services { return services }
+        let executable = try ownExecutable()
+        let folder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.endIndex)]) + "/RemoteView_demo-share.resources/Services"
+        guard access(folder, R_OK) == 0 else {
+            throw ValidationError("the demo's manifests are not at \(folder); build with `swift build` or pass --services DIR")
+        }
+        return folder
+    }
+
+    func launcherConfiguration() -> Launcher.Configuration {
+        var logger = Logger(label: "demo-share")
+        logger.logLevel = verbose ? .info : .warning
+        return Launcher.Configuration(hostIdentifier: "com.example.demo-share", sandbox: unsandboxed ? .unsandboxed : .bubblewrap(),
+                                      logger: logger)
+    }
+}
+
+/// This executable's own path.
 func ownExecutable() throws -> String {
-    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-    let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let length = buffer.withUnsafeMutableBufferPointer { raw in
+        raw.withMemoryRebound(to: CChar.self) { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
+    }
     guard length > 0 else { throw ValidationError("cannot read /proc/self/exe") }
-    return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return String(decoding: buffer[..<length], as: UTF8.self)
+}
+
+func format(_ duration: Duration) -> String {
+    let (seconds, attoseconds) = duration.components
+    let micros = Double(seconds) * 1e6 + Double(attoseconds) / 1e12
+    return micros >= 10_000 ? "\(Int((micros / 1000).rounded())) ms" : micros >= 1000 ? "\((micros / 100).rounded() / 10) ms" : "\((micros * 10).rounded() / 10) µs"
 }
 
 struct Host: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Start the demo service as a child process and exchange requests with it (the default).")
+        abstract: "Launch the echo service on demand, talk to it, watch it exit idle and relaunch (the default).")
 
-    @Option(help: "Round trips to time at the end (64-byte echo requests, then pings).")
+    @OptionGroup var options: HostOptions
+
+    @Option(help: "Round trips to time (64-byte echo requests).")
     var roundTrips = 2_000
+
+    @Option(help: "Cold starts to time at the end: a new connection's first request to a stopped service.")
+    var coldStarts = 0
 
     func run() async throws {
         rv_stdout_line_buffered()
-        let service = try SpawnedService(executable: try ownExecutable(), arguments: ["service"],
-                                         hostIdentifier: "com.example.demo-share")
-        print("host \(getpid()): started service process \(service.process.pid) with its socket at fd 3")
-        let connection = service.connection
-        try await connection.withRunning { connection in
-            guard let peer = connection.peer else { return }
-            print("handshake: \(peer.role) \"\(peer.identifier)\", protocol \(peer.protocolVersion), capabilities \(peer.capabilities)")
+        let registry = ServiceRegistry(scanning: [try options.folder()])
+        print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
+        for problem in registry.problems { print("  invalid manifest: \(problem)") }
+        let identifier = "com.example.demo-share.echo"
+        let (roundTrips, coldStarts) = (self.roundTrips, self.coldStarts)
+        try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
+            let events = launcher.events()
+            let echo = launcher.connection(to: identifier)
+            print("connection to \(identifier) made; running: \(await launcher.status().first { $0.identifier == identifier }?.state.rawValue ?? "?")")
 
-            let echo = try await connection.request(ServiceMessage(type: "echo", text: "hello from the host"))
-            print("request echo(\"hello from the host\") -> \(echo.type)(\"\(echo.text ?? "")\")")
+            let clock = ContinuousClock()
+            var reply: ServiceMessage?
+            let cold = try await clock.measure { reply = try await echo.request(ServiceMessage(type: "echo", text: "hello from the host")) }
+            let pid = echo.processIdentifier ?? 0
+            print("first request launched pid \(pid) \(options.unsandboxed ? "UNSANDBOXED" : "in a bubblewrap sandbox"): echo -> \"\(reply?.text ?? "")\" (cold start \(format(cold)))")
 
-            let clock = try await connection.request(ServiceMessage(type: "clock"))
-            print("request clock -> \"\(clock.text ?? "")\"")
-
+            let time = try await echo.request(ServiceMessage(type: "clock"))
+            print("request clock -> \"\(time.text ?? "")\"")
             let file = try MemoryFile.sealed(name: "demo-item", contents: Array("a shared item, sent as a sealed memfd".utf8))
-            let counted = try await connection.request(ServiceMessage(type: "count", attachments: [Attachment(file.takeDescriptor())]))
+            let counted = try await echo.request(ServiceMessage(type: "count", attachments: [Attachment(file.takeDescriptor())]))
             print("request count(memfd) -> \(counted.text ?? "")")
-
             do {
-                _ = try await connection.request(ServiceMessage(type: "no-such-request"))
+                _ = try await echo.request(ServiceMessage(type: "no-such-request"))
             } catch let error as RemoteError {
                 print("request no-such-request -> \(error.code): \(error.remote.map { "\($0)" } ?? error.reason)")
             }
-
             do {
-                _ = try await connection.request(ServiceMessage(type: "slow"), timeout: .milliseconds(100))
+                _ = try await echo.request(ServiceMessage(type: "slow"), timeout: .milliseconds(100))
             } catch let error as RemoteError {
                 print("request slow (100 ms deadline) -> \(error.code): \(error.reason)")
             }
 
             let payload = [UInt8](repeating: 0x2a, count: 64)
-            let stopwatch = ContinuousClock()
-            var requests: [Duration] = [], pings: [Duration] = []
+            var samples: [Duration] = []
             for _ in 0..<roundTrips {
-                requests.append(try await stopwatch.measure {
-                    _ = try await connection.request(ServiceMessage(type: "echo", payload: payload))
-                })
+                samples.append(try await clock.measure { _ = try await echo.request(ServiceMessage(type: "echo", payload: payload)) })
             }
-            for _ in 0..<roundTrips { pings.append(try await connection.ping()) }
-            print("request/reply (64-byte echo) x\(roundTrips): \(summary(requests))")
-            print("ping (answered by the connection) x\(roundTrips): \(summary(pings))")
+            samples.sort()
+            if !samples.isEmpty {
+                print("warm request/reply (64-byte echo) x\(roundTrips): median \(format(samples[samples.count / 2])), p99 \(format(samples[samples.count * 99 / 100]))")
+            }
+
+            let idle = registry.services[identifier]?.idleTimeout ?? .zero
+            print("waiting for the idle exit (idle timeout \(idle)) ...")
+            for await event in events {
+                if case .terminated(identifier, pid, let reason) = event {
+                    print("pid \(pid) ended: \(reason); reaped: \(kill(pid, 0) != 0 ? "yes" : "no")")
+                    break
+                }
+            }
+            let relaunch = try await clock.measure { reply = try await echo.request(ServiceMessage(type: "echo", text: "are you back?")) }
+            print("next request relaunched it as pid \(echo.processIdentifier ?? 0): echo -> \"\(reply?.text ?? "")\" (\(format(relaunch)))")
+            print("")
+            print(ServicesTable.render(await launcher.status()))
+            await echo.invalidate()
+
+            if coldStarts > 0 {
+                var starts: [Duration] = []
+                for _ in 0..<coldStarts {
+                    let connection = launcher.connection(to: identifier)
+                    starts.append(try await clock.measure { _ = try await connection.request(ServiceMessage(type: "echo")) })
+                    await connection.invalidate()  // stops the process: the next one starts cold
+                }
+                starts.sort()
+                print("cold start (first request → reply, launch included) x\(coldStarts): median \(format(starts[starts.count / 2])), min \(format(starts[0])), p90 \(format(starts[starts.count * 9 / 10]))")
+            }
         }
-        let termination = await service.process.waitForExit()
-        print("connection closed; service process \(service.process.pid) \(termination)")
+        print("launcher shut down; every service it started is stopped and reaped")
     }
+}
 
-    private func summary(_ samples: [Duration]) -> String {
-        guard !samples.isEmpty else { return "no samples" }
-        let sorted = samples.sorted()
-        return "median \(format(sorted[sorted.count / 2])), p99 \(format(sorted[sorted.count * 99 / 100]))"
+struct Services: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the registered services and their state, like `launchctl list`.")
+
+    @OptionGroup var options: HostOptions
+
+    @Flag(help: "Print JSON instead of a table.")
+    var json = false
+
+    @Flag(help: "Ping every valid service first, so the list shows them running (pid, memory, idle deadline).")
+    var launch = false
+
+    func run() async throws {
+        rv_stdout_line_buffered()
+        let registry = ServiceRegistry(scanning: [try options.folder()])
+        let (json, launch) = (self.json, self.launch)
+        let status = try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
+            var connections: [ServiceConnection] = []
+            if launch {
+                for manifest in registry.sortedServices {
+                    let connection = launcher.connection(to: manifest.identifier)
+                    connections.append(connection)
+                    _ = try? await connection.request(ServiceMessage(type: "echo"))
+                }
+            }
+            let status = await launcher.status()
+            for connection in connections { await connection.invalidate() }
+            return status
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            let report = ServicesReport(services: status, invalidManifests: registry.problems.map(\.description))
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print(ServicesTable.render(status))
+            for problem in registry.problems { print("invalid manifest: \(problem)") }
+        }
     }
+}
 
-    private func format(_ duration: Duration) -> String {
-        let (seconds, attoseconds) = duration.components
-        let tenths = Int((Double(seconds) * 1e7 + Double(attoseconds) / 1e11).rounded())
-        return "\(tenths / 10).\(tenths % 10) µs"
+/// `demo-share services --json`.
+struct ServicesReport: Encodable {
+    var services: [ServiceStatus]
+    var invalidManifests: [String]
+}
+
+/// The `launchctl list`-style table.
+enum ServicesTable {
+    static func render(_ services: [ServiceStatus]) -> String {
+        var rows = [["IDENTIFIER", "STATE", "INSTANCES", "PID", "SERVICE PID", "UPTIME", "RSS", "IDLE IN", "LAUNCHES", "CRASHES", "LAST EXIT"]]
+        for service in services {
+            let last = service.invalidation ?? service.lastTermination.map { "\($0)" } ?? "-"
+            let processes = service.processes.isEmpty ? [nil] : service.processes.map(Optional.some)
+            for process in processes {
+                rows.append([
+                    service.identifier, service.state.rawValue, service.instances.rawValue,
+                    process.map { String($0.pid) } ?? "-",
+                    process?.servicePid.map(String.init) ?? "-",
+                    process.map { String(format: $0.uptime) } ?? "-",
+                    process?.residentBytes.map { "\($0 / 1024) KiB" } ?? "-",
+                    process.map { $0.idleDeadline.map { String(format: $0) } ?? "busy" } ?? "-",
+                    String(service.launches), String(service.crashes), last,
+                ])
+            }
+        }
+        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { column, cell in
+                column == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[column] - cell.count)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+}
+
+extension String {
+    /// Seconds with one decimal.
+    init(format seconds: Double) {
+        self = "\((seconds * 10).rounded() / 10) s"
     }
 }
 
@@ -103,7 +244,7 @@ struct Service: AsyncParsableCommand {
             case "clock":
                 var now = timespec()
                 clock_gettime(CLOCK_REALTIME, &now)
-                return ServiceMessage(type: "clock", text: "service \(getpid()) says it is \(now.tv_sec) s since 1970")
+                return ServiceMessage(type: "clock", text: "service pid \(getpid()) (in its sandbox) says it is \(now.tv_sec) s since 1970")
             case "count":
                 guard let fd = request.attachments.first?.take() else {
                     throw ServiceFailure(domain: "com.example.demo-share", code: 1, message: "count needs a memfd")
