@@ -40,6 +40,11 @@ public final class ServiceConnection: Sendable {
         var connecting = false
         var waiters: [CheckedContinuation<Void, Never>] = []
         var invalidation: RemoteError?
+        /// Whether ``Event/invalidated(_:)`` went out (the stream is finished).
+        var announced = false
+        /// Failures being reported right now; the invalidation waits for them, so that the
+        /// crash that ends in a crash loop is reported (interrupted) before the loop (invalidated).
+        var reporting = 0
         var registered = false
     }
 
@@ -116,8 +121,7 @@ public final class ServiceConnection: Sendable {
             return (state.channel, true)
         }
         guard first else { return }
-        eventSink.yield(.invalidated(error))
-        eventSink.finish()
+        announceInvalidation()
         await launcher.unregister(self)
         guard let channel else { return }
         await channel.connection.close(reason: "invalidated by the host")
@@ -136,9 +140,20 @@ public final class ServiceConnection: Sendable {
             return (state.channel, true)
         }
         guard first else { return }
+        announceInvalidation()
+        if let channel { _ = launcher.submit { await channel.connection.close(reason: error.reason) } }
+    }
+
+    /// Sends ``Event/invalidated(_:)`` and finishes ``events``, once no failure is being reported.
+    private func announceInvalidation() {
+        let error = state.withLock { state -> RemoteError? in
+            guard let invalidation = state.invalidation, !state.announced, state.reporting == 0 else { return nil }
+            state.announced = true
+            return invalidation
+        }
+        guard let error else { return }
         eventSink.yield(.invalidated(error))
         eventSink.finish()
-        if let channel { _ = launcher.submit { await channel.connection.close(reason: error.reason) } }
     }
 
     // MARK: channels
@@ -159,6 +174,7 @@ public final class ServiceConnection: Sendable {
                 if let channel = state.channel, !channel.connection.isClosed, channel.instance.isUsable { return .use(channel) }
                 if state.connecting { return .wait }
                 state.connecting = true
+                state.reporting += 1
                 return .connect
             }
             switch next {
@@ -179,10 +195,12 @@ public final class ServiceConnection: Sendable {
                 defer {
                     let waiters = state.withLock { state in
                         state.connecting = false
+                        state.reporting -= 1
                         defer { state.waiters.removeAll() }
                         return state.waiters
                     }
                     for waiter in waiters { waiter.resume() }
+                    announceInvalidation()
                 }
                 do {
                     let channel = try await connect()
@@ -238,9 +256,15 @@ public final class ServiceConnection: Sendable {
         let current = state.withLock { state -> Bool in
             guard state.channel === channel else { return false }
             state.channel = nil
-            return state.invalidation == nil
+            if state.announced { return false }
+            state.reporting += 1
+            return true
         }
         guard current else { return }
+        defer {
+            state.withLock { $0.reporting -= 1 }
+            announceInvalidation()
+        }
         let goodbye = channel.connection.peerGoodbyeReason
         if let failure {
             if failure.code == .protocolViolation {

@@ -216,6 +216,28 @@ struct LauncherTests {
         }
     }
 
+    @Test("bubblewrap refusing to build the sandbox invalidates the service with bubblewrap's reason")
+    func bubblewrapRefuses() async throws {
+        let vanishing = try TemporaryFolder("remoteview-vanishing")
+        let manifest = ServiceFolder.manifest(extra: #""sandbox": {"readOnlyPaths": ["\#(vanishing.path)"]}"#)
+        try await withServices(["test.json": manifest]) { launcher, _ in
+            vanishing.remove()  // valid when scanned, gone at launch: bubblewrap cannot bind it
+            let connection = launcher.connection(to: "com.example.test")
+            var failures: [RemoteError] = []
+            for _ in 0..<3 {
+                do { _ = try await connection.request(ServiceMessage(type: "echo")) } catch let error as RemoteError {
+                    failures.append(error)
+                    if error.code == .invalidated { break }
+                }
+            }
+            #expect(failures.last?.code == .invalidated)
+            #expect(failures.last?.reason.contains("bubblewrap refused to create the sandbox") == true, "\(failures)")
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 1, "a refused sandbox is not retried")
+            #expect(status.lastTermination?.kind == .sandboxRefused)
+        }
+    }
+
     @Test("invalidate(): goodbye, and a service that ignores it and SIGTERM is killed")
     func invalidateStops() async throws {
         let manifests = ["polite.json": ServiceFolder.manifest(identifier: "com.example.polite"),

@@ -14,6 +14,7 @@ final class OutputCapture: Sendable {
     private let source: ReadableDescriptor
     private let logger: Logger
     private let state = Mutex<(partial: [UInt8], lines: Int, recent: [String])>(([], 0, []))
+    private let completion = Mutex<(done: Bool, waiters: [Int: CheckedContinuation<Void, Never>], next: Int)>((false, [:], 0))
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
     init(_ readEnd: consuming OwnedFD, stream: String, logger: Logger) throws(SystemCallError) {
@@ -38,6 +39,28 @@ final class OutputCapture: Sendable {
             return state.partial
         }
         if !rest.isEmpty { emit(rest) }
+        let waiters = completion.withLock { state in
+            state.done = true
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits until everything the process wrote has been read (end of file), or `deadline`.
+    func waitUntilRead(until deadline: ContinuousClock.Instant) async {
+        await withCheckedContinuation { continuation in
+            let id = completion.withLock { state -> Int? in
+                if state.done { return nil }
+                state.next += 1
+                state.waiters[state.next] = continuation
+                return state.next
+            }
+            guard let id else { return continuation.resume() }
+            EventLoop.shared.schedule(at: deadline) { [weak self] in
+                self?.completion.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+            }
+        }
     }
 
     /// Stops reading (the process is gone but a grandchild may still hold the pipe).

@@ -109,6 +109,10 @@ final class ServiceInstance: Sendable {
             for capture in captures { group.addTask { await capture.run() } }
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             let termination = await process.waitForExit()
+            if sandboxed, control.peer == nil, let errors = captures.last {
+                // It never handshook: if bubblewrap said why, that is the reason. Read it all first.
+                await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
+            }
             let reason = classify(termination)
             // Published before the tasks above finish: a stop() in one of them waits for it.
             let waiters = state.withLock { state in
