@@ -47,7 +47,7 @@ static void run_child(const struct rv_spawn_request *request, pid_t parent,
     }
     if (close_range((unsigned)request->fd_count, ~0U, 0) != 0) FAIL("close_range");
     for (int i = 0; i < request->limit_count; i++) {
-        struct rlimit limit = {request->limit_values[i], request->limit_values[i]};
+        struct rlimit limit = {request->limit_soft[i], request->limit_hard[i]};
         if (setrlimit(request->limit_resources[i], &limit) != 0) FAIL("setrlimit");
     }
     sigset_t none;

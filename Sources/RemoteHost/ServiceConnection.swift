@@ -92,9 +92,11 @@ public final class ServiceConnection: Sendable {
                 return reply
             } catch {
                 channel.instance.end()
-                // The service exited idle just as this was sent: it never saw it, so send it once
-                // more, to a new process.
-                if !retried, channel.connection.peerGoodbyeReason == FrameworkMessage.idleExitReason {
+                // The service exited idle just as this was sent (it had no request outstanding
+                // when it decided to): send it once more, to a new process.
+                if !retried, error.code == .interrupted || error.code == .invalidated,
+                   state.withLock({ $0.invalidation == nil }),
+                   await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))?.kind == .idleExit {
                     retried = true
                     continue
                 }

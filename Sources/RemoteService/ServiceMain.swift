@@ -242,6 +242,11 @@ final class ServiceRuntime: Sendable {
         // A request from the host for one more connection, on the attached socket.
         guard message.attachments.count == 1, let socket = message.attachments[0].take(),
               state.withLock({ $0.ending == nil }) else { return }
-        if let connection = try? connection(on: socket) { newConnectionSink.yield(connection) }
+        guard let connection = try? connection(on: socket) else { return }
+        if case .terminated = newConnectionSink.yield(connection) {
+            // The service is ending: nobody will run it.
+            state.withLock { _ = $0.connections.removeValue(forKey: ObjectIdentifier(connection)) }
+            await connection.close(reason: FrameworkMessage.idleExitReason)
+        }
     }
 }

@@ -25,9 +25,10 @@ struct rv_spawn_request {
     int death_signal;
     /// Non-zero: the child starts a new session (`setsid`).
     int new_session;
-    /// `setrlimit(limit_resources[i], {limit_values[i], limit_values[i]})` in the child.
+    /// `setrlimit(limit_resources[i], {limit_soft[i], limit_hard[i]})` in the child.
     int limit_resources[RV_SPAWN_MAX_LIMITS];
-    unsigned long long limit_values[RV_SPAWN_MAX_LIMITS];
+    unsigned long long limit_soft[RV_SPAWN_MAX_LIMITS];
+    unsigned long long limit_hard[RV_SPAWN_MAX_LIMITS];
     int limit_count;
 };
 

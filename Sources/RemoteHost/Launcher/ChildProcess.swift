@@ -27,14 +27,16 @@ public final class ChildProcess: Sendable {
         var waiters: [CheckedContinuation<Termination, Never>] = []
     }
 
-    /// A resource limit the child gets (`setrlimit`, soft = hard).
+    /// A resource limit the child gets (`setrlimit`).
     public struct ResourceLimit: Sendable, Hashable {
         /// `RLIMIT_*`.
         public var resource: Int32
-        public var value: UInt64
-        public init(resource: Int32, value: UInt64) {
+        public var soft: UInt64
+        public var hard: UInt64
+        public init(resource: Int32, soft: UInt64, hard: UInt64? = nil) {
             self.resource = resource
-            self.value = value
+            self.soft = soft
+            self.hard = hard ?? soft
         }
     }
 
@@ -104,8 +106,11 @@ public final class ChildProcess: Sendable {
         withUnsafeMutableBytes(of: &request.limit_resources) { raw in
             for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: Int32.self)[index] = limit.resource }
         }
-        withUnsafeMutableBytes(of: &request.limit_values) { raw in
-            for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: UInt64.self)[index] = limit.value }
+        withUnsafeMutableBytes(of: &request.limit_soft) { raw in
+            for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: UInt64.self)[index] = limit.soft }
+        }
+        withUnsafeMutableBytes(of: &request.limit_hard) { raw in
+            for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: UInt64.self)[index] = limit.hard }
         }
         request.limit_count = Int32(options.limits.count)
 

@@ -243,13 +243,23 @@ public actor Launcher {
             }
         }
         if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
+        if let invalidation = records[identifier]?.invalidation { throw invalidation }
+        let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
         let instance: ServiceInstance
         do {
             instance = try await ServiceInstance.launch(record.manifest, sandbox: configuration.sandbox,
-                                                        hostIdentifier: configuration.hostIdentifier, logger: configuration.logger)
+                                                        hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
+                                                        logger: configuration.logger)
         } catch {
-            invalidate(identifier, error)
+            if error.code == .invalidated { invalidate(identifier, error) }
             throw error
+        }
+        if shutDown {
+            // Shut down while it was starting: nobody will run it, so run and stop it here.
+            async let ended = instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
+            await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace)
+            _ = await ended
+            throw RemoteError(.invalidated, "the launcher shut down")
         }
         records[identifier]!.launches += 1
         records[identifier]!.lastLaunch = .now
@@ -258,12 +268,12 @@ public actor Launcher {
         } else {
             records[identifier]!.perConnection[owner] = instance
         }
-        let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
-        let started = submit { [weak self] in
+        // Cannot fail: shutdown() finishes the job stream only after stopping every instance in
+        // `records`, which this one joined in the same actor turn as the check above.
+        _ = submit { [weak self] in
             let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
             await self?.accountFor(instance, reason: reason, owner: owner)
         }
-        if !started { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace) }
         configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
         broadcast(.launched(identifier: identifier, pid: instance.process.pid))
         return instance
@@ -286,7 +296,7 @@ public actor Launcher {
             record.crashes += 1
             record.consecutiveCrashes = now - instance.launchedAt < configuration.stableAfter ? record.consecutiveCrashes + 1 : 1
             record.lastCrash = now
-        } else if reason.kind == .idleExit {
+        } else {
             record.consecutiveCrashes = 0
         }
         records[identifier] = record

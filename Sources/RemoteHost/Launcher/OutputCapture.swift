@@ -25,7 +25,7 @@ final class OutputCapture: Sendable {
 
     /// Reads until the service closes its end (it exited) or ``stop()``.
     func run() async {
-        while true {
+        while !source.isStopped {
             let chunk: [UInt8]?
             do { chunk = try source.read(upTo: 16 * 1024) } catch { break }
             guard let chunk else {

@@ -50,11 +50,14 @@ struct BubblewrapCommand {
         bind(manifest.executablePath)
         let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
         for entry in ELFRunPath.entries(of: manifest.executablePath) {
-            let path = entry.replacing("$ORIGIN", with: folder).replacing("${ORIGIN}", with: folder)
-            // $ORIGIN is the executable's own folder; its libraries are bound one by one.
-            if path == folder {
-                for library in Self.sharedLibraries(in: folder) { bind(folder + "/" + library) }
-            } else if path.hasPrefix("/"), Self.isDirectory(path) {
+            let path = Self.normalised(entry.replacing("$ORIGIN", with: folder).replacing("${ORIGIN}", with: folder))
+            // The executable's folder and below: its libraries are bound one by one. Elsewhere,
+            // only a Swift runtime folder: a RUNPATH is the service's to write, and must not
+            // widen the sandbox to the host's files.
+            if path == folder || path.hasPrefix(folder + "/") {
+                for library in Self.sharedLibraries(in: path) { bind(path + "/" + library) }
+            } else if Self.isDirectory(path), access(path + "/libswiftCore.so", R_OK) == 0,
+                      !Self.forbidden.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) {
                 bind(path)
             }
         }
@@ -62,6 +65,19 @@ struct BubblewrapCommand {
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
         self.arguments = arguments
+    }
+
+    /// Host folders a RUNPATH can never bring into the sandbox.
+    static let forbidden = ["/home", "/root", "/run", "/tmp", "/var/tmp", "/proc", "/sys", "/dev", "/etc", "/boot", "/mnt", "/media"]
+
+    /// `path` without `.`, `..` and repeated slashes; `/` for anything not absolute.
+    static func normalised(_ path: String) -> String {
+        guard path.hasPrefix("/") else { return "/" }
+        var parts: [Substring] = []
+        for part in path.split(separator: "/") where part != "." {
+            if part == ".." { _ = parts.popLast() } else { parts.append(part) }
+        }
+        return "/" + parts.joined(separator: "/")
     }
 
     /// Finds bubblewrap, or says how to get it.
@@ -151,7 +167,9 @@ enum ELFRunPath {
                 if tag == 0 { break }
                 guard tag == 29 || tag == 15 else { continue }  // DT_RUNPATH, DT_RPATH
                 let offset = integer(dynamic, entry + 8, 8)
-                guard offset < stringsSize, let text = bytes(at: stringsOffset + offset, count: Int(min(stringsSize - offset, 4096))) else { continue }
+                let (position, overflow) = stringsOffset.addingReportingOverflow(offset)
+                guard offset < stringsSize, !overflow,
+                      let text = bytes(at: position, count: Int(min(stringsSize - offset, 4096))) else { continue }
                 let string = String(decoding: text.prefix { $0 != 0 }, as: UTF8.self)
                 result += string.split(separator: ":").map(String.init)
             }

@@ -17,6 +17,8 @@ final class ServiceInstance: Sendable {
     private let captures: [OutputCapture]
     private let logger: Logger
     private let hostIdentifier: String
+    /// How long each step of stopping waits.
+    let stopGrace: Duration
     private let state = Mutex(State())
 
     private struct State {
@@ -30,7 +32,8 @@ final class ServiceInstance: Sendable {
     }
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
-                 captures: [OutputCapture], logger: Logger, hostIdentifier: String) {
+                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration) {
+        self.stopGrace = stopGrace
         self.manifest = manifest
         self.process = process
         self.control = control
@@ -43,7 +46,7 @@ final class ServiceInstance: Sendable {
 
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, hostIdentifier: String,
-                       logger: Logger) async throws(RemoteError) -> ServiceInstance {
+                       stopGrace: Duration, logger: Logger) async throws(RemoteError) -> ServiceInstance {
         var environment = [
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
@@ -70,9 +73,14 @@ final class ServiceInstance: Sendable {
             options.environment = environment
             options.deathSignal = SIGKILL
             options.newSession = sandbox == .unsandboxed  // bubblewrap's --new-session does it otherwise
+            // Never above the host's own hard limit (setrlimit would refuse). CPU: SIGXCPU at the
+            // soft limit (reported as "limit"), SIGKILL 5 s later if it ignores that.
+            var files = rlimit()
+            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+            let openFiles = min(UInt64(manifest.limits.openFiles), UInt64(files.rlim_max))
             options.limits = [
-                .init(resource: Int32(RLIMIT_NOFILE.rawValue), value: UInt64(manifest.limits.openFiles)),
-                .init(resource: Int32(RLIMIT_CPU.rawValue), value: UInt64(manifest.limits.cpuSeconds)),
+                .init(resource: Int32(RLIMIT_NOFILE.rawValue), soft: openFiles),
+                .init(resource: Int32(RLIMIT_CPU.rawValue), soft: UInt64(manifest.limits.cpuSeconds), hard: UInt64(manifest.limits.cpuSeconds) + 5),
             ]
             let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
             var processLogger = logger
@@ -83,9 +91,11 @@ final class ServiceInstance: Sendable {
             let control = try Connection(socket: pair.first,
                                          configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
             return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
-                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier)
+                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace)
         } catch {
-            throw RemoteError(.invalidated, "cannot start \(manifest.identifier) (\(executable)): \(error)")
+            // A missing or unusable executable can never work; running out of fds or memory can pass.
+            let permanent = [ENOENT, EACCES, ENOEXEC, ENOTDIR, ELOOP, EISDIR, EPERM].contains(error.errno)
+            throw RemoteError(permanent ? .invalidated : .interrupted, "cannot start \(manifest.identifier) (\(executable)): \(error)")
         }
     }
 
@@ -122,10 +132,9 @@ final class ServiceInstance: Sendable {
             }
             for waiter in waiters { waiter.resume(returning: reason) }
             await control.close(reason: "the service process ended")
-            // The pipes reach EOF when the sandbox is gone; do not wait on a stray grandchild.
-            group.addTask {
-                try? await Task.sleep(for: .seconds(1))
-                for capture in self.captures { capture.stop() }
+            // The pipes reach EOF when the sandbox is gone; do not wait long on a stray grandchild.
+            EventLoop.shared.schedule(at: .now.advanced(by: .seconds(1))) { [weak self] in
+                for capture in self?.captures ?? [] { capture.stop() }
             }
             group.cancelAll()
             return reason
@@ -158,7 +167,7 @@ final class ServiceInstance: Sendable {
 
     /// Whether new clients can use this process.
     var isUsable: Bool {
-        state.withLock { $0.stopping == nil && $0.ended == nil } && !control.isClosed
+        state.withLock { $0.stopping == nil && $0.ended == nil } && !control.isClosed && control.peerGoodbyeReason == nil
     }
 
     /// How it ended, once it has.
@@ -199,11 +208,13 @@ final class ServiceInstance: Sendable {
         if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
         // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
         let tree = process.processTree()
-        let targets = sandboxed ? Array(tree.dropFirst(2)) : [process.pid]
+        // Unsandboxed, it leads its own session and process group: signal the group.
+        let targets = sandboxed ? Array(tree.dropFirst(2)) : [-process.pid]
         logger.warning("did not exit within \(grace) of goodbye; sending SIGTERM")
-        for pid in targets where pid > 0 { kill(pid, SIGTERM) }
+        for pid in targets where pid != 0 { kill(pid, SIGTERM) }
         if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
         logger.warning("did not exit within \(grace) of SIGTERM; sending SIGKILL")
+        if !sandboxed { kill(-process.pid, SIGKILL) }
         process.send(signal: SIGKILL)
         _ = await waitForEnd()
     }
@@ -224,8 +235,13 @@ final class ServiceInstance: Sendable {
         do {
             try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
         } catch {
-            // The process is ending (it never handshook, or its main connection closed): say how.
-            let reason = await waitForEnd()
+            // The process is ending (it never handshook, or its main connection closed), or it
+            // stopped reading its main connection: either way it is of no use. Say how it ended.
+            var reason = await waitForEnd(until: .now.advanced(by: stopGrace))
+            if reason == nil {
+                await stop(TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), grace: stopGrace)
+                reason = await waitForEnd()
+            }
             throw RemoteError(.interrupted, "\(manifest.identifier) ended before it could be reached: \(reason.map { "\($0)" } ?? error.reason)")
         }
         state.withLock { state in
