@@ -1,0 +1,110 @@
+import Glibc
+@testable import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// What goes into the bubblewrap command line, and the ELF reader that decides the runtime binds.
+@Suite("Sandbox command")
+struct SandboxTests {
+    /// This test binary: a dynamically linked Swift executable with a RUNPATH.
+    static let ownExecutable: String = {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let length = buffer.withUnsafeMutableBufferPointer { raw in
+            raw.withMemoryRebound(to: CChar.self) { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
+        }
+        return String(decoding: buffer[..<max(length, 0)], as: UTF8.self)
+    }()
+
+    static func manifest(_ json: String = "") throws -> ServiceManifest {
+        let folder = try TemporaryFolder("remoteview-sandbox")
+        defer { folder.remove() }
+        let file = try folder.write("m.json", """
+            {"identifier": "com.example.s", "executable": "\(ownExecutable)", "arguments": ["a", "b"],
+             "display": {"title": "S"}\(json)}
+            """)
+        return try ServiceRegistry.load(file: file)
+    }
+
+    @Test("the default sandbox: every namespace, no network, no capabilities, cleared environment, read-only minimal files")
+    func defaults() throws {
+        let command = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: ["LISTEN_FDS": "1"])
+        let arguments = command.arguments
+        for flag in ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"] { #expect(arguments.contains(flag)) }
+        #expect(!arguments.contains("--share-net"))
+        #expect(arguments.joined(separator: " ").contains("--cap-drop ALL"))
+        #expect(arguments.joined(separator: " ").contains("--ro-bind /usr /usr"))
+        #expect(arguments.joined(separator: " ").contains("--tmpfs /tmp"))
+        #expect(arguments.joined(separator: " ").contains("--setenv LISTEN_FDS 1"))
+        #expect(arguments.suffix(4) == ["--", Self.ownExecutable, "a", "b"])
+        // Nothing writable and nothing of the host's private places is bound.
+        #expect(!arguments.contains("--bind"))
+        let sources = zip(arguments, arguments.dropFirst()).filter { $0.0.hasPrefix("--ro-bind") }.map(\.1)
+        #expect(sources.contains(Self.ownExecutable))
+        for path in sources {
+            #expect(!BubblewrapCommand.forbidden.contains { path == $0 || path.hasPrefix($0 + "/") } || path.hasPrefix("/etc/fonts")
+                        || path == "/etc/ld.so.cache" || path == "/etc/localtime", "\(path) is bound")
+        }
+    }
+
+    @Test("the network entitlement shares the network; read-only paths are bound read-only")
+    func entitlements() throws {
+        let manifest = try Self.manifest(#", "sandbox": {"network": true, "readOnlyPaths": ["/usr/share", "/var/lib"]}"#)
+        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).arguments.joined(separator: " ")
+        #expect(arguments.contains("--share-net"))
+        #expect(arguments.contains("--ro-bind /var/lib /var/lib"))
+        #expect(!arguments.contains("--ro-bind /usr/share"), "already inside /usr")
+    }
+
+    @Test("the runtime folder from this executable's RUNPATH is bound, nothing wider")
+    func runtimeBinds() throws {
+        let entries = ELFRunPath.entries(of: Self.ownExecutable)
+        #expect(!entries.isEmpty, "a dynamically linked Swift test binary has a RUNPATH")
+        let runtime = entries.first { access($0 + "/libswiftCore.so", R_OK) == 0 }
+        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: [:]).arguments
+        if let runtime, !runtime.hasPrefix("/usr/") {
+            #expect(arguments.joined(separator: " ").contains("--ro-bind \(runtime) \(runtime)"))
+        }
+        #expect(BubblewrapCommand.normalised("/opt/x/../../home/u") == "/home/u")
+        #expect(BubblewrapCommand.normalised("relative") == "/")
+    }
+
+    @Test("crafted ELF files never crash the reader", arguments: 0..<6)
+    func craftedELF(_ variant: Int) throws {
+        var bytes = [UInt8](repeating: 0, count: 512)
+        bytes[0..<4] = [0x7f, 0x45, 0x4c, 0x46]
+        bytes[4] = 2
+        bytes[5] = 1
+        func put(_ value: UInt64, at offset: Int, size: Int) {
+            for index in 0..<size { bytes[offset + index] = UInt8(truncatingIfNeeded: value >> (8 * UInt64(index))) }
+        }
+        // Two section headers at 128: #0 dynamic (links to #1), #1 strings.
+        put(128, at: 0x28, size: 8)
+        put(64, at: 0x3a, size: 2)
+        put(2, at: 0x3c, size: 2)
+        put(6, at: 128 + 4, size: 4)           // SHT_DYNAMIC
+        put(256, at: 128 + 0x18, size: 8)      // its offset
+        put(32, at: 128 + 0x20, size: 8)       // its size: two entries
+        put(1, at: 128 + 0x28, size: 4)        // sh_link
+        put(300, at: 192 + 0x18, size: 8)      // strings offset
+        put(100, at: 192 + 0x20, size: 8)      // strings size
+        put(29, at: 256, size: 8)              // DT_RUNPATH
+        put(0, at: 264, size: 8)
+        bytes.replaceSubrange(300..<310, with: Array("/opt/rt\0\0\0".utf8))
+        switch variant {
+        case 1: put(UInt64.max - 8, at: 192 + 0x18, size: 8); put(UInt64.max, at: 192 + 0x20, size: 8); put(0x100, at: 264, size: 8)
+        case 2: put(UInt64.max, at: 0x28, size: 8)
+        case 3: put(4096, at: 0x3c, size: 2)
+        case 4: put(60_000, at: 128 + 0x28, size: 4)
+        case 5: put(UInt64.max, at: 128 + 0x20, size: 8)
+        default: break
+        }
+        let folder = try TemporaryFolder("remoteview-elf")
+        defer { folder.remove() }
+        let file = try folder.write("elf", "")
+        let fd = open(file, O_WRONLY | O_TRUNC | O_CLOEXEC)
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let entries = ELFRunPath.entries(of: file)
+        if variant == 0 { #expect(entries == ["/opt/rt"]) }
+    }
+}
