@@ -31,7 +31,9 @@ public final class ChildProcess: Sendable {
     public struct ResourceLimit: Sendable, Hashable {
         /// `RLIMIT_*`.
         public var resource: Int32
+        /// The soft limit (the signal or error comes here).
         public var soft: UInt64
+        /// The hard limit (never raised by the child).
         public var hard: UInt64
         public init(resource: Int32, soft: UInt64, hard: UInt64? = nil) {
             self.resource = resource

@@ -60,6 +60,7 @@ public actor Launcher {
 
     /// The services this launcher can start.
     public nonisolated let registry: ServiceRegistry
+    /// The policy it was made with.
     public nonisolated let configuration: Configuration
 
     private nonisolated let jobs: AsyncStream<@Sendable () async -> Void>
@@ -361,6 +362,7 @@ public enum LauncherEvent: Sendable {
 
 /// One registered service as the launcher sees it, like a line of `launchctl list`.
 public struct ServiceStatus: Sendable, Codable, Hashable {
+    /// Where a service is in its life.
     public enum State: String, Sendable, Codable, Hashable {
         case notRunning = "not running", launching, running, invalidated
     }
@@ -371,6 +373,7 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
         public var pid: Int32
         /// The service's own process (inside the sandbox's pid namespace it is pid 2).
         public var servicePid: Int32?
+        /// Whether it runs under bubblewrap.
         public var sandboxed: Bool
         /// Seconds since launch.
         public var uptime: Double
@@ -382,14 +385,22 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
         public var residentBytes: UInt64?
     }
 
+    /// The service's identifier.
     public var identifier: String
+    /// Its display title.
     public var title: String
+    /// Where it is in its life.
     public var state: State
+    /// Its instance policy.
     public var instances: ServiceManifest.InstancePolicy
+    /// Processes started for it so far.
     public var launches: Int
+    /// Its processes that crashed so far.
     public var crashes: Int
+    /// How its last process ended.
     public var lastTermination: TerminationReason?
     /// Why it can never launch again, when invalidated.
     public var invalidation: String?
+    /// Its running processes.
     public var processes: [Process]
 }

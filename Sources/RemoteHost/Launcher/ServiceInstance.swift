@@ -162,7 +162,13 @@ final class ServiceInstance: Sendable {
            let message = captures.last?.recentLines.last(where: { $0.hasPrefix("bwrap: ") }) {
             return TerminationReason(kind: .sandboxRefused, detail: BubblewrapCommand.refusal(String(message.dropFirst(7))))
         }
-        return .ended(termination)
+        var reason = TerminationReason.ended(termination)
+        if control.peer == nil {
+            // Gone before it even said hello: relaunching it at once would only repeat that.
+            reason.detail += " before its handshake"
+            reason.isCrash = true
+        }
+        return reason
     }
 
     /// Whether new clients can use this process.

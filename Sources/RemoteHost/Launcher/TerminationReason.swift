@@ -21,6 +21,7 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         case sandboxRefused
     }
 
+    /// The kind of ending.
     public var kind: Kind
     /// What happened, in words.
     public var detail: String
@@ -28,21 +29,22 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
     public var exitCode: Int32?
     /// The signal, when one killed it.
     public var signal: Int32?
+    /// Whether this counts towards the crash-loop limit: killed, over a limit, a protocol
+    /// violation, a non-zero exit, or any exit before the handshake.
+    public var isCrash: Bool
 
-    public init(kind: Kind, detail: String, exitCode: Int32? = nil, signal: Int32? = nil) {
+    public init(kind: Kind, detail: String, exitCode: Int32? = nil, signal: Int32? = nil, isCrash: Bool? = nil) {
         self.kind = kind
         self.detail = detail
         self.exitCode = exitCode
         self.signal = signal
-    }
-
-    /// Whether this counts towards the crash-loop limit.
-    public var isCrash: Bool {
-        switch kind {
-        case .killed, .limit, .protocolViolation: true
-        case .exited: exitCode != 0
-        case .idleExit, .stopped, .sandboxRefused: false
-        }
+        self.isCrash = isCrash ?? {
+            switch kind {
+            case .killed, .limit, .protocolViolation: true
+            case .exited: exitCode != 0
+            case .idleExit, .stopped, .sandboxRefused: false
+            }
+        }()
     }
 
     public var description: String { "\(kind.rawValue): \(detail)" }

@@ -34,15 +34,18 @@ public struct ServiceManifest: Sendable, Hashable {
     /// Resource limits for the process.
     public var limits: Limits
 
-    /// The manifest file this came from, and the absolute executable path (resolved by the registry).
+    /// The manifest file this came from (set by the registry, like the paths below).
     public var file: String = ""
+    /// The executable's absolute path.
     public var executablePath: String = ""
     /// The icon's absolute path, if one is named.
     public var iconPath: String?
 
     /// Display metadata.
     public struct Display: Sendable, Hashable, Codable {
+        /// Shown in share sheets and lists; 1…200 bytes.
         public var title: String
+        /// A second line; at most 400 bytes.
         public var subtitle: String?
         /// A PNG, relative to the manifest's folder.
         public var icon: String?
@@ -51,14 +54,18 @@ public struct ServiceManifest: Sendable, Hashable {
     /// Which shared items activate the service: it is offered when every item matches one of
     /// these rules and each rule's count is within its bounds.
     public struct Activation: Sendable, Hashable, Codable {
+        /// 1…32 rules.
         public var contentTypes: [ContentTypeRule]
     }
 
     /// A content type (e.g. `public.plain-text`, `public.png`; `public.*` style prefixes allowed
     /// with a trailing `*`) and how many items of it the service takes.
     public struct ContentTypeRule: Sendable, Hashable, Codable {
+        /// The content type, or a prefix ending in `*`.
         public var type: String
+        /// The fewest items of this type (0…1000; default 1).
         public var min: Int
+        /// The most items of this type (default `min`).
         public var max: Int
     }
 
@@ -86,9 +93,13 @@ public struct ServiceManifest: Sendable, Hashable {
     /// Resource limits. `openFiles` and `cpuSeconds` are applied as rlimits at start; memory and
     /// processes are validated and reported, and enforced once the launcher uses cgroups.
     public struct Limits: Sendable, Hashable, Codable {
+        /// Memory, MiB (16…65536). Validated; enforced with cgroups later.
         public var memoryMiB: Int
+        /// Open files (16…65536), as `RLIMIT_NOFILE`.
         public var openFiles: Int
+        /// Processes (1…4096). Validated; enforced with cgroups later.
         public var processes: Int
+        /// CPU seconds (1…86400), as `RLIMIT_CPU`.
         public var cpuSeconds: Int
 
         public init(memoryMiB: Int = 512, openFiles: Int = 256, processes: Int = 64, cpuSeconds: Int = 3600) {

@@ -4,8 +4,11 @@ import Glibc
 /// What was wrong with one manifest: the file, the key (a dotted path such as
 /// `sandbox.readOnlyPaths[1]`, or `nil` for the whole file) and why.
 public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The manifest file (or folder) at fault.
     public var file: String
+    /// The key at fault, as a dotted path with indices.
     public var key: String?
+    /// What is wrong with it.
     public var reason: String
     /// The identifier the file declares, when it got that far.
     public var identifier: String?
