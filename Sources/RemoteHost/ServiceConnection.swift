@@ -26,6 +26,9 @@ public final class ServiceConnection: Sendable {
 
     /// The service's identifier.
     public let identifier: String
+    /// Unique in this process (an address could be reused by a later connection).
+    let serial: UInt64
+    private static let serials = Atomic<UInt64>(1)
     /// Lifecycle events (single consumer).
     public let events: AsyncStream<Event>
 
@@ -61,6 +64,7 @@ public final class ServiceConnection: Sendable {
     init(identifier: String, launcher: Launcher, onRequest: @escaping Connection.RequestHandler,
          onMessage: @escaping Connection.MessageHandler) {
         self.identifier = identifier
+        serial = Self.serials.wrappingAdd(1, ordering: .relaxed).oldValue
         self.launcher = launcher
         self.onRequest = onRequest
         self.onMessage = onMessage

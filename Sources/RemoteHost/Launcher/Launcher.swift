@@ -68,13 +68,13 @@ public actor Launcher {
     private nonisolated let subscribers = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
     private nonisolated let nextSubscriber = Atomic<Int>(0)
     private var records: [String: Record] = [:]
-    private var connections: [ObjectIdentifier: WeakConnection] = [:]
+    private var connections: [UInt64: WeakConnection] = [:]
     private var shutDown = false
 
     private struct Record {
         let manifest: ServiceManifest
         var shared: ServiceInstance?
-        var perConnection: [ObjectIdentifier: ServiceInstance] = [:]
+        var perConnection: [UInt64: ServiceInstance] = [:]
         var launching = false
         var launchWaiters: [CheckedContinuation<Void, Never>] = []
         var launches = 0
@@ -181,18 +181,19 @@ public actor Launcher {
 
     func register(_ connection: ServiceConnection) throws(RemoteError) {
         if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
-        connections[ObjectIdentifier(connection)] = WeakConnection(connection: connection)
+        connections = connections.filter { $0.value.connection != nil }
+        connections[connection.serial] = WeakConnection(connection: connection)
     }
 
     func unregister(_ connection: ServiceConnection) {
-        connections[ObjectIdentifier(connection)] = nil
+        connections[connection.serial] = nil
     }
 
     /// The process `client` should talk to: the running one, or a new one (after the
     /// relaunch delay, if the last one crashed).
     func instance(for client: ServiceConnection) async throws(RemoteError) -> ServiceInstance {
         let identifier = client.identifier
-        let owner = ObjectIdentifier(client)
+        let owner = client.serial
         while true {
             if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
             if records[identifier] == nil {
@@ -222,7 +223,7 @@ public actor Launcher {
         }
     }
 
-    private func launch(_ identifier: String, owner: ObjectIdentifier) async throws(RemoteError) -> ServiceInstance {
+    private func launch(_ identifier: String, owner: UInt64) async throws(RemoteError) -> ServiceInstance {
         records[identifier]!.launching = true
         defer {
             records[identifier]!.launching = false
@@ -281,7 +282,7 @@ public actor Launcher {
     }
 
     /// Books a process's end once: crash counting, crash-loop detection, events.
-    private func accountFor(_ instance: ServiceInstance, reason: TerminationReason, owner: ObjectIdentifier) {
+    private func accountFor(_ instance: ServiceInstance, reason: TerminationReason, owner: UInt64) {
         let identifier = instance.manifest.identifier
         guard var record = records[identifier] else { return }
         if record.shared === instance {
