@@ -93,6 +93,17 @@ func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
             entry += 1
         }
         return ServiceMessage(type: "environment", text: lines.sorted().joined(separator: "\n"))
+    // Hostile requests (Hostile.swift), for HostileLauncherTests.
+    case "hang":
+        return await Hostile.hang()
+    case "flood":
+        return Hostile.flood(request.text ?? "")
+    case "segv":
+        Hostile.segfault()
+    case "abort":
+        abort()
+    case "spawn-stubborn":
+        return Hostile.spawnStubborn(Int(request.text ?? "") ?? 3)
     default:
         throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
     }
@@ -137,6 +148,18 @@ case "fd-mismatch":
     waitForHangup()
 case "exit":
     exit(7)
+case "mute":
+    // Never handshakes: it just waits (SIGTERM ends it).
+    while true { pause() }
+case "drop-control":
+    // Handshakes on fd 3, reads the host's handshake, closes fd 3, and keeps running.
+    sendRaw(try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.test")))))
+    var packet = [UInt8](repeating: 0, count: 65_536)
+    _ = recv(3, &packet, packet.count, 0)
+    close(3)
+    while true { pause() }
+case "talk-back":
+    await TalkBack.run()
 default:
     print("remoteview-test-service: unknown mode \(mode)")
     exit(64)

@@ -1,0 +1,560 @@
+import CProto
+import Glibc
+import Logging
+import RemoteHost
+import RemoteTestSupport
+import Synchronization
+import Testing
+
+/// Services that misbehave on purpose (the fixture's hostile modes and requests, see
+/// Tests/Fixtures/TestService/Hostile.swift), sandboxed, against a real launcher. Every test
+/// checks that the host survives, says why the service ended, that a good service next to it
+/// keeps answering, and (through `withServices`) that no fd or child process leaked. Nothing
+/// sleeps to synchronise: every wait is for an event, under a deadline.
+@Suite("Hostile services against the launcher", .serialized)
+struct HostileLauncherTests {
+    static let good = "com.example.good"
+    static let hostile = "com.example.hostile"
+
+    /// The hostile service in `mode` next to a good one.
+    static func manifests(_ mode: String, idleTimeout: Double = 30, extra: String? = nil) -> [String: String] {
+        ["good.json": ServiceFolder.manifest(identifier: good),
+         "hostile.json": ServiceFolder.manifest(identifier: hostile, mode: mode, idleTimeout: idleTimeout, extra: extra)]
+    }
+
+    func withServices<R: Sendable>(_ manifests: [String: String], within deadline: Duration = .seconds(30),
+                                   configuration: Launcher.Configuration = LauncherTests.fastConfiguration(),
+                                   _ body: @escaping @Sendable (Launcher, ServiceFolder) async throws -> R) async throws -> R {
+        try await LauncherTests().withServices(manifests, within: deadline, configuration: configuration, body)
+    }
+
+    // MARK: 1. never handshakes
+
+    @Test("a service that never handshakes: the request fails within the handshake timeout, the process is stopped and reaped, the good service answers meanwhile")
+    func neverHandshakes() async throws {
+        try await withServices(Self.manifests("mute")) { launcher, _ in
+            let events = launcher.events()
+            let mute = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            let started = ContinuousClock.now
+            async let failure = Self.requestError(mute, ServiceMessage(type: "echo"))
+            let pid = try await Self.launch(of: Self.hostile, in: events)
+            // The launcher is not blocked by the mute one: the good service answers while it waits.
+            for index in 0..<3 {
+                let answered = ContinuousClock.now
+                #expect(try await good.request(ServiceMessage(type: "echo", text: "\(index)")).text == "\(index)")
+                #expect(ContinuousClock.now - answered < .seconds(2))
+            }
+            let error = await failure
+            let waited = ContinuousClock.now - started
+            #expect(error?.code == .interrupted, "\(String(describing: error))")
+            #expect(waited >= .seconds(5) && waited < .seconds(9), "the default handshake timeout is 5 s; it took \(waited)")
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .stopped, "\(reason)")
+            #expect(reason.signal == SIGTERM, "it ignores goodbye (it never read fd 3) but not SIGTERM: \(reason)")
+            #expect(!childProcesses().contains(pid), "the mute process is reaped")
+            // The reason must say what went wrong: it never handshook. Two tasks race to stop it
+            // (openChannel, which names the handshake timeout, and ServiceInstance.run, which
+            // drops that error and says it "closed its main connection"); the first to time out wins.
+            withKnownIssue("ServiceInstance.run swallows the handshake timeout; when it stops the process first the reason is false", isIntermittent: true) {
+                #expect(reason.detail.contains("no handshake"), "\(reason)")
+                #expect(error?.reason.contains("no handshake") == true, "\(String(describing: error))")
+            }
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "after")).text == "after")
+        }
+    }
+
+    // MARK: 2. output floods
+
+    @Test("a service flooding stdout (a 100 kB line with no newline, then 25,000 lines): the log is capped at 10,000 lines of at most 4096 bytes, both services keep answering")
+    func outputFloodIsCapped() async throws {
+        let records = LogRecords()
+        let logger = Logger(label: "tests") { _ in records.handler() }
+        try await withServices(Self.manifests("serve"), configuration: LauncherTests.fastConfiguration(logger)) { launcher, _ in
+            let events = launcher.events()
+            let flood = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            #expect(try await flood.request(ServiceMessage(type: "flood", text: "stream=stdout tail=100000")).text == "100000")
+            async let flooded = flood.request(ServiceMessage(type: "flood", text: "stream=stdout lines=25000"))
+            for index in 0..<5 {
+                #expect(try await good.request(ServiceMessage(type: "echo", text: "\(index)")).text == "\(index)")
+            }
+            #expect(Int(try await flooded.text ?? "") ?? 0 > 25_000 * 12)
+            #expect(try await flood.request(ServiceMessage(type: "echo", text: "alive")).text == "alive")
+            let pid = try #require(flood.processIdentifier)
+            await flood.invalidate()
+            // Reported once its output is read to the end.
+            #expect(try await Self.termination(of: pid, in: events).kind == .stopped)
+        }
+        let stdout = records.lines.filter { $0.metadata["service"] == Self.hostile && $0.metadata["stream"] == "stdout" }
+        #expect(stdout.count == 10_001, "10,000 lines and one notice, got \(stdout.count)")
+        #expect(stdout.allSatisfy { $0.message.utf8.count <= 4096 })
+        let x = String(repeating: "x", count: 4096)
+        #expect(stdout.prefix(24).allSatisfy { $0.message == x }, "the line with no newline is split every 4096 bytes")
+        #expect(stdout.dropFirst(24).first?.message == String(repeating: "x", count: 100_000 - 24 * 4096) + "flood line 0")
+        #expect(stdout.last?.message.contains("more than 10000 lines of output; the rest is dropped") == true)
+        #expect(stdout.filter { $0.message.contains("the rest is dropped") }.count == 1)
+        #expect(stdout.dropLast().last?.message == "flood line \(10_000 - 25)", "the 10,000th line is the last one logged")
+    }
+
+    @Test("a service flooding its output for 3 s: the host keeps answering another service all along",
+          arguments: [["stdout"], ["stdout", "stderr"]])
+    func outputFloodKeepsHostResponsive(streams: [String]) async throws {
+        let watch = FloodWatch()
+        let logger = Logger(label: "tests") { _ in watch.handler() }
+        try await withServices(Self.manifests("serve"), configuration: LauncherTests.fastConfiguration(logger)) { launcher, _ in
+            let flood = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            _ = try await good.request(ServiceMessage(type: "echo"))
+            _ = try await flood.request(ServiceMessage(type: "echo"))
+            let done = Flag()
+            async let flooded: Int = {
+                defer { done.set() }
+                return try await withThrowingTaskGroup(of: Int.self) { group in
+                    for stream in streams {
+                        group.addTask {
+                            Int(try await flood.request(ServiceMessage(type: "flood", text: "stream=\(stream) seconds=3")).text ?? "") ?? 0
+                        }
+                    }
+                    return try await group.reduce(0, +)
+                }
+            }()
+            // Echo the good service until the flood is over; the longest wait between two answers
+            // is how long the host was deaf.
+            var last = ContinuousClock.now, longest = Duration.zero, echoes = 0
+            while !done.isSet {
+                #expect(try await good.request(ServiceMessage(type: "echo", text: "\(echoes)")).text == "\(echoes)")
+                longest = max(longest, ContinuousClock.now - last)
+                last = ContinuousClock.now
+                echoes += 1
+            }
+            #expect(try await flooded > 1_000_000, "the flood ran")
+            #expect(watch.streams == Set(streams), "the flood reached the log")
+            let deaf = "the host answered nothing for \(longest) (\(echoes) echoes during a 3 s flood of \(streams))"
+            if streams.count == 1 {
+                #expect(longest < .seconds(1), "\(deaf)")
+            } else {
+                withKnownIssue("OutputCapture.run never suspends while its pipe has data: two flooded pipes hold both cooperative threads") {
+                    #expect(longest < .seconds(1), "\(deaf)")
+                }
+            }
+        }
+    }
+
+    // MARK: 3. closes fd 3
+
+    @Test("a service that closes fd 3 after its handshake but keeps running: the request fails as interrupted, the host stops it with the reason")
+    func closesControlConnection() async throws {
+        try await withServices(Self.manifests("drop-control")) { launcher, _ in
+            let events = launcher.events()
+            let dropper = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            let started = ContinuousClock.now
+            let error = await Self.requestError(dropper, ServiceMessage(type: "echo"))
+            #expect(error?.code == .interrupted, "\(String(describing: error))")
+            #expect(ContinuousClock.now - started < .seconds(5))
+            let (pid, reason) = try await Self.termination(of: Self.hostile, in: events)
+            #expect(reason.kind == .stopped, "\(reason)")
+            #expect(reason.detail.contains("main connection") || reason.detail.contains("new connection"), "\(reason)")
+            #expect(reason.signal == SIGTERM, "it does not exit by itself, SIGTERM ends it: \(reason)")
+            #expect(!childProcesses().contains(pid))
+            let event = try await Self.nextEvent(of: dropper)
+            guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
+            #expect(interruption.reason.contains("stopped"), "\(interruption)")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+            #expect(await launcher.status().first { $0.identifier == Self.hostile }?.state == .notRunning)
+        }
+    }
+
+    // MARK: 4. never replies
+
+    @Test("a service that takes the request but never replies (ignoring cancel): timeout after the given time, the connection still works, invalidate() stops it with SIGTERM")
+    func neverReplies() async throws {
+        try await withServices(Self.manifests("serve")) { launcher, _ in
+            let events = launcher.events()
+            let connection = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let pid = try #require(connection.processIdentifier)
+
+            let sent = ContinuousClock.now
+            let timedOut = await Self.requestError(connection, ServiceMessage(type: "hang"), timeout: .milliseconds(300))
+            let waited = ContinuousClock.now - sent
+            #expect(timedOut?.code == .timeout, "\(String(describing: timedOut))")
+            #expect(waited >= .milliseconds(300) && waited < .seconds(2), "\(waited)")
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "still")).text == "still")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+
+            // A stuck handler keeps ServiceMain from exiting on goodbye: the host must escalate.
+            async let outstanding = Self.requestError(connection, ServiceMessage(type: "hang"))
+            let stopping = ContinuousClock.now
+            await connection.invalidate()
+            #expect(ContinuousClock.now - stopping < .seconds(3), "invalidate() took \(ContinuousClock.now - stopping)")
+            #expect(!childProcesses().contains(pid), "reaped once invalidate() returns")
+            #expect(await outstanding?.code == .invalidated)
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .stopped && reason.signal == SIGTERM, "\(reason)")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+        }
+    }
+
+    // MARK: 5. talks back
+
+    @Test("a service that sends the host requests and messages with fds, on fd 3 and on its client connection: refused or dropped, fds closed, host unaffected")
+    func talksBack() async throws {
+        try await withServices(Self.manifests("talk-back")) { launcher, _ in
+            let notes = Atomic<Int>(0)
+            let events = launcher.events()
+            let talker = launcher.connection(to: Self.hostile, onMessage: { message in
+                if message.type == "com.example.note" { notes.add(1, ordering: .relaxed) }
+            })
+            let good = launcher.connection(to: Self.good)
+            let called = try await talker.request(ServiceMessage(type: "call-host", text: "32")).text
+            #expect(called == "32x refused: no handler for request \"com.example.ask\"")
+            #expect(notes.load(ordering: .relaxed) == 32, "one-way messages arrive in order, before the reply sent after them")
+            // On fd 3 the host accepts nothing from the service: 20 requests refused, 20 messages dropped.
+            #expect(try await talker.request(ServiceMessage(type: "report")).text == "refused=20 other=")
+            #expect(try await talker.request(ServiceMessage(type: "echo", text: "again")).text == "again")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+            let status = try #require(await launcher.status().first { $0.identifier == Self.hostile })
+            #expect(status.state == .running && status.launches == 1 && status.crashes == 0)
+            let pid = try #require(talker.processIdentifier)
+            await talker.invalidate()
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .stopped && reason.exitCode == 0, "\(reason)")
+        }
+    }
+
+    @Test("a service that sends more concurrent requests than the host allows is ended as a protocol violation; the host's handlers are cancelled")
+    func requestFlood() async throws {
+        try await withServices(Self.manifests("talk-back")) { launcher, _ in
+            let counts = HandlerCounts()
+            let events = launcher.events()
+            let talker = launcher.connection(to: Self.hostile, onRequest: { _ in
+                counts.started()
+                do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
+                return ServiceMessage(type: "late")
+            })
+            let good = launcher.connection(to: Self.good)
+            _ = try await talker.request(ServiceMessage(type: "echo"))
+            let pid = try #require(talker.processIdentifier)
+            let error = await Self.requestError(talker, ServiceMessage(type: "call-host", text: "300 nofds"))
+            #expect(error?.code == .protocolViolation || error?.code == .interrupted, "\(String(describing: error))")
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .protocolViolation, "\(reason)")
+            #expect(reason.detail.contains("more than 256 requests outstanding"), "\(reason)")
+            #expect(counts.value == (256, 256), "every handler the host started was cancelled: \(counts.value)")
+            let event = try await Self.nextEvent(of: talker)
+            guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
+            #expect(interruption.code == .protocolViolation || interruption.reason.contains("256"), "\(interruption)")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+            // Relaunched on the next message.
+            #expect(try await talker.request(ServiceMessage(type: "echo", text: "back")).text == "back")
+            #expect(await launcher.status().first { $0.identifier == Self.hostile }?.crashes == 1)
+        }
+    }
+
+    // MARK: 6. idle exit while busy
+
+    @Test("a service that says \"idle exit\" while a request is outstanding: the request is retried at most once on a new process, then fails as interrupted; no crash counted")
+    func idleExitWhileBusy() async throws {
+        try await withServices(Self.manifests("talk-back")) { launcher, _ in
+            let events = launcher.events()
+            let liar = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            let error = await Self.requestError(liar, ServiceMessage(type: "idle-now"))
+            #expect(error?.code == .interrupted, "\(String(describing: error))")
+            let launches = try #require(await launcher.status().first { $0.identifier == Self.hostile }).launches
+            #expect((1...2).contains(launches), "never retried more than once: \(launches) launches")
+            var reasons: [TerminationReason] = []
+            for _ in 0..<launches { reasons.append(try await Self.termination(of: Self.hostile, in: events).1) }
+            #expect(reasons.allSatisfy { $0.kind == .idleExit || ($0.kind == .exited && $0.exitCode == 0) }, "\(reasons)")
+            // Each process said "idle exit" on fd 3 before it exited 0, so each is an idle exit and
+            // the request is sent once more. But the exit is classified without waiting for fd 3's
+            // goodbye to be read: when the pidfd wins, it is "exited with code 0" and no retry.
+            withKnownIssue("ServiceInstance.run classifies the exit before the control connection has read the goodbye", isIntermittent: true) {
+                #expect(launches == 2, "sent once more to a new process: \(launches) launches")
+                #expect(reasons.allSatisfy { $0.kind == .idleExit && $0.detail.contains("exited by itself") }, "\(reasons)")
+            }
+            let status = try #require(await launcher.status().first { $0.identifier == Self.hostile })
+            #expect(status.crashes == 0 && status.state == .notRunning, "\(status)")
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+            #expect(try await liar.request(ServiceMessage(type: "echo", text: "back")).text == "back")
+        }
+    }
+
+    @Test("a service that says \"idle exit\" on fd 3 but keeps running: stopped by the host, the request fails as interrupted, and the report says the host stopped it")
+    func idleExitLie() async throws {
+        try await withServices(Self.manifests("talk-back")) { launcher, _ in
+            let events = launcher.events()
+            let liar = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            let started = ContinuousClock.now
+            let error = await Self.requestError(liar, ServiceMessage(type: "lie-idle"))
+            #expect(error?.code == .interrupted, "\(String(describing: error))")
+            #expect(ContinuousClock.now - started < .seconds(6))
+            let (pid, reason) = try await Self.termination(of: Self.hostile, in: events)
+            #expect(!childProcesses().contains(pid))
+            withKnownIssue("classify() trusts the goodbye: a process the host had to SIGTERM is reported as having exited by itself") {
+                #expect(reason.kind == .stopped, "\(reason)")
+                #expect(!reason.detail.contains("exited by itself"), "\(reason)")
+            }
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+        }
+    }
+
+    // MARK: 7. children that ignore SIGTERM
+
+    @Test("children that ignore SIGTERM, one escaped into its own session, are all gone once the sandboxed service is stopped",
+          arguments: ["serve", "ignore-goodbye"])
+    func stubbornChildren(mode: String) async throws {
+        try await withServices(Self.manifests(mode)) { launcher, _ in
+            let events = launcher.events()
+            let parent = launcher.connection(to: Self.hostile), good = launcher.connection(to: Self.good)
+            let spawned = try await parent.request(ServiceMessage(type: "spawn-stubborn", text: "3")).text ?? ""
+            #expect(spawned.split(separator: " ").compactMap { Int32($0) }.filter { $0 > 0 }.count == 3, "\(spawned)")
+            let pid = try #require(parent.processIdentifier)
+            // bubblewrap, the sandbox's pid 1, the service, the escapee (adopted by pid 1), two children.
+            let tree = Self.descendants(of: pid)
+            #expect(tree.count == 6, "\(tree)")
+            let watchers = try tree.map { try Self.watch($0) }
+            await parent.invalidate()
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .stopped, "\(reason)")
+            if mode == "ignore-goodbye" { #expect(reason.signal == SIGKILL, "\(reason)") }
+            try await withDeadline(.seconds(2), "every process of the sandbox to exit") {
+                for watcher in watchers { _ = await Self.exit(of: watcher) }
+            }
+            #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+        }
+    }
+
+    @Test("unsandboxed: children of a stopped service, in its process group or escaped from it, do not outlive it")
+    func stubbornChildrenUnsandboxed() async throws {
+        var configuration = LauncherTests.fastConfiguration()
+        configuration.sandbox = .unsandboxed
+        try await withServices(Self.manifests("serve"), configuration: configuration) { launcher, _ in
+            let events = launcher.events()
+            let parent = launcher.connection(to: Self.hostile)
+            let spawned = try await parent.request(ServiceMessage(type: "spawn-stubborn", text: "3")).text ?? ""
+            let pids = spawned.split(separator: " ").compactMap { Int32($0) }.filter { $0 > 0 }
+            #expect(pids.count == 3, "\(spawned)")
+            let pid = try #require(parent.processIdentifier)
+            let tree = Array(Set(Self.descendants(of: pid) + pids))
+            #expect(tree.count == 4, "the service, two children and the escapee: \(tree)")
+            let watched = try tree.map { ($0, try Self.watch($0)) }
+            await parent.invalidate()
+            let reason = try await Self.termination(of: pid, in: events)
+            #expect(reason.kind == .stopped, "\(reason)")
+            let survivors = try await Self.survivors(of: watched, within: .seconds(2))
+            withKnownIssue("unsandboxed, stop() ends once the service exits after goodbye: nothing signals its process group or the escapee") {
+                #expect(survivors.isEmpty, "still running after invalidate(): \(survivors)")
+            }
+            // Clean up what the launcher left.
+            for (survivor, watcher) in watched where survivors.contains(survivor) {
+                _ = rv_pidfd_send_signal(watcher.fd, SIGKILL, 0)
+            }
+            let killed = survivors.compactMap { pid in (try? Self.watch(pid)).map { (pid, $0) } }
+            #expect(try await Self.survivors(of: killed, within: .seconds(5)).isEmpty)
+        }
+    }
+
+    // MARK: 8. crashes mid-request
+
+    @Test("a service that dies of SIGSEGV, then of abort(), mid-request: every outstanding request fails as interrupted, the event names the signal, the next request relaunches")
+    func crashesMidRequest() async throws {
+        try await withServices(Self.manifests("serve")) { launcher, _ in
+            let events = launcher.events()
+            let victim = launcher.connection(to: Self.hostile), bystander = launcher.connection(to: Self.hostile)
+            let good = launcher.connection(to: Self.good)
+            var launches = 0
+            for (request, signal) in [("segv", SIGSEGV), ("abort", SIGABRT)] {
+                _ = try await victim.request(ServiceMessage(type: "echo"))
+                _ = try await bystander.request(ServiceMessage(type: "echo"))
+                launches += 1
+                let pid = try #require(victim.processIdentifier)
+                #expect(bystander.processIdentifier == pid, "a shared service")
+                // A request left outstanding on the other connection fails too, rather than hangs.
+                async let stranded = Self.requestError(bystander, ServiceMessage(type: "hang"))
+                let error = await Self.requestError(victim, ServiceMessage(type: request))
+                #expect(error?.code == .interrupted, "\(request): \(String(describing: error))")
+                #expect(await stranded?.code == .interrupted, "\(request)")
+                let reason = try await Self.termination(of: pid, in: events)
+                #expect(reason.kind == .killed && reason.signal == signal, "\(request): \(reason)")
+                for connection in [victim, bystander] {
+                    let event = try await Self.nextEvent(of: connection)
+                    guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
+                    #expect(interruption.reason.contains("signal \(signal)"), "\(request): \(interruption)")
+                }
+                #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
+            }
+            #expect(try await victim.request(ServiceMessage(type: "echo", text: "back")).text == "back")
+            let status = try #require(await launcher.status().first { $0.identifier == Self.hostile })
+            #expect(status.crashes == 2 && status.launches == launches + 1 && status.state == .running, "\(status)")
+            #expect(status.lastTermination?.signal == SIGABRT)
+        }
+    }
+
+    // MARK: helpers
+
+    /// The error `message` fails with; records an issue if it was answered.
+    static func requestError(_ connection: ServiceConnection, _ message: ServiceMessage,
+                             timeout: Duration? = nil) async -> RemoteError? {
+        do {
+            let reply = try await connection.request(message, timeout: timeout)
+            Issue.record("\"\(message.type)\" was answered: \(reply)")
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    struct StreamEnded: Error, CustomStringConvertible {
+        let what: String
+        var description: String { "the event stream ended before \(what)" }
+    }
+
+    /// The first event of `events` that `match` picks (skipping the others), within `deadline`.
+    static func first<T: Sendable>(_ what: String, in events: AsyncStream<LauncherEvent>, within deadline: Duration = .seconds(15),
+                                   _ match: @escaping @Sendable (LauncherEvent) -> T?) async throws -> T {
+        try await withDeadline(deadline, what) {
+            for await event in events {
+                if let value = match(event) { return value }
+            }
+            throw StreamEnded(what: what)
+        }
+    }
+
+    /// The pid of the next launch of `identifier`.
+    static func launch(of identifier: String, in events: AsyncStream<LauncherEvent>) async throws -> Int32 {
+        try await first("the launch of \(identifier)", in: events) { event in
+            if case .launched(identifier, let pid) = event { pid } else { nil }
+        }
+    }
+
+    /// The next termination of `identifier`'s processes.
+    static func termination(of identifier: String, in events: AsyncStream<LauncherEvent>) async throws -> (Int32, TerminationReason) {
+        try await first("the end of \(identifier)", in: events) { event in
+            if case .terminated(identifier, let pid, let reason) = event { (pid, reason) } else { nil }
+        }
+    }
+
+    /// How process `pid` ended.
+    static func termination(of pid: Int32, in events: AsyncStream<LauncherEvent>) async throws -> TerminationReason {
+        try await first("the end of pid \(pid)", in: events) { event in
+            if case .terminated(_, pid, let reason) = event { reason } else { nil }
+        }
+    }
+
+    /// The next lifecycle event of `connection`.
+    static func nextEvent(of connection: ServiceConnection) async throws -> ServiceConnection.Event {
+        try await withDeadline(.seconds(10), "an event of \(connection.identifier)") {
+            var iterator = connection.events.makeAsyncIterator()
+            guard let event = await iterator.next() else { throw StreamEnded(what: "an event of \(connection.identifier)") }
+            return event
+        }
+    }
+
+    /// `pid` and its descendants, parents first (`/proc/PID/task/*/children`).
+    static func descendants(of pid: Int32) -> [Int32] {
+        var tree = [pid], index = 0
+        while index < tree.count {
+            let parent = tree[index]
+            index += 1
+            guard let tasks = opendir("/proc/\(parent)/task") else { continue }
+            defer { closedir(tasks) }
+            while let entry = readdir(tasks) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                guard Int32(name) != nil, let file = fopen("/proc/\(parent)/task/\(name)/children", "r") else { continue }
+                defer { fclose(file) }
+                var buffer = [CChar](repeating: 0, count: 4096)
+                while fgets(&buffer, Int32(buffer.count), file) != nil {
+                    let line = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                    tree += line.split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
+                }
+            }
+        }
+        return tree
+    }
+
+    /// A pidfd for `pid`, readable once it has exited.
+    static func watch(_ pid: Int32) throws -> ReadableDescriptor {
+        let fd = rv_pidfd_open(pid, 0)
+        guard fd >= 0 else { throw SystemCallError(call: "pidfd_open(\(pid))", errno: errno) }
+        return try ReadableDescriptor(OwnedFD(adopting: fd))
+    }
+
+    /// Waits until the pidfd `watcher` is readable (the process exited): `true`; `false` when
+    /// the waiting task is cancelled (the watcher is then stopped for good).
+    static func exit(of watcher: ReadableDescriptor) async -> Bool {
+        await withTaskCancellationHandler {
+            await watcher.waitReadable()
+        } onCancel: {
+            watcher.stop()
+        }
+    }
+
+    /// The watched processes still running after `deadline`.
+    static func survivors(of watched: [(Int32, ReadableDescriptor)], within deadline: Duration) async throws -> Set<Int32> {
+        let exited = PidSet()
+        let pairs = watched.map { Watched(pid: $0.0, watcher: $0.1) }
+        _ = try? await withDeadline(deadline, "the watched processes to exit") {
+            await withTaskGroup(of: Void.self) { group in
+                for pair in pairs {
+                    group.addTask {
+                        if await Self.exit(of: pair.watcher) { exited.insert(pair.pid) }
+                    }
+                }
+            }
+        }
+        return Set(watched.map(\.0)).subtracting(exited.value)
+    }
+
+    struct Watched: Sendable {
+        let pid: Int32
+        let watcher: ReadableDescriptor
+    }
+}
+
+/// Set once, from any task.
+final class Flag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
+}
+
+/// Pids, collected from concurrent tasks.
+final class PidSet: Sendable {
+    private let pids = Mutex<Set<Int32>>([])
+    func insert(_ pid: Int32) { _ = pids.withLock { $0.insert(pid) } }
+    var value: Set<Int32> { pids.withLock { $0 } }
+}
+
+/// Counts the host's request handlers: started, and cancelled.
+final class HandlerCounts: Sendable {
+    private let counts = Mutex((started: 0, cancelled: 0))
+    func started() { counts.withLock { $0.started += 1 } }
+    func cancelled() { counts.withLock { $0.cancelled += 1 } }
+    var value: (Int, Int) { counts.withLock { ($0.started, $0.cancelled) } }
+}
+
+/// A log handler that drops everything and notes which streams the flooded lines came from.
+final class FloodWatch: Sendable {
+    private let seen = Mutex<Set<String>>([])
+
+    func handler() -> some LogHandler { Handler(watch: self) }
+
+    /// The streams whose flooded lines reached the log.
+    var streams: Set<String> { seen.withLock { $0 } }
+
+    fileprivate func saw(_ stream: String) { _ = seen.withLock { $0.insert(stream) } }
+
+    private struct Handler: LogHandler {
+        let watch: FloodWatch
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            guard case .string(let stream)? = event.metadata?["stream"], "\(event.message)".hasPrefix("flood flood") else { return }
+            watch.saw(stream)
+        }
+    }
+}
