@@ -85,6 +85,7 @@ public final class Connection: Sendable {
         var incoming: [UInt64: Task<Void, Never>] = [:]
         var closingLocally = false
         var peerGoodbye: String?
+        var peerHandshake: Handshake?
         /// The code to report when this side refuses the peer; `nil` means malformed.
         var refusal: ProtocolErrorCode?
     }
@@ -128,12 +129,9 @@ public final class Connection: Sendable {
         throw ServiceFailure(domain: "RemoteView", code: 1, message: "no handler for request \"\(message.type)\"")
     }
 
-    /// The peer's handshake, once it has arrived.
+    /// The peer's handshake, once it has arrived (and still after the connection closed).
     public var peer: Handshake? {
-        state.withLock { state in
-            if case .open(let handshake) = state.phase { return handshake }
-            return nil
-        }
+        state.withLock { $0.peerHandshake }
     }
 
     /// The reason the peer gave in its goodbye, once it has said goodbye.
@@ -364,6 +362,7 @@ public final class Connection: Sendable {
         }
         let waiters = state.withLock { state in
             state.phase = .open(theirs)
+            state.peerHandshake = theirs
             defer { state.openWaiters.removeAll() }
             return state.openWaiters
         }

@@ -14,7 +14,7 @@ final class OutputCapture: Sendable {
     private let source: ReadableDescriptor
     private let logger: Logger
     private let state = Mutex<(partial: [UInt8], lines: Int, recent: [String])>(([], 0, []))
-    private let completion = Mutex<(done: Bool, waiters: [Int: CheckedContinuation<Void, Never>], next: Int)>((false, [:], 0))
+    private let finished = Latch()
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
     init(_ readEnd: consuming OwnedFD, stream: String, logger: Logger) throws(SystemCallError) {
@@ -24,13 +24,14 @@ final class OutputCapture: Sendable {
     }
 
     /// Reads until the service closes its end (it exited) or ``stop()``.
+    ///
+    /// One read per readiness: between reads the task waits on the event loop, so a service
+    /// that floods its output cannot hold a thread of the host's cooperative pool.
     func run() async {
-        while !source.isStopped {
+        while !source.isStopped, await source.waitReadable() {
             let chunk: [UInt8]?
-            do { chunk = try source.read(upTo: 16 * 1024) } catch { break }
-            guard let chunk else {
-                if await source.waitReadable() { continue } else { break }
-            }
+            do { chunk = try source.read(upTo: 64 * 1024) } catch { break }
+            guard let chunk else { continue }
             if chunk.isEmpty { break }
             take(chunk)
         }
@@ -38,29 +39,13 @@ final class OutputCapture: Sendable {
             defer { state.partial.removeAll() }
             return state.partial
         }
-        if !rest.isEmpty { emit(rest) }
-        let waiters = completion.withLock { state in
-            state.done = true
-            defer { state.waiters.removeAll() }
-            return Array(state.waiters.values)
-        }
-        for waiter in waiters { waiter.resume() }
+        if !rest.isEmpty { emit(rest[...]) }
+        finished.open()
     }
 
     /// Waits until everything the process wrote has been read (end of file), or `deadline`.
     func waitUntilRead(until deadline: ContinuousClock.Instant) async {
-        await withCheckedContinuation { continuation in
-            let id = completion.withLock { state -> Int? in
-                if state.done { return nil }
-                state.next += 1
-                state.waiters[state.next] = continuation
-                return state.next
-            }
-            guard let id else { return continuation.resume() }
-            EventLoop.shared.schedule(at: deadline) { [weak self] in
-                self?.completion.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
-            }
-        }
+        await finished.wait(until: deadline)
     }
 
     /// Stops reading (the process is gone but a grandchild may still hold the pipe).
@@ -69,28 +54,42 @@ final class OutputCapture: Sendable {
     /// The last lines read (at most 8), for error messages.
     var recentLines: [String] { state.withLock { $0.recent } }
 
+    /// Splits `chunk` (after what is left of the last one) into lines of at most
+    /// ``maxLineLength`` bytes, in one pass.
     private func take(_ chunk: [UInt8]) {
-        var lines: [[UInt8]] = []
-        state.withLock { state in
-            state.partial += chunk
-            while let newline = state.partial.firstIndex(of: 0x0a) {
-                lines.append(Array(state.partial[..<newline]))
-                state.partial.removeSubrange(...newline)
-            }
-            while state.partial.count >= Self.maxLineLength {
-                lines.append(Array(state.partial.prefix(Self.maxLineLength)))
-                state.partial.removeFirst(Self.maxLineLength)
+        let (buffer, capped) = state.withLock { state -> ([UInt8], Bool) in
+            defer { state.partial.removeAll(keepingCapacity: true) }
+            return (state.partial + chunk, state.lines > Self.maxLines)
+        }
+        // Past the cap the bytes are only drained; the lines are not even split.
+        if capped { return }
+        var start = 0
+        var lines: [ArraySlice<UInt8>] = []
+        for index in buffer.indices where buffer[index] == 0x0a || index - start == Self.maxLineLength {
+            if buffer[index] == 0x0a {
+                lines.append(buffer[start..<index])
+                start = index + 1
+            } else {
+                lines.append(buffer[start..<index])
+                start = index
             }
         }
+        if buffer.count - start >= Self.maxLineLength {
+            lines.append(buffer[start..<(start + Self.maxLineLength)])
+            start += Self.maxLineLength
+        }
+        state.withLock { $0.partial = Array(buffer[start...]) }
         for line in lines { emit(line) }
     }
 
-    private func emit(_ bytes: [UInt8]) {
+    private func emit(_ bytes: ArraySlice<UInt8>) {
         let line = String(decoding: bytes, as: UTF8.self)
         let count = state.withLock { state in
             state.lines += 1
-            state.recent.append(line)
-            if state.recent.count > 8 { state.recent.removeFirst() }
+            if state.lines <= Self.maxLines {
+                state.recent.append(line)
+                if state.recent.count > 8 { state.recent.removeFirst() }
+            }
             return state.lines
         }
         if count <= Self.maxLines {

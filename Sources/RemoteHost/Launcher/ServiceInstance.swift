@@ -1,3 +1,4 @@
+import CProto
 import Glibc
 import Logging
 import RemoteCore
@@ -104,23 +105,40 @@ final class ServiceInstance: Sendable {
     /// Serves the control connection and the captured output, enforces the idle timeout, and
     /// returns how the process ended once it has been reaped.
     func run(idleGrace: Duration, stopGrace: Duration) async -> TerminationReason {
+        let controlDone = Latch()
         let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
             group.addTask {
+                var failure: RemoteError?
                 do throws(RemoteError) {
                     try await self.control.run()
-                } catch where error.code == .protocolViolation {
-                    await self.stop(TerminationReason(kind: .protocolViolation, detail: error.reason), grace: stopGrace)
-                } catch {}
-                // Without its main connection a service is unreachable: it must exit now.
-                if await self.waitForEnd(until: .now.advanced(by: stopGrace)) == nil {
-                    await self.stop(TerminationReason(kind: .stopped, detail: "it closed its main connection but did not exit"), grace: stopGrace)
+                } catch {
+                    failure = error
+                }
+                controlDone.open()
+                switch failure?.code {
+                case .protocolViolation?, .timeout?:
+                    // Broke the protocol, or never handshook: either way it is ended, and it counts.
+                    await self.stop(TerminationReason(kind: .protocolViolation, detail: failure!.reason), grace: stopGrace)
+                default:
+                    // Without its main connection a service is unreachable: it must exit now.
+                    if await self.waitForEnd(until: .now.advanced(by: stopGrace)) == nil {
+                        let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0)\") on its main connection but did not exit" }
+                            ?? "it closed its main connection but did not exit"
+                        await self.stop(TerminationReason(kind: .protocolViolation, detail: detail), grace: stopGrace)
+                    }
                 }
             }
             for capture in captures { group.addTask { await capture.run() } }
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             let termination = await process.waitForExit()
+            if !sandboxed {
+                // It led its own process group: whatever it left there goes with it.
+                kill(-process.pid, SIGKILL)
+            }
+            // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
+            // if it never handshook, bubblewrap's complaint on stderr.
+            await controlDone.wait(until: .now.advanced(by: stopGrace))
             if sandboxed, control.peer == nil, let errors = captures.last {
-                // It never handshook: if bubblewrap said why, that is the reason. Read it all first.
                 await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
             }
             let reason = classify(termination)
@@ -149,14 +167,15 @@ final class ServiceInstance: Sendable {
         if sandboxed, case .exited(let code) = termination, code > 128, code < 128 + 65 {
             termination = .killed(signal: code - 128, coreDumped: false)
         }
-        if control.peerGoodbyeReason == FrameworkMessage.idleExitReason {
-            return TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout), it exited by itself (\(termination))")
-        }
+        // What the host did decides first; a service's word counts only for what it did alone.
         if var requested = state.withLock({ $0.stopping }) {
             requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
             requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
             requested.detail += " (then \(termination))"
             return requested
+        }
+        if control.peerGoodbyeReason == FrameworkMessage.idleExitReason, termination == .exited(0) {
+            return TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout), it exited by itself (\(termination))")
         }
         if sandboxed, control.peer == nil,
            let message = captures.last?.recentLines.last(where: { $0.hasPrefix("bwrap: ") }) {
@@ -210,6 +229,15 @@ final class ServiceInstance: Sendable {
             return
         }
         logger.info("stopping: \(reason)")
+        // Unsandboxed there is no pid namespace to take its children along: hold them by pidfd
+        // now (one may have left the process group) and kill what is left once it has ended.
+        let descendants = sandboxed ? [] : process.processTree().dropFirst().map { rv_pidfd_open($0, 0) }.filter { $0 >= 0 }
+        defer {
+            for pidfd in descendants {
+                _ = rv_pidfd_send_signal(pidfd, SIGKILL, 0)
+                close(pidfd)
+            }
+        }
         await control.close(reason: reason.detail)
         if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
         // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
@@ -243,7 +271,10 @@ final class ServiceInstance: Sendable {
         } catch {
             // The process is ending (it never handshook, or its main connection closed), or it
             // stopped reading its main connection: either way it is of no use. Say how it ended.
-            var reason = await waitForEnd(until: .now.advanced(by: stopGrace))
+            // A main connection that failed or closed is handled by run(), which names why; a
+            // service that merely stopped reading it (the send timed out) is stopped here.
+            let handledByRun = control.isClosed || error.code != .timeout
+            var reason = handledByRun ? await waitForEnd() : await waitForEnd(until: .now.advanced(by: stopGrace))
             if reason == nil {
                 await stop(TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), grace: stopGrace)
                 reason = await waitForEnd()
