@@ -77,13 +77,16 @@ struct Host: AsyncParsableCommand {
     @Option(help: "Cold starts to time at the end: a new connection's first request to a stopped service.")
     var coldStarts = 0
 
+    @Option(help: "The service whose cold starts are timed (it must answer \"echo\"; see --services).")
+    var coldStartService = "com.example.demo-share.echo"
+
     func run() async throws {
         rv_stdout_line_buffered()
         let registry = ServiceRegistry(scanning: [try options.folder()])
         print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
         for problem in registry.problems { print("  invalid manifest: \(problem)") }
         let identifier = "com.example.demo-share.echo"
-        let (roundTrips, coldStarts) = (self.roundTrips, self.coldStarts)
+        let (roundTrips, coldStarts, coldStartService) = (self.roundTrips, self.coldStarts, self.coldStartService)
         try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
             let events = launcher.events()
             let echo = launcher.connection(to: identifier)
@@ -138,12 +141,12 @@ struct Host: AsyncParsableCommand {
             if coldStarts > 0 {
                 var starts: [Duration] = []
                 for _ in 0..<coldStarts {
-                    let connection = launcher.connection(to: identifier)
+                    let connection = launcher.connection(to: coldStartService)
                     starts.append(try await clock.measure { _ = try await connection.request(ServiceMessage(type: "echo")) })
                     await connection.invalidate()  // stops the process: the next one starts cold
                 }
                 starts.sort()
-                print("cold start (first request → reply, launch included) x\(coldStarts): median \(format(starts[starts.count / 2])), min \(format(starts[0])), p90 \(format(starts[starts.count * 9 / 10]))")
+                print("cold start of \(coldStartService) (first request → reply, launch included) x\(coldStarts): median \(format(starts[starts.count / 2])), min \(format(starts[0])), p90 \(format(starts[starts.count * 9 / 10]))")
             }
         }
         print("launcher shut down; every service it started is stopped and reaped")
