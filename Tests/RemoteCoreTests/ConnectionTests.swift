@@ -349,6 +349,32 @@ struct HostileConnectionTests {
     }
 }
 
+/// The transport alone, against a raw peer.
+@Suite("Seqpacket transport")
+struct SeqpacketTransportTests {
+    @Test("a peer that closes with our data unread still delivers what it sent first (its goodbye), then end of file")
+    func goodbyeSurvivesReset() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let ours = try SeqpacketSocket(pair.first)
+            let theirs = pair.second
+            // Left unread in the peer's queue: closing it then makes Linux report ECONNRESET
+            // to us, ahead of the packets the peer queued for us before it closed.
+            try await ours.send(Envelope(id: 1, body: .ping(nonce: 7)))
+            try rawSend(theirs.rawValue, EnvelopeCodec.encode(Envelope(id: 1, body: .goodbye(reason: "idle exit"))))
+            theirs.close()
+            let first = try await ours.receive()
+            guard case .goodbye(let reason)? = first?.body else {
+                Issue.record("expected the goodbye, got \(String(describing: first))")
+                return
+            }
+            #expect(reason == "idle exit")
+            #expect(try await ours.receive() == nil)
+            ours.close()
+        }
+    }
+}
+
 /// `sendmsg` of raw bytes with optional SCM_RIGHTS, bypassing the codec (tests only).
 func rawSend(_ fd: Int32, _ bytes: [UInt8], fds: [Int32] = []) throws {
     var bytes = bytes

@@ -250,7 +250,11 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 
     /// One `recvmsg`: an envelope, `nil` at end of file, or would-block.
-    private func receivePacket() throws(RemoteError) -> IOResult<Envelope?> {
+    ///
+    /// A peer that closes with unread data in its own queue leaves `ECONNRESET` pending here,
+    /// and Linux reports it *before* the packets still queued for us (its goodbye, say). The
+    /// error is consumed by reporting it, so read on: what is queued comes next, then end of file.
+    private func receivePacket(afterReset: Bool = false) throws(RemoteError) -> IOResult<Envelope?> {
         var iov = iovec(iov_base: buffers.packet, iov_len: WireLimits.maxPacketSize)
         var message = msghdr()
         let count: Int
@@ -267,7 +271,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             case .done(let received): count = received
             }
         } catch {
-            if error.errno == ECONNRESET { return .done(nil) }
+            if error.errno == ECONNRESET { return afterReset ? .done(nil) : try receivePacket(afterReset: true) }
             throw RemoteError(.interrupted, "\(error)")
         }
 
