@@ -86,7 +86,7 @@ struct HostileLauncherTests {
         let x = String(repeating: "x", count: 4096)
         #expect(stdout.prefix(24).allSatisfy { $0.message == x }, "the line with no newline is split every 4096 bytes")
         #expect(stdout.dropFirst(24).first?.message == String(repeating: "x", count: 100_000 - 24 * 4096) + "flood line 0")
-        #expect(stdout.last?.message.contains("more than 10000 lines of output; the rest is dropped") == true)
+        #expect(stdout.last?.message.contains("more than 10000 lines") == true && stdout.last?.message.contains("the rest is dropped") == true)
         #expect(stdout.filter { $0.message.contains("the rest is dropped") }.count == 1)
         #expect(stdout.dropLast().last?.message == "flood line \(10_000 - 25)", "the 10,000th line is the last one logged")
     }

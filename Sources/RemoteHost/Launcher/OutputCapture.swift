@@ -1,19 +1,23 @@
+import Glibc
 import Logging
 import RemoteCore
 import Synchronization
 
 /// Reads a service's stdout or stderr from a pipe and logs it line by line with the service's
 /// identifier, so a service's prints end up in the host's log (as launchd sends them to the
-/// system log). Bounded: long lines are split, and after ``maxLines`` lines the rest is dropped
-/// with one notice, so a service cannot flood the host's log.
+/// system log). Bounded: long lines are split, and after ``maxLines`` lines or ``maxBytes``
+/// bytes the rest is read and dropped unexamined, with one notice, so a service can neither
+/// flood the host's log nor make the host spend more than a read per chunk on it.
 final class OutputCapture: Sendable {
     static let maxLineLength = 4096
     static let maxLines = 10_000
+    /// Bytes logged per stream before the rest is dropped.
+    static let maxBytes = 4 * 1024 * 1024
 
     let stream: String
     private let source: ReadableDescriptor
     private let logger: Logger
-    private let state = Mutex<(partial: [UInt8], lines: Int, recent: [String])>(([], 0, []))
+    private let state = Mutex<(partial: [UInt8], lines: Int, bytes: Int, recent: [String])>(([], 0, 0, []))
     private let finished = Latch()
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
@@ -55,28 +59,31 @@ final class OutputCapture: Sendable {
     var recentLines: [String] { state.withLock { $0.recent } }
 
     /// Splits `chunk` (after what is left of the last one) into lines of at most
-    /// ``maxLineLength`` bytes, in one pass.
+    /// ``maxLineLength`` bytes, with `memchr`, so the cost per byte stays small.
     private func take(_ chunk: [UInt8]) {
         let (buffer, capped) = state.withLock { state -> ([UInt8], Bool) in
             defer { state.partial.removeAll(keepingCapacity: true) }
-            return (state.partial + chunk, state.lines > Self.maxLines)
+            return (state.partial + chunk, state.lines > Self.maxLines || state.bytes > Self.maxBytes)
         }
         // Past the cap the bytes are only drained; the lines are not even split.
         if capped { return }
-        var start = 0
         var lines: [ArraySlice<UInt8>] = []
-        for index in buffer.indices where buffer[index] == 0x0a || index - start == Self.maxLineLength {
-            if buffer[index] == 0x0a {
-                lines.append(buffer[start..<index])
-                start = index + 1
-            } else {
-                lines.append(buffer[start..<index])
-                start = index
+        var start = 0
+        buffer.withUnsafeBufferPointer { bytes in
+            guard let base = bytes.baseAddress else { return }
+            while start < bytes.count {
+                let limit = min(bytes.count - start, Self.maxLineLength)
+                if let newline = memchr(base + start, 0x0a, limit) {
+                    let end = base.distance(to: newline.assumingMemoryBound(to: UInt8.self))
+                    lines.append(buffer[start..<end])
+                    start = end + 1
+                } else if limit == Self.maxLineLength {
+                    lines.append(buffer[start..<(start + limit)])
+                    start += limit
+                } else {
+                    break  // an unfinished line: wait for the rest
+                }
             }
-        }
-        if buffer.count - start >= Self.maxLineLength {
-            lines.append(buffer[start..<(start + Self.maxLineLength)])
-            start += Self.maxLineLength
         }
         state.withLock { $0.partial = Array(buffer[start...]) }
         for line in lines { emit(line) }
@@ -86,6 +93,8 @@ final class OutputCapture: Sendable {
         let line = String(decoding: bytes, as: UTF8.self)
         let count = state.withLock { state in
             state.lines += 1
+            state.bytes += bytes.count
+            if state.bytes > Self.maxBytes { state.lines = max(state.lines, Self.maxLines + 1) }
             if state.lines <= Self.maxLines {
                 state.recent.append(line)
                 if state.recent.count > 8 { state.recent.removeFirst() }
@@ -95,7 +104,7 @@ final class OutputCapture: Sendable {
         if count <= Self.maxLines {
             logger.log(level: stream == "stderr" ? .warning : .info, "\(line)", metadata: ["stream": "\(stream)"])
         } else if count == Self.maxLines + 1 {
-            logger.warning("more than \(Self.maxLines) lines of output; the rest is dropped", metadata: ["stream": "\(stream)"])
+            logger.warning("more than \(Self.maxLines) lines or \(Self.maxBytes) bytes of output; the rest is dropped", metadata: ["stream": "\(stream)"])
         }
     }
 }
