@@ -362,7 +362,8 @@ struct HostileLauncherTests {
                 async let stranded = Self.requestError(bystander, ServiceMessage(type: "hang"))
                 let error = await Self.requestError(victim, ServiceMessage(type: request))
                 #expect(error?.code == .interrupted, "\(request): \(String(describing: error))")
-                #expect(await stranded?.code == .interrupted, "\(request)")
+                let strandedError = await stranded
+                #expect(strandedError?.code == .interrupted, "\(request): \(String(describing: strandedError))")
                 let reason = try await Self.termination(of: pid, in: events)
                 #expect(reason.kind == .killed && reason.signal == signal, "\(request): \(reason)")
                 for connection in [victim, bystander] {
