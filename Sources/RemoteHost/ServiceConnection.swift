@@ -277,9 +277,11 @@ public final class ServiceConnection: Sendable {
                 await channel.instance.stop(TerminationReason(kind: .protocolViolation, detail: failure.reason),
                                             grace: launcher.configuration.stopGracePeriod)
             }
-            // Say how the process ended, if it ends promptly (it normally has already).
+            // Say how the process ended (it normally has already; a process the host must stop
+            // takes at most the three steps of stopping).
             var error = failure
-            if failure.code == .interrupted, let reason = await channel.instance.waitForEnd(until: .now.advanced(by: .seconds(1))) {
+            let bound = channel.instance.stopGrace * 3 + .seconds(1)
+            if failure.code == .interrupted, let reason = await channel.instance.waitForEnd(until: .now.advanced(by: bound)) {
                 error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
             }
             eventSink.yield(.interrupted(error))

@@ -37,7 +37,11 @@ final class OutputCapture: Sendable {
             do { chunk = try source.read(upTo: 64 * 1024) } catch { break }
             guard let chunk else { continue }
             if chunk.isEmpty { break }
-            take(chunk)
+            if take(chunk) {
+                // Past the caps: drain at most a chunk per 10 ms. A flooding service then waits
+                // on its full pipe instead of keeping a core of the host busy reading it.
+                try? await Task.sleep(for: .milliseconds(10))
+            }
         }
         let rest = state.withLock { state in
             defer { state.partial.removeAll() }
@@ -60,13 +64,15 @@ final class OutputCapture: Sendable {
 
     /// Splits `chunk` (after what is left of the last one) into lines of at most
     /// ``maxLineLength`` bytes, with `memchr`, so the cost per byte stays small.
-    private func take(_ chunk: [UInt8]) {
+    /// Returns whether the caps are reached (the bytes were only drained).
+    @discardableResult
+    private func take(_ chunk: [UInt8]) -> Bool {
         let (buffer, capped) = state.withLock { state -> ([UInt8], Bool) in
             defer { state.partial.removeAll(keepingCapacity: true) }
             return (state.partial + chunk, state.lines > Self.maxLines || state.bytes > Self.maxBytes)
         }
         // Past the cap the bytes are only drained; the lines are not even split.
-        if capped { return }
+        if capped { return true }
         var lines: [ArraySlice<UInt8>] = []
         var start = 0
         buffer.withUnsafeBufferPointer { bytes in
@@ -87,6 +93,7 @@ final class OutputCapture: Sendable {
         }
         state.withLock { $0.partial = Array(buffer[start...]) }
         for line in lines { emit(line) }
+        return false
     }
 
     private func emit(_ bytes: ArraySlice<UInt8>) {
