@@ -121,7 +121,7 @@ struct HostileLauncherTests {
                 last = ContinuousClock.now
                 echoes += 1
             }
-            #expect(try await flooded > 1_000_000, "the flood ran")
+            #expect(try await flooded > 200_000, "the flood ran, well past what a pipe holds")
             #expect(watch.streams == Set(streams), "the flood reached the log")
             // Not a timed assertion (speed is the benchmarks' business, and a loaded machine
             // stretches any bound): the host kept answering while the flood went on.
