@@ -209,14 +209,7 @@ public final class ServiceConnection: Sendable {
                     announceInvalidation()
                 }
                 do {
-                    let channel = try await connect()
-                    let accepted = state.withLock { state -> Bool in
-                        guard state.invalidation == nil else { return false }
-                        state.channel = channel
-                        return true
-                    }
-                    if !accepted { await channel.connection.close(reason: "invalidated") }
-                    return channel
+                    return try await connect()
                 } catch {
                     if error.code == .invalidated {
                         invalidated(by: error)
@@ -244,7 +237,20 @@ public final class ServiceConnection: Sendable {
                 await onMessage(message)
             })
         let channel = Channel(instance: instance, connection: connection)
+        // Current before it runs, so that however soon it ends, serve() reports it.
+        let invalidation = state.withLock { state -> RemoteError? in
+            if let invalidation = state.invalidation { return invalidation }
+            state.channel = channel
+            return nil
+        }
+        if let invalidation {
+            await connection.close(reason: "invalidated")
+            instance.closeChannel()
+            throw invalidation
+        }
         guard launcher.submit({ await self.serve(channel) }) else {
+            state.withLock { if $0.channel === channel { $0.channel = nil } }
+            instance.closeChannel()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
         return channel
