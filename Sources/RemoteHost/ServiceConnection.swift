@@ -48,7 +48,6 @@ public final class ServiceConnection: Sendable {
         /// Failures being reported right now; the invalidation waits for them, so that the
         /// crash that ends in a crash loop is reported (interrupted) before the loop (invalidated).
         var reporting = 0
-        var registered = false
     }
 
     /// One connection to one process of the service.
@@ -128,10 +127,12 @@ public final class ServiceConnection: Sendable {
         }
         guard first else { return }
         announceInvalidation()
-        await launcher.unregister(self)
+        launcher.unregister(self)
         guard let channel else { return }
+        // Counted before closing: the close lets serve() take this client off the count.
+        let last = channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1
         await channel.connection.close(reason: "invalidated by the host")
-        if channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1 {
+        if last {
             await channel.instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"),
                                         grace: launcher.configuration.stopGracePeriod)
         }
@@ -160,6 +161,13 @@ public final class ServiceConnection: Sendable {
         guard let error else { return }
         eventSink.yield(.invalidated(error))
         eventSink.finish()
+    }
+
+    /// Whether `instance` ended (or is ending) as an idle exit, waiting as long as stopping takes.
+    private func endedIdle(_ instance: ServiceInstance) async -> Bool {
+        guard !instance.isUsable || instance.ended != nil else { return false }
+        let bound = instance.stopGrace * 3 + .seconds(1)
+        return await instance.waitForEnd(until: .now.advanced(by: bound))?.kind == .idleExit
     }
 
     // MARK: channels
@@ -223,19 +231,26 @@ public final class ServiceConnection: Sendable {
     }
 
     private func connect() async throws(RemoteError) -> Channel {
-        if !state.withLock({ $0.registered }) {
-            try await launcher.register(self)
-            state.withLock { $0.registered = true }
-        }
-        let instance = try await launcher.instance(for: self)
+        var instance = try await launcher.instance(for: self)
         let onMessage = self.onMessage
-        let connection = try await instance.openChannel(
-            configuration: .init(role: .host, identifier: launcher.configuration.hostIdentifier),
-            onRequest: onRequest,
-            onMessage: { [weak instance] message in
-                instance?.touch()
-                await onMessage(message)
-            })
+        let configuration = Connection.Configuration(role: .host, identifier: launcher.configuration.hostIdentifier)
+        let connection: Connection
+        do {
+            connection = try await instance.openChannel(configuration: configuration, onRequest: onRequest,
+                                                        onMessage: { [weak instance] message in
+                                                            instance?.touch()
+                                                            await onMessage(message)
+                                                        })
+        } catch {
+            // It exited idle just then: once more, on a new process.
+            guard await endedIdle(instance) else { throw error }
+            instance = try await launcher.instance(for: self)
+            connection = try await instance.openChannel(configuration: configuration, onRequest: onRequest,
+                                                        onMessage: { [weak instance] message in
+                                                            instance?.touch()
+                                                            await onMessage(message)
+                                                        })
+        }
         let channel = Channel(instance: instance, connection: connection)
         // Current before it runs, so that however soon it ends, serve() reports it.
         let invalidation = state.withLock { state -> RemoteError? in
@@ -245,7 +260,9 @@ public final class ServiceConnection: Sendable {
         }
         if let invalidation {
             await connection.close(reason: "invalidated")
-            instance.closeChannel()
+            if instance.closeChannel() == 0 || instance.manifest.instances == .perConnection {
+                await instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: instance.stopGrace)
+            }
             throw invalidation
         }
         guard launcher.submit({ await self.serve(channel) }) else {
@@ -277,6 +294,8 @@ public final class ServiceConnection: Sendable {
             state.withLock { $0.reporting -= 1 }
             announceInvalidation()
         }
+        // An idle exit is not news: the next message relaunches it, as if nothing happened.
+        if await endedIdle(channel.instance) { return }
         let goodbye = channel.connection.peerGoodbyeReason
         if let failure {
             if failure.code == .protocolViolation {

@@ -213,12 +213,16 @@ final class ServiceRuntime: Sendable {
 
     /// Closes every connection (saying `reason`) and stops taking new ones.
     private func end(_ ending: ServiceMain.Ending, reason: String) async {
-        let connections = state.withLock { state -> [Connection] in
-            guard state.ending == nil else { return [] }
+        let first = state.withLock { state -> Bool in
+            guard state.ending == nil else { return false }
             state.ending = ending
-            return Array(state.connections.values)
+            return true
         }
+        guard first else { return }
+        // Stop taking connections first, then close what is there: one that slips in between
+        // is either in the list below or refused by the finished stream (see deliver).
         newConnectionSink.finish()
+        let connections = state.withLock { Array($0.connections.values) }
         for connection in connections { await connection.close(reason: reason) }
     }
 

@@ -300,6 +300,38 @@ struct LauncherTests {
         }
     }
 
+    @Test("invalidating one of two connections to a shared service leaves the other one its process")
+    func invalidateSharedClient() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let a = launcher.connection(to: "com.example.test"), b = launcher.connection(to: "com.example.test")
+            _ = try await a.request(ServiceMessage(type: "echo"))
+            _ = try await b.request(ServiceMessage(type: "echo"))
+            let pid = try #require(b.processIdentifier)
+            await a.invalidate()
+            #expect(try await b.request(ServiceMessage(type: "echo", text: "still")).text == "still")
+            #expect(b.processIdentifier == pid)
+            #expect(await launcher.status().first?.launches == 1)
+        }
+    }
+
+    @Test("shutting the launcher down invalidates every connection, used or not, and any made afterwards")
+    func shutdownInvalidatesAll() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let used = launcher.connection(to: "com.example.test"), unused = launcher.connection(to: "com.example.test")
+            _ = try await used.request(ServiceMessage(type: "echo"))
+            await launcher.shutdown()
+            for connection in [used, unused] {
+                var last: ServiceConnection.Event?
+                for await event in connection.events { last = event }
+                guard case .invalidated(let error)? = last else { Issue.record("expected invalidated last"); return }
+                #expect(error.reason.contains("shut down"))
+            }
+            let late = launcher.connection(to: "com.example.test")
+            let error = await #expect(throws: RemoteError.self) { try await late.request(ServiceMessage(type: "echo")) }
+            #expect(error?.code == .invalidated)
+        }
+    }
+
     @Test("the service's stdout and stderr reach the host's log with its identifier")
     func outputCaptured() async throws {
         let records = LogRecords()

@@ -68,7 +68,9 @@ public actor Launcher {
     private nonisolated let subscribers = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
     private nonisolated let nextSubscriber = Atomic<Int>(0)
     private var records: [String: Record] = [:]
-    private var connections: [UInt64: WeakConnection] = [:]
+    /// Every connection made with ``connection(to:onRequest:onMessage:)`` (weakly), and whether
+    /// the launcher has shut down; nonisolated, so a connection is known from its creation.
+    private nonisolated let clients = Mutex<(shutDown: Bool, entries: [UInt64: WeakConnection])>((false, [:]))
     private var shutDown = false
 
     private struct Record {
@@ -121,8 +123,12 @@ public actor Launcher {
         guard !shutDown else { return }
         shutDown = true
         let error = RemoteError(.invalidated, "the launcher shut down")
-        for entry in connections.values { entry.connection?.invalidated(by: error) }
-        connections.removeAll()
+        let entries = clients.withLock { clients in
+            clients.shutDown = true
+            defer { clients.entries.removeAll() }
+            return Array(clients.entries.values)
+        }
+        for entry in entries { entry.connection?.invalidated(by: error) }
         let instances = records.values.flatMap(\.running)
         let grace = configuration.stopGracePeriod
         await withTaskGroup(of: Void.self) { group in
@@ -137,7 +143,15 @@ public actor Launcher {
     public nonisolated func connection(to identifier: String,
                                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
                                        onMessage: @escaping Connection.MessageHandler = { _ in }) -> ServiceConnection {
-        ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
+        let connection = ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
+        let shutDown = clients.withLock { clients in
+            if clients.shutDown { return true }
+            clients.entries = clients.entries.filter { $0.value.connection != nil }
+            clients.entries[connection.serial] = WeakConnection(connection: connection)
+            return false
+        }
+        if shutDown { connection.invalidated(by: RemoteError(.invalidated, "the launcher shut down")) }
+        return connection
     }
 
     /// What the launcher is doing, service by service: one entry per registered service.
@@ -179,14 +193,8 @@ public actor Launcher {
         return false
     }
 
-    func register(_ connection: ServiceConnection) throws(RemoteError) {
-        if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
-        connections = connections.filter { $0.value.connection != nil }
-        connections[connection.serial] = WeakConnection(connection: connection)
-    }
-
-    func unregister(_ connection: ServiceConnection) {
-        connections[connection.serial] = nil
+    nonisolated func unregister(_ connection: ServiceConnection) {
+        _ = clients.withLock { $0.entries.removeValue(forKey: connection.serial) }
     }
 
     /// The process `client` should talk to: the running one, or a new one (after the
@@ -256,12 +264,10 @@ public actor Launcher {
             if error.code == .invalidated { invalidate(identifier, error) }
             throw error
         }
-        if shutDown {
-            // Shut down while it was starting: nobody will run it, so run and stop it here.
-            async let ended = instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
-            await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace)
-            _ = await ended
-            throw RemoteError(.invalidated, "the launcher shut down")
+        if shutDown || records[identifier]?.invalidation != nil {
+            // Shut down or invalidated while it was starting: run and stop it here.
+            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
+            throw records[identifier]?.invalidation ?? RemoteError(.invalidated, "the launcher shut down")
         }
         records[identifier]!.launches += 1
         records[identifier]!.lastLaunch = .now
@@ -270,11 +276,16 @@ public actor Launcher {
         } else {
             records[identifier]!.perConnection[owner] = instance
         }
-        // Cannot fail: shutdown() finishes the job stream only after stopping every instance in
-        // `records`, which this one joined in the same actor turn as the check above.
-        _ = submit { [weak self] in
+        let started = submit { [weak self] in
             let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
             await self?.accountFor(instance, reason: reason, owner: owner)
+        }
+        guard started else {
+            // run() was cancelled (its job stream ended before shutdown() ran): nobody will run it.
+            if records[identifier]?.shared === instance { records[identifier]?.shared = nil }
+            if records[identifier]?.perConnection[owner] === instance { records[identifier]?.perConnection[owner] = nil }
+            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
+            throw RemoteError(.invalidated, "the launcher is not running")
         }
         configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
         broadcast(.launched(identifier: identifier, pid: instance.process.pid))
@@ -311,12 +322,19 @@ public actor Launcher {
         }
     }
 
+    /// Runs and stops a process nobody else will run (it is reaped before this returns).
+    private static func discard(_ instance: ServiceInstance, idleGrace: Duration, stopGrace: Duration) async {
+        async let ended = instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
+        await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace)
+        _ = await ended
+    }
+
     private func invalidate(_ identifier: String, _ error: RemoteError) {
         guard records[identifier]?.invalidation == nil else { return }
         records[identifier]?.invalidation = error
         configuration.logger.error("\(identifier) is invalidated: \(error.reason)")
         broadcast(.invalidated(identifier: identifier, reason: error))
-        for entry in connections.values {
+        for entry in clients.withLock({ Array($0.entries.values) }) {
             if let connection = entry.connection, connection.identifier == identifier { connection.invalidated(by: error) }
         }
     }

@@ -27,6 +27,8 @@ final class ServiceInstance: Sendable {
         var lastActivity = ContinuousClock.now
         var clients = 0
         var stopping: TerminationReason?
+        /// Reaped: its pid may belong to another process now.
+        var reaped = false
         var ended: TerminationReason?
         var nextWaiter = 0
         var waiters: [Int: CheckedContinuation<TerminationReason?, Never>] = [:]
@@ -131,6 +133,7 @@ final class ServiceInstance: Sendable {
             for capture in captures { group.addTask { await capture.run() } }
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             let termination = await process.waitForExit()
+            state.withLock { $0.reaped = true }
             if !sandboxed {
                 // It led its own process group: whatever it left there goes with it.
                 kill(-process.pid, SIGKILL)
@@ -240,6 +243,11 @@ final class ServiceInstance: Sendable {
         }
         await control.close(reason: reason.detail)
         if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
+        // Reaped, only not yet classified: no signal may go to its (reusable) pid.
+        if state.withLock({ $0.reaped }) {
+            _ = await waitForEnd()
+            return
+        }
         // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
         let tree = process.processTree()
         // Unsandboxed, it leads its own session and process group: signal the group.
@@ -248,7 +256,7 @@ final class ServiceInstance: Sendable {
         for pid in targets where pid != 0 { kill(pid, SIGTERM) }
         if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
         logger.warning("did not exit within \(grace) of SIGTERM; sending SIGKILL")
-        if !sandboxed { kill(-process.pid, SIGKILL) }
+        if !sandboxed, !state.withLock({ $0.reaped }) { kill(-process.pid, SIGKILL) }
         process.send(signal: SIGKILL)
         _ = await waitForEnd()
     }
