@@ -97,22 +97,46 @@ public final class ServiceConnection: Sendable {
                 channel.instance.end()
                 // The service exited idle just as this was sent (it had no request outstanding
                 // when it decided to): send it once more, to a new process.
-                if !retried, error.code == .interrupted || error.code == .invalidated,
-                   state.withLock({ $0.invalidation == nil }),
-                   await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))?.kind == .idleExit {
+                if !retried, await racedIdleExit(error, on: channel) {
                     retried = true
                     continue
                 }
-                throw error
+                throw normalized(error)
             }
         }
     }
 
     /// Sends a one-way message, launching the service if needed; returns once it is sent.
     public func send(_ message: ServiceMessage) async throws(RemoteError) {
-        let channel = try await currentChannel()
-        channel.instance.touch()
-        try await channel.connection.send(message)
+        var retried = false
+        while true {
+            let channel = try await currentChannel()
+            channel.instance.touch()
+            do {
+                try await channel.connection.send(message)
+                return
+            } catch {
+                if !retried, await racedIdleExit(error, on: channel) {
+                    retried = true
+                    continue
+                }
+                throw normalized(error)
+            }
+        }
+    }
+
+    /// Whether `error` on `channel` came from the service exiting idle just then (it had nothing
+    /// outstanding when it decided to, so what was being sent was never handled).
+    private func racedIdleExit(_ error: RemoteError, on channel: Channel) async -> Bool {
+        guard error.code == .interrupted || error.code == .invalidated, state.withLock({ $0.invalidation == nil }) else { return false }
+        return await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))?.kind == .idleExit
+    }
+
+    /// A channel that closed under this connection is an interruption, not an invalidation:
+    /// only this object's own state says when it can never work again.
+    private func normalized(_ error: RemoteError) -> RemoteError {
+        guard error.code == .invalidated, state.withLock({ $0.invalidation == nil }) else { return error }
+        return RemoteError(.interrupted, error.reason)
     }
 
     /// Ends the connection for good: it is closed in order, and the service process is stopped
