@@ -412,7 +412,367 @@ void   remoteview__cancel__free_unpacked
   assert(message->base.descriptor == &remoteview__cancel__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[13] =
+void   remoteview__rect__init
+                     (Remoteview__Rect         *message)
+{
+  static const Remoteview__Rect init_value = REMOTEVIEW__RECT__INIT;
+  *message = init_value;
+}
+size_t remoteview__rect__get_packed_size
+                     (const Remoteview__Rect *message)
+{
+  assert(message->base.descriptor == &remoteview__rect__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__rect__pack
+                     (const Remoteview__Rect *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__rect__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__rect__pack_to_buffer
+                     (const Remoteview__Rect *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__rect__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__Rect *
+       remoteview__rect__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__Rect *)
+     protobuf_c_message_unpack (&remoteview__rect__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__rect__free_unpacked
+                     (Remoteview__Rect *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__rect__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__attach_buffer__init
+                     (Remoteview__AttachBuffer         *message)
+{
+  static const Remoteview__AttachBuffer init_value = REMOTEVIEW__ATTACH_BUFFER__INIT;
+  *message = init_value;
+}
+size_t remoteview__attach_buffer__get_packed_size
+                     (const Remoteview__AttachBuffer *message)
+{
+  assert(message->base.descriptor == &remoteview__attach_buffer__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__attach_buffer__pack
+                     (const Remoteview__AttachBuffer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__attach_buffer__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__attach_buffer__pack_to_buffer
+                     (const Remoteview__AttachBuffer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__attach_buffer__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__AttachBuffer *
+       remoteview__attach_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__AttachBuffer *)
+     protobuf_c_message_unpack (&remoteview__attach_buffer__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__attach_buffer__free_unpacked
+                     (Remoteview__AttachBuffer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__attach_buffer__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__commit__init
+                     (Remoteview__Commit         *message)
+{
+  static const Remoteview__Commit init_value = REMOTEVIEW__COMMIT__INIT;
+  *message = init_value;
+}
+size_t remoteview__commit__get_packed_size
+                     (const Remoteview__Commit *message)
+{
+  assert(message->base.descriptor == &remoteview__commit__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__commit__pack
+                     (const Remoteview__Commit *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__commit__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__commit__pack_to_buffer
+                     (const Remoteview__Commit *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__commit__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__Commit *
+       remoteview__commit__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__Commit *)
+     protobuf_c_message_unpack (&remoteview__commit__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__commit__free_unpacked
+                     (Remoteview__Commit *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__commit__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__release_buffer__init
+                     (Remoteview__ReleaseBuffer         *message)
+{
+  static const Remoteview__ReleaseBuffer init_value = REMOTEVIEW__RELEASE_BUFFER__INIT;
+  *message = init_value;
+}
+size_t remoteview__release_buffer__get_packed_size
+                     (const Remoteview__ReleaseBuffer *message)
+{
+  assert(message->base.descriptor == &remoteview__release_buffer__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__release_buffer__pack
+                     (const Remoteview__ReleaseBuffer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__release_buffer__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__release_buffer__pack_to_buffer
+                     (const Remoteview__ReleaseBuffer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__release_buffer__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ReleaseBuffer *
+       remoteview__release_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ReleaseBuffer *)
+     protobuf_c_message_unpack (&remoteview__release_buffer__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__release_buffer__free_unpacked
+                     (Remoteview__ReleaseBuffer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__release_buffer__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__frame_done__init
+                     (Remoteview__FrameDone         *message)
+{
+  static const Remoteview__FrameDone init_value = REMOTEVIEW__FRAME_DONE__INIT;
+  *message = init_value;
+}
+size_t remoteview__frame_done__get_packed_size
+                     (const Remoteview__FrameDone *message)
+{
+  assert(message->base.descriptor == &remoteview__frame_done__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__frame_done__pack
+                     (const Remoteview__FrameDone *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__frame_done__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__frame_done__pack_to_buffer
+                     (const Remoteview__FrameDone *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__frame_done__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__FrameDone *
+       remoteview__frame_done__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__FrameDone *)
+     protobuf_c_message_unpack (&remoteview__frame_done__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__frame_done__free_unpacked
+                     (Remoteview__FrameDone *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__frame_done__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__destroy_buffer__init
+                     (Remoteview__DestroyBuffer         *message)
+{
+  static const Remoteview__DestroyBuffer init_value = REMOTEVIEW__DESTROY_BUFFER__INIT;
+  *message = init_value;
+}
+size_t remoteview__destroy_buffer__get_packed_size
+                     (const Remoteview__DestroyBuffer *message)
+{
+  assert(message->base.descriptor == &remoteview__destroy_buffer__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__destroy_buffer__pack
+                     (const Remoteview__DestroyBuffer *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__destroy_buffer__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__destroy_buffer__pack_to_buffer
+                     (const Remoteview__DestroyBuffer *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__destroy_buffer__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__DestroyBuffer *
+       remoteview__destroy_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__DestroyBuffer *)
+     protobuf_c_message_unpack (&remoteview__destroy_buffer__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__destroy_buffer__free_unpacked
+                     (Remoteview__DestroyBuffer *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__destroy_buffer__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__resize__init
+                     (Remoteview__Resize         *message)
+{
+  static const Remoteview__Resize init_value = REMOTEVIEW__RESIZE__INIT;
+  *message = init_value;
+}
+size_t remoteview__resize__get_packed_size
+                     (const Remoteview__Resize *message)
+{
+  assert(message->base.descriptor == &remoteview__resize__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__resize__pack
+                     (const Remoteview__Resize *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__resize__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__resize__pack_to_buffer
+                     (const Remoteview__Resize *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__resize__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__Resize *
+       remoteview__resize__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__Resize *)
+     protobuf_c_message_unpack (&remoteview__resize__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__resize__free_unpacked
+                     (Remoteview__Resize *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__resize__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__preferred_size__init
+                     (Remoteview__PreferredSize         *message)
+{
+  static const Remoteview__PreferredSize init_value = REMOTEVIEW__PREFERRED_SIZE__INIT;
+  *message = init_value;
+}
+size_t remoteview__preferred_size__get_packed_size
+                     (const Remoteview__PreferredSize *message)
+{
+  assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__preferred_size__pack
+                     (const Remoteview__PreferredSize *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__preferred_size__pack_to_buffer
+                     (const Remoteview__PreferredSize *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__PreferredSize *
+       remoteview__preferred_size__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__PreferredSize *)
+     protobuf_c_message_unpack (&remoteview__preferred_size__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__preferred_size__free_unpacked
+                     (Remoteview__PreferredSize *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[20] =
 {
   {
     "id",
@@ -570,27 +930,119 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[13
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "attach_buffer",
+    100,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, attach_buffer),
+    &remoteview__attach_buffer__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "commit",
+    101,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, commit),
+    &remoteview__commit__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "release_buffer",
+    102,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, release_buffer),
+    &remoteview__release_buffer__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "frame_done",
+    103,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, frame_done),
+    &remoteview__frame_done__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "destroy_buffer",
+    104,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, destroy_buffer),
+    &remoteview__destroy_buffer__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "resize",
+    105,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, resize),
+    &remoteview__resize__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "preferred_size",
+    106,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, preferred_size),
+    &remoteview__preferred_size__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
+  13,   /* field[13] = attach_buffer */
   12,   /* field[12] = cancel */
+  14,   /* field[14] = commit */
+  17,   /* field[17] = destroy_buffer */
   11,   /* field[11] = failure */
   2,   /* field[2] = fd_count */
+  16,   /* field[16] = frame_done */
   4,   /* field[4] = goodbye */
   3,   /* field[3] = handshake */
   0,   /* field[0] = id */
   10,   /* field[10] = message */
   6,   /* field[6] = ping */
   7,   /* field[7] = pong */
+  19,   /* field[19] = preferred_size */
   5,   /* field[5] = protocol_error */
+  15,   /* field[15] = release_buffer */
   9,   /* field[9] = reply */
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
+  18,   /* field[18] = resize */
 };
-static const ProtobufCIntRange remoteview__envelope__number_ranges[2 + 1] =
+static const ProtobufCIntRange remoteview__envelope__number_ranges[3 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
-  { 0, 13 }
+  { 100, 13 },
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -600,10 +1052,10 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  13,
+  20,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
-  2,  remoteview__envelope__number_ranges,
+  3,  remoteview__envelope__number_ranges,
   (ProtobufCMessageInit) remoteview__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -1015,6 +1467,466 @@ const ProtobufCMessageDescriptor remoteview__cancel__descriptor =
   (ProtobufCMessageInit) remoteview__cancel__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor remoteview__rect__field_descriptors[4] =
+{
+  {
+    "x",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Rect, x),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "y",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Rect, y),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "width",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Rect, width),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "height",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Rect, height),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__rect__field_indices_by_name[] = {
+  3,   /* field[3] = height */
+  2,   /* field[2] = width */
+  0,   /* field[0] = x */
+  1,   /* field[1] = y */
+};
+static const ProtobufCIntRange remoteview__rect__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor remoteview__rect__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.Rect",
+  "Rect",
+  "Remoteview__Rect",
+  "remoteview",
+  sizeof(Remoteview__Rect),
+  4,
+  remoteview__rect__field_descriptors,
+  remoteview__rect__field_indices_by_name,
+  1,  remoteview__rect__number_ranges,
+  (ProtobufCMessageInit) remoteview__rect__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__attach_buffer__field_descriptors[5] =
+{
+  {
+    "buffer_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AttachBuffer, buffer_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "width",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AttachBuffer, width),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "height",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AttachBuffer, height),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "stride",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AttachBuffer, stride),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "format",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AttachBuffer, format),
+    &remoteview__pixel_format__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__attach_buffer__field_indices_by_name[] = {
+  0,   /* field[0] = buffer_id */
+  4,   /* field[4] = format */
+  2,   /* field[2] = height */
+  3,   /* field[3] = stride */
+  1,   /* field[1] = width */
+};
+static const ProtobufCIntRange remoteview__attach_buffer__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor remoteview__attach_buffer__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.AttachBuffer",
+  "AttachBuffer",
+  "Remoteview__AttachBuffer",
+  "remoteview",
+  sizeof(Remoteview__AttachBuffer),
+  5,
+  remoteview__attach_buffer__field_descriptors,
+  remoteview__attach_buffer__field_indices_by_name,
+  1,  remoteview__attach_buffer__number_ranges,
+  (ProtobufCMessageInit) remoteview__attach_buffer__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__commit__field_descriptors[3] =
+{
+  {
+    "buffer_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Commit, buffer_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "damage",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Commit, n_damage),
+    offsetof(Remoteview__Commit, damage),
+    &remoteview__rect__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "frame",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Commit, frame),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__commit__field_indices_by_name[] = {
+  0,   /* field[0] = buffer_id */
+  1,   /* field[1] = damage */
+  2,   /* field[2] = frame */
+};
+static const ProtobufCIntRange remoteview__commit__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor remoteview__commit__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.Commit",
+  "Commit",
+  "Remoteview__Commit",
+  "remoteview",
+  sizeof(Remoteview__Commit),
+  3,
+  remoteview__commit__field_descriptors,
+  remoteview__commit__field_indices_by_name,
+  1,  remoteview__commit__number_ranges,
+  (ProtobufCMessageInit) remoteview__commit__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__release_buffer__field_descriptors[1] =
+{
+  {
+    "buffer_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ReleaseBuffer, buffer_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__release_buffer__field_indices_by_name[] = {
+  0,   /* field[0] = buffer_id */
+};
+static const ProtobufCIntRange remoteview__release_buffer__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__release_buffer__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ReleaseBuffer",
+  "ReleaseBuffer",
+  "Remoteview__ReleaseBuffer",
+  "remoteview",
+  sizeof(Remoteview__ReleaseBuffer),
+  1,
+  remoteview__release_buffer__field_descriptors,
+  remoteview__release_buffer__field_indices_by_name,
+  1,  remoteview__release_buffer__number_ranges,
+  (ProtobufCMessageInit) remoteview__release_buffer__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__frame_done__field_descriptors[1] =
+{
+  {
+    "frame",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__FrameDone, frame),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__frame_done__field_indices_by_name[] = {
+  0,   /* field[0] = frame */
+};
+static const ProtobufCIntRange remoteview__frame_done__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__frame_done__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.FrameDone",
+  "FrameDone",
+  "Remoteview__FrameDone",
+  "remoteview",
+  sizeof(Remoteview__FrameDone),
+  1,
+  remoteview__frame_done__field_descriptors,
+  remoteview__frame_done__field_indices_by_name,
+  1,  remoteview__frame_done__number_ranges,
+  (ProtobufCMessageInit) remoteview__frame_done__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__destroy_buffer__field_descriptors[1] =
+{
+  {
+    "buffer_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__DestroyBuffer, buffer_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__destroy_buffer__field_indices_by_name[] = {
+  0,   /* field[0] = buffer_id */
+};
+static const ProtobufCIntRange remoteview__destroy_buffer__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__destroy_buffer__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.DestroyBuffer",
+  "DestroyBuffer",
+  "Remoteview__DestroyBuffer",
+  "remoteview",
+  sizeof(Remoteview__DestroyBuffer),
+  1,
+  remoteview__destroy_buffer__field_descriptors,
+  remoteview__destroy_buffer__field_indices_by_name,
+  1,  remoteview__destroy_buffer__number_ranges,
+  (ProtobufCMessageInit) remoteview__destroy_buffer__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__resize__field_descriptors[3] =
+{
+  {
+    "width",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Resize, width),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "height",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Resize, height),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "scale_permille",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Resize, scale_permille),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__resize__field_indices_by_name[] = {
+  1,   /* field[1] = height */
+  2,   /* field[2] = scale_permille */
+  0,   /* field[0] = width */
+};
+static const ProtobufCIntRange remoteview__resize__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor remoteview__resize__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.Resize",
+  "Resize",
+  "Remoteview__Resize",
+  "remoteview",
+  sizeof(Remoteview__Resize),
+  3,
+  remoteview__resize__field_descriptors,
+  remoteview__resize__field_indices_by_name,
+  1,  remoteview__resize__number_ranges,
+  (ProtobufCMessageInit) remoteview__resize__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__preferred_size__field_descriptors[2] =
+{
+  {
+    "width",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PreferredSize, width),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "height",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PreferredSize, height),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__preferred_size__field_indices_by_name[] = {
+  1,   /* field[1] = height */
+  0,   /* field[0] = width */
+};
+static const ProtobufCIntRange remoteview__preferred_size__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.PreferredSize",
+  "PreferredSize",
+  "Remoteview__PreferredSize",
+  "remoteview",
+  sizeof(Remoteview__PreferredSize),
+  2,
+  remoteview__preferred_size__field_descriptors,
+  remoteview__preferred_size__field_indices_by_name,
+  1,  remoteview__preferred_size__number_ranges,
+  (ProtobufCMessageInit) remoteview__preferred_size__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue remoteview__peer_role__enum_values_by_number[3] =
 {
   { "PEER_ROLE_UNSPECIFIED", "REMOTEVIEW__PEER_ROLE__PEER_ROLE_UNSPECIFIED", 0 },
@@ -1081,5 +1993,33 @@ const ProtobufCEnumDescriptor remoteview__protocol_error_code__descriptor =
   remoteview__protocol_error_code__enum_values_by_name,
   1,
   remoteview__protocol_error_code__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__pixel_format__enum_values_by_number[2] =
+{
+  { "PIXEL_FORMAT_UNSPECIFIED", "REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_UNSPECIFIED", 0 },
+  { "PIXEL_FORMAT_ARGB8888_PREMULTIPLIED", "REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED", 1 },
+};
+static const ProtobufCIntRange remoteview__pixel_format__value_ranges[] = {
+{0, 0},{0, 2}
+};
+static const ProtobufCEnumValueIndex remoteview__pixel_format__enum_values_by_name[2] =
+{
+  { "PIXEL_FORMAT_ARGB8888_PREMULTIPLIED", 1 },
+  { "PIXEL_FORMAT_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__pixel_format__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.PixelFormat",
+  "PixelFormat",
+  "Remoteview__PixelFormat",
+  "remoteview",
+  2,
+  remoteview__pixel_format__enum_values_by_number,
+  2,
+  remoteview__pixel_format__enum_values_by_name,
+  1,
+  remoteview__pixel_format__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

@@ -49,6 +49,9 @@ public final class Connection: Sendable {
     public typealias RequestHandler = @Sendable (ServiceMessage) async throws -> ServiceMessage
     /// Receives one one-way message. Messages are delivered one at a time, in order.
     public typealias MessageHandler = @Sendable (ServiceMessage) async -> Void
+    /// Receives one surface message (with the buffer's memfd for `attach_buffer`), in order,
+    /// already validated and known to come from the side that may send it.
+    package typealias SurfaceHandler = @Sendable (SurfaceMessage, [Attachment]) async -> Void
 
     /// This side's configuration.
     public let configuration: Configuration
@@ -58,6 +61,7 @@ public final class Connection: Sendable {
     private let transport: any Transport
     private let onRequest: RequestHandler
     private let onMessage: MessageHandler
+    private let onSurface: SurfaceHandler?
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     private let loop: EventLoop
     private let logger: Logger
@@ -95,11 +99,13 @@ public final class Connection: Sendable {
     package init(transport: any Transport, configuration: Configuration,
                  onRequest: @escaping RequestHandler = Connection.refuseRequests,
                  onMessage: @escaping MessageHandler = { _ in },
+                 onSurface: SurfaceHandler? = nil,
                  loop: EventLoop = .shared) {
         self.transport = transport
         self.configuration = configuration
         self.onRequest = onRequest
         self.onMessage = onMessage
+        self.onSurface = onSurface
         self.loop = loop
         (events, eventSink) = AsyncStream.makeStream(of: ConnectionEvent.self)
         var logger = Logger(label: "remoteview.connection")
@@ -254,6 +260,15 @@ public final class Connection: Sendable {
         _ = try await waitUntilOpen()
         try await transport.send(Envelope(id: makeID(), body: .message(type: message.type, payload: message.payload),
                                           attachments: message.attachments))
+    }
+
+    /// Sends a surface message (with the buffer's memfd for `attach_buffer`); returns once sent.
+    package func send(_ message: SurfaceMessage, attachments: [Attachment] = []) async throws(RemoteError) {
+        guard message.sender == configuration.role else {
+            throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
+        }
+        _ = try await waitUntilOpen()
+        try await transport.send(Envelope(id: makeID(), body: .surface(message), attachments: attachments))
     }
 
     /// Measures one round trip to the peer (a ping answered by the connection itself, not a handler).
@@ -432,6 +447,14 @@ public final class Connection: Sendable {
             await onMessage(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments))
         case .cancel(let requestID):
             state.withLock { $0.incoming[requestID] }?.cancel()
+        case .surface(let message):
+            guard message.sender != configuration.role else {
+                throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
+            }
+            guard let onSurface else {
+                throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
+            }
+            await onSurface(message, envelope.attachments)
         }
     }
 

@@ -73,6 +73,8 @@ package struct Envelope: Sendable {
         case message(type: String, payload: [UInt8])
         case failure(ServiceFailure)
         case cancel(requestID: UInt64)
+        /// Fields 100–106: surfaces.
+        case surface(SurfaceMessage)
 
         /// The schema's name for this body, for error messages.
         package var name: String {
@@ -87,6 +89,7 @@ package struct Envelope: Sendable {
             case .message: "message"
             case .failure: "failure"
             case .cancel: "cancel"
+            case .surface(let message): message.name
             }
         }
 
@@ -94,6 +97,7 @@ package struct Envelope: Sendable {
         package var allowedAttachments: ClosedRange<Int> {
             switch self {
             case .request, .reply, .message: 0...WireLimits.maxAttachments
+            case .surface(.attachBuffer): 1...1
             default: 0...0
             }
         }

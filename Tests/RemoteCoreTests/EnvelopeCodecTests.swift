@@ -11,7 +11,7 @@ private typealias Attachment = RemoteCore.Attachment
 // MARK: - Helpers
 
 /// A minimal protobuf writer, to build packets `EnvelopeCodec.encode` would never produce.
-private struct ProtoWriter {
+struct ProtoWriter {
     private(set) var bytes: [UInt8] = []
 
     /// A varint field (wire type 0).
@@ -54,7 +54,7 @@ private struct ProtoWriter {
 }
 
 /// The schema's field numbers (remoteview.proto).
-private enum Field {
+enum Field {
     static let id: UInt32 = 1, replyTo: UInt32 = 2, fdCount: UInt32 = 3
     static let handshake: UInt32 = 10, goodbye: UInt32 = 11, protocolError: UInt32 = 12
     static let ping: UInt32 = 13, pong: UInt32 = 14, request: UInt32 = 15, reply: UInt32 = 16
@@ -62,7 +62,7 @@ private enum Field {
 }
 
 /// A valid `Handshake` submessage with one field replaced as needed.
-private func handshakeBody(version: UInt64 = 1, role: UInt64 = 1, identifier: [UInt8] = Array("com.example.test".utf8),
+func handshakeBody(version: UInt64 = 1, role: UInt64 = 1, identifier: [UInt8] = Array("com.example.test".utf8),
                    capabilities: [String] = [], maxPacketSize: UInt64 = 65_536) -> ProtoWriter {
     var body = ProtoWriter().uint(1, version).uint(2, role).bytes(3, identifier)
     for capability in capabilities { body = body.string(4, capability) }
@@ -70,14 +70,14 @@ private func handshakeBody(version: UInt64 = 1, role: UInt64 = 1, identifier: [U
 }
 
 /// A `ServiceMessage` submessage.
-private func serviceMessageBody(type: [UInt8], payload: [UInt8] = []) -> ProtoWriter {
+func serviceMessageBody(type: [UInt8], payload: [UInt8] = []) -> ProtoWriter {
     // Canonical proto3: an empty payload is not written at all.
     let body = ProtoWriter().bytes(1, type)
     return payload.isEmpty ? body : body.bytes(2, payload)
 }
 
 /// An envelope with id 1 (unless given) around `body` in field `bodyField`.
-private func envelopePacket(id: UInt64 = 1, replyTo: UInt64? = nil, fdCount: UInt32? = nil,
+func envelopePacket(id: UInt64 = 1, replyTo: UInt64? = nil, fdCount: UInt32? = nil,
                     _ bodyField: UInt32, _ body: ProtoWriter = ProtoWriter()) -> [UInt8] {
     var envelope = ProtoWriter().uint(Field.id, id)
     if let replyTo { envelope = envelope.uint(Field.replyTo, replyTo) }
@@ -85,19 +85,19 @@ private func envelopePacket(id: UInt64 = 1, replyTo: UInt64? = nil, fdCount: UIn
     return envelope.message(bodyField, body).bytes
 }
 
-private func decode(_ packet: [UInt8], attachments: [Attachment] = []) throws(RemoteError) -> Envelope {
+func decode(_ packet: [UInt8], attachments: [RemoteCore.Attachment] = []) throws(RemoteError) -> Envelope {
     // `withUnsafeBytes` rethrows untyped errors, so carry the typed one out in a Result.
     try packet.withUnsafeBytes { buffer in
         Result { () throws(RemoteError) in try EnvelopeCodec.decode(buffer, attachments: attachments) }
     }.get()
 }
 
-private func roundTrip(_ envelope: Envelope) throws(RemoteError) -> Envelope {
+func roundTrip(_ envelope: Envelope) throws(RemoteError) -> Envelope {
     try decode(EnvelopeCodec.encode(envelope), attachments: envelope.attachments)
 }
 
 /// Whether two bodies are the same case with the same values (`Envelope.Body` is not Equatable).
-private func sameBody(_ a: Envelope.Body, _ b: Envelope.Body) -> Bool {
+func sameBody(_ a: Envelope.Body, _ b: Envelope.Body) -> Bool {
     switch (a, b) {
     case let (.handshake(x), .handshake(y)): x == y
     case let (.goodbye(x), .goodbye(y)): x == y
@@ -112,7 +112,7 @@ private func sameBody(_ a: Envelope.Body, _ b: Envelope.Body) -> Bool {
 }
 
 /// `body` for a failure message, short enough to read even for 64 KiB payloads.
-private func summary(_ body: Envelope.Body) -> String {
+func summary(_ body: Envelope.Body) -> String {
     switch body {
     case let .request(type, payload), let .reply(type, payload), let .message(type, payload):
         "\(body.name)(type: \"\(type.prefix(40))\", payload: \(payload.count) bytes)"
@@ -122,7 +122,7 @@ private func summary(_ body: Envelope.Body) -> String {
 }
 
 /// Expects decoding `packet` to throw a protocol violation whose reason contains every fragment.
-private func expectViolation(_ packet: [UInt8], attachments: [Attachment] = [], mentioning fragments: [String],
+func expectViolation(_ packet: [UInt8], attachments: [RemoteCore.Attachment] = [], mentioning fragments: [String],
                      sourceLocation: SourceLocation = #_sourceLocation) {
     let error = #expect(throws: RemoteError.self, sourceLocation: sourceLocation) {
         try decode(packet, attachments: attachments)
@@ -136,7 +136,7 @@ private func expectViolation(_ packet: [UInt8], attachments: [Attachment] = [], 
 }
 
 /// Expects encoding `envelope` to throw an invalid-argument error whose reason contains `fragment`.
-private func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: String,
+func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: String,
                           sourceLocation: SourceLocation = #_sourceLocation) {
     let error = #expect(throws: RemoteError.self, sourceLocation: sourceLocation) {
         try EnvelopeCodec.encode(envelope)
@@ -148,7 +148,7 @@ private func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: Str
 }
 
 /// `count` attachments, each a fresh memfd.
-private func makeAttachments(_ count: Int) throws -> [Attachment] {
+func makeAttachments(_ count: Int) throws -> [RemoteCore.Attachment] {
     try (0..<count).map { index in Attachment(try MemoryFile(name: "codec-test-\(index)").takeDescriptor()) }
 }
 

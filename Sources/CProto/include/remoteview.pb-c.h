@@ -24,6 +24,14 @@ typedef struct Remoteview__Pong Remoteview__Pong;
 typedef struct Remoteview__ServiceMessage Remoteview__ServiceMessage;
 typedef struct Remoteview__Failure Remoteview__Failure;
 typedef struct Remoteview__Cancel Remoteview__Cancel;
+typedef struct Remoteview__Rect Remoteview__Rect;
+typedef struct Remoteview__AttachBuffer Remoteview__AttachBuffer;
+typedef struct Remoteview__Commit Remoteview__Commit;
+typedef struct Remoteview__ReleaseBuffer Remoteview__ReleaseBuffer;
+typedef struct Remoteview__FrameDone Remoteview__FrameDone;
+typedef struct Remoteview__DestroyBuffer Remoteview__DestroyBuffer;
+typedef struct Remoteview__Resize Remoteview__Resize;
+typedef struct Remoteview__PreferredSize Remoteview__PreferredSize;
 
 
 /* --- enums --- */
@@ -74,6 +82,20 @@ typedef enum _Remoteview__ProtocolErrorCode {
   REMOTEVIEW__PROTOCOL_ERROR_CODE__PROTOCOL_ERROR_CODE_ROLE = 6
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__PROTOCOL_ERROR_CODE)
 } Remoteview__ProtocolErrorCode;
+/*
+ * Pixel layouts a buffer may have.
+ */
+typedef enum _Remoteview__PixelFormat {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_UNSPECIFIED = 0,
+  /*
+   * 32-bit words, alpha premultiplied; on little-endian
+   */
+  REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED = 1
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__PIXEL_FORMAT)
+} Remoteview__PixelFormat;
 
 /* --- messages --- */
 
@@ -88,7 +110,14 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_REPLY = 16,
   REMOTEVIEW__ENVELOPE__BODY_MESSAGE = 17,
   REMOTEVIEW__ENVELOPE__BODY_FAILURE = 18,
-  REMOTEVIEW__ENVELOPE__BODY_CANCEL = 19
+  REMOTEVIEW__ENVELOPE__BODY_CANCEL = 19,
+  REMOTEVIEW__ENVELOPE__BODY_ATTACH_BUFFER = 100,
+  REMOTEVIEW__ENVELOPE__BODY_COMMIT = 101,
+  REMOTEVIEW__ENVELOPE__BODY_RELEASE_BUFFER = 102,
+  REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE = 103,
+  REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER = 104,
+  REMOTEVIEW__ENVELOPE__BODY_RESIZE = 105,
+  REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE = 106
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ENVELOPE__BODY__CASE)
 } Remoteview__Envelope__BodyCase;
 
@@ -152,6 +181,37 @@ struct  Remoteview__Envelope
      * fds: 0. The requester no longer wants the reply.
      */
     Remoteview__Cancel *cancel;
+    /*
+     * Surfaces (design §6): how a service's pixels reach the host.
+     */
+    /*
+     * service -> host, fds: 1 (the buffer's sealed memfd).
+     */
+    Remoteview__AttachBuffer *attach_buffer;
+    /*
+     * service -> host, fds: 0. Show a buffer: its damage is new.
+     */
+    Remoteview__Commit *commit;
+    /*
+     * host -> service, fds: 0. The host is done reading it.
+     */
+    Remoteview__ReleaseBuffer *release_buffer;
+    /*
+     * host -> service, fds: 0. Ready for the next frame.
+     */
+    Remoteview__FrameDone *frame_done;
+    /*
+     * service -> host, fds: 0. Forget an attached buffer.
+     */
+    Remoteview__DestroyBuffer *destroy_buffer;
+    /*
+     * host -> service, fds: 0. The size the view now has.
+     */
+    Remoteview__Resize *resize;
+    /*
+     * service -> host, fds: 0. The size the service would like.
+     */
+    Remoteview__PreferredSize *preferred_size;
   };
 };
 #define REMOTEVIEW__ENVELOPE__INIT \
@@ -277,6 +337,135 @@ struct  Remoteview__Cancel
 #define REMOTEVIEW__CANCEL__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__cancel__descriptor) \
     , 0 }
+
+
+/*
+ * A rectangle in buffer pixels; x and y may be negative (it is clipped to the buffer).
+ */
+struct  Remoteview__Rect
+{
+  ProtobufCMessage base;
+  int32_t x;
+  int32_t y;
+  /*
+   * 1..16384
+   */
+  uint32_t width;
+  /*
+   * 1..16384
+   */
+  uint32_t height;
+};
+#define REMOTEVIEW__RECT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__rect__descriptor) \
+    , 0, 0, 0, 0 }
+
+
+/*
+ * A buffer the service will draw into: its memfd rides along, sealed against shrinking and
+ * growing, at least stride x height bytes. Ids are the service's: non-zero, not attached twice.
+ */
+struct  Remoteview__AttachBuffer
+{
+  ProtobufCMessage base;
+  uint32_t buffer_id;
+  /*
+   * pixels, 1..16384
+   */
+  uint32_t width;
+  /*
+   * pixels, 1..16384
+   */
+  uint32_t height;
+  /*
+   * bytes per row: a multiple of 4, at least 4 x width
+   */
+  uint32_t stride;
+  Remoteview__PixelFormat format;
+};
+#define REMOTEVIEW__ATTACH_BUFFER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__attach_buffer__descriptor) \
+    , 0, 0, 0, 0, REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_UNSPECIFIED }
+
+
+/*
+ * The buffer now holds the frame: the host reads the damaged rects (at most 128; none means
+ * the whole buffer), then releases the buffer. At most one commit is in flight before the
+ * host's frame_done.
+ */
+struct  Remoteview__Commit
+{
+  ProtobufCMessage base;
+  uint32_t buffer_id;
+  size_t n_damage;
+  Remoteview__Rect **damage;
+  /*
+   * increasing per surface
+   */
+  uint64_t frame;
+};
+#define REMOTEVIEW__COMMIT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__commit__descriptor) \
+    , 0, 0,NULL, 0 }
+
+
+struct  Remoteview__ReleaseBuffer
+{
+  ProtobufCMessage base;
+  uint32_t buffer_id;
+};
+#define REMOTEVIEW__RELEASE_BUFFER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__release_buffer__descriptor) \
+    , 0 }
+
+
+struct  Remoteview__FrameDone
+{
+  ProtobufCMessage base;
+  /*
+   * the commit's frame number
+   */
+  uint64_t frame;
+};
+#define REMOTEVIEW__FRAME_DONE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__frame_done__descriptor) \
+    , 0 }
+
+
+struct  Remoteview__DestroyBuffer
+{
+  ProtobufCMessage base;
+  uint32_t buffer_id;
+};
+#define REMOTEVIEW__DESTROY_BUFFER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__destroy_buffer__descriptor) \
+    , 0 }
+
+
+/*
+ * The view's size in points and its scale (pixels per point, in thousandths: 250..8000).
+ */
+struct  Remoteview__Resize
+{
+  ProtobufCMessage base;
+  uint32_t width;
+  uint32_t height;
+  uint32_t scale_permille;
+};
+#define REMOTEVIEW__RESIZE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__resize__descriptor) \
+    , 0, 0, 0 }
+
+
+struct  Remoteview__PreferredSize
+{
+  ProtobufCMessage base;
+  uint32_t width;
+  uint32_t height;
+};
+#define REMOTEVIEW__PREFERRED_SIZE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__preferred_size__descriptor) \
+    , 0, 0 }
 
 
 /* Remoteview__Envelope methods */
@@ -450,6 +639,158 @@ Remoteview__Cancel *
 void   remoteview__cancel__free_unpacked
                      (Remoteview__Cancel *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__Rect methods */
+void   remoteview__rect__init
+                     (Remoteview__Rect         *message);
+size_t remoteview__rect__get_packed_size
+                     (const Remoteview__Rect   *message);
+size_t remoteview__rect__pack
+                     (const Remoteview__Rect   *message,
+                      uint8_t             *out);
+size_t remoteview__rect__pack_to_buffer
+                     (const Remoteview__Rect   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__Rect *
+       remoteview__rect__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__rect__free_unpacked
+                     (Remoteview__Rect *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__AttachBuffer methods */
+void   remoteview__attach_buffer__init
+                     (Remoteview__AttachBuffer         *message);
+size_t remoteview__attach_buffer__get_packed_size
+                     (const Remoteview__AttachBuffer   *message);
+size_t remoteview__attach_buffer__pack
+                     (const Remoteview__AttachBuffer   *message,
+                      uint8_t             *out);
+size_t remoteview__attach_buffer__pack_to_buffer
+                     (const Remoteview__AttachBuffer   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__AttachBuffer *
+       remoteview__attach_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__attach_buffer__free_unpacked
+                     (Remoteview__AttachBuffer *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__Commit methods */
+void   remoteview__commit__init
+                     (Remoteview__Commit         *message);
+size_t remoteview__commit__get_packed_size
+                     (const Remoteview__Commit   *message);
+size_t remoteview__commit__pack
+                     (const Remoteview__Commit   *message,
+                      uint8_t             *out);
+size_t remoteview__commit__pack_to_buffer
+                     (const Remoteview__Commit   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__Commit *
+       remoteview__commit__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__commit__free_unpacked
+                     (Remoteview__Commit *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__ReleaseBuffer methods */
+void   remoteview__release_buffer__init
+                     (Remoteview__ReleaseBuffer         *message);
+size_t remoteview__release_buffer__get_packed_size
+                     (const Remoteview__ReleaseBuffer   *message);
+size_t remoteview__release_buffer__pack
+                     (const Remoteview__ReleaseBuffer   *message,
+                      uint8_t             *out);
+size_t remoteview__release_buffer__pack_to_buffer
+                     (const Remoteview__ReleaseBuffer   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ReleaseBuffer *
+       remoteview__release_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__release_buffer__free_unpacked
+                     (Remoteview__ReleaseBuffer *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__FrameDone methods */
+void   remoteview__frame_done__init
+                     (Remoteview__FrameDone         *message);
+size_t remoteview__frame_done__get_packed_size
+                     (const Remoteview__FrameDone   *message);
+size_t remoteview__frame_done__pack
+                     (const Remoteview__FrameDone   *message,
+                      uint8_t             *out);
+size_t remoteview__frame_done__pack_to_buffer
+                     (const Remoteview__FrameDone   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__FrameDone *
+       remoteview__frame_done__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__frame_done__free_unpacked
+                     (Remoteview__FrameDone *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__DestroyBuffer methods */
+void   remoteview__destroy_buffer__init
+                     (Remoteview__DestroyBuffer         *message);
+size_t remoteview__destroy_buffer__get_packed_size
+                     (const Remoteview__DestroyBuffer   *message);
+size_t remoteview__destroy_buffer__pack
+                     (const Remoteview__DestroyBuffer   *message,
+                      uint8_t             *out);
+size_t remoteview__destroy_buffer__pack_to_buffer
+                     (const Remoteview__DestroyBuffer   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__DestroyBuffer *
+       remoteview__destroy_buffer__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__destroy_buffer__free_unpacked
+                     (Remoteview__DestroyBuffer *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__Resize methods */
+void   remoteview__resize__init
+                     (Remoteview__Resize         *message);
+size_t remoteview__resize__get_packed_size
+                     (const Remoteview__Resize   *message);
+size_t remoteview__resize__pack
+                     (const Remoteview__Resize   *message,
+                      uint8_t             *out);
+size_t remoteview__resize__pack_to_buffer
+                     (const Remoteview__Resize   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__Resize *
+       remoteview__resize__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__resize__free_unpacked
+                     (Remoteview__Resize *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__PreferredSize methods */
+void   remoteview__preferred_size__init
+                     (Remoteview__PreferredSize         *message);
+size_t remoteview__preferred_size__get_packed_size
+                     (const Remoteview__PreferredSize   *message);
+size_t remoteview__preferred_size__pack
+                     (const Remoteview__PreferredSize   *message,
+                      uint8_t             *out);
+size_t remoteview__preferred_size__pack_to_buffer
+                     (const Remoteview__PreferredSize   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__PreferredSize *
+       remoteview__preferred_size__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__preferred_size__free_unpacked
+                     (Remoteview__PreferredSize *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Remoteview__Envelope_Closure)
@@ -479,6 +820,30 @@ typedef void (*Remoteview__Failure_Closure)
 typedef void (*Remoteview__Cancel_Closure)
                  (const Remoteview__Cancel *message,
                   void *closure_data);
+typedef void (*Remoteview__Rect_Closure)
+                 (const Remoteview__Rect *message,
+                  void *closure_data);
+typedef void (*Remoteview__AttachBuffer_Closure)
+                 (const Remoteview__AttachBuffer *message,
+                  void *closure_data);
+typedef void (*Remoteview__Commit_Closure)
+                 (const Remoteview__Commit *message,
+                  void *closure_data);
+typedef void (*Remoteview__ReleaseBuffer_Closure)
+                 (const Remoteview__ReleaseBuffer *message,
+                  void *closure_data);
+typedef void (*Remoteview__FrameDone_Closure)
+                 (const Remoteview__FrameDone *message,
+                  void *closure_data);
+typedef void (*Remoteview__DestroyBuffer_Closure)
+                 (const Remoteview__DestroyBuffer *message,
+                  void *closure_data);
+typedef void (*Remoteview__Resize_Closure)
+                 (const Remoteview__Resize *message,
+                  void *closure_data);
+typedef void (*Remoteview__PreferredSize_Closure)
+                 (const Remoteview__PreferredSize *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -487,6 +852,7 @@ typedef void (*Remoteview__Cancel_Closure)
 
 extern const ProtobufCEnumDescriptor    remoteview__peer_role__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__protocol_error_code__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__pixel_format__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__envelope__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__handshake__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__goodbye__descriptor;
@@ -496,6 +862,14 @@ extern const ProtobufCMessageDescriptor remoteview__pong__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__service_message__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__failure__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__cancel__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__rect__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__attach_buffer__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__commit__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__release_buffer__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__frame_done__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__destroy_buffer__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__resize__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor;
 
 PROTOBUF_C__END_DECLS
 
