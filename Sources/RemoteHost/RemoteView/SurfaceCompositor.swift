@@ -1,0 +1,142 @@
+import Glibc
+import RemoteCore
+import Synchronization
+
+/// The host's side of one service surface: the buffers the service attached, the image the host
+/// shows, and the rules a service must follow (design §6).
+///
+/// A commit's damage is copied from the service's buffer into the host's own image at once, so
+/// the image never changes behind a reader's back. The buffer is released, and the next frame
+/// allowed, only when the host ``present()``s the frame: a service may have one frame in flight,
+/// and a commit before its frame_done is a flood. Every broken rule is a ``RemoteError``
+/// `protocolViolation` naming it; the caller ends the service.
+package final class SurfaceCompositor: Sendable {
+    /// The host's copy of what the service drew: premultiplied ARGB32 words, row after row.
+    package struct Image: Sendable, Equatable {
+        package var width: Int
+        package var height: Int
+        package var pixels: [UInt32]
+
+        package init(width: Int, height: Int) {
+            self.width = width
+            self.height = height
+            pixels = [UInt32](repeating: 0, count: width * height)
+        }
+
+        /// The word at (`x`, `y`).
+        package func pixel(x: Int, y: Int) -> UInt32 { pixels[y * width + x] }
+    }
+
+    private struct State {
+        var buffers: [UInt32: MappedBuffer] = [:]
+        /// The committed frame and buffer the host holds until it presents them.
+        var inFlight: (frame: UInt64, buffer: UInt32)?
+        var lastFrame: UInt64?
+        var image = Image(width: 0, height: 0)
+        var preferredSize: (width: Int, height: Int)?
+    }
+
+    /// The most buffers one surface may have attached at once.
+    package static let maxBuffers = 8
+
+    private let state = Mutex(State())
+
+    package init() {}
+
+    /// The image as of the last commit.
+    package var image: Image { state.withLock { $0.image } }
+
+    /// The size the service asked for, if it did.
+    package var preferredSize: (width: Int, height: Int)? { state.withLock { $0.preferredSize } }
+
+    /// Applies one message from the service. Returns the damage a commit copied into the image
+    /// (clipped; the whole image when the size changed or the commit named no rects).
+    @discardableResult
+    package func receive(_ message: SurfaceMessage, attachments: [Attachment]) throws(RemoteError) -> [PixelRect] {
+        switch message {
+        case .attachBuffer(let layout):
+            guard attachments.count == 1, let fd = attachments[0].take() else {
+                throw violation("attach_buffer of buffer \(layout.id) without its memfd")
+            }
+            let mapped = try MappedBuffer(mapping: fd, as: layout)  // fd closes here; the mapping stays
+            try state.withLock { (state) throws(RemoteError) in
+                guard state.buffers[layout.id] == nil else { throw violation("buffer \(layout.id) is attached twice") }
+                guard state.buffers.count < Self.maxBuffers else {
+                    throw violation("more than \(Self.maxBuffers) buffers attached at once")
+                }
+                state.buffers[layout.id] = mapped
+            }
+            return []
+        case .commit(let id, let damage, let frame):
+            return try state.withLock { (state) throws(RemoteError) -> [PixelRect] in
+                guard let buffer = state.buffers[id] else { throw violation("commit of buffer \(id), which is not attached") }
+                if let inFlight = state.inFlight {
+                    throw violation(inFlight.buffer == id
+                        ? "commit of buffer \(id) before the host released it (frame \(inFlight.frame) is still in flight)"
+                        : "commit of frame \(frame) before frame_done of frame \(inFlight.frame): at most one frame may be in flight")
+                }
+                if let last = state.lastFrame, frame <= last {
+                    throw violation("commit of frame \(frame) after frame \(last): frame numbers must increase")
+                }
+                let applied = Self.composite(buffer, damage: damage, into: &state.image)
+                state.inFlight = (frame, id)
+                state.lastFrame = frame
+                return applied
+            }
+        case .destroyBuffer(let id):
+            try state.withLock { (state) throws(RemoteError) in
+                guard state.buffers[id] != nil else { throw violation("destroy_buffer of buffer \(id), which is not attached") }
+                guard state.inFlight?.buffer != id else { throw violation("destroy_buffer of buffer \(id) while the host holds it") }
+                state.buffers[id] = nil
+            }
+            return []
+        case .preferredSize(let width, let height):
+            state.withLock { $0.preferredSize = (width, height) }
+            return []
+        case .releaseBuffer, .frameDone, .resize:
+            throw violation("\(message.name) is the host's to send")
+        }
+    }
+
+    /// The host has shown the frame in flight: the messages that hand its buffer back and allow
+    /// the next frame (release_buffer, frame_done), or none when no frame is in flight.
+    package func present() -> [SurfaceMessage] {
+        state.withLock { state in
+            guard let inFlight = state.inFlight else { return [] }
+            state.inFlight = nil
+            return [.releaseBuffer(inFlight.buffer), .frameDone(frame: inFlight.frame)]
+        }
+    }
+
+    /// The ids of the attached buffers.
+    package var attachedBuffers: Set<UInt32> { state.withLock { Set($0.buffers.keys) } }
+
+    /// Copies the damaged rows of `buffer` into `image` (resizing it, and damaging all of it,
+    /// when the sizes differ). Returns the rects copied.
+    private static func composite(_ buffer: MappedBuffer, damage: [PixelRect], into image: inout Image) -> [PixelRect] {
+        let layout = buffer.layout
+        let whole = PixelRect(x: 0, y: 0, width: layout.width, height: layout.height)
+        var rects: [PixelRect]
+        if image.width != layout.width || image.height != layout.height {
+            image = Image(width: layout.width, height: layout.height)
+            rects = [whole]
+        } else {
+            rects = damage.isEmpty ? [whole] : damage.compactMap { $0.clipped(toWidth: layout.width, height: layout.height) }
+        }
+        let width = image.width
+        image.pixels.withUnsafeMutableBytes { target in
+            for rect in rects {
+                for row in rect.y..<(rect.y + rect.height) {
+                    let source = buffer.base + row * layout.stride + rect.x * 4
+                    let destination = target.baseAddress! + (row * width + rect.x) * 4
+                    destination.copyMemory(from: source, byteCount: rect.width * 4)
+                }
+            }
+        }
+        return rects
+    }
+
+    private func violation(_ reason: String) -> RemoteError {
+        RemoteError(.protocolViolation, reason)
+    }
+}

@@ -1,0 +1,149 @@
+import Glibc
+import RemoteCore
+@testable import RemoteHost
+import RemoteTestSupport
+import Testing
+
+
+/// The host's side of a surface, fed directly: what it composites, and every rule it enforces.
+@Suite("Surface compositor")
+struct SurfaceCompositorTests {
+    /// A service-side buffer: a sealed memfd of `width`×`height` ARGB32 pixels, filled with `colour`.
+    final class ServiceBuffer {
+        let layout: BufferDescription
+        let file: MemoryFile
+
+        init(id: UInt32, width: Int, height: Int, colour: UInt32, seal: Bool = true) throws {
+            layout = BufferDescription(id: id, width: width, height: height, stride: width * 4)
+            let file = try MemoryFile(name: "buffer-\(id)")
+            try file.resize(to: layout.byteCount)
+            if seal { try file.addSeals([.shrink, .grow]) }
+            self.file = file
+            try fill(PixelRect(x: 0, y: 0, width: width, height: height), colour)
+        }
+
+        func fill(_ rect: PixelRect, _ colour: UInt32) throws {
+            let row = [UInt8](withUnsafeBytes(of: colour.littleEndian, Array.init)).repeated(rect.width)
+            for y in rect.y..<(rect.y + rect.height) { try file.write(row, at: y * layout.stride + rect.x * 4) }
+        }
+
+        func attach() throws -> (SurfaceMessage, [RemoteCore.Attachment]) {
+            (.attachBuffer(layout), [try RemoteCore.Attachment(duplicating: file.fd)])
+        }
+    }
+
+    static let red: UInt32 = 0xFFFF_0000, blue: UInt32 = 0xFF00_00FF, clear: UInt32 = 0
+
+    @Test("a commit copies the buffer into the host's image, exactly; present hands the buffer back and allows the next frame")
+    func composites() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            let buffer = try ServiceBuffer(id: 1, width: 8, height: 4, colour: Self.red)
+            let (attach, fds) = try buffer.attach()
+            try compositor.receive(attach, attachments: fds)
+            let damage = try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
+            #expect(damage == [PixelRect(x: 0, y: 0, width: 8, height: 4)], "a first frame damages everything")
+            let image = compositor.image
+            #expect(image.width == 8 && image.height == 4)
+            #expect(image.pixels.allSatisfy { $0 == Self.red })
+            #expect(compositor.present() == [.releaseBuffer(1), .frameDone(frame: 1)])
+            #expect(compositor.present().isEmpty, "nothing in flight any more")
+        }
+    }
+
+    @Test("only the damaged rects are copied")
+    func damageOnly() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            let buffer = try ServiceBuffer(id: 1, width: 8, height: 8, colour: Self.red)
+            let (attach, fds) = try buffer.attach()
+            try compositor.receive(attach, attachments: fds)
+            try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
+            _ = compositor.present()
+            // The service paints everything blue but declares only a 2×3 rect (and one off the edge).
+            try buffer.fill(PixelRect(x: 0, y: 0, width: 8, height: 8), Self.blue)
+            let damage = try compositor.receive(.commit(bufferID: 1, damage: [PixelRect(x: 2, y: 1, width: 2, height: 3),
+                                                                               PixelRect(x: 7, y: 7, width: 5, height: 5)], frame: 2), attachments: [])
+            #expect(damage == [PixelRect(x: 2, y: 1, width: 2, height: 3), PixelRect(x: 7, y: 7, width: 1, height: 1)])
+            let image = compositor.image
+            for y in 0..<8 {
+                for x in 0..<8 {
+                    let inside = (2..<4).contains(x) && (1..<4).contains(y) || (x == 7 && y == 7)
+                    #expect(image.pixel(x: x, y: y) == (inside ? Self.blue : Self.red), "(\(x), \(y))")
+                }
+            }
+        }
+    }
+
+    @Test("a buffer of a new size replaces the image (all damaged); the old buffer can be destroyed")
+    func resize() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            let small = try ServiceBuffer(id: 1, width: 4, height: 4, colour: Self.red)
+            let large = try ServiceBuffer(id: 2, width: 16, height: 8, colour: Self.blue)
+            for buffer in [small, large] {
+                let (attach, fds) = try buffer.attach()
+                try compositor.receive(attach, attachments: fds)
+            }
+            try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
+            _ = compositor.present()
+            let damage = try compositor.receive(.commit(bufferID: 2, damage: [PixelRect(x: 0, y: 0, width: 1, height: 1)], frame: 2), attachments: [])
+            #expect(damage == [PixelRect(x: 0, y: 0, width: 16, height: 8)])
+            #expect(compositor.image.width == 16 && compositor.image.pixels.allSatisfy { $0 == Self.blue })
+            try compositor.receive(.destroyBuffer(1), attachments: [])
+            #expect(compositor.attachedBuffers == [2])
+        }
+    }
+
+    /// (what the service does, words the violation must contain)
+    static let violations: [(String, [String])] = [
+        ("commit of a buffer never attached", ["buffer 9", "not attached"]),
+        ("a second commit before frame_done (flood)", ["before frame_done of frame 1"]),
+        ("the same buffer again before its release", ["before the host released it"]),
+        ("frame numbers going back", ["frame 1 after frame 2"]),
+        ("attaching one id twice", ["attached twice"]),
+        ("destroying a buffer never attached", ["destroy_buffer of buffer 9"]),
+        ("destroying the buffer the host holds", ["while the host holds it"]),
+        ("an unsealed buffer", ["not sealed"]),
+        ("attach without its memfd", ["without its memfd"]),
+        ("sending what only the host sends", ["the host's to send"]),
+    ]
+
+    @Test("every broken rule is a protocol violation that names it", arguments: 0..<violations.count)
+    func rejected(_ index: Int) async throws {
+        let (_, words) = Self.violations[index]
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            let one = try ServiceBuffer(id: 1, width: 4, height: 4, colour: Self.red)
+            let two = try ServiceBuffer(id: 2, width: 4, height: 4, colour: Self.blue)
+            func attach(_ buffer: ServiceBuffer) throws {
+                let (message, fds) = try buffer.attach()
+                try compositor.receive(message, attachments: fds)
+            }
+            func commit(_ id: UInt32, _ frame: UInt64) throws { try compositor.receive(.commit(bufferID: id, damage: [], frame: frame), attachments: []) }
+            let error = #expect(throws: RemoteError.self) {
+                switch index {
+                case 0: try attach(one); try commit(9, 1)
+                case 1: try attach(one); try attach(two); try commit(1, 1); try commit(2, 2)
+                case 2: try attach(one); try commit(1, 1); try commit(1, 2)
+                case 3: try attach(one); try commit(1, 2); _ = compositor.present(); try commit(1, 1)
+                case 4: try attach(one); try attach(one)
+                case 5: try compositor.receive(.destroyBuffer(9), attachments: [])
+                case 6: try attach(one); try commit(1, 1); try compositor.receive(.destroyBuffer(1), attachments: [])
+                case 7:
+                    let unsealed = try ServiceBuffer(id: 3, width: 4, height: 4, colour: Self.red, seal: false)
+                    try attach(unsealed)
+                case 8: try compositor.receive(.attachBuffer(one.layout), attachments: [])
+                default: try compositor.receive(.frameDone(frame: 1), attachments: [])
+                }
+            }
+            #expect(error?.code == .protocolViolation)
+            for word in words { #expect(error?.reason.contains(word) == true, "\(String(describing: error))") }
+        }
+    }
+}
+
+extension Array {
+    /// The array repeated `count` times.
+    func repeated(_ count: Int) -> [Element] { (0..<count).flatMap { _ in self } }
+}
