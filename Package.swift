@@ -32,6 +32,11 @@ let package = Package(
             exclude: ["remoteview.proto"],
             cSettings: [.define("_GNU_SOURCE", to: "1")]
         ),
+        // Cairo, through a module map (Debian: libcairo2-dev).
+        .systemLibrary(
+            name: "CCairo",
+            path: "Sources/CCairo"
+        ),
         // The launcher's process start (vfork + execve), in C because it runs where Swift cannot.
         .target(
             name: "CSpawn",
@@ -48,6 +53,7 @@ let package = Package(
             name: "RemoteService",
             dependencies: [
                 "RemoteCore",
+                "CCairo",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -96,6 +102,10 @@ let package = Package(
         .testTarget(
             name: "RemoteHostTests",
             dependencies: ["RemoteHost", "RemoteTestSupport"]
+        ),
+        .testTarget(
+            name: "RenderingTests",
+            dependencies: ["RemoteService", "RemoteHost", "RemoteTestSupport"]
         ),
         .testTarget(
             name: "IntegrationTests",

@@ -1,0 +1,112 @@
+import CCairo
+import Glibc
+import RemoteCore
+
+/// An RGBA colour with straight (not premultiplied) components in 0…1.
+public struct Color: Sendable, Hashable {
+    public var red: Double
+    public var green: Double
+    public var blue: Double
+    public var alpha: Double
+
+    public init(red: Double, green: Double, blue: Double, alpha: Double = 1) {
+        self.red = red
+        self.green = green
+        self.blue = blue
+        self.alpha = alpha
+    }
+
+    public static let black = Color(red: 0, green: 0, blue: 0)
+    public static let white = Color(red: 1, green: 1, blue: 1)
+    public static let clear = Color(red: 0, green: 0, blue: 0, alpha: 0)
+}
+
+/// One buffer a service draws into and the host reads: a memfd sized stride × height, sealed
+/// against shrinking and growing (so the host can map it safely), mapped read-write here and
+/// wrapped as a Cairo image surface (`CAIRO_FORMAT_ARGB32`: premultiplied, native-endian words).
+///
+/// Confined to the task that renders; the SDK never draws into a buffer the host has not
+/// released.
+package final class SurfaceBuffer {
+    package let layout: BufferDescription
+    private let file: MemoryFile
+    private let base: UnsafeMutableRawPointer
+    private let surface: OpaquePointer
+
+    /// A new buffer `id` of `width` × `height` pixels.
+    package init(id: UInt32, width: Int, height: Int) throws(RemoteError) {
+        let stride = Int(cairo_format_stride_for_width(CAIRO_FORMAT_ARGB32, Int32(clamping: width)))
+        let layout = BufferDescription(id: id, width: width, height: height, stride: stride)
+        if let problem = layout.problem { throw RemoteError(.invalidArgument, problem) }
+        do throws(SystemCallError) {
+            let file = try MemoryFile(name: "remoteview-surface-\(id)")
+            try file.resize(to: layout.byteCount)
+            try file.addSeals([.shrink, .grow])
+            base = try Syscall.mapShared(file.fd.rawValue, length: layout.byteCount, writable: true)
+            self.file = file
+        } catch {
+            throw RemoteError(.invalidArgument, "cannot make buffer \(id) (\(width)×\(height)): \(error)")
+        }
+        surface = cairo_image_surface_create_for_data(base.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
+                                                      Int32(width), Int32(height), Int32(stride))
+        self.layout = layout
+    }
+
+    deinit {
+        cairo_surface_destroy(surface)
+        Syscall.unmap(base, length: layout.byteCount)
+    }
+
+    /// A copy of the memfd, to attach to the `attach_buffer` message.
+    package func attachment() throws(RemoteError) -> Attachment {
+        do { return try Attachment(duplicating: file.fd) } catch {
+            throw RemoteError(.invalidArgument, "cannot share buffer \(layout.id): \(error)")
+        }
+    }
+
+    /// Draws with Cairo, clipped to `clip` (the damage) when given; the pixels are in the buffer
+    /// when this returns.
+    package func draw(clippedTo clip: [PixelRect]? = nil, _ body: (GraphicsContext) -> Void) {
+        let cairo = cairo_create(surface)!
+        defer { cairo_destroy(cairo) }
+        if let clip {
+            for rect in clip { cairo_rectangle(cairo, Double(rect.x), Double(rect.y), Double(rect.width), Double(rect.height)) }
+            cairo_clip(cairo)
+        }
+        body(GraphicsContext(cairo))
+        cairo_surface_flush(surface)
+    }
+
+    /// The stored word at (`x`, `y`) (for tests and diagnostics).
+    package func pixel(x: Int, y: Int) -> UInt32 {
+        base.loadUnaligned(fromByteOffset: y * layout.stride + x * 4, as: UInt32.self)
+    }
+}
+
+/// Drawing operations, backed by a Cairo context, in the coordinates of the buffer.
+public struct GraphicsContext {
+    private let cairo: OpaquePointer
+
+    init(_ cairo: OpaquePointer) {
+        self.cairo = cairo
+    }
+
+    /// Fills `rect` with `color` (replacing what was there, alpha included).
+    public func fill(_ rect: PixelRect, with color: Color) {
+        cairo_save(cairo)
+        cairo_set_operator(cairo, CAIRO_OPERATOR_SOURCE)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_rectangle(cairo, Double(rect.x), Double(rect.y), Double(rect.width), Double(rect.height))
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Paints `color` over `rect` (blending with what was there).
+    public func paint(_ rect: PixelRect, with color: Color) {
+        cairo_save(cairo)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_rectangle(cairo, Double(rect.x), Double(rect.y), Double(rect.width), Double(rect.height))
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+}
