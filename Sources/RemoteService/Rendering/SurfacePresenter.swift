@@ -1,0 +1,183 @@
+import RemoteCore
+import Synchronization
+
+/// The service's side of its surface: buffers, damage and pacing (design §6).
+///
+/// - **Double buffering**: frames go into whichever attached buffer the host has released; a new
+///   one is made (and attached) only when none is free, so after two frames the service
+///   alternates between two buffers. It never draws into a buffer the host has not released.
+/// - **Damage**: a reused buffer is a frame or more behind, so what changed since it was last
+///   drawn is redrawn into it (its own age's damage); only the new frame's damage is committed.
+/// - **Pacing**: at most one frame in flight: ``present(damage:_:)`` waits for the host's
+///   frame_done of the previous one.
+/// - **Size**: ``resize(to:)`` (from the host's resize) makes the next frame use buffers of the
+///   new size; the old ones are destroyed as they come back.
+package final class SurfacePresenter: Sendable {
+    /// Sends one surface message (with the buffer's memfd for attach_buffer).
+    package typealias Send = @Sendable (SurfaceMessage, [Attachment]) async throws(RemoteError) -> Void
+
+    private let send: Send
+    private let state: Mutex<State>
+
+    private struct Slot {
+        let buffer: SurfaceBuffer
+        var released = true
+        /// The frame this buffer last showed (its content is that old).
+        var frame: UInt64 = 0
+    }
+
+    private struct State {
+        var width: Int
+        var height: Int
+        init(width: Int, height: Int) {
+            self.width = width
+            self.height = height
+        }
+        var slots: [UInt32: Slot] = [:]
+        var nextID: UInt32 = 1
+        var frame: UInt64 = 0
+        /// Damage of each committed frame, newest last, while a buffer may still be that old.
+        var history: [(frame: UInt64, damage: [PixelRect])] = []
+        var inFlight = false
+        var frameWaiters: [CheckedContinuation<Void, Never>] = []
+        var closed = false
+    }
+
+    /// What one frame draws into and commits. SurfaceBuffer is confined to the presenting
+    /// task: only present() draws, one frame at a time (pacing), hence @unchecked.
+    private struct Plan: @unchecked Sendable {
+        let buffer: SurfaceBuffer
+        let isNew: Bool
+        let frame: UInt64
+        /// The rects to redraw in this buffer (this frame's and those it missed).
+        let redraw: [PixelRect]
+        /// The damage to commit (empty: all of it).
+        let commit: [PixelRect]
+    }
+
+    package init(width: Int, height: Int, send: @escaping Send) {
+        self.send = send
+        state = Mutex(State(width: width, height: height))
+    }
+
+    /// Draws a frame whose changed region is `damage` (`nil`: everything) and commits it.
+    ///
+    /// Waits for the previous frame's frame_done first. `draw` gets a context clipped to what must
+    /// be redrawn in the chosen buffer; it should draw the whole view (the clip keeps it cheap).
+    package func present(damage: [PixelRect]?, _ draw: (GraphicsContext) -> Void) async throws(RemoteError) {
+        await waitForFrameDone()
+        let plan = try state.withLock { (state) throws(RemoteError) -> Plan in try Self.plan(&state, damage: damage) }
+        plan.buffer.draw(clippedTo: plan.redraw, draw)
+        if plan.isNew { try await send(.attachBuffer(plan.buffer.layout), [try plan.buffer.attachment()]) }
+        try await send(.commit(bufferID: plan.buffer.layout.id, damage: plan.commit, frame: plan.frame), [])
+    }
+
+    private static func plan(_ state: inout State, damage: [PixelRect]?) throws(RemoteError) -> Plan {
+        if state.closed { throw RemoteError(.invalidated, "the surface is gone") }
+        let whole = PixelRect(x: 0, y: 0, width: state.width, height: state.height)
+        let frameDamage: [PixelRect] = damage ?? [whole]
+        let (width, height) = (state.width, state.height)
+        // A released buffer of the current size, the most recent first (least to redraw).
+        var candidate: Slot?
+        for slot in state.slots.values where slot.released && slot.buffer.layout.width == width && slot.buffer.layout.height == height {
+            if candidate == nil || slot.frame > candidate!.frame { candidate = slot }
+        }
+        let isNew = candidate == nil
+        let slot: Slot
+        if let candidate {
+            slot = candidate
+        } else {
+            let id = state.nextID
+            state.nextID &+= 1
+            slot = Slot(buffer: try SurfaceBuffer(id: id, width: width, height: height))
+        }
+        state.frame += 1
+        var redraw = frameDamage
+        if isNew || slot.frame == 0 {
+            redraw = [whole]
+        } else {
+            for entry in state.history where entry.frame > slot.frame { redraw += entry.damage }
+        }
+        state.slots[slot.buffer.layout.id] = Slot(buffer: slot.buffer, released: false, frame: state.frame)
+        state.history.append((state.frame, frameDamage))
+        // Keep the damage of frames some attached buffer has not seen yet.
+        var oldest = state.frame
+        for other in state.slots.values where other.frame < oldest { oldest = other.frame }
+        state.history.removeAll { $0.frame <= oldest }
+        state.inFlight = true
+        let commit: [PixelRect] = damage == nil ? [] : frameDamage
+        return Plan(buffer: slot.buffer, isNew: isNew, frame: state.frame, redraw: redraw, commit: commit)
+    }
+
+    /// The buffers attached now (for tests and diagnostics).
+    package var bufferCount: Int { state.withLock { $0.slots.count } }
+
+    /// Applies one message from the host: release_buffer, frame_done or resize.
+    package func receive(_ message: SurfaceMessage) async throws(RemoteError) {
+        switch message {
+        case .releaseBuffer(let id):
+            let stale = try state.withLock { (state) throws(RemoteError) -> UInt32? in
+                guard var slot = state.slots[id] else { throw RemoteError(.protocolViolation, "release_buffer of buffer \(id), which this service never attached") }
+                slot.released = true
+                // A buffer of an old size is not reused: destroy it.
+                if slot.buffer.layout.width != state.width || slot.buffer.layout.height != state.height {
+                    state.slots[id] = nil
+                    return id
+                }
+                state.slots[id] = slot
+                return nil
+            }
+            if let stale { try await send(.destroyBuffer(stale), []) }
+        case .frameDone:
+            let waiters = state.withLock { state in
+                state.inFlight = false
+                defer { state.frameWaiters.removeAll() }
+                return state.frameWaiters
+            }
+            for waiter in waiters { waiter.resume() }
+        case .resize(let size):
+            try await resize(to: size)
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize:
+            throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
+        }
+    }
+
+    /// Uses `size` (in pixels: points × scale) for the next frame; released buffers of the old
+    /// size are destroyed now, the others when they come back.
+    package func resize(to size: SurfaceSize) async throws(RemoteError) {
+        let width = max(1, size.width * size.scalePermille / 1000), height = max(1, size.height * size.scalePermille / 1000)
+        let stale = state.withLock { state -> [UInt32] in
+            state.width = width
+            state.height = height
+            var stale: [UInt32] = []
+            for (id, slot) in state.slots where slot.released && (slot.buffer.layout.width != width || slot.buffer.layout.height != height) {
+                stale.append(id)
+            }
+            for id in stale { state.slots[id] = nil }
+            return stale.sorted()
+        }
+        for id in stale { try await send(.destroyBuffer(id), []) }
+    }
+
+    /// Ends the surface: waiting presenters fail.
+    package func close() {
+        let waiters = state.withLock { state in
+            state.closed = true
+            state.inFlight = false
+            defer { state.frameWaiters.removeAll() }
+            return state.frameWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    private func waitForFrameDone() async {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state in
+                if !state.inFlight || state.closed { return true }
+                state.frameWaiters.append(continuation)
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+}

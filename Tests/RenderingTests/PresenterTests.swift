@@ -1,0 +1,203 @@
+// The service's presenter against the host's compositor over a real socket pair: double
+// buffering, damage, pacing and resize, checked on the host's pixels.
+@testable import RemoteCore
+@testable import RemoteHost
+@testable import RemoteService
+import RemoteTestSupport
+import Synchronization
+import Testing
+
+@Suite("Presenter and compositor")
+struct PresenterTests {
+    static let blue = Color(red: 0, green: 0, blue: 1), red = Color(red: 1, green: 0, blue: 0), green = Color(red: 0, green: 1, blue: 0)
+    static let blueWord: UInt32 = 0xFF00_00FF, redWord: UInt32 = 0xFFFF_0000, greenWord: UInt32 = 0xFF00_FF00
+
+    /// Counts composited frames and lets a test wait for the n-th.
+    final class Frames: Sendable {
+        private let state = Mutex<(count: Int, waiters: [(Int, CheckedContinuation<Void, Never>)])>((0, []))
+        func composited() {
+            let ready = state.withLock { state in
+                state.count += 1
+                let count = state.count
+                let ready = state.waiters.filter { $0.0 <= count }.map(\.1)
+                state.waiters.removeAll { $0.0 <= count }
+                return ready
+            }
+            for waiter in ready { waiter.resume() }
+        }
+        func wait(for count: Int) async {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state in
+                    if state.count >= count { return true }
+                    state.waiters.append((count, continuation))
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    /// A service connection with a presenter and a host connection with a compositor that
+    /// presents every frame at once (frame_done right after compositing).
+    func withSurface(width: Int, height: Int,
+                     _ body: @escaping @Sendable (SurfacePresenter, SurfaceCompositor, Frames, Connection) async throws -> Void) async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let compositor = SurfaceCompositor(), frames = Frames()
+            let hostBox = Mutex<Connection?>(nil)
+            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"),
+                                      onSurface: { message, attachments in
+                                          do {
+                                              try compositor.receive(message, attachments: attachments)
+                                          } catch {
+                                              Issue.record("host refused \(message.name): \(error)")
+                                          }
+                                          guard case .commit = message else { return }
+                                          frames.composited()
+                                          // The service may be closing after its last frame: a failed send is fine.
+                                          for reply in compositor.present() { try? await hostBox.withLock({ $0 })?.send(reply) }
+                                      })
+            hostBox.withLock { $0 = host }
+            let presenterBox = Mutex<SurfacePresenter?>(nil)
+            let service = try Connection(transport: SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"),
+                                         onSurface: { message, _ in
+                                             do { try await presenterBox.withLock({ $0 })?.receive(message) } catch {
+                                                 Issue.record("service refused \(message.name): \(error)")
+                                             }
+                                         })
+            let presenter = SurfacePresenter(width: width, height: height) { message, attachments throws(RemoteError) in
+                try await service.send(message, attachments: attachments)
+            }
+            presenterBox.withLock { $0 = presenter }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await host.run() }
+                group.addTask { try await service.run() }
+                try await body(presenter, compositor, frames, host)
+                await service.close(reason: "done")
+                try await group.waitForAll()
+            }
+            presenterBox.withLock { $0 = nil }
+            hostBox.withLock { $0 = nil }
+        }
+    }
+
+    /// The whole scene at `frame`: blue, then a red square from frame 2, a green one from frame 3.
+    static func scene(_ frame: Int) -> @Sendable (GraphicsContext) -> Void {
+        { context in
+            context.fill(PixelRect(x: 0, y: 0, width: 32, height: 32), with: blue)
+            if frame >= 2 { context.fill(PixelRect(x: 2, y: 2, width: 4, height: 4), with: red) }
+            if frame >= 3 { context.fill(PixelRect(x: 20, y: 20, width: 2, height: 2), with: green) }
+        }
+    }
+
+    @Test("frames after the first commit only their damage; a buffer the host released is reused; the host's image is exact")
+    func doubleBuffered() async throws {
+        try await withSurface(width: 32, height: 32) { presenter, compositor, frames, _ in
+            try await presenter.present(damage: nil, Self.scene(1))
+            await frames.wait(for: 1)
+            #expect(compositor.image.pixels.allSatisfy { $0 == Self.blueWord })
+            try await presenter.present(damage: [PixelRect(x: 2, y: 2, width: 4, height: 4)], Self.scene(2))
+            await frames.wait(for: 2)
+            try await presenter.present(damage: [PixelRect(x: 20, y: 20, width: 2, height: 2)], Self.scene(3))
+            await frames.wait(for: 3)
+            // Frames 4…8 change nothing visible but keep swapping buffers.
+            for frame in 4...8 {
+                try await presenter.present(damage: [PixelRect(x: 0, y: 0, width: 1, height: 1)], Self.scene(3))
+                await frames.wait(for: frame)
+            }
+            let image = compositor.image
+            #expect(image.pixel(x: 3, y: 3) == Self.redWord && image.pixel(x: 21, y: 21) == Self.greenWord)
+            #expect(image.pixel(x: 0, y: 0) == Self.blueWord && image.pixel(x: 10, y: 10) == Self.blueWord && image.pixel(x: 6, y: 6) == Self.blueWord)
+            // This host copies each frame and hands the buffer back with frame_done, so one buffer
+            // is enough; a host that held buffers longer would make the presenter attach a second.
+            #expect(presenter.bufferCount == 1)
+            #expect(compositor.attachedBuffers == [1])
+        }
+    }
+
+    @Test("against a host that keeps each buffer until the next commit, the presenter double-buffers, never draws into a held buffer, and redraws what a reused buffer missed")
+    func holdingHost() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let frames = Frames()
+            // The host: maps each buffer, holds the committed one until the next commit (like a
+            // Wayland compositor that scans out of it), checks every commit's buffer in full.
+            let host = Mutex<(mapped: [UInt32: MappedBuffer], held: UInt32?, problems: [String], scenes: [String])>(([:], nil, [], []))
+            let hostBox = Mutex<Connection?>(nil)
+            let hostConnection = try Connection(transport: SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"),
+                                                onSurface: { message, attachments in
+                switch message {
+                case .attachBuffer(let layout):
+                    guard let fd = attachments.first?.take(), let mapped = try? MappedBuffer(mapping: fd, as: layout) else { return }
+                    host.withLock { $0.mapped[layout.id] = mapped }
+                case .commit(let id, _, let frame):
+                    let previous = host.withLock { state -> UInt32? in
+                        if state.held == id { state.problems.append("frame \(frame) drawn into held buffer \(id)") }
+                        guard let buffer = state.mapped[id] else { return nil }
+                        let red = buffer.pixel(x: 3, y: 3) == Self.redWord, green = buffer.pixel(x: 21, y: 21) == Self.greenWord
+                        let blue = buffer.pixel(x: 10, y: 10) == Self.blueWord
+                        state.scenes.append("\(frame):\(blue ? "B" : "-")\(red ? "R" : "-")\(green ? "G" : "-")")
+                        defer { state.held = id }
+                        return state.held
+                    }
+                    let connection = hostBox.withLock { $0 }
+                    if let previous, previous != id { try? await connection?.send(.releaseBuffer(previous)) }
+                    try? await connection?.send(.frameDone(frame: frame))
+                    frames.composited()
+                default:
+                    break
+                }
+            })
+            hostBox.withLock { $0 = hostConnection }
+            let presenterBox = Mutex<SurfacePresenter?>(nil)
+            let service = try Connection(transport: SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"),
+                                         onSurface: { message, _ in try? await presenterBox.withLock({ $0 })?.receive(message) })
+            let presenter = SurfacePresenter(width: 32, height: 32) { message, attachments throws(RemoteError) in
+                try await service.send(message, attachments: attachments)
+            }
+            presenterBox.withLock { $0 = presenter }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await hostConnection.run() }
+                group.addTask { try await service.run() }
+                try await presenter.present(damage: nil, Self.scene(1))
+                await frames.wait(for: 1)
+                try await presenter.present(damage: [PixelRect(x: 2, y: 2, width: 4, height: 4)], Self.scene(2))
+                await frames.wait(for: 2)
+                try await presenter.present(damage: [PixelRect(x: 20, y: 20, width: 2, height: 2)], Self.scene(3))
+                await frames.wait(for: 3)
+                try await presenter.present(damage: [PixelRect(x: 0, y: 0, width: 1, height: 1)], Self.scene(3))
+                await frames.wait(for: 4)
+                await service.close(reason: "done")
+                try await group.waitForAll()
+            }
+            presenterBox.withLock { $0 = nil }
+            hostBox.withLock { $0 = nil }
+            let (problems, scenes) = host.withLock { ($0.problems, $0.scenes) }
+            #expect(problems.isEmpty, "\(problems)")
+            // Every committed buffer holds the whole scene of its frame, reused ones included.
+            #expect(scenes == ["1:B--", "2:BR-", "3:BRG", "4:BRG"])
+            #expect(presenter.bufferCount == 2, "double buffering against a host that holds buffers")
+            host.withLock { $0.mapped.removeAll() }
+        }
+    }
+
+    @Test("after a resize the next frame uses buffers of the new size and the old ones are destroyed")
+    func resized() async throws {
+        try await withSurface(width: 32, height: 32) { presenter, compositor, frames, _ in
+            try await presenter.present(damage: nil, Self.scene(1))
+            await frames.wait(for: 1)
+            try await presenter.present(damage: nil, Self.scene(1))
+            await frames.wait(for: 2)
+            try await presenter.resize(to: SurfaceSize(width: 24, height: 16, scalePermille: 2_000))
+            try await presenter.present(damage: nil) { $0.fill(PixelRect(x: 0, y: 0, width: 48, height: 32), with: Self.red) }
+            await frames.wait(for: 3)
+            let image = compositor.image
+            #expect(image.width == 48 && image.height == 32 && image.pixels.allSatisfy { $0 == Self.redWord })
+            // The released 32×32 buffer was destroyed at the resize; only the 48×32 one is left.
+            try await presenter.present(damage: nil) { $0.fill(PixelRect(x: 0, y: 0, width: 48, height: 32), with: Self.red) }
+            await frames.wait(for: 4)
+            #expect(presenter.bufferCount == 1)
+            #expect(compositor.attachedBuffers == [2], "\(compositor.attachedBuffers)")
+        }
+    }
+}
