@@ -121,6 +121,15 @@ public final class Connection: Sendable {
                   onRequest: onRequest, onMessage: onMessage)
     }
 
+    /// A connection over a connected socket that also carries a surface (`onSurface` gets the
+    /// surface messages the peer may send).
+    package convenience init(socket: consuming OwnedFD, configuration: Configuration,
+                             onRequest: @escaping RequestHandler, onMessage: @escaping MessageHandler,
+                             onSurface: @escaping SurfaceHandler) throws(SystemCallError) {
+        self.init(transport: try SeqpacketSocket(socket), configuration: configuration,
+                  onRequest: onRequest, onMessage: onMessage, onSurface: onSurface)
+    }
+
     /// A connection to the `SOCK_SEQPACKET` Unix socket at `path` (e.g. one that
     /// `systemd-socket-activate --accept --seqpacket` listens on).
     public convenience init(connectingTo path: String, configuration: Configuration,

@@ -43,6 +43,8 @@ public final class ServiceConnection: Sendable {
         var connecting = false
         var waiters: [CheckedContinuation<Void, Never>] = []
         var invalidation: RemoteError?
+        /// The remote view showing this connection's service, if any (weak: the view owns us).
+        weak var view: RemoteView?
         /// Whether ``Event/invalidated(_:)`` went out (the stream is finished).
         var announced = false
         /// Failures being reported right now; the invalidation waits for them, so that the
@@ -256,24 +258,14 @@ public final class ServiceConnection: Sendable {
 
     private func connect() async throws(RemoteError) -> Channel {
         var instance = try await launcher.instance(for: self)
-        let onMessage = self.onMessage
-        let configuration = Connection.Configuration(role: .host, identifier: launcher.configuration.hostIdentifier)
         let connection: Connection
         do {
-            connection = try await instance.openChannel(configuration: configuration, onRequest: onRequest,
-                                                        onMessage: { [weak instance] message in
-                                                            instance?.touch()
-                                                            await onMessage(message)
-                                                        })
+            connection = try await open(instance)
         } catch {
             // It exited idle just then: once more, on a new process.
             guard await endedIdle(instance) else { throw error }
             instance = try await launcher.instance(for: self)
-            connection = try await instance.openChannel(configuration: configuration, onRequest: onRequest,
-                                                        onMessage: { [weak instance] message in
-                                                            instance?.touch()
-                                                            await onMessage(message)
-                                                        })
+            connection = try await open(instance)
         }
         let channel = Channel(instance: instance, connection: connection)
         // Current before it runs, so that however soon it ends, serve() reports it.
@@ -294,7 +286,60 @@ public final class ServiceConnection: Sendable {
             instance.closeChannel()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
+        // A view shown at a size before: the new process gets it too (once the channel runs).
+        if let view = state.withLock({ $0.view }), let size = view.size {
+            view.serviceChanged()
+            try await connection.send(.resize(size))
+        }
         return channel
+    }
+
+    /// A new connection to `instance` whose surface messages go to the remote view, if any.
+    private func open(_ instance: ServiceInstance) async throws(RemoteError) -> Connection {
+        let onMessage = self.onMessage
+        let configuration = Connection.Configuration(role: .host, identifier: launcher.configuration.hostIdentifier)
+        // Surface replies go back on the same connection, made below.
+        let replies = Mutex<Connection?>(nil)
+        let connection = try await instance.openChannel(
+            configuration: configuration, onRequest: onRequest,
+            onMessage: { [weak instance] message in
+                instance?.touch()
+                await onMessage(message)
+            },
+            onSurface: { [weak self, weak instance] message, attachments in
+                instance?.touch()
+                guard let self, let instance else { return }
+                await self.surfaceMessage(message, attachments, instance: instance, replies: replies)
+            })
+        replies.withLock { $0 = connection }
+        return connection
+    }
+
+    private func surfaceMessage(_ message: SurfaceMessage, _ attachments: [Attachment], instance: ServiceInstance,
+                                replies: borrowing Mutex<Connection?>) async {
+        do throws(RemoteError) {
+            guard let view = state.withLock({ $0.view }) else {
+                throw RemoteError(.protocolViolation, "\(message.name) but no remote view shows \(identifier)")
+            }
+            for reply in try view.receive(message, attachments: attachments) {
+                try? await replies.withLock({ $0 })?.send(reply)
+            }
+        } catch {
+            // A broken surface rule ends the service, with the reason.
+            await instance.stop(TerminationReason(kind: .protocolViolation, detail: error.reason), grace: instance.stopGrace)
+        }
+    }
+
+    /// Shows this connection's service in `view` (one view per connection).
+    func attach(_ view: RemoteView) {
+        state.withLock { $0.view = view }
+    }
+
+    /// Sends a surface message to the service, launching it if needed.
+    func sendSurface(_ message: SurfaceMessage) async throws(RemoteError) {
+        let channel = try await currentChannel()
+        channel.instance.touch()
+        do { try await channel.connection.send(message) } catch { throw normalized(error) }
     }
 
     /// Runs one channel until it closes, and reports how, if it matters to the user.

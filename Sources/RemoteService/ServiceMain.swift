@@ -42,13 +42,15 @@ public enum ServiceMain {
     ///
     /// - Throws: ``RemoteError`` when no usable socket was passed, the host broke the protocol,
     ///   or it vanished.
+    ///
+    /// - Parameter view: What the service shows when a host presents it (see ``ServiceView``).
     @discardableResult
-    public static func run(identifier: String, capabilities: [String] = [],
+    public static func run(identifier: String, capabilities: [String] = [], view: ServiceView? = nil,
                            onRequest: @escaping Connection.RequestHandler,
                            onMessage: @escaping Connection.MessageHandler = { _ in }) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
         let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, idleTimeout: idleTimeout,
-                                     onRequest: onRequest, onMessage: onMessage)
+                                     view: view, onRequest: onRequest, onMessage: onMessage)
         switch try SocketActivation.takeSocket() {
         case .connected(let socket):
             return try await runtime.serve(primary: try runtime.connection(on: socket))
@@ -63,11 +65,11 @@ public enum ServiceMain {
 
     /// ``run(identifier:capabilities:onRequest:onMessage:)``, then exits the process: status 0
     /// after an orderly close or an idle exit, 1 (with the reason on stderr) otherwise.
-    public static func exit(serving identifier: String, capabilities: [String] = [],
+    public static func exit(serving identifier: String, capabilities: [String] = [], view: ServiceView? = nil,
                             onRequest: @escaping Connection.RequestHandler,
                             onMessage: @escaping Connection.MessageHandler = { _ in }) async -> Never {
         do {
-            try await run(identifier: identifier, capabilities: capabilities, onRequest: onRequest, onMessage: onMessage)
+            try await run(identifier: identifier, capabilities: capabilities, view: view, onRequest: onRequest, onMessage: onMessage)
             Glibc.exit(0)
         } catch {
             let line = Array("\(identifier): \(error)\n".utf8)
@@ -90,6 +92,7 @@ final class ServiceRuntime: Sendable {
     let identifier: String
     let capabilities: [String]
     let idleTimeout: Duration?
+    private let view: ServiceView?
     private let onRequest: Connection.RequestHandler
     private let onMessage: Connection.MessageHandler
     private let newConnections: AsyncStream<Connection>
@@ -98,13 +101,16 @@ final class ServiceRuntime: Sendable {
 
     private struct State {
         var connections: [ObjectIdentifier: Connection] = [:]
+        /// The view's surface on each connection that has one.
+        var surfaces: [ObjectIdentifier: ViewSurface] = [:]
         var outstanding = 0
         var lastActivity = ContinuousClock.now
         var ending: ServiceMain.Ending?
     }
 
-    init(identifier: String, capabilities: [String], idleTimeout: Duration?,
+    init(identifier: String, capabilities: [String], idleTimeout: Duration?, view: ServiceView?,
          onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
+        self.view = view
         self.identifier = identifier
         self.capabilities = capabilities
         self.idleTimeout = idleTimeout
@@ -117,20 +123,40 @@ final class ServiceRuntime: Sendable {
     /// the host's requests for more connections.
     func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
         let connection: Connection
+        // The view's surface sends on the connection it belongs to, made just below.
+        let sender = Mutex<Connection?>(nil)
+        let surface = view.map { view in
+            ViewSurface(view: view) { message, attachments throws(RemoteError) in
+                guard let connection = sender.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
+                try await connection.send(message, attachments: attachments)
+            }
+        }
+        let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
+        let onRequest: Connection.RequestHandler = { [weak self] request in
+            guard let self else { throw CancellationError() }
+            self.begin()
+            defer { self.end() }
+            return try await self.onRequest(request)
+        }
+        let onMessage: Connection.MessageHandler = { [weak self] message in await self?.deliver(message) }
         do {
-            connection = try Connection(socket: socket,
-                                        configuration: .init(role: .service, identifier: identifier, capabilities: capabilities),
-                                        onRequest: { [weak self] request in
-                                            guard let self else { throw CancellationError() }
-                                            self.begin()
-                                            defer { self.end() }
-                                            return try await self.onRequest(request)
-                                        },
-                                        onMessage: { [weak self] message in await self?.deliver(message) })
+            if let surface {
+                connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
+                                            onSurface: { message, _ in
+                                                // A surface the host cannot drive is that connection's end, not the service's.
+                                                do { try await surface.receive(message) } catch { surface.close() }
+                                            })
+            } else {
+                connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            }
         } catch {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
-        state.withLock { $0.connections[ObjectIdentifier(connection)] = connection }
+        sender.withLock { $0 = connection }
+        state.withLock { state in
+            state.connections[ObjectIdentifier(connection)] = connection
+            state.surfaces[ObjectIdentifier(connection)] = surface
+        }
         return connection
     }
 
@@ -140,7 +166,7 @@ final class ServiceRuntime: Sendable {
             let result = Mutex<Result<ServiceMain.Ending, RemoteError>>(.success(.closed))
             group.addTask {
                 do throws(RemoteError) {
-                    try await primary.run()
+                    try await self.drive(primary)
                 } catch {
                     result.withLock { $0 = .failure(error) }
                 }
@@ -183,11 +209,31 @@ final class ServiceRuntime: Sendable {
     }
 
     private func serveSecondary(_ connection: Connection) async {
-        try? await connection.run()
+        try? await drive(connection)
         state.withLock { state in
             state.connections[ObjectIdentifier(connection)] = nil
             state.lastActivity = .now
         }
+    }
+
+    /// Runs `connection` and, when the service has a view, its surface's frames, until the
+    /// connection ends.
+    private func drive(_ connection: Connection) async throws(RemoteError) {
+        guard let surface = state.withLock({ $0.surfaces[ObjectIdentifier(connection)] }) else {
+            return try await connection.run()
+        }
+        async let frames: Void = surface.run()
+        let outcome: Result<Void, RemoteError>
+        do throws(RemoteError) {
+            try await connection.run()
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        surface.close()
+        await frames
+        _ = state.withLock { $0.surfaces.removeValue(forKey: ObjectIdentifier(connection)) }
+        try outcome.get()
     }
 
     private func addIdleWatcher(to group: inout TaskGroup<Void>, stopping listener: ReadableDescriptor? = nil) {

@@ -265,12 +265,14 @@ final class ServiceInstance: Sendable {
 
     /// A new connection to the service for one client, over its own socket pair.
     func openChannel(configuration: Connection.Configuration, onRequest: @escaping Connection.RequestHandler,
-                     onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
+                     onMessage: @escaping Connection.MessageHandler,
+                     onSurface: @escaping Connection.SurfaceHandler) async throws(RemoteError) -> Connection {
         let connection: Connection, attachment: Attachment
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
             attachment = Attachment(pair.second)
-            connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
+                                        onSurface: onSurface)
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")
         }

@@ -43,6 +43,11 @@ package final class SurfaceCompositor: Sendable {
 
     package init() {}
 
+    /// A compositor for a new process of the same view: no buffers, the image kept until it draws.
+    package init(keeping image: Image) {
+        state.withLock { $0.image = image }
+    }
+
     /// The image as of the last commit.
     package var image: Image { state.withLock { $0.image } }
 
