@@ -37,6 +37,32 @@ struct RemoteViewTests {
         }
     }
 
+    @Test("a relaunched service draws again at the size the view was given")
+    func relaunchKeepsSize() async throws {
+        try await LauncherTests().withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
+            try await view.present(width: 30, height: 20)
+            _ = try await Self.nextDamage(view)
+            let servicePid = try #require(await launcher.status().first?.processes.first?.servicePid)
+            kill(servicePid, SIGKILL)
+            // The next message relaunches it; the new process gets the size and draws a whole frame.
+            var relaunched = false
+            for _ in 0..<3 where !relaunched {
+                do {
+                    _ = try await view.connection.request(ServiceMessage(type: "paint", text: "ff0000 0 0 2 2"))
+                    relaunched = true
+                } catch let error as RemoteError {
+                    #expect(error.code == .interrupted, "\(error)")
+                }
+            }
+            #expect(relaunched)
+            var damage = try await Self.nextDamage(view)
+            if damage != [PixelRect(x: 0, y: 0, width: 30, height: 20)] { damage = try await Self.nextDamage(view) }
+            #expect(await launcher.status().first?.launches == 2)
+            #expect(view.image.width == 30 && view.image.height == 20)
+        }
+    }
+
     @Test("a view at scale 2 gets buffers of twice the size in pixels")
     func scaled() async throws {
         try await LauncherTests().withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
