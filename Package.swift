@@ -63,6 +63,7 @@ let package = Package(
                 "RemoteCore",
                 "CProto",
                 "CSpawn",
+                "CCairo",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

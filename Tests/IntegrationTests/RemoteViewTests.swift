@@ -34,6 +34,14 @@ struct RemoteViewTests {
             for (x, y) in [(10, 20), (14, 26)] { #expect(image.pixel(x: x, y: y) == Self.red, "(\(x), \(y))") }
             for (x, y) in [(9, 20), (15, 26), (10, 27), (0, 0)] { #expect(image.pixel(x: x, y: y) == Self.blue, "(\(x), \(y))") }
             #expect(image.rgba[((20 * 64) + 10) * 4 ..< ((20 * 64) + 10) * 4 + 4] == [255, 0, 0, 255])
+
+            // A PNG snapshot reads back as the same pixels; a bad path is an error that names it.
+            let folder = try TemporaryFolder("remoteview-snapshot")
+            defer { folder.remove() }
+            try image.writePNG(to: folder.path + "/frame.png")
+            #expect(try RemoteImage(contentsOfPNG: folder.path + "/frame.png") == image)
+            let error = #expect(throws: RemoteError.self) { try image.writePNG(to: "/nonexistent/frame.png") }
+            #expect(error?.reason.contains("/nonexistent/frame.png") == true)
         }
     }
 

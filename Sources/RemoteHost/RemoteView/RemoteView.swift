@@ -1,3 +1,4 @@
+import CCairo
 import RemoteCore
 import Synchronization
 
@@ -101,5 +102,54 @@ public struct RemoteImage: Sendable, Equatable {
             bytes += [channel(16), channel(8), channel(0), UInt8(alpha)]
         }
         return bytes
+    }
+}
+
+extension RemoteImage {
+    /// Writes the image as a PNG (with Cairo) to `path`.
+    ///
+    /// - Throws: ``RemoteError`` `invalidArgument` naming the path and Cairo's reason.
+    public func writePNG(to path: String) throws(RemoteError) {
+        guard width > 0, height > 0 else { throw RemoteError(.invalidArgument, "an empty image cannot be written to \(path)") }
+        var words = pixels
+        let status = words.withUnsafeMutableBytes { bytes -> cairo_status_t in
+            let surface = cairo_image_surface_create_for_data(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
+                                                              Int32(width), Int32(height), Int32(width * 4))
+            defer { cairo_surface_destroy(surface) }
+            return cairo_surface_write_to_png(surface, path)
+        }
+        guard status == CAIRO_STATUS_SUCCESS else {
+            throw RemoteError(.invalidArgument, "cannot write \(path): \(String(cString: cairo_status_to_string(status)))")
+        }
+    }
+
+    /// Reads a PNG written by ``writePNG(to:)`` (or any PNG, as premultiplied ARGB32).
+    public init(contentsOfPNG path: String) throws(RemoteError) {
+        let surface = cairo_image_surface_create_from_png(path)
+        defer { cairo_surface_destroy(surface) }
+        let status = cairo_surface_status(surface)
+        guard status == CAIRO_STATUS_SUCCESS else {
+            throw RemoteError(.invalidArgument, "cannot read \(path): \(String(cString: cairo_status_to_string(status)))")
+        }
+        let converted: OpaquePointer
+        if cairo_image_surface_get_format(surface) == CAIRO_FORMAT_ARGB32 {
+            converted = cairo_surface_reference(surface)
+        } else {
+            converted = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, cairo_image_surface_get_width(surface), cairo_image_surface_get_height(surface))
+            let cairo = cairo_create(converted)
+            cairo_set_source_surface(cairo, surface, 0, 0)
+            cairo_paint(cairo)
+            cairo_destroy(cairo)
+        }
+        defer { cairo_surface_destroy(converted) }
+        cairo_surface_flush(converted)
+        let width = Int(cairo_image_surface_get_width(converted)), height = Int(cairo_image_surface_get_height(converted))
+        let stride = Int(cairo_image_surface_get_stride(converted))
+        let data = UnsafeRawPointer(cairo_image_surface_get_data(converted)!)
+        var image = SurfaceCompositor.Image(width: width, height: height)
+        for y in 0..<height {
+            for x in 0..<width { image.pixels[y * width + x] = data.loadUnaligned(fromByteOffset: y * stride + x * 4, as: UInt32.self) }
+        }
+        self.init(image)
     }
 }
