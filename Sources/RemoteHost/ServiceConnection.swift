@@ -145,13 +145,7 @@ public final class ServiceConnection: Sendable {
     /// (goodbye → SIGTERM → SIGKILL) unless other connections share it. Idempotent.
     public func invalidate() async {
         let error = RemoteError(.invalidated, "the connection to \(identifier) was invalidated by the host")
-        let (channel, first) = state.withLock { state -> (Channel?, Bool) in
-            guard state.invalidation == nil else { return (nil, false) }
-            state.invalidation = error
-            defer { state.channel = nil }
-            return (state.channel, true)
-        }
-        guard first else { return }
+        guard let channel = takeInvalidation(error) else { return }
         announceInvalidation()
         launcher.unregister(self)
         guard let channel else { return }
@@ -166,15 +160,20 @@ public final class ServiceConnection: Sendable {
 
     /// Called by the launcher when the service can never be launched again.
     nonisolated func invalidated(by error: RemoteError) {
-        let (channel, first) = state.withLock { state -> (Channel?, Bool) in
-            guard state.invalidation == nil else { return (nil, false) }
-            state.invalidation = error
-            defer { state.channel = nil }
-            return (state.channel, true)
-        }
-        guard first else { return }
+        guard let channel = takeInvalidation(error) else { return }
         announceInvalidation()
         if let channel { _ = launcher.submit { await channel.connection.close(reason: error.reason) } }
+    }
+
+    /// Records `error` as the invalidation and takes the channel: `nil` when the connection was
+    /// already invalidated, else the channel it had (itself `nil` if none).
+    private func takeInvalidation(_ error: RemoteError) -> Channel?? {
+        state.withLock { state -> Channel?? in
+            guard state.invalidation == nil else { return nil }
+            state.invalidation = error
+            defer { state.channel = nil }
+            return .some(state.channel)
+        }
     }
 
     /// Sends ``Event/invalidated(_:)`` and finishes ``events``, once no failure is being reported.
