@@ -62,4 +62,6 @@ package enum FrameworkMessage {
     package static let connect = "remoteview.connect"
     /// The goodbye reason a service gives when it exits because it was idle.
     package static let idleExitReason = "idle exit"
+    /// The environment variable a launcher sets to the service's idle timeout, in seconds.
+    package static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
 }

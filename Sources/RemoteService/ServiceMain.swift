@@ -28,7 +28,7 @@ import Synchronization
 /// connection objects survive this and relaunch the service on their next message.
 public enum ServiceMain {
     /// The environment variable carrying the idle timeout in seconds.
-    public static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
+    public static let idleTimeoutVariable = FrameworkMessage.idleTimeoutVariable
 
     /// How a ``run(identifier:capabilities:onRequest:onMessage:)`` ended without an error.
     public enum Ending: Sendable, Equatable {

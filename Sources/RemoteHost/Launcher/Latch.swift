@@ -1,35 +1,39 @@
 import RemoteCore
 import Synchronization
 
-/// A one-way gate: closed until ``open()``, then open for good. Tasks wait for it with a deadline.
-final class Latch: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [Int: CheckedContinuation<Bool, Never>], next: Int)>((false, [:], 0))
+/// A value that arrives once (how a process ended; that a stream was read to its end), and the
+/// tasks waiting for it, each with an optional deadline.
+final class Latch<Value: Sendable>: Sendable {
+    private let state = Mutex<(value: Value?, waiters: [Int: CheckedContinuation<Value?, Never>], next: Int)>((nil, [:], 0))
 
-    /// Opens the gate and releases every waiter.
-    func open() {
-        let waiters = state.withLock { state in
-            state.open = true
+    /// Sets the value (the first time only) and releases every waiter.
+    func open(_ value: Value) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Value?, Never>] in
+            guard state.value == nil else { return [] }
+            state.value = value
             defer { state.waiters.removeAll() }
             return Array(state.waiters.values)
         }
-        for waiter in waiters { waiter.resume(returning: true) }
+        for waiter in waiters { waiter.resume(returning: value) }
     }
 
-    var isOpen: Bool { state.withLock { $0.open } }
+    /// The value, once it has arrived.
+    var value: Value? { state.withLock { $0.value } }
 
-    /// Waits until the gate opens (`true`) or `deadline` passes (`false`).
+    /// Waits for the value; `nil` if `deadline` passes first.
     @discardableResult
-    func wait(until deadline: ContinuousClock.Instant) async -> Bool {
+    func wait(until deadline: ContinuousClock.Instant? = nil) async -> Value? {
         await withCheckedContinuation { continuation in
-            let id = state.withLock { state -> Int? in
-                if state.open { return nil }
+            let (id, value) = state.withLock { state -> (Int?, Value?) in
+                if let value = state.value { return (nil, value) }
                 state.next += 1
                 state.waiters[state.next] = continuation
-                return state.next
+                return (state.next, nil)
             }
-            guard let id else { return continuation.resume(returning: true) }
+            guard let id else { return continuation.resume(returning: value) }
+            guard let deadline else { return }
             EventLoop.shared.schedule(at: deadline) { [weak self] in
-                self?.state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: false)
+                self?.state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: nil)
             }
         }
     }

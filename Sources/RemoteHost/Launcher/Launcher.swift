@@ -161,9 +161,9 @@ public actor Launcher {
             let processes = (record?.running ?? []).map { instance -> ServiceStatus.Process in
                 let now = ContinuousClock.now
                 return ServiceStatus.Process(pid: instance.process.pid, servicePid: instance.sandboxed ? instance.process.processTree().dropFirst(2).first : instance.process.pid,
-                                             sandboxed: instance.sandboxed, uptime: Self.seconds(now - instance.launchedAt),
+                                             sandboxed: instance.sandboxed, uptime: (now - instance.launchedAt).inSeconds,
                                              clients: instance.clientCount,
-                                             idleDeadline: instance.idleDeadline.map { Self.seconds($0 - now) },
+                                             idleDeadline: instance.idleDeadline.map { ($0 - now).inSeconds },
                                              residentBytes: instance.process.residentBytes())
             }
             let state: ServiceStatus.State = if record?.invalidation != nil { .invalidated }
@@ -343,10 +343,6 @@ public actor Launcher {
         for subscriber in subscribers.withLock({ Array($0.values) }) { subscriber.yield(event) }
     }
 
-    private static func seconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
 }
 
 /// Runs a ``Launcher`` for the duration of `body`, then shuts it down: every service it
@@ -422,4 +418,12 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
     public var invalidation: String?
     /// Its running processes.
     public var processes: [Process]
+}
+
+extension Duration {
+    /// The duration as a number of seconds.
+    var inSeconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
 }

@@ -18,7 +18,7 @@ final class OutputCapture: Sendable {
     private let source: ReadableDescriptor
     private let logger: Logger
     private let state = Mutex<(partial: [UInt8], lines: Int, bytes: Int, recent: [String])>(([], 0, 0, []))
-    private let finished = Latch()
+    private let finished = Latch<Void>()
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
     init(_ readEnd: consuming OwnedFD, stream: String, logger: Logger) throws(SystemCallError) {
@@ -48,7 +48,7 @@ final class OutputCapture: Sendable {
             return state.partial
         }
         if !rest.isEmpty { emit(rest[...]) }
-        finished.open()
+        finished.open(())
     }
 
     /// Waits until everything the process wrote has been read (end of file), or `deadline`.

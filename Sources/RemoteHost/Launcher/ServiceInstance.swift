@@ -21,6 +21,8 @@ final class ServiceInstance: Sendable {
     /// How long each step of stopping waits.
     let stopGrace: Duration
     private let state = Mutex(State())
+    /// How the process ended, once it has been reaped and classified.
+    private let ending = Latch<TerminationReason>()
 
     private struct State {
         var outstanding = 0
@@ -29,9 +31,6 @@ final class ServiceInstance: Sendable {
         var stopping: TerminationReason?
         /// Reaped: its pid may belong to another process now.
         var reaped = false
-        var ended: TerminationReason?
-        var nextWaiter = 0
-        var waiters: [Int: CheckedContinuation<TerminationReason?, Never>] = [:]
     }
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
@@ -54,7 +53,7 @@ final class ServiceInstance: Sendable {
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
             "PATH": "/usr/bin:/bin",
-            ServiceMainEnvironment.idleTimeout: Self.seconds(manifest.idleTimeout),
+            FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
         ]
         let executable: String, arguments: [String]
         switch sandbox {
@@ -107,7 +106,7 @@ final class ServiceInstance: Sendable {
     /// Serves the control connection and the captured output, enforces the idle timeout, and
     /// returns how the process ended once it has been reaped.
     func run(idleGrace: Duration, stopGrace: Duration) async -> TerminationReason {
-        let controlDone = Latch()
+        let controlDone = Latch<Void>()
         let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
             group.addTask {
                 var failure: RemoteError?
@@ -116,7 +115,7 @@ final class ServiceInstance: Sendable {
                 } catch {
                     failure = error
                 }
-                controlDone.open()
+                controlDone.open(())
                 switch failure?.code {
                 case .protocolViolation?, .timeout?:
                     // Broke the protocol, or never handshook: either way it is ended, and it counts.
@@ -146,12 +145,7 @@ final class ServiceInstance: Sendable {
             }
             let reason = classify(termination)
             // Published before the tasks above finish: a stop() in one of them waits for it.
-            let waiters = state.withLock { state in
-                state.ended = reason
-                defer { state.waiters.removeAll() }
-                return Array(state.waiters.values)
-            }
-            for waiter in waiters { waiter.resume(returning: reason) }
+            ending.open(reason)
             await control.close(reason: "the service process ended")
             // The pipes reach EOF when the sandbox is gone; do not wait long on a stray grandchild.
             EventLoop.shared.schedule(at: .now.advanced(by: .seconds(1))) { [weak self] in
@@ -195,35 +189,22 @@ final class ServiceInstance: Sendable {
 
     /// Whether new clients can use this process.
     var isUsable: Bool {
-        state.withLock { $0.stopping == nil && $0.ended == nil } && !control.isClosed && control.peerGoodbyeReason == nil
+        ended == nil && state.withLock { $0.stopping == nil } && !control.isClosed && control.peerGoodbyeReason == nil
     }
 
     /// How it ended, once it has.
-    var ended: TerminationReason? { state.withLock { $0.ended } }
+    var ended: TerminationReason? { ending.value }
 
     /// Waits until the process has ended and returns how; `nil` if `deadline` comes first.
     func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
-        await withCheckedContinuation { continuation in
-            let (id, ended) = state.withLock { state -> (Int?, TerminationReason?) in
-                if let ended = state.ended { return (nil, ended) }
-                state.nextWaiter += 1
-                state.waiters[state.nextWaiter] = continuation
-                return (state.nextWaiter, nil)
-            }
-            guard let id else { return continuation.resume(returning: ended) }
-            if let deadline {
-                EventLoop.shared.schedule(at: deadline) { [weak self] in
-                    self?.state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: nil)
-                }
-            }
-        }
+        await ending.wait(until: deadline)
     }
 
     /// Ends the process: goodbye on the control connection (the service closes its clients and
     /// exits), then `SIGTERM` to the service, then `SIGKILL`, each after `grace`.
     func stop(_ reason: TerminationReason, grace: Duration) async {
         let first = state.withLock { state -> Bool in
-            guard state.stopping == nil, state.ended == nil else { return false }
+            guard state.stopping == nil, ending.value == nil else { return false }
             state.stopping = reason
             return true
         }
@@ -331,7 +312,7 @@ final class ServiceInstance: Sendable {
     /// When the service should exit if nothing happens, or `nil` while a request is outstanding.
     var idleDeadline: ContinuousClock.Instant? {
         state.withLock { state in
-            state.outstanding > 0 || state.ended != nil ? nil : state.lastActivity.advanced(by: manifest.idleTimeout)
+            state.outstanding > 0 || ending.value != nil ? nil : state.lastActivity.advanced(by: manifest.idleTimeout)
         }
     }
 
@@ -342,7 +323,7 @@ final class ServiceInstance: Sendable {
     private func enforceIdleTimeout(grace: Duration, stopGrace: Duration) async {
         while !Task.isCancelled {
             let wait = state.withLock { state -> Duration? in
-                if state.stopping != nil || state.ended != nil { return nil }
+                if state.stopping != nil || ending.value != nil { return nil }
                 if state.outstanding > 0 { return manifest.idleTimeout + grace }
                 let idleFor = ContinuousClock.now - state.lastActivity
                 return idleFor >= manifest.idleTimeout + grace ? .zero : manifest.idleTimeout + grace - idleFor
@@ -356,14 +337,5 @@ final class ServiceInstance: Sendable {
             try? await Task.sleep(for: wait)
         }
     }
-
-    private static func seconds(_ duration: Duration) -> String {
-        let (seconds, attoseconds) = duration.components
-        return String(Double(seconds) + Double(attoseconds) / 1e18)
-    }
 }
 
-/// Environment variables the launcher sets for the service SDK (`RemoteService` reads them).
-enum ServiceMainEnvironment {
-    static let idleTimeout = "REMOTEVIEW_IDLE_TIMEOUT"
-}
