@@ -182,6 +182,11 @@ public final class ChildProcess: Sendable {
     /// The process and its descendants (a sandboxed service runs under bubblewrap, as its
     /// grandchild), parents first, from `/proc/PID/task/*/children`.
     public func processTree() -> [Int32] {
+        Self.processTree(of: pid)
+    }
+
+    /// `pid` and its descendants, parents first (at most 64).
+    package static func processTree(of pid: Int32) -> [Int32] {
         var tree = [pid], index = 0
         while index < tree.count, tree.count < 64 {
             tree += Self.children(of: tree[index])
