@@ -101,6 +101,11 @@ public struct SurfaceSize: Sendable, Hashable {
         self.scalePermille = scalePermille
     }
 
+    /// The size in pixels (points × scale), at least 1 × 1.
+    public var pixels: (width: Int, height: Int) {
+        (max(1, width * scalePermille / 1000), max(1, height * scalePermille / 1000))
+    }
+
     /// Why this size is impossible, or `nil` when it is fine.
     public var problem: String? {
         let dimensions = 1...SurfaceLimits.maxDimension

@@ -44,12 +44,14 @@ final class ViewSurface: Sendable {
     /// Applies a surface message from the host.
     func receive(_ message: SurfaceMessage) async throws(RemoteError) {
         if case .resize(let size) = message {
-            let width = max(1, size.width * size.scalePermille / 1000), height = max(1, size.height * size.scalePermille / 1000)
+            let (width, height) = size.pixels
+            // The first size makes the presenter; later ones resize it.
             let existing = presenter.withLock { presenter -> SurfacePresenter? in
-                if presenter == nil { presenter = SurfacePresenter(width: width, height: height, send: send) }
-                return presenter
+                if let presenter { return presenter }
+                presenter = SurfacePresenter(width: width, height: height, send: send)
+                return nil
             }
-            if let existing { try await existing.receive(message) }
+            if let existing { try await existing.resize(to: size) }
             state.withLock { $0.size = (width, height) }
             invalidate(nil)
             return

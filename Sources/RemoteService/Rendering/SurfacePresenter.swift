@@ -145,7 +145,7 @@ package final class SurfacePresenter: Sendable {
     /// Uses `size` (in pixels: points × scale) for the next frame; released buffers of the old
     /// size are destroyed now, the others when they come back.
     package func resize(to size: SurfaceSize) async throws(RemoteError) {
-        let width = max(1, size.width * size.scalePermille / 1000), height = max(1, size.height * size.scalePermille / 1000)
+        let (width, height) = size.pixels
         let stale = state.withLock { state -> [UInt32] in
             state.width = width
             state.height = height
