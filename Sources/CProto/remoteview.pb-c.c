@@ -772,7 +772,277 @@ void   remoteview__preferred_size__free_unpacked
   assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[20] =
+void   remoteview__pointer_event__init
+                     (Remoteview__PointerEvent         *message)
+{
+  static const Remoteview__PointerEvent init_value = REMOTEVIEW__POINTER_EVENT__INIT;
+  *message = init_value;
+}
+size_t remoteview__pointer_event__get_packed_size
+                     (const Remoteview__PointerEvent *message)
+{
+  assert(message->base.descriptor == &remoteview__pointer_event__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__pointer_event__pack
+                     (const Remoteview__PointerEvent *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__pointer_event__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__pointer_event__pack_to_buffer
+                     (const Remoteview__PointerEvent *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__pointer_event__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__PointerEvent *
+       remoteview__pointer_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__PointerEvent *)
+     protobuf_c_message_unpack (&remoteview__pointer_event__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__pointer_event__free_unpacked
+                     (Remoteview__PointerEvent *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__pointer_event__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__key_event__init
+                     (Remoteview__KeyEvent         *message)
+{
+  static const Remoteview__KeyEvent init_value = REMOTEVIEW__KEY_EVENT__INIT;
+  *message = init_value;
+}
+size_t remoteview__key_event__get_packed_size
+                     (const Remoteview__KeyEvent *message)
+{
+  assert(message->base.descriptor == &remoteview__key_event__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__key_event__pack
+                     (const Remoteview__KeyEvent *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__key_event__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__key_event__pack_to_buffer
+                     (const Remoteview__KeyEvent *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__key_event__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__KeyEvent *
+       remoteview__key_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__KeyEvent *)
+     protobuf_c_message_unpack (&remoteview__key_event__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__key_event__free_unpacked
+                     (Remoteview__KeyEvent *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__key_event__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__text_input__init
+                     (Remoteview__TextInput         *message)
+{
+  static const Remoteview__TextInput init_value = REMOTEVIEW__TEXT_INPUT__INIT;
+  *message = init_value;
+}
+size_t remoteview__text_input__get_packed_size
+                     (const Remoteview__TextInput *message)
+{
+  assert(message->base.descriptor == &remoteview__text_input__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__text_input__pack
+                     (const Remoteview__TextInput *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__text_input__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__text_input__pack_to_buffer
+                     (const Remoteview__TextInput *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__text_input__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__TextInput *
+       remoteview__text_input__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__TextInput *)
+     protobuf_c_message_unpack (&remoteview__text_input__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__text_input__free_unpacked
+                     (Remoteview__TextInput *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__text_input__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__focus__init
+                     (Remoteview__Focus         *message)
+{
+  static const Remoteview__Focus init_value = REMOTEVIEW__FOCUS__INIT;
+  *message = init_value;
+}
+size_t remoteview__focus__get_packed_size
+                     (const Remoteview__Focus *message)
+{
+  assert(message->base.descriptor == &remoteview__focus__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__focus__pack
+                     (const Remoteview__Focus *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__focus__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__focus__pack_to_buffer
+                     (const Remoteview__Focus *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__focus__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__Focus *
+       remoteview__focus__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__Focus *)
+     protobuf_c_message_unpack (&remoteview__focus__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__focus__free_unpacked
+                     (Remoteview__Focus *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__focus__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__remote_control__init
+                     (Remoteview__RemoteControl         *message)
+{
+  static const Remoteview__RemoteControl init_value = REMOTEVIEW__REMOTE_CONTROL__INIT;
+  *message = init_value;
+}
+size_t remoteview__remote_control__get_packed_size
+                     (const Remoteview__RemoteControl *message)
+{
+  assert(message->base.descriptor == &remoteview__remote_control__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__remote_control__pack
+                     (const Remoteview__RemoteControl *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__remote_control__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__remote_control__pack_to_buffer
+                     (const Remoteview__RemoteControl *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__remote_control__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__RemoteControl *
+       remoteview__remote_control__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__RemoteControl *)
+     protobuf_c_message_unpack (&remoteview__remote_control__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__remote_control__free_unpacked
+                     (Remoteview__RemoteControl *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__remote_control__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__traits__init
+                     (Remoteview__Traits         *message)
+{
+  static const Remoteview__Traits init_value = REMOTEVIEW__TRAITS__INIT;
+  *message = init_value;
+}
+size_t remoteview__traits__get_packed_size
+                     (const Remoteview__Traits *message)
+{
+  assert(message->base.descriptor == &remoteview__traits__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__traits__pack
+                     (const Remoteview__Traits *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__traits__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__traits__pack_to_buffer
+                     (const Remoteview__Traits *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__traits__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__Traits *
+       remoteview__traits__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__Traits *)
+     protobuf_c_message_unpack (&remoteview__traits__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__traits__free_unpacked
+                     (Remoteview__Traits *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__traits__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[26] =
 {
   {
     "id",
@@ -1014,6 +1284,78 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[20
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pointer",
+    200,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, pointer),
+    &remoteview__pointer_event__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key",
+    201,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, key),
+    &remoteview__key_event__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "text_input",
+    202,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, text_input),
+    &remoteview__text_input__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "focus",
+    203,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, focus),
+    &remoteview__focus__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "remote_control",
+    204,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, remote_control),
+    &remoteview__remote_control__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "traits",
+    205,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, traits),
+    &remoteview__traits__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
   13,   /* field[13] = attach_buffer */
@@ -1022,27 +1364,34 @@ static const unsigned remoteview__envelope__field_indices_by_name[] = {
   17,   /* field[17] = destroy_buffer */
   11,   /* field[11] = failure */
   2,   /* field[2] = fd_count */
+  23,   /* field[23] = focus */
   16,   /* field[16] = frame_done */
   4,   /* field[4] = goodbye */
   3,   /* field[3] = handshake */
   0,   /* field[0] = id */
+  21,   /* field[21] = key */
   10,   /* field[10] = message */
   6,   /* field[6] = ping */
+  20,   /* field[20] = pointer */
   7,   /* field[7] = pong */
   19,   /* field[19] = preferred_size */
   5,   /* field[5] = protocol_error */
   15,   /* field[15] = release_buffer */
+  24,   /* field[24] = remote_control */
   9,   /* field[9] = reply */
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
   18,   /* field[18] = resize */
+  22,   /* field[22] = text_input */
+  25,   /* field[25] = traits */
 };
-static const ProtobufCIntRange remoteview__envelope__number_ranges[3 + 1] =
+static const ProtobufCIntRange remoteview__envelope__number_ranges[4 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 100, 13 },
-  { 0, 20 }
+  { 200, 20 },
+  { 0, 26 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -1052,10 +1401,10 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  20,
+  26,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
-  3,  remoteview__envelope__number_ranges,
+  4,  remoteview__envelope__number_ranges,
   (ProtobufCMessageInit) remoteview__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -1927,6 +2276,403 @@ const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor =
   (ProtobufCMessageInit) remoteview__preferred_size__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor remoteview__pointer_event__field_descriptors[8] =
+{
+  {
+    "phase",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, phase),
+    &remoteview__pointer_phase__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "x",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, x),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "y",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, y),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "button",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, button),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "buttons",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, buttons),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "scroll_x",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, scroll_x),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "scroll_y",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, scroll_y),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "modifiers",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__PointerEvent, modifiers),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__pointer_event__field_indices_by_name[] = {
+  3,   /* field[3] = button */
+  4,   /* field[4] = buttons */
+  7,   /* field[7] = modifiers */
+  0,   /* field[0] = phase */
+  5,   /* field[5] = scroll_x */
+  6,   /* field[6] = scroll_y */
+  1,   /* field[1] = x */
+  2,   /* field[2] = y */
+};
+static const ProtobufCIntRange remoteview__pointer_event__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 8 }
+};
+const ProtobufCMessageDescriptor remoteview__pointer_event__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.PointerEvent",
+  "PointerEvent",
+  "Remoteview__PointerEvent",
+  "remoteview",
+  sizeof(Remoteview__PointerEvent),
+  8,
+  remoteview__pointer_event__field_descriptors,
+  remoteview__pointer_event__field_indices_by_name,
+  1,  remoteview__pointer_event__number_ranges,
+  (ProtobufCMessageInit) remoteview__pointer_event__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__key_event__field_descriptors[5] =
+{
+  {
+    "down",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__KeyEvent, down),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_code",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__KeyEvent, key_code),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "text",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__KeyEvent, text),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "modifiers",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__KeyEvent, modifiers),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "repeat",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__KeyEvent, repeat),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__key_event__field_indices_by_name[] = {
+  0,   /* field[0] = down */
+  1,   /* field[1] = key_code */
+  3,   /* field[3] = modifiers */
+  4,   /* field[4] = repeat */
+  2,   /* field[2] = text */
+};
+static const ProtobufCIntRange remoteview__key_event__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor remoteview__key_event__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.KeyEvent",
+  "KeyEvent",
+  "Remoteview__KeyEvent",
+  "remoteview",
+  sizeof(Remoteview__KeyEvent),
+  5,
+  remoteview__key_event__field_descriptors,
+  remoteview__key_event__field_indices_by_name,
+  1,  remoteview__key_event__number_ranges,
+  (ProtobufCMessageInit) remoteview__key_event__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__text_input__field_descriptors[1] =
+{
+  {
+    "text",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__TextInput, text),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__text_input__field_indices_by_name[] = {
+  0,   /* field[0] = text */
+};
+static const ProtobufCIntRange remoteview__text_input__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__text_input__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.TextInput",
+  "TextInput",
+  "Remoteview__TextInput",
+  "remoteview",
+  sizeof(Remoteview__TextInput),
+  1,
+  remoteview__text_input__field_descriptors,
+  remoteview__text_input__field_indices_by_name,
+  1,  remoteview__text_input__number_ranges,
+  (ProtobufCMessageInit) remoteview__text_input__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__focus__field_descriptors[1] =
+{
+  {
+    "focused",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Focus, focused),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__focus__field_indices_by_name[] = {
+  0,   /* field[0] = focused */
+};
+static const ProtobufCIntRange remoteview__focus__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__focus__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.Focus",
+  "Focus",
+  "Remoteview__Focus",
+  "remoteview",
+  sizeof(Remoteview__Focus),
+  1,
+  remoteview__focus__field_descriptors,
+  remoteview__focus__field_indices_by_name,
+  1,  remoteview__focus__number_ranges,
+  (ProtobufCMessageInit) remoteview__focus__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__remote_control__field_descriptors[1] =
+{
+  {
+    "command",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__RemoteControl, command),
+    &remoteview__remote_command__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__remote_control__field_indices_by_name[] = {
+  0,   /* field[0] = command */
+};
+static const ProtobufCIntRange remoteview__remote_control__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__remote_control__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.RemoteControl",
+  "RemoteControl",
+  "Remoteview__RemoteControl",
+  "remoteview",
+  sizeof(Remoteview__RemoteControl),
+  1,
+  remoteview__remote_control__field_descriptors,
+  remoteview__remote_control__field_indices_by_name,
+  1,  remoteview__remote_control__number_ranges,
+  (ProtobufCMessageInit) remoteview__remote_control__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__traits__field_descriptors[3] =
+{
+  {
+    "style",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Traits, style),
+    &remoteview__interface_style__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tint_argb",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Traits, tint_argb),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "font_scale_permille",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Traits, font_scale_permille),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__traits__field_indices_by_name[] = {
+  2,   /* field[2] = font_scale_permille */
+  0,   /* field[0] = style */
+  1,   /* field[1] = tint_argb */
+};
+static const ProtobufCIntRange remoteview__traits__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor remoteview__traits__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.Traits",
+  "Traits",
+  "Remoteview__Traits",
+  "remoteview",
+  sizeof(Remoteview__Traits),
+  3,
+  remoteview__traits__field_descriptors,
+  remoteview__traits__field_indices_by_name,
+  1,  remoteview__traits__number_ranges,
+  (ProtobufCMessageInit) remoteview__traits__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue remoteview__peer_role__enum_values_by_number[3] =
 {
   { "PEER_ROLE_UNSPECIFIED", "REMOTEVIEW__PEER_ROLE__PEER_ROLE_UNSPECIFIED", 0 },
@@ -2021,5 +2767,109 @@ const ProtobufCEnumDescriptor remoteview__pixel_format__descriptor =
   remoteview__pixel_format__enum_values_by_name,
   1,
   remoteview__pixel_format__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__pointer_phase__enum_values_by_number[5] =
+{
+  { "POINTER_PHASE_UNSPECIFIED", "REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UNSPECIFIED", 0 },
+  { "POINTER_PHASE_DOWN", "REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN", 1 },
+  { "POINTER_PHASE_UP", "REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP", 2 },
+  { "POINTER_PHASE_MOVE", "REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_MOVE", 3 },
+  { "POINTER_PHASE_SCROLL", "REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_SCROLL", 4 },
+};
+static const ProtobufCIntRange remoteview__pointer_phase__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex remoteview__pointer_phase__enum_values_by_name[5] =
+{
+  { "POINTER_PHASE_DOWN", 1 },
+  { "POINTER_PHASE_MOVE", 3 },
+  { "POINTER_PHASE_SCROLL", 4 },
+  { "POINTER_PHASE_UNSPECIFIED", 0 },
+  { "POINTER_PHASE_UP", 2 },
+};
+const ProtobufCEnumDescriptor remoteview__pointer_phase__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.PointerPhase",
+  "PointerPhase",
+  "Remoteview__PointerPhase",
+  "remoteview",
+  5,
+  remoteview__pointer_phase__enum_values_by_number,
+  5,
+  remoteview__pointer_phase__enum_values_by_name,
+  1,
+  remoteview__pointer_phase__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__remote_command__enum_values_by_number[8] =
+{
+  { "REMOTE_COMMAND_UNSPECIFIED", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_UNSPECIFIED", 0 },
+  { "REMOTE_COMMAND_PLAY", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PLAY", 1 },
+  { "REMOTE_COMMAND_PAUSE", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PAUSE", 2 },
+  { "REMOTE_COMMAND_TOGGLE_PLAY_PAUSE", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_TOGGLE_PLAY_PAUSE", 3 },
+  { "REMOTE_COMMAND_NEXT_TRACK", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_NEXT_TRACK", 4 },
+  { "REMOTE_COMMAND_PREVIOUS_TRACK", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PREVIOUS_TRACK", 5 },
+  { "REMOTE_COMMAND_SEEK_FORWARD", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_FORWARD", 6 },
+  { "REMOTE_COMMAND_SEEK_BACKWARD", "REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_BACKWARD", 7 },
+};
+static const ProtobufCIntRange remoteview__remote_command__value_ranges[] = {
+{0, 0},{0, 8}
+};
+static const ProtobufCEnumValueIndex remoteview__remote_command__enum_values_by_name[8] =
+{
+  { "REMOTE_COMMAND_NEXT_TRACK", 4 },
+  { "REMOTE_COMMAND_PAUSE", 2 },
+  { "REMOTE_COMMAND_PLAY", 1 },
+  { "REMOTE_COMMAND_PREVIOUS_TRACK", 5 },
+  { "REMOTE_COMMAND_SEEK_BACKWARD", 7 },
+  { "REMOTE_COMMAND_SEEK_FORWARD", 6 },
+  { "REMOTE_COMMAND_TOGGLE_PLAY_PAUSE", 3 },
+  { "REMOTE_COMMAND_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__remote_command__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.RemoteCommand",
+  "RemoteCommand",
+  "Remoteview__RemoteCommand",
+  "remoteview",
+  8,
+  remoteview__remote_command__enum_values_by_number,
+  8,
+  remoteview__remote_command__enum_values_by_name,
+  1,
+  remoteview__remote_command__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__interface_style__enum_values_by_number[3] =
+{
+  { "INTERFACE_STYLE_UNSPECIFIED", "REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_UNSPECIFIED", 0 },
+  { "INTERFACE_STYLE_LIGHT", "REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_LIGHT", 1 },
+  { "INTERFACE_STYLE_DARK", "REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_DARK", 2 },
+};
+static const ProtobufCIntRange remoteview__interface_style__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex remoteview__interface_style__enum_values_by_name[3] =
+{
+  { "INTERFACE_STYLE_DARK", 2 },
+  { "INTERFACE_STYLE_LIGHT", 1 },
+  { "INTERFACE_STYLE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__interface_style__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.InterfaceStyle",
+  "InterfaceStyle",
+  "Remoteview__InterfaceStyle",
+  "remoteview",
+  3,
+  remoteview__interface_style__enum_values_by_number,
+  3,
+  remoteview__interface_style__enum_values_by_name,
+  1,
+  remoteview__interface_style__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

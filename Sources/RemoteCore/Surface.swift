@@ -45,6 +45,24 @@ public struct PixelRect: Sendable, Hashable, CustomStringConvertible {
         return PixelRect(x: left, y: top, width: right - left, height: bottom - top)
     }
 
+    /// The smallest rect containing all of `rects` (a zero rect when there are none).
+    public static func union(_ rects: [PixelRect]) -> PixelRect {
+        guard let first = rects.first else { return PixelRect(x: 0, y: 0, width: 0, height: 0) }
+        var left = first.x, top = first.y, right = first.x + first.width, bottom = first.y + first.height
+        for rect in rects.dropFirst() {
+            left = min(left, rect.x)
+            top = min(top, rect.y)
+            right = max(right, rect.x + rect.width)
+            bottom = max(bottom, rect.y + rect.height)
+        }
+        return PixelRect(x: left, y: top, width: right - left, height: bottom - top)
+    }
+
+    /// Whether the two rects share any pixel.
+    public func intersects(_ other: PixelRect) -> Bool {
+        x < other.x + other.width && other.x < x + width && y < other.y + other.height && other.y < y + height
+    }
+
     public var description: String { "\(width)×\(height) at (\(x), \(y))" }
 }
 
@@ -119,7 +137,8 @@ public struct SurfaceSize: Sendable, Hashable {
     }
 }
 
-/// One surface message, in either direction.
+/// One message about an embedded view, in either direction: its surface (service → host
+/// pixels, host → service size and pacing) and the host's input.
 package enum SurfaceMessage: Sendable, Hashable {
     /// Service → host, with the buffer's memfd.
     case attachBuffer(BufferDescription)
@@ -135,12 +154,14 @@ package enum SurfaceMessage: Sendable, Hashable {
     case resize(SurfaceSize)
     /// Service → host (a scale of 1000 is sent, and ignored).
     case preferredSize(width: Int, height: Int)
+    /// Host → service.
+    case input(InputEvent)
 
     /// Which side may send it.
     package var sender: PeerRole {
         switch self {
         case .attachBuffer, .commit, .destroyBuffer, .preferredSize: .service
-        case .releaseBuffer, .frameDone, .resize: .host
+        case .releaseBuffer, .frameDone, .resize, .input: .host
         }
     }
 
@@ -154,6 +175,7 @@ package enum SurfaceMessage: Sendable, Hashable {
         case .destroyBuffer: "destroy_buffer"
         case .resize: "resize"
         case .preferredSize: "preferred_size"
+        case .input(let event): event.name
         }
     }
 
@@ -181,6 +203,8 @@ package enum SurfaceMessage: Sendable, Hashable {
             return size.problem
         case .preferredSize(let width, let height):
             return SurfaceSize(width: width, height: height).problem
+        case .input(let event):
+            return event.problem
         }
     }
 }

@@ -43,14 +43,17 @@ public enum ServiceMain {
     /// - Throws: ``RemoteError`` when no usable socket was passed, the host broke the protocol,
     ///   or it vanished.
     ///
-    /// - Parameter view: What the service shows when a host presents it (see ``ServiceView``).
+    /// - Parameter viewController: Makes the controller of what the service shows, once for
+    ///   each host connection that presents it (see ``ViewController``); `nil` for a service
+    ///   without a UI.
     @discardableResult
-    public static func run(identifier: String, capabilities: [String] = [], view: ServiceView? = nil,
+    public static func run(identifier: String, capabilities: [String] = [],
+                           viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                            onRequest: @escaping Connection.RequestHandler,
                            onMessage: @escaping Connection.MessageHandler = { _ in }) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
         let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, idleTimeout: idleTimeout,
-                                     view: view, onRequest: onRequest, onMessage: onMessage)
+                                     viewController: viewController, onRequest: onRequest, onMessage: onMessage)
         switch try SocketActivation.takeSocket() {
         case .connected(let socket):
             return try await runtime.serve(primary: try runtime.connection(on: socket))
@@ -65,11 +68,13 @@ public enum ServiceMain {
 
     /// ``run(identifier:capabilities:onRequest:onMessage:)``, then exits the process: status 0
     /// after an orderly close or an idle exit, 1 (with the reason on stderr) otherwise.
-    public static func exit(serving identifier: String, capabilities: [String] = [], view: ServiceView? = nil,
+    public static func exit(serving identifier: String, capabilities: [String] = [],
+                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                             onRequest: @escaping Connection.RequestHandler,
                             onMessage: @escaping Connection.MessageHandler = { _ in }) async -> Never {
         do {
-            try await run(identifier: identifier, capabilities: capabilities, view: view, onRequest: onRequest, onMessage: onMessage)
+            try await run(identifier: identifier, capabilities: capabilities, viewController: viewController,
+                          onRequest: onRequest, onMessage: onMessage)
             Glibc.exit(0)
         } catch {
             let line = Array("\(identifier): \(error)\n".utf8)
@@ -92,7 +97,7 @@ final class ServiceRuntime: Sendable {
     let identifier: String
     let capabilities: [String]
     let idleTimeout: Duration?
-    private let view: ServiceView?
+    private let makeController: (@MainActor @Sendable () -> ViewController)?
     private let onRequest: Connection.RequestHandler
     private let onMessage: Connection.MessageHandler
     private let newConnections: AsyncStream<Connection>
@@ -108,9 +113,10 @@ final class ServiceRuntime: Sendable {
         var ending: ServiceMain.Ending?
     }
 
-    init(identifier: String, capabilities: [String], idleTimeout: Duration?, view: ServiceView?,
+    init(identifier: String, capabilities: [String], idleTimeout: Duration?,
+         viewController: (@MainActor @Sendable () -> ViewController)?,
          onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
-        self.view = view
+        makeController = viewController
         self.identifier = identifier
         self.capabilities = capabilities
         self.idleTimeout = idleTimeout
@@ -125,26 +131,34 @@ final class ServiceRuntime: Sendable {
         let connection: Connection
         // The view's surface sends on the connection it belongs to, made just below.
         let sender = Mutex<Connection?>(nil)
-        let surface = view.map { view in
-            ViewSurface(view: view) { message, attachments throws(RemoteError) in
+        let surface = makeController.map { makeController in
+            ViewSurface(makeController: makeController) { message, attachments throws(RemoteError) in
                 guard let connection = sender.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await connection.send(message, attachments: attachments)
             }
         }
         let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
+        // The connection's view controller sees its requests and messages first.
         let onRequest: Connection.RequestHandler = { [weak self] request in
             guard let self else { throw CancellationError() }
             self.begin()
             defer { self.end() }
+            if let surface, let reply = try await surface.handleRequest(request) { return reply }
             return try await self.onRequest(request)
         }
-        let onMessage: Connection.MessageHandler = { [weak self] message in await self?.deliver(message) }
+        let onMessage: Connection.MessageHandler = { [weak self] message in
+            if let surface, message.type != FrameworkMessage.connect {
+                self?.touch()
+                if await surface.received(message) { return }
+            }
+            await self?.deliver(message)
+        }
         do {
             if let surface {
                 connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
                                             onSurface: { message, _ in
                                                 // A surface the host cannot drive is that connection's end, not the service's.
-                                                do { try await surface.receive(message) } catch { surface.close() }
+                                                do { try await surface.receive(message) } catch { await surface.close() }
                                             })
             } else {
                 connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
@@ -152,6 +166,7 @@ final class ServiceRuntime: Sendable {
         } catch {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
+        surface?.connection.withLock { $0 = connection }
         sender.withLock { $0 = connection }
         state.withLock { state in
             state.connections[ObjectIdentifier(connection)] = connection
@@ -230,7 +245,7 @@ final class ServiceRuntime: Sendable {
         } catch {
             outcome = .failure(error)
         }
-        surface.close()
+        await surface.close()
         await frames
         _ = state.withLock { $0.surfaces.removeValue(forKey: ObjectIdentifier(connection)) }
         try outcome.get()
@@ -270,6 +285,10 @@ final class ServiceRuntime: Sendable {
         newConnectionSink.finish()
         let connections = state.withLock { Array($0.connections.values) }
         for connection in connections { await connection.close(reason: reason) }
+    }
+
+    private func touch() {
+        state.withLock { $0.lastActivity = .now }
     }
 
     private func begin() {

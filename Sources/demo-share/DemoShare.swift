@@ -60,8 +60,7 @@ func ownExecutable() throws -> String {
 }
 
 func format(_ duration: Duration) -> String {
-    let (seconds, attoseconds) = duration.components
-    let micros = Double(seconds) * 1e6 + Double(attoseconds) / 1e12
+    let micros = duration.inSeconds * 1e6
     return micros >= 10_000 ? "\(Int((micros / 1000).rounded())) ms" : micros >= 1000 ? "\((micros / 100).rounded() / 10) ms" : "\((micros * 10).rounded() / 10) µs"
 }
 

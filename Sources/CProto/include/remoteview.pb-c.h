@@ -32,6 +32,12 @@ typedef struct Remoteview__FrameDone Remoteview__FrameDone;
 typedef struct Remoteview__DestroyBuffer Remoteview__DestroyBuffer;
 typedef struct Remoteview__Resize Remoteview__Resize;
 typedef struct Remoteview__PreferredSize Remoteview__PreferredSize;
+typedef struct Remoteview__PointerEvent Remoteview__PointerEvent;
+typedef struct Remoteview__KeyEvent Remoteview__KeyEvent;
+typedef struct Remoteview__TextInput Remoteview__TextInput;
+typedef struct Remoteview__Focus Remoteview__Focus;
+typedef struct Remoteview__RemoteControl Remoteview__RemoteControl;
+typedef struct Remoteview__Traits Remoteview__Traits;
 
 
 /* --- enums --- */
@@ -96,6 +102,52 @@ typedef enum _Remoteview__PixelFormat {
   REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED = 1
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__PIXEL_FORMAT)
 } Remoteview__PixelFormat;
+typedef enum _Remoteview__PointerPhase {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UNSPECIFIED = 0,
+  /*
+   * button went down
+   */
+  REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN = 1,
+  /*
+   * button went up
+   */
+  REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP = 2,
+  /*
+   * moved (buttons says which are held)
+   */
+  REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_MOVE = 3,
+  /*
+   * scrolled by scroll_x, scroll_y points
+   */
+  REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_SCROLL = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__POINTER_PHASE)
+} Remoteview__PointerPhase;
+typedef enum _Remoteview__RemoteCommand {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_UNSPECIFIED = 0,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PLAY = 1,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PAUSE = 2,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_TOGGLE_PLAY_PAUSE = 3,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_NEXT_TRACK = 4,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PREVIOUS_TRACK = 5,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_FORWARD = 6,
+  REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_BACKWARD = 7
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__REMOTE_COMMAND)
+} Remoteview__RemoteCommand;
+typedef enum _Remoteview__InterfaceStyle {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_UNSPECIFIED = 0,
+  REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_LIGHT = 1,
+  REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_DARK = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__INTERFACE_STYLE)
+} Remoteview__InterfaceStyle;
 
 /* --- messages --- */
 
@@ -117,7 +169,13 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE = 103,
   REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER = 104,
   REMOTEVIEW__ENVELOPE__BODY_RESIZE = 105,
-  REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE = 106
+  REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE = 106,
+  REMOTEVIEW__ENVELOPE__BODY_POINTER = 200,
+  REMOTEVIEW__ENVELOPE__BODY_KEY = 201,
+  REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT = 202,
+  REMOTEVIEW__ENVELOPE__BODY_FOCUS = 203,
+  REMOTEVIEW__ENVELOPE__BODY_REMOTE_CONTROL = 204,
+  REMOTEVIEW__ENVELOPE__BODY_TRAITS = 205
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ENVELOPE__BODY__CASE)
 } Remoteview__Envelope__BodyCase;
 
@@ -212,6 +270,33 @@ struct  Remoteview__Envelope
      * service -> host, fds: 0. The size the service would like.
      */
     Remoteview__PreferredSize *preferred_size;
+    /*
+     * Input (design §7): host -> service, fds: 0, all of them. Coordinates are the view's points.
+     */
+    /*
+     * A pointer went down, up, moved or scrolled.
+     */
+    Remoteview__PointerEvent *pointer;
+    /*
+     * A key went down or up.
+     */
+    Remoteview__KeyEvent *key;
+    /*
+     * Text typed (after the host's input method).
+     */
+    Remoteview__TextInput *text_input;
+    /*
+     * The view gained or lost the keyboard focus.
+     */
+    Remoteview__Focus *focus;
+    /*
+     * A media command (what headphone buttons send).
+     */
+    Remoteview__RemoteControl *remote_control;
+    /*
+     * The host's appearance.
+     */
+    Remoteview__Traits *traits;
   };
 };
 #define REMOTEVIEW__ENVELOPE__INIT \
@@ -466,6 +551,124 @@ struct  Remoteview__PreferredSize
 #define REMOTEVIEW__PREFERRED_SIZE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__preferred_size__descriptor) \
     , 0, 0 }
+
+
+struct  Remoteview__PointerEvent
+{
+  ProtobufCMessage base;
+  Remoteview__PointerPhase phase;
+  /*
+   * points from the view's left edge; finite, within +-16384
+   */
+  float x;
+  /*
+   * points from the view's top edge; finite, within +-16384
+   */
+  float y;
+  /*
+   * down/up: 1 primary, 2 middle, 3 secondary (1..8); else 0
+   */
+  uint32_t button;
+  /*
+   * the buttons held, bit (button - 1) each
+   */
+  uint32_t buttons;
+  /*
+   * scroll: points, finite, within +-16384
+   */
+  float scroll_x;
+  float scroll_y;
+  /*
+   * Modifier bits, as in KeyEvent
+   */
+  uint32_t modifiers;
+};
+#define REMOTEVIEW__POINTER_EVENT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__pointer_event__descriptor) \
+    , REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UNSPECIFIED, 0, 0, 0, 0, 0, 0, 0 }
+
+
+/*
+ * Modifier bits: 1 shift, 2 control, 4 alt, 8 meta (super), 16 caps lock. Others are invalid.
+ */
+struct  Remoteview__KeyEvent
+{
+  ProtobufCMessage base;
+  /*
+   * true: went down (or repeats); false: went up
+   */
+  protobuf_c_boolean down;
+  /*
+   * USB HID usage (keyboard page 7), as SDL scancodes: 1..65535
+   */
+  uint32_t key_code;
+  /*
+   * what the key types, if anything, at most 64 bytes; informational:
+   */
+  char *text;
+  /*
+   * typed text arrives as TextInput
+   */
+  uint32_t modifiers;
+  /*
+   * an auto-repeat of a held key
+   */
+  protobuf_c_boolean repeat;
+};
+#define REMOTEVIEW__KEY_EVENT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__key_event__descriptor) \
+    , 0, 0, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+struct  Remoteview__TextInput
+{
+  ProtobufCMessage base;
+  /*
+   * 1..4096 bytes of UTF-8
+   */
+  char *text;
+};
+#define REMOTEVIEW__TEXT_INPUT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__text_input__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+struct  Remoteview__Focus
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean focused;
+};
+#define REMOTEVIEW__FOCUS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__focus__descriptor) \
+    , 0 }
+
+
+struct  Remoteview__RemoteControl
+{
+  ProtobufCMessage base;
+  Remoteview__RemoteCommand command;
+};
+#define REMOTEVIEW__REMOTE_CONTROL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__remote_control__descriptor) \
+    , REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_UNSPECIFIED }
+
+
+struct  Remoteview__Traits
+{
+  ProtobufCMessage base;
+  Remoteview__InterfaceStyle style;
+  /*
+   * straight (not premultiplied) 0xAARRGGBB
+   */
+  uint32_t tint_argb;
+  /*
+   * 500..4000 (1000: the author's sizes)
+   */
+  uint32_t font_scale_permille;
+};
+#define REMOTEVIEW__TRAITS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__traits__descriptor) \
+    , REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_UNSPECIFIED, 0, 0 }
 
 
 /* Remoteview__Envelope methods */
@@ -791,6 +994,120 @@ Remoteview__PreferredSize *
 void   remoteview__preferred_size__free_unpacked
                      (Remoteview__PreferredSize *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__PointerEvent methods */
+void   remoteview__pointer_event__init
+                     (Remoteview__PointerEvent         *message);
+size_t remoteview__pointer_event__get_packed_size
+                     (const Remoteview__PointerEvent   *message);
+size_t remoteview__pointer_event__pack
+                     (const Remoteview__PointerEvent   *message,
+                      uint8_t             *out);
+size_t remoteview__pointer_event__pack_to_buffer
+                     (const Remoteview__PointerEvent   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__PointerEvent *
+       remoteview__pointer_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__pointer_event__free_unpacked
+                     (Remoteview__PointerEvent *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__KeyEvent methods */
+void   remoteview__key_event__init
+                     (Remoteview__KeyEvent         *message);
+size_t remoteview__key_event__get_packed_size
+                     (const Remoteview__KeyEvent   *message);
+size_t remoteview__key_event__pack
+                     (const Remoteview__KeyEvent   *message,
+                      uint8_t             *out);
+size_t remoteview__key_event__pack_to_buffer
+                     (const Remoteview__KeyEvent   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__KeyEvent *
+       remoteview__key_event__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__key_event__free_unpacked
+                     (Remoteview__KeyEvent *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__TextInput methods */
+void   remoteview__text_input__init
+                     (Remoteview__TextInput         *message);
+size_t remoteview__text_input__get_packed_size
+                     (const Remoteview__TextInput   *message);
+size_t remoteview__text_input__pack
+                     (const Remoteview__TextInput   *message,
+                      uint8_t             *out);
+size_t remoteview__text_input__pack_to_buffer
+                     (const Remoteview__TextInput   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__TextInput *
+       remoteview__text_input__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__text_input__free_unpacked
+                     (Remoteview__TextInput *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__Focus methods */
+void   remoteview__focus__init
+                     (Remoteview__Focus         *message);
+size_t remoteview__focus__get_packed_size
+                     (const Remoteview__Focus   *message);
+size_t remoteview__focus__pack
+                     (const Remoteview__Focus   *message,
+                      uint8_t             *out);
+size_t remoteview__focus__pack_to_buffer
+                     (const Remoteview__Focus   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__Focus *
+       remoteview__focus__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__focus__free_unpacked
+                     (Remoteview__Focus *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__RemoteControl methods */
+void   remoteview__remote_control__init
+                     (Remoteview__RemoteControl         *message);
+size_t remoteview__remote_control__get_packed_size
+                     (const Remoteview__RemoteControl   *message);
+size_t remoteview__remote_control__pack
+                     (const Remoteview__RemoteControl   *message,
+                      uint8_t             *out);
+size_t remoteview__remote_control__pack_to_buffer
+                     (const Remoteview__RemoteControl   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__RemoteControl *
+       remoteview__remote_control__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__remote_control__free_unpacked
+                     (Remoteview__RemoteControl *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__Traits methods */
+void   remoteview__traits__init
+                     (Remoteview__Traits         *message);
+size_t remoteview__traits__get_packed_size
+                     (const Remoteview__Traits   *message);
+size_t remoteview__traits__pack
+                     (const Remoteview__Traits   *message,
+                      uint8_t             *out);
+size_t remoteview__traits__pack_to_buffer
+                     (const Remoteview__Traits   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__Traits *
+       remoteview__traits__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__traits__free_unpacked
+                     (Remoteview__Traits *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Remoteview__Envelope_Closure)
@@ -844,6 +1161,24 @@ typedef void (*Remoteview__Resize_Closure)
 typedef void (*Remoteview__PreferredSize_Closure)
                  (const Remoteview__PreferredSize *message,
                   void *closure_data);
+typedef void (*Remoteview__PointerEvent_Closure)
+                 (const Remoteview__PointerEvent *message,
+                  void *closure_data);
+typedef void (*Remoteview__KeyEvent_Closure)
+                 (const Remoteview__KeyEvent *message,
+                  void *closure_data);
+typedef void (*Remoteview__TextInput_Closure)
+                 (const Remoteview__TextInput *message,
+                  void *closure_data);
+typedef void (*Remoteview__Focus_Closure)
+                 (const Remoteview__Focus *message,
+                  void *closure_data);
+typedef void (*Remoteview__RemoteControl_Closure)
+                 (const Remoteview__RemoteControl *message,
+                  void *closure_data);
+typedef void (*Remoteview__Traits_Closure)
+                 (const Remoteview__Traits *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -853,6 +1188,9 @@ typedef void (*Remoteview__PreferredSize_Closure)
 extern const ProtobufCEnumDescriptor    remoteview__peer_role__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__protocol_error_code__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__pixel_format__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__pointer_phase__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__remote_command__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__interface_style__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__envelope__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__handshake__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__goodbye__descriptor;
@@ -870,6 +1208,12 @@ extern const ProtobufCMessageDescriptor remoteview__frame_done__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__destroy_buffer__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__resize__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__pointer_event__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__key_event__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__text_input__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__focus__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__remote_control__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__traits__descriptor;
 
 PROTOBUF_C__END_DECLS
 

@@ -419,11 +419,3 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
     /// Its running processes.
     public var processes: [Process]
 }
-
-extension Duration {
-    /// The duration as a number of seconds.
-    var inSeconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}

@@ -44,6 +44,53 @@ public final class RemoteView: Sendable {
         state.withLock { $0.size = size }
     }
 
+    /// Sends input to the service (launching it if needed). Pointer coordinates are in the
+    /// view's points.
+    ///
+    /// - Throws: ``RemoteError`` `invalidArgument` for an impossible event (named), or what
+    ///   sending on the connection throws.
+    public func send(_ event: InputEvent) async throws(RemoteError) {
+        if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
+        try await connection.sendSurface(.input(event))
+    }
+
+    /// A primary-button click at (`x`, `y`) points: down, then up.
+    public func click(x: Double, y: Double) async throws(RemoteError) {
+        try await send(.pointer(PointerEvent(.down, x: x, y: y, button: 1, buttons: 1)))
+        try await send(.pointer(PointerEvent(.up, x: x, y: y, button: 1)))
+    }
+
+    /// Types `text` (as text input, the way an input method delivers it).
+    public func type(_ text: String) async throws(RemoteError) {
+        try await send(.text(text))
+    }
+
+    /// A key press: down, then up.
+    public func press(keyCode: UInt32, modifiers: Modifiers = []) async throws(RemoteError) {
+        try await send(.key(KeyEvent(down: true, keyCode: keyCode, modifiers: modifiers)))
+        try await send(.key(KeyEvent(down: false, keyCode: keyCode, modifiers: modifiers)))
+    }
+
+    /// Gives the service the host's appearance.
+    public func setTraits(_ traits: Traits) async throws(RemoteError) {
+        try await send(.traits(traits))
+    }
+
+    /// Writes what the service drew, as of its last frame, as a PNG to `path`.
+    public func snapshot(to path: String) throws(RemoteError) {
+        try image.writePNG(to: path)
+    }
+
+    /// The size the service asked for (preferred_size), if it did; the host decides.
+    public var preferredSize: (width: Int, height: Int)? {
+        state.withLock { $0.compositor }.preferredSize
+    }
+
+    /// The buffers the service has attached now (for tests and diagnostics).
+    package var attachedBuffers: [BufferDescription] {
+        state.withLock { $0.compositor }.attachedLayouts
+    }
+
     /// What the service drew, as of its last frame.
     public var image: RemoteImage {
         RemoteImage(state.withLock { $0.compositor }.image)

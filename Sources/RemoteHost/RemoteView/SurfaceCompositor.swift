@@ -98,7 +98,7 @@ package final class SurfaceCompositor: Sendable {
         case .preferredSize(let width, let height):
             state.withLock { $0.preferredSize = (width, height) }
             return []
-        case .releaseBuffer, .frameDone, .resize:
+        case .releaseBuffer, .frameDone, .resize, .input:
             throw violation("\(message.name) is the host's to send")
         }
     }
@@ -111,6 +111,11 @@ package final class SurfaceCompositor: Sendable {
             state.inFlight = nil
             return [.releaseBuffer(inFlight.buffer), .frameDone(frame: inFlight.frame)]
         }
+    }
+
+    /// The attached buffers, by id.
+    package var attachedLayouts: [BufferDescription] {
+        state.withLock { $0.buffers.values.map(\.layout).sorted { $0.id < $1.id } }
     }
 
     /// The ids of the attached buffers.

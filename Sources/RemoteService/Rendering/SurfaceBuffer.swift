@@ -2,25 +2,6 @@ import CCairo
 import Glibc
 import RemoteCore
 
-/// An RGBA colour with straight (not premultiplied) components in 0…1.
-public struct Color: Sendable, Hashable {
-    public var red: Double
-    public var green: Double
-    public var blue: Double
-    public var alpha: Double
-
-    public init(red: Double, green: Double, blue: Double, alpha: Double = 1) {
-        self.red = red
-        self.green = green
-        self.blue = blue
-        self.alpha = alpha
-    }
-
-    public static let black = Color(red: 0, green: 0, blue: 0)
-    public static let white = Color(red: 1, green: 1, blue: 1)
-    public static let clear = Color(red: 0, green: 0, blue: 0, alpha: 0)
-}
-
 /// One buffer a service draws into and the host reads: a memfd sized stride × height, sealed
 /// against shrinking and growing (so the host can map it safely), mapped read-write here and
 /// wrapped as a Cairo image surface (`CAIRO_FORMAT_ARGB32`: premultiplied, native-endian words).
@@ -85,7 +66,7 @@ package final class SurfaceBuffer {
 
 /// Drawing operations, backed by a Cairo context, in the coordinates of the buffer.
 public struct GraphicsContext {
-    private let cairo: OpaquePointer
+    let cairo: OpaquePointer
 
     init(_ cairo: OpaquePointer) {
         self.cairo = cairo

@@ -43,16 +43,24 @@ package final class SurfacePresenter: Sendable {
         var closed = false
     }
 
-    /// What one frame draws into and commits. SurfaceBuffer is confined to the presenting
-    /// task: only present() draws, one frame at a time (pacing), hence @unchecked.
-    private struct Plan: @unchecked Sendable {
-        let buffer: SurfaceBuffer
-        let isNew: Bool
-        let frame: UInt64
-        /// The rects to redraw in this buffer (this frame's and those it missed).
-        let redraw: [PixelRect]
+    /// One frame being made: the buffer to draw into (released by the host, so nobody reads it
+    /// now) and what to redraw and commit. Made by ``beginFrame(damage:)``, drawn once with
+    /// ``draw(_:)`` and handed to ``commit(_:)``. Its buffer is confined to whoever holds the
+    /// frame (pacing allows one at a time), hence @unchecked.
+    package struct Frame: @unchecked Sendable {
+        fileprivate let buffer: SurfaceBuffer
+        fileprivate let isNew: Bool
+        /// The frame number.
+        package let number: UInt64
+        /// The rects to redraw in this buffer, in pixels (this frame's and those it missed).
+        package let redraw: [PixelRect]
         /// The damage to commit (empty: all of it).
-        let commit: [PixelRect]
+        package let commit: [PixelRect]
+
+        /// Draws into the frame's buffer, clipped to ``redraw``.
+        package func draw(_ body: (GraphicsContext) -> Void) {
+            buffer.draw(clippedTo: redraw, body)
+        }
     }
 
     package init(width: Int, height: Int, send: @escaping Send) {
@@ -65,17 +73,34 @@ package final class SurfacePresenter: Sendable {
     /// Waits for the previous frame's frame_done first. `draw` gets a context clipped to what must
     /// be redrawn in the chosen buffer; it should draw the whole view (the clip keeps it cheap).
     package func present(damage: [PixelRect]?, _ draw: (GraphicsContext) -> Void) async throws(RemoteError) {
-        await waitForFrameDone()
-        let plan = try state.withLock { (state) throws(RemoteError) -> Plan in try Self.plan(&state, damage: damage) }
-        plan.buffer.draw(clippedTo: plan.redraw, draw)
-        if plan.isNew { try await send(.attachBuffer(plan.buffer.layout), [try plan.buffer.attachment()]) }
-        try await send(.commit(bufferID: plan.buffer.layout.id, damage: plan.commit, frame: plan.frame), [])
+        let frame = try await beginFrame(damage: damage)
+        frame.draw(draw)
+        try await commit(frame)
     }
 
-    private static func plan(_ state: inout State, damage: [PixelRect]?) throws(RemoteError) -> Plan {
+    /// Waits for the previous frame's frame_done, then picks a released buffer (or makes one)
+    /// for a frame whose changed region is `damage` (`nil`: everything).
+    package func beginFrame(damage: [PixelRect]?) async throws(RemoteError) -> Frame {
+        await waitForFrameDone()
+        return try state.withLock { (state) throws(RemoteError) -> Frame in try Self.plan(&state, damage: damage) }
+    }
+
+    /// Sends a drawn frame to the host (attaching its buffer first if it is new).
+    package func commit(_ frame: Frame) async throws(RemoteError) {
+        if frame.isNew { try await send(.attachBuffer(frame.buffer.layout), [try frame.buffer.attachment()]) }
+        try await send(.commit(bufferID: frame.buffer.layout.id, damage: frame.commit, frame: frame.number), [])
+    }
+
+    /// The size frames are made at now, in pixels.
+    package var size: (width: Int, height: Int) { state.withLock { ($0.width, $0.height) } }
+
+    private static func plan(_ state: inout State, damage: [PixelRect]?) throws(RemoteError) -> Frame {
         if state.closed { throw RemoteError(.invalidated, "the surface is gone") }
         let whole = PixelRect(x: 0, y: 0, width: state.width, height: state.height)
-        let frameDamage: [PixelRect] = damage ?? [whole]
+        // Damage is clipped to the surface (the host refuses rects outside the buffer).
+        let clipped = damage?.compactMap { $0.clipped(toWidth: state.width, height: state.height) }
+        var frameDamage: [PixelRect] = clipped.flatMap { $0.isEmpty ? nil : $0 } ?? [whole]
+        if frameDamage.count > SurfaceLimits.maxDamageRects { frameDamage = [PixelRect.union(frameDamage)] }
         let (width, height) = (state.width, state.height)
         // A released buffer of the current size, the most recent first (least to redraw).
         var candidate: Slot?
@@ -105,8 +130,8 @@ package final class SurfacePresenter: Sendable {
         for other in state.slots.values where other.frame < oldest { oldest = other.frame }
         state.history.removeAll { $0.frame <= oldest }
         state.inFlight = true
-        let commit: [PixelRect] = damage == nil ? [] : frameDamage
-        return Plan(buffer: slot.buffer, isNew: isNew, frame: state.frame, redraw: redraw, commit: commit)
+        let commit: [PixelRect] = frameDamage == [whole] ? [] : frameDamage
+        return Frame(buffer: slot.buffer, isNew: isNew, number: state.frame, redraw: redraw, commit: commit)
     }
 
     /// The buffers attached now (for tests and diagnostics).
@@ -139,6 +164,8 @@ package final class SurfacePresenter: Sendable {
             try await resize(to: size)
         case .attachBuffer, .commit, .destroyBuffer, .preferredSize:
             throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
+        case .input:
+            throw RemoteError(.protocolViolation, "\(message.name) is input, not a surface message")
         }
     }
 
@@ -169,6 +196,9 @@ package final class SurfacePresenter: Sendable {
         }
         for waiter in waiters { waiter.resume() }
     }
+
+    /// Returns once no frame is in flight (the host's frame_done of the last one came).
+    package func waitUntilReady() async { await waitForFrameDone() }
 
     private func waitForFrameDone() async {
         await withCheckedContinuation { continuation in

@@ -126,7 +126,10 @@ case "serve":
     await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
 case "view":
     // A view: a blue background and the rects "paint" requests add.
-    await ViewFixture.run()
+    await ServiceMain.exit(serving: "com.example.test", viewController: { PaintController() }, onRequest: serve)
+case "ui":
+    // A toolkit screen: label, button, text field, progress, and a log of what reached it.
+    await ServiceMain.exit(serving: "com.example.test", viewController: { ScreenController() }, onRequest: serve)
 case "ignore-idle":
     // A service that does not exit when idle, so the host has to stop it.
     unsetenv(ServiceMain.idleTimeoutVariable)
@@ -168,28 +171,3 @@ default:
     exit(64)
 }
 
-/// The "view" mode: what it draws is a blue background plus painted rects.
-enum ViewFixture {
-    static let rects = Mutex<[(PixelRect, Color)]>([])
-
-    static func run() async -> Never {
-        let view = ServiceView { context, width, height in
-            context.fill(PixelRect(x: 0, y: 0, width: width, height: height), with: Color(red: 0, green: 0, blue: 1))
-            for (rect, colour) in rects.withLock({ $0 }) { context.fill(rect, with: colour) }
-        }
-        await ServiceMain.exit(serving: "com.example.test", view: view) { request in
-            guard request.type == "paint" else { return try await serve(request) }
-            // "RRGGBB x y width height"
-            let words = (request.text ?? "").split(separator: " ")
-            guard words.count == 5, let rgb = UInt32(words[0], radix: 16),
-                  let x = Int(words[1]), let y = Int(words[2]), let width = Int(words[3]), let height = Int(words[4]) else {
-                throw ServiceFailure(domain: "test", code: 1, message: "paint RRGGBB x y width height")
-            }
-            let colour = Color(red: Double(rgb >> 16) / 255, green: Double((rgb >> 8) & 0xFF) / 255, blue: Double(rgb & 0xFF) / 255)
-            let rect = PixelRect(x: x, y: y, width: width, height: height)
-            rects.withLock { $0.append((rect, colour)) }
-            view.setNeedsDisplay(rect)
-            return ServiceMessage(type: "painted")
-        }
-    }
-}

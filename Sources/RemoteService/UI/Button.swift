@@ -1,0 +1,71 @@
+/// A tappable button with a title (`UIButton`): highlighted while pressed, its action runs when
+/// the press ends inside it.
+@MainActor
+open class Button: View {
+    /// What the button looks like now.
+    public enum State: Sendable, Hashable {
+        case normal, highlighted, disabled
+    }
+
+    public var title: String { didSet { if title != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    /// `nil`: the traits' tint.
+    public var tintColor: Color? { didSet { if tintColor != oldValue { setNeedsDisplay() } } }
+    /// Runs when a press ends inside the button.
+    public var action: (@MainActor (Button) -> Void)?
+    /// A disabled button is drawn faded and ignores presses (they go nowhere).
+    public var isEnabled = true { didSet { if isEnabled != oldValue { setNeedsDisplay() } } }
+    public private(set) var isHighlighted = false { didSet { if isHighlighted != oldValue { setNeedsDisplay() } } }
+
+    public init(title: String, font: Font = Font(size: 15, weight: .bold), action: (@MainActor (Button) -> Void)? = nil) {
+        self.title = title
+        self.font = font
+        self.action = action
+        super.init()
+        cornerRadius = 8
+    }
+
+    public var state: State { !isEnabled ? .disabled : isHighlighted ? .highlighted : .normal }
+
+    open override func sizeThatFits(_ size: Size) -> Size {
+        let font = self.font.scaled(by: traits.fontScale)
+        let metrics = TextMeasure.lineMetrics(font)
+        return Size(width: min(size.width, (TextMeasure.width(of: title, font: font) + 32).rounded(.up)),
+                    height: (metrics.lineHeight + 16).rounded(.up))
+    }
+
+    open override func draw(in context: GraphicsContext) {
+        let tint = tintColor ?? traits.tint
+        let fill: Color = switch state {
+        case .normal: tint
+        case .highlighted: Color(red: tint.red * 0.7, green: tint.green * 0.7, blue: tint.blue * 0.7, alpha: tint.alpha)
+        case .disabled: tint.withAlpha(0.35)
+        }
+        context.fillRoundedRect(bounds, radius: cornerRadius, with: fill)
+        let font = self.font.scaled(by: traits.fontScale)
+        let metrics = TextMeasure.lineMetrics(font)
+        let width = TextMeasure.width(of: title, font: font)
+        let baseline = ((bounds.height - metrics.lineHeight) / 2).rounded() + metrics.ascent
+        context.draw(title, at: Point(x: ((bounds.width - width) / 2).rounded(), y: baseline), font: font, color: .white)
+    }
+
+    open override func pointerDown(_ event: PointerEvent) {
+        guard isEnabled else { return }
+        isHighlighted = true
+    }
+
+    open override func pointerMoved(_ event: PointerEvent) {
+        guard isEnabled, event.buttons != 0 else { return super.pointerMoved(event) }
+        isHighlighted = bounds.contains(location(of: event))
+    }
+
+    open override func pointerUp(_ event: PointerEvent) {
+        guard isEnabled else { return }
+        let inside = bounds.contains(location(of: event))
+        isHighlighted = false
+        if inside { action?(self) }
+    }
+
+    /// Runs the action as a press would.
+    public func sendAction() { action?(self) }
+}

@@ -1,0 +1,154 @@
+/// One line of editable text (`UITextField`): a press makes it the first responder and places
+/// the caret; dragging selects; typed text replaces the selection; backspace, delete, the
+/// arrows (with shift to select), home and end edit and move; return runs ``onReturn``.
+///
+/// Positions are in characters (grapheme clusters). The caret does not blink (a blink would
+/// cost the host a frame twice a second for nothing).
+@MainActor
+open class TextField: View {
+    public var text: String {
+        didSet {
+            guard text != oldValue else { return }
+            let count = text.count
+            selection = min(selection.lowerBound, count)..<min(selection.upperBound, count)
+            setNeedsDisplay()
+        }
+    }
+    public var placeholder: String { didSet { if placeholder != oldValue { setNeedsDisplay() } } }
+    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    /// The selected characters; empty: the caret is at its bound.
+    public var selection: Range<Int> = 0..<0 { didSet { if selection != oldValue { setNeedsDisplay() } } }
+    /// Runs after each edit, with the new text.
+    public var onChange: (@MainActor (TextField) -> Void)?
+    /// Runs when return is pressed.
+    public var onReturn: (@MainActor (TextField) -> Void)?
+    /// Where a drag started (the selection's fixed end).
+    private var anchor = 0
+    private let padding = 8.0
+
+    public init(text: String = "", placeholder: String = "", font: Font = .body) {
+        self.text = text
+        self.placeholder = placeholder
+        self.font = font
+        super.init()
+        cornerRadius = 6
+        selection = text.count..<text.count
+    }
+
+    open override var canBecomeFirstResponder: Bool { true }
+
+    open override func firstResponderChanged() { setNeedsDisplay() }
+
+    private var scaledFont: Font { font.scaled(by: traits.fontScale) }
+
+    open override func sizeThatFits(_ size: Size) -> Size {
+        Size(width: size.width, height: (TextMeasure.lineMetrics(scaledFont).lineHeight + 2 * padding).rounded(.up))
+    }
+
+    /// The x (in the field's points) of the position before character `index`.
+    func offset(ofCharacter index: Int) -> Double {
+        padding + TextMeasure.width(of: String(text.prefix(index)), font: scaledFont)
+    }
+
+    /// The character position nearest `x`.
+    func characterIndex(at x: Double) -> Int {
+        var previous = offset(ofCharacter: 0)
+        if x <= previous { return 0 }
+        for index in 1...max(text.count, 1) where index <= text.count {
+            let next = offset(ofCharacter: index)
+            if x < next { return x - previous < next - x ? index - 1 : index }
+            previous = next
+        }
+        return text.count
+    }
+
+    open override func draw(in context: GraphicsContext) {
+        let traits = self.traits, font = scaledFont
+        context.fillRoundedRect(bounds, radius: cornerRadius, with: traits.fillColor)
+        if isFirstResponder { context.strokeRoundedRect(bounds, radius: cornerRadius, width: 2, color: traits.tint) }
+        let metrics = TextMeasure.lineMetrics(font)
+        let top = ((bounds.height - metrics.lineHeight) / 2).rounded()
+        let baseline = top + metrics.ascent
+        if text.isEmpty {
+            context.draw(placeholder, at: Point(x: padding, y: baseline), font: font, color: traits.secondaryColor)
+        }
+        let focused = isFirstResponder && (serviceRoot?.isFocused ?? false)
+        if isFirstResponder, !selection.isEmpty {
+            let left = offset(ofCharacter: selection.lowerBound), right = offset(ofCharacter: selection.upperBound)
+            context.fill(Rect(x: left, y: top, width: right - left, height: metrics.lineHeight), with: traits.tint.withAlpha(focused ? 0.35 : 0.15))
+        }
+        context.draw(text, at: Point(x: padding, y: baseline), font: font, color: traits.textColor)
+        if focused, selection.isEmpty {
+            let x = offset(ofCharacter: selection.lowerBound).rounded()
+            context.fill(Rect(x: x, y: top, width: 2, height: metrics.lineHeight), with: traits.tint)
+        }
+    }
+
+    open override func pointerDown(_ event: PointerEvent) {
+        becomeFirstResponder()
+        anchor = characterIndex(at: location(of: event).x)
+        selection = anchor..<anchor
+    }
+
+    open override func pointerMoved(_ event: PointerEvent) {
+        guard event.buttons != 0, isFirstResponder else { return super.pointerMoved(event) }
+        let index = characterIndex(at: location(of: event).x)
+        selection = min(anchor, index)..<max(anchor, index)
+    }
+
+    open override func pointerUp(_ event: PointerEvent) {}
+
+    open override func insertText(_ text: String) {
+        replaceSelection(with: text)
+    }
+
+    open override func keyDown(_ event: KeyEvent) {
+        let count = text.count
+        let extend = event.modifiers.contains(.shift)
+        switch event.keyCode {
+        case KeyCode.backspace:
+            if selection.isEmpty, selection.lowerBound > 0 { selection = (selection.lowerBound - 1)..<selection.lowerBound }
+            replaceSelection(with: "")
+        case KeyCode.delete:
+            if selection.isEmpty, selection.upperBound < count { selection = selection.lowerBound..<(selection.upperBound + 1) }
+            replaceSelection(with: "")
+        case KeyCode.left, KeyCode.home:
+            let target = event.keyCode == KeyCode.home ? 0 : (selection.isEmpty || extend ? max(0, caret - 1) : selection.lowerBound)
+            move(to: target, extending: extend)
+        case KeyCode.right, KeyCode.end:
+            let target = event.keyCode == KeyCode.end ? count : (selection.isEmpty || extend ? min(count, caret + 1) : selection.upperBound)
+            move(to: target, extending: extend)
+        case KeyCode.a where event.modifiers.contains(.control):
+            anchor = 0
+            selection = 0..<count
+        case KeyCode.enter:
+            if let onReturn { onReturn(self) } else { super.keyDown(event) }
+        default:
+            super.keyDown(event)
+        }
+    }
+
+    /// The moving end of the selection.
+    private var caret: Int { selection.lowerBound == anchor ? selection.upperBound : selection.lowerBound }
+
+    private func move(to index: Int, extending: Bool) {
+        if extending {
+            selection = min(anchor, index)..<max(anchor, index)
+        } else {
+            anchor = index
+            selection = index..<index
+        }
+    }
+
+    /// Replaces the selection with `replacement` and puts the caret after it.
+    public func replaceSelection(with replacement: String) {
+        var characters = Array(text)
+        let range = min(selection.lowerBound, characters.count)..<min(selection.upperBound, characters.count)
+        characters.replaceSubrange(range, with: Array(replacement))
+        let caret = range.lowerBound + replacement.count
+        text = String(characters)
+        anchor = caret
+        selection = caret..<caret
+        onChange?(self)
+    }
+}

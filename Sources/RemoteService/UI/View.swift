@@ -1,0 +1,252 @@
+/// A rectangle on screen that draws and takes input: the base of the toolkit (`UIView`).
+///
+/// A view has a ``frame`` in its superview's points, an optional ``backgroundColor``, and
+/// ``subviews`` drawn in order on top of it. Changing what a view shows marks its rect as
+/// damaged (``setNeedsDisplay()``): the next frame redraws and commits only damaged rects.
+/// Changing a size asks for layout (``setNeedsLayout()``): ``layoutSubviews()`` runs before the
+/// next frame. Subclass and override ``draw(in:)`` to draw, or use a ``CanvasView``.
+@MainActor
+open class View: Responder {
+    /// Where the view is, in its superview's points.
+    public var frame: Rect {
+        didSet {
+            guard frame != oldValue else { return }
+            superview?.setNeedsDisplay(oldValue)
+            superview?.setNeedsDisplay(frame)
+            if frame.size != oldValue.size { setNeedsLayout() }
+        }
+    }
+
+    /// The view's own coordinates: its origin at (0, 0), its frame's size.
+    public var bounds: Rect { Rect(origin: .zero, size: frame.size) }
+
+    /// Painted under the content; `nil` paints nothing.
+    public var backgroundColor: Color? { didSet { if backgroundColor != oldValue { setNeedsDisplay() } } }
+    /// Rounds the background's corners and clips the content to them.
+    public var cornerRadius: Double = 0 { didSet { if cornerRadius != oldValue { setNeedsDisplay() } } }
+    /// A hidden view draws nothing and takes no input.
+    public var isHidden = false {
+        didSet {
+            guard isHidden != oldValue else { return }
+            superview?.setNeedsDisplay(frame)
+            superview?.setNeedsLayout()
+        }
+    }
+    /// When `false`, pointer events pass through the view and its subviews to what is below.
+    public var isUserInteractionEnabled = true
+    /// Whether content outside the bounds is cut off.
+    public var clipsToBounds = true { didSet { setNeedsDisplay() } }
+
+    public private(set) var subviews: [View] = []
+    public private(set) weak var superview: View?
+    /// The controller whose root view this is.
+    weak var owningController: ViewController?
+    var needsLayout = true
+
+    public init(frame: Rect = .zero) {
+        self.frame = frame
+    }
+
+    // MARK: Hierarchy
+
+    /// Adds `view` on top of the other subviews (taking it from its old superview).
+    public func addSubview(_ view: View) {
+        view.removeFromSuperview()
+        subviews.append(view)
+        view.superview = self
+        view.setNeedsLayout()
+        setNeedsLayout()
+        setNeedsDisplay(view.frame)
+    }
+
+    /// Takes the view out of its superview (it stops being first responder if it was).
+    public func removeFromSuperview() {
+        guard let superview else { return }
+        if let first = serviceRoot?.firstResponder as? View, first === self || first.isDescendant(of: self) {
+            first.resignFirstResponder()
+        }
+        superview.setNeedsDisplay(frame)
+        superview.subviews.removeAll { $0 === self }
+        superview.setNeedsLayout()
+        self.superview = nil
+    }
+
+    /// Whether `ancestor` is this view or one of its superviews.
+    public func isDescendant(of ancestor: View) -> Bool {
+        var view: View? = self
+        while let current = view {
+            if current === ancestor { return true }
+            view = current.superview
+        }
+        return false
+    }
+
+    open override var next: Responder? { superview ?? owningController }
+
+    override var serviceRoot: ServiceRoot? { superview?.serviceRoot ?? owningController?.attachedRoot }
+
+    /// The host's appearance (standard until the view is on screen).
+    public var traits: Traits { serviceRoot?.traits ?? .standard }
+
+    /// The host's appearance changed: redraws. Override to react; call `super`.
+    open func traitsDidChange() {
+        setNeedsDisplay()
+        setNeedsLayout()
+        for view in subviews { view.traitsDidChange() }
+    }
+
+    // MARK: Drawing
+
+    /// Marks the whole view for redrawing.
+    public func setNeedsDisplay() { setNeedsDisplay(bounds) }
+
+    /// Marks `rect` (in the view's points) for redrawing.
+    public func setNeedsDisplay(_ rect: Rect) {
+        guard let root = serviceRoot, let visible = rect.intersection(clipsToBounds ? bounds : rect) else { return }
+        root.invalidate(convert(visible, to: nil))
+    }
+
+    /// Draws the view's content in its own points (the background is already painted). The
+    /// context is clipped to what must be redrawn; draw everything, the clip keeps it cheap.
+    open func draw(in context: GraphicsContext) {}
+
+    /// Draws this view and its subviews where they meet `dirty` (in this view's points).
+    func render(in context: GraphicsContext, dirty: Rect) {
+        context.withSavedState {
+            if clipsToBounds { context.clip(to: bounds, radius: cornerRadius) }
+            if let backgroundColor { context.fill(bounds, with: backgroundColor) }
+            draw(in: context)
+            for view in subviews where !view.isHidden {
+                let local = dirty.offsetBy(dx: -view.frame.minX, dy: -view.frame.minY)
+                guard !view.clipsToBounds || local.intersects(view.bounds) else { continue }
+                context.withSavedState {
+                    context.translate(x: view.frame.minX, y: view.frame.minY)
+                    view.render(in: context, dirty: local)
+                }
+            }
+        }
+    }
+
+    // MARK: Layout
+
+    /// Asks for ``layoutSubviews()`` before the next frame.
+    public func setNeedsLayout() {
+        needsLayout = true
+        serviceRoot?.setNeedsFrame()
+    }
+
+    /// Lays out the subviews now if asked to (top down).
+    public func layoutIfNeeded() {
+        if needsLayout {
+            needsLayout = false
+            layoutSubviews()
+        }
+        for view in subviews { view.layoutIfNeeded() }
+    }
+
+    /// Sets the subviews' frames. The default does nothing; containers override it.
+    open func layoutSubviews() {}
+
+    /// The size the view would like within `size` (for stacks). The default is its frame's.
+    open func sizeThatFits(_ size: Size) -> Size { frame.size }
+
+    // MARK: Input
+
+    /// The deepest visible, interactive view containing `point` (in this view's points), or
+    /// `nil` (hidden and non-interactive views, and their subviews, are skipped).
+    open func hitTest(_ point: Point) -> View? {
+        guard !isHidden, isUserInteractionEnabled, bounds.contains(point) || !clipsToBounds else { return nil }
+        for view in subviews.reversed() {
+            if let hit = view.hitTest(Point(x: point.x - view.frame.minX, y: point.y - view.frame.minY)) { return hit }
+        }
+        return bounds.contains(point) ? self : nil
+    }
+
+    /// Where a pointer event happened, in this view's points.
+    public func location(of event: PointerEvent) -> Point {
+        convert(Point(x: event.x, y: event.y), from: nil)
+    }
+
+    /// `point` (in this view's points) in `view`'s points (`nil`: the root view's).
+    public func convert(_ point: Point, to view: View?) -> Point {
+        let mine = originInRoot, theirs = view?.originInRoot ?? .zero
+        return Point(x: point.x + mine.x - theirs.x, y: point.y + mine.y - theirs.y)
+    }
+
+    /// `point` in `view`'s points (`nil`: the root view's) in this view's points.
+    public func convert(_ point: Point, from view: View?) -> Point {
+        let mine = originInRoot, theirs = view?.originInRoot ?? .zero
+        return Point(x: point.x - mine.x + theirs.x, y: point.y - mine.y + theirs.y)
+    }
+
+    /// `rect` (in this view's points) in `view`'s points (`nil`: the root view's).
+    public func convert(_ rect: Rect, to view: View?) -> Rect {
+        Rect(origin: convert(rect.origin, to: view), size: rect.size)
+    }
+
+    /// This view's origin in the root view's points.
+    private var originInRoot: Point {
+        var point = Point.zero
+        var view: View? = self
+        while let current = view, let superview = current.superview {
+            point.x += current.frame.minX
+            point.y += current.frame.minY
+            view = superview
+        }
+        return point
+    }
+
+    // MARK: Animation
+
+    /// Calls `step` with the progress (0 to 1, eased) at each frame for `duration`, ending with 1.
+    /// Frames come as the host allows them (each after the previous one's frame_done), so an
+    /// animation never floods the host; a slow host gets fewer, larger steps.
+    public func animate(duration: Duration, curve: AnimationCurve = .easeInOut, _ step: @escaping @MainActor (Double) -> Void) {
+        guard let root = serviceRoot else { return step(1) }
+        root.addAnimation(Animation(owner: self, duration: duration, curve: curve, step: step))
+    }
+}
+
+/// How an animation's progress follows time.
+public enum AnimationCurve: Sendable, Hashable {
+    case linear, easeIn, easeOut, easeInOut
+
+    /// The eased progress at linear progress `t` (0…1).
+    public func callAsFunction(_ t: Double) -> Double {
+        let t = min(max(t, 0), 1)
+        switch self {
+        case .linear: return t
+        case .easeIn: return t * t
+        case .easeOut: return 1 - (1 - t) * (1 - t)
+        case .easeInOut: return t < 0.5 ? 2 * t * t : 1 - 2 * (1 - t) * (1 - t)
+        }
+    }
+}
+
+/// One running animation: a step closure and its clock.
+@MainActor
+final class Animation {
+    weak var owner: View?
+    let duration: Duration
+    let curve: AnimationCurve
+    let step: @MainActor (Double) -> Void
+    var start: ContinuousClock.Instant?
+
+    init(owner: View, duration: Duration, curve: AnimationCurve, step: @escaping @MainActor (Double) -> Void) {
+        self.owner = owner
+        self.duration = duration
+        self.curve = curve
+        self.step = step
+    }
+
+    /// Advances to `now`; returns whether it goes on.
+    func advance(to now: ContinuousClock.Instant) -> Bool {
+        guard owner != nil else { return false }
+        let start = self.start ?? now
+        self.start = start
+        let elapsed = now - start
+        let t = duration <= .zero ? 1 : min(1, elapsed.inSeconds / duration.inSeconds)
+        step(curve(t))
+        return t < 1
+    }
+}

@@ -1,0 +1,88 @@
+/// What a service author subclasses to show a UI (`UIViewController`, as a remote view
+/// controller's service side).
+///
+/// Build the view tree in ``loadView()`` (or keep the plain root ``View`` and add to it in
+/// ``viewDidLoad()``); react to input by overriding ``Responder`` methods here or in views,
+/// and to lifecycle in the callbacks. Every host connection that presents the service gets its
+/// own controller, made by the factory given to ``ServiceMain``.
+///
+/// ```swift
+/// final class CounterController: ViewController {
+///     let label = Label(text: "0")
+///     override func viewDidLoad() {
+///         let button = Button(title: "Add") { [unowned self] _ in count += 1 }
+///         view.addSubview(StackView(axis: .vertical, arrangedSubviews: [label, button]))
+///     }
+/// }
+/// ```
+@MainActor
+open class ViewController: Responder {
+    private var loadedView: View?
+    weak var attachedRoot: ServiceRoot?
+
+    public override init() {}
+
+    /// The root view, made by ``loadView()`` on first use; it always fills the host's size.
+    public var view: View {
+        get {
+            if let loadedView { return loadedView }
+            loadView()
+            let view = loadedView ?? View()
+            loadedView = view
+            view.owningController = self
+            viewDidLoad()
+            return view
+        }
+        set {
+            loadedView?.owningController = nil
+            loadedView = newValue
+            newValue.owningController = self
+        }
+    }
+
+    /// Whether ``view`` has been made.
+    public var isViewLoaded: Bool { loadedView != nil }
+
+    /// Makes the root view: assign ``view`` here. The default makes a plain ``View``.
+    open func loadView() { view = View() }
+
+    /// The root view was made.
+    open func viewDidLoad() {}
+
+    /// The first frame reached the host.
+    open func viewDidAppear() {}
+
+    /// The host gave the view a new size (the root view has it already; layout follows).
+    open func viewDidResize(to size: Size) {}
+
+    /// The host's appearance changed (``traits`` is the new one).
+    open func traitsDidChange(from previous: Traits) {}
+
+    /// The view gained or lost the host's keyboard focus.
+    open func focusChanged(_ focused: Bool) {}
+
+    /// The host stopped showing the view (its connection closed).
+    open func viewDidDisappear() {}
+
+    /// The host's appearance.
+    public var traits: Traits { attachedRoot?.traits ?? .standard }
+
+    /// The connection to the host showing this controller: send it your own messages.
+    public var connection: Connection? { attachedRoot?.connection }
+
+    /// A one-way message from the host on this controller's connection.
+    open func received(_ message: ServiceMessage) {}
+
+    /// A request from the host on this controller's connection. Return `nil` to leave it to the
+    /// service's request handler.
+    open func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? { nil }
+
+    /// The size the view would like, in points: the host is told, and decides.
+    public var preferredContentSize: Size? {
+        didSet { if let preferredContentSize, preferredContentSize != oldValue { attachedRoot?.sendPreferredSize(preferredContentSize) } }
+    }
+
+    open override var next: Responder? { attachedRoot }
+
+    override var serviceRoot: ServiceRoot? { attachedRoot }
+}

@@ -1,0 +1,125 @@
+// The fixture's UIs, built with the service toolkit: what the remote view tests drive.
+import RemoteService
+
+/// The "view" mode: a blue background and the rects "paint RRGGBB x y width height" requests
+/// add (in pixels at scale 1), each damaging only its rect.
+final class PaintController: ViewController {
+    private var rects: [(Rect, Color)] = []
+    private lazy var canvas = CanvasView { [unowned self] context, bounds in
+        context.fill(bounds, with: Color(red: 0, green: 0, blue: 1))
+        for (rect, colour) in rects { context.fill(rect, with: colour) }
+    }
+
+    override func loadView() { view = canvas }
+
+    override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
+        guard request.type == "paint" else { return nil }
+        let words = (request.text ?? "").split(separator: " ")
+        guard words.count == 5, let rgb = UInt32(words[0], radix: 16),
+              let x = Double(words[1]), let y = Double(words[2]), let width = Double(words[3]), let height = Double(words[4]) else {
+            throw ServiceFailure(domain: "test", code: 1, message: "paint RRGGBB x y width height")
+        }
+        let rect = Rect(x: x, y: y, width: width, height: height)
+        rects.append((rect, Color(argb: 0xFF00_0000 | rgb)))
+        canvas.setNeedsDisplay(rect)
+        return ServiceMessage(type: "painted")
+    }
+}
+
+/// The "ui" mode: a screen of the toolkit's controls in a stack, and requests that report and
+/// change it:
+/// - "layout": each named view's frame in root points, "name x y width height" per line;
+/// - "state": what happened, "key: value" per line (count, field, remote, log, unhandled);
+/// - "label TEXT": sets the status label's text; "progress VALUE [animated]": sets the bar;
+/// - "preferred W H": asks the host for a size.
+final class ScreenController: ViewController {
+    let title = Label(text: "Counter", font: .headline)
+    let status = Label(text: "count 0")
+    let button = Button(title: "Add")
+    let field = TextField(placeholder: "Type here")
+    let progress = ProgressView()
+    let canvas = CanvasView(preferredHeight: 20) { context, bounds in
+        context.fill(bounds, with: Color(argb: 0xFF00_8000))
+    }
+    var count = 0
+    var remote: [RemoteCommand] = []
+    var log: [String] = []
+    /// A bar on top of everything that lets pointer events through to what is below it.
+    let overlay = View()
+
+    override func loadView() {
+        let stack = StackView(axis: .vertical, spacing: 10, insets: EdgeInsets(all: 12),
+                              arrangedSubviews: [title, status, button, field, progress, canvas])
+        stack.backgroundColor = Color(argb: 0xFFF0_F0F0)
+        view = stack
+    }
+
+    override func viewDidLoad() {
+        button.action = { [unowned self] _ in
+            count += 1
+            status.text = "count \(count)"
+        }
+        field.onChange = { [unowned self] field in log.append("changed \(field.text)") }
+        overlay.isUserInteractionEnabled = false
+        overlay.backgroundColor = Color(argb: 0x2000_0000)
+        view.addSubview(overlay)
+        log.append("loaded")
+    }
+
+    override func viewDidResize(to size: Size) {
+        overlay.frame = Rect(x: 0, y: 0, width: size.width, height: 8)
+        log.append("resized \(Int(size.width))x\(Int(size.height))")
+    }
+
+    override func viewDidAppear() { log.append("appeared") }
+    override func traitsDidChange(from previous: Traits) {
+        view.backgroundColor = traits.style == .dark ? Color(argb: 0xFF20_2020) : Color(argb: 0xFFF0_F0F0)
+        log.append("traits \(traits.style) \(traits.fontScalePermille)")
+    }
+    override func focusChanged(_ focused: Bool) { log.append("focus \(focused)") }
+
+    /// Remote-control commands end here, having passed up from whatever had them first.
+    override func remoteControlReceived(_ command: RemoteCommand) {
+        remote.append(command)
+        status.text = "remote \(command)"
+    }
+
+    override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
+        let words = (request.text ?? "").split(separator: " ").map(String.init)
+        switch request.type {
+        case "layout":
+            let named: [(String, View)] = [("title", title), ("status", status), ("button", button), ("field", field),
+                                           ("progress", progress), ("canvas", canvas), ("overlay", overlay)]
+            let lines = named.map { name, view in
+                let frame = view.convert(view.bounds, to: nil)
+                return "\(name) \(frame.minX) \(frame.minY) \(frame.width) \(frame.height)"
+            }
+            return ServiceMessage(type: "layout", text: lines.joined(separator: "\n"))
+        case "state":
+            return ServiceMessage(type: "state", text: """
+                count: \(count)
+                status: \(status.text)
+                field: \(field.text)
+                selection: \(field.selection.lowerBound) \(field.selection.upperBound)
+                first: \(field.isFirstResponder)
+                remote: \(remote.map { "\($0)" }.joined(separator: ","))
+                log: \(log.joined(separator: ","))
+                """)
+        case "label":
+            status.text = words.joined(separator: " ")
+            return ServiceMessage(type: "ok")
+        case "progress":
+            guard let value = words.first.flatMap(Double.init) else { throw ServiceFailure(domain: "test", code: 1, message: "progress VALUE") }
+            progress.setProgress(value, animated: words.contains("animated"))
+            return ServiceMessage(type: "ok")
+        case "preferred":
+            guard words.count == 2, let width = Double(words[0]), let height = Double(words[1]) else {
+                throw ServiceFailure(domain: "test", code: 1, message: "preferred W H")
+            }
+            preferredContentSize = Size(width: width, height: height)
+            return ServiceMessage(type: "ok")
+        default:
+            return nil
+        }
+    }
+}
