@@ -111,7 +111,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "RemoteHost", "RemoteCore", "CProto", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host",
+                "RemoteHost", "RemoteCore", "RemoteService", "CProto", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

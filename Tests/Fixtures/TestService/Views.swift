@@ -44,8 +44,11 @@ final class ScreenController: ViewController {
     var count = 0
     var remote: [RemoteCommand] = []
     var log: [String] = []
-    /// A bar on top of everything that lets pointer events through to what is below it.
+    /// A clear view over everything that lets pointer events through to what is below it.
     let overlay = View()
+    /// A hidden button over everything: hit testing must skip it.
+    let hidden = Button(title: "Hidden")
+    var hiddenPresses = 0
 
     override func loadView() {
         let stack = StackView(axis: .vertical, spacing: 10, insets: EdgeInsets(all: 12),
@@ -60,14 +63,17 @@ final class ScreenController: ViewController {
             status.text = "count \(count)"
         }
         field.onChange = { [unowned self] field in log.append("changed \(field.text)") }
+        hidden.isHidden = true
+        hidden.action = { [unowned self] _ in hiddenPresses += 1 }
+        view.addSubview(hidden)
         overlay.isUserInteractionEnabled = false
-        overlay.backgroundColor = Color(argb: 0x2000_0000)
         view.addSubview(overlay)
         log.append("loaded")
     }
 
     override func viewDidResize(to size: Size) {
-        overlay.frame = Rect(x: 0, y: 0, width: size.width, height: 8)
+        overlay.frame = Rect(origin: .zero, size: size)
+        hidden.frame = Rect(origin: .zero, size: size)
         log.append("resized \(Int(size.width))x\(Int(size.height))")
     }
 
@@ -98,6 +104,7 @@ final class ScreenController: ViewController {
         case "state":
             return ServiceMessage(type: "state", text: """
                 count: \(count)
+                hidden: \(hiddenPresses)
                 status: \(status.text)
                 field: \(field.text)
                 selection: \(field.selection.lowerBound) \(field.selection.upperBound)
