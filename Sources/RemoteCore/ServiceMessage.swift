@@ -64,4 +64,9 @@ package enum FrameworkMessage {
     package static let idleExitReason = "idle exit"
     /// The environment variable a launcher sets to the service's idle timeout, in seconds.
     package static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
+    /// Host → service, a request: the reply ("remoteview.settled") comes once the service's view
+    /// has committed everything pending (no damage left, no animation running), so when it
+    /// arrives the host has composited the view's current state.
+    package static let settle = "remoteview.settle"
+    package static let settled = "remoteview.settled"
 }

@@ -143,7 +143,13 @@ final class ServiceRuntime: Sendable {
             guard let self else { throw CancellationError() }
             self.begin()
             defer { self.end() }
-            if let surface, let reply = try await surface.handleRequest(request) { return reply }
+            if let surface {
+                if request.type == FrameworkMessage.settle {
+                    await surface.settle()
+                    return ServiceMessage(type: FrameworkMessage.settled)
+                }
+                if let reply = try await surface.handleRequest(request) { return reply }
+            }
             return try await self.onRequest(request)
         }
         let onMessage: Connection.MessageHandler = { [weak self] message in

@@ -14,7 +14,7 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [Host.self, Services.self, Service.self],
+        subcommands: [Host.self, ViewDemo.self, Services.self, Service.self],
         defaultSubcommand: Host.self)
 }
 
@@ -238,8 +238,16 @@ struct Service: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run as the demo service on the socket passed at fd 3 (LISTEN_FDS=1).")
 
+    @Option(help: "The identifier to serve as (its manifest's).")
+    var identifier = "com.example.demo-share.echo"
+
+    @Flag(help: "Show the compose screen when a host presents the service.")
+    var compose = false
+
     func run() async throws {
-        await ServiceMain.exit(serving: "com.example.demo-share.echo", capabilities: ["echo"]) { request in
+        let makeCompose: @MainActor @Sendable () -> ViewController = { ComposeController() }
+        let controller = compose ? makeCompose : nil
+        await ServiceMain.exit(serving: identifier, capabilities: ["echo"], viewController: controller) { request in
             switch request.type {
             case "echo":
                 return ServiceMessage(type: "echo", payload: request.payload)

@@ -76,6 +76,14 @@ public final class RemoteView: Sendable {
         try await send(.traits(traits))
     }
 
+    /// Returns once the service has drawn, and the host composited, everything its view had
+    /// pending when this was called: input sent before it, and animations it started, are
+    /// in ``image`` after it. (A request on the connection; the service answers once no damage
+    /// and no animation is left.)
+    public func settle(timeout: Duration = .seconds(10)) async throws(RemoteError) {
+        _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
+    }
+
     /// Writes what the service drew, as of its last frame, as a PNG to `path`.
     public func snapshot(to path: String) throws(RemoteError) {
         try image.writePNG(to: path)
@@ -130,6 +138,14 @@ public struct RemoteImage: Sendable, Equatable {
         pixels = image.pixels
     }
 
+    /// An image of `width` × `height` whose pixel (x, y) is `pixel(x, y)`: premultiplied ARGB
+    /// words (e.g. to make an item to share).
+    public init(width: Int, height: Int, pixel: (_ x: Int, _ y: Int) -> UInt32) {
+        var image = SurfaceCompositor.Image(width: max(width, 0), height: max(height, 0))
+        for y in 0..<image.height { for x in 0..<image.width { image.pixels[y * image.width + x] = pixel(x, y) } }
+        self.init(image)
+    }
+
     /// The word at (`x`, `y`): alpha in the top byte, then red, green, blue (premultiplied).
     public func pixel(x: Int, y: Int) -> UInt32 {
         precondition(x >= 0 && x < width && y >= 0 && y < height, "pixel (\(x), \(y)) outside \(width)×\(height)")
@@ -168,6 +184,34 @@ extension RemoteImage {
         guard status == CAIRO_STATUS_SUCCESS else {
             throw RemoteError(.invalidArgument, "cannot write \(path): \(String(cString: cairo_status_to_string(status)))")
         }
+    }
+
+    /// The image encoded as PNG (with Cairo).
+    ///
+    /// - Throws: ``RemoteError`` `invalidArgument` with Cairo's reason.
+    public func pngData() throws(RemoteError) -> [UInt8] {
+        guard width > 0, height > 0 else { throw RemoteError(.invalidArgument, "an empty image cannot be encoded") }
+        final class Sink {
+            var bytes: [UInt8] = []
+        }
+        let sink = Sink()
+        var words = pixels
+        let status = words.withUnsafeMutableBytes { bytes -> cairo_status_t in
+            let surface = cairo_image_surface_create_for_data(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
+                                                              Int32(width), Int32(height), Int32(width * 4))
+            defer { cairo_surface_destroy(surface) }
+            return withExtendedLifetime(sink) {
+                cairo_surface_write_to_png_stream(surface, { closure, data, length in
+                    let sink = Unmanaged<Sink>.fromOpaque(closure!).takeUnretainedValue()
+                    sink.bytes.append(contentsOf: UnsafeBufferPointer(start: data, count: Int(length)))
+                    return CAIRO_STATUS_SUCCESS
+                }, Unmanaged.passUnretained(sink).toOpaque())
+            }
+        }
+        guard status == CAIRO_STATUS_SUCCESS else {
+            throw RemoteError(.invalidArgument, "cannot encode the image as PNG: \(String(cString: cairo_status_to_string(status)))")
+        }
+        return sink.bytes
     }
 
     /// Reads a PNG written by ``writePNG(to:)`` (or any PNG, as premultiplied ARGB32).

@@ -15,6 +15,8 @@ final class ViewSurface {
     private var waiter: CheckedContinuation<Void, Never>?
     private var closed = false
     private var appeared = false
+    /// Requests waiting for the view to have committed everything pending.
+    private var settleWaiters: [CheckedContinuation<Void, Never>] = []
 
     nonisolated init(makeController: @escaping @MainActor () -> ViewController, send: @escaping SurfacePresenter.Send) {
         self.makeController = makeController
@@ -84,6 +86,9 @@ final class ViewSurface {
     func run() async {
         while !closed {
             guard let root, let presenter, root.needsFrame else {
+                // Everything pending is committed.
+                for waiter in settleWaiters { waiter.resume() }
+                settleWaiters.removeAll()
                 await withCheckedContinuation { waiter = $0 }
                 continue
             }
@@ -106,6 +111,12 @@ final class ViewSurface {
         }
     }
 
+    /// Returns once the view has committed everything pending (at once when nothing is shown).
+    func settle() async {
+        guard !closed, let root, root.needsFrame || waiter == nil else { return }
+        await withCheckedContinuation { settleWaiters.append($0) }
+    }
+
     private func resume() {
         waiter.take()?.resume()
     }
@@ -113,6 +124,8 @@ final class ViewSurface {
     /// Ends the render loop; the controller's view disappears.
     func close() {
         closed = true
+        for waiter in settleWaiters { waiter.resume() }
+        settleWaiters.removeAll()
         resume()
         presenter?.close()
         if let root, appeared { root.controller.viewDidDisappear() }

@@ -9,7 +9,7 @@ open class StackView: View {
 
     /// How the views share the length along the axis.
     public enum Distribution: Sendable, Hashable {
-        /// Each its own size; what is left stays empty at the end.
+        /// Each its own size (cut to what is left); what is left stays empty at the end.
         case natural
         /// All the same length, filling the stack.
         case fillEqually
@@ -50,16 +50,19 @@ open class StackView: View {
         guard !visible.isEmpty else { return }
         let gaps = spacing * Double(visible.count - 1)
         var position = axis == .vertical ? content.minY : content.minX
+        let end = axis == .vertical ? content.maxY : content.maxX
         for view in visible {
-            let length: Double
+            var length: Double
             switch (axis, distribution) {
             case (_, .fillEqually):
                 length = ((axis == .vertical ? content.height : content.width) - gaps) / Double(visible.count)
             case (.vertical, .natural):
-                length = view.sizeThatFits(Size(width: content.width, height: content.height)).height
+                length = view.fittingSize(content.size).height
             case (.horizontal, .natural):
-                length = view.sizeThatFits(Size(width: content.width, height: content.height)).width
+                length = view.fittingSize(content.size).width
             }
+            // A view never reaches past the end: the last ones get what is left.
+            length = min(length, max(0, end - position))
             view.frame = axis == .vertical
                 ? Rect(x: content.minX, y: position, width: content.width, height: max(0, length))
                 : Rect(x: position, y: content.minY, width: max(0, length), height: content.height)
@@ -70,11 +73,12 @@ open class StackView: View {
     open override func sizeThatFits(_ size: Size) -> Size {
         let visible = arrangedSubviews.filter { !$0.isHidden }
         let inner = Size(width: size.width - insets.left - insets.right, height: size.height - insets.top - insets.bottom)
-        let sizes = visible.map { $0.sizeThatFits(inner) }
+        let sizes = visible.map { $0.fittingSize(inner) }
         let gaps = spacing * Double(max(visible.count - 1, 0))
         return axis == .vertical
             ? Size(width: size.width, height: sizes.reduce(0) { $0 + $1.height } + gaps + insets.top + insets.bottom)
-            : Size(width: sizes.reduce(0) { $0 + $1.width } + gaps + insets.left + insets.right, height: size.height)
+            : Size(width: sizes.reduce(0) { $0 + $1.width } + gaps + insets.left + insets.right,
+                   height: (sizes.map(\.height).max() ?? 0) + insets.top + insets.bottom)
     }
 }
 

@@ -150,6 +150,12 @@ open class View: Responder {
     /// The size the view would like within `size` (for stacks). The default is its frame's.
     open func sizeThatFits(_ size: Size) -> Size { frame.size }
 
+    /// A size that stacks give the view whatever it would fit (`nil`: ``sizeThatFits(_:)``).
+    public var fixedSize: Size? { didSet { if fixedSize != oldValue { superview?.setNeedsLayout() } } }
+
+    /// ``fixedSize``, or what the view fits in `size`.
+    public func fittingSize(_ size: Size) -> Size { fixedSize ?? sizeThatFits(size) }
+
     // MARK: Input
 
     /// The deepest visible, interactive view containing `point` (in this view's points), or
