@@ -35,6 +35,14 @@ struct ProtoWriter {
         bytes(field, Array(value.utf8))
     }
 
+    /// A float field (wire type 5, little-endian).
+    func float(_ field: UInt32, _ value: Float) -> ProtoWriter {
+        var copy = self
+        copy.appendTag(field, wireType: 5)
+        withUnsafeBytes(of: value.bitPattern.littleEndian) { copy.bytes += $0 }
+        return copy
+    }
+
     func message(_ field: UInt32, _ value: ProtoWriter = ProtoWriter()) -> ProtoWriter {
         bytes(field, value.bytes)
     }
