@@ -1,5 +1,6 @@
 // The host's side of a shared buffer: what it refuses to map, and why a sealed buffer cannot
 // hurt it afterwards.
+import CProto
 @testable import RemoteCore
 import Glibc
 import RemoteTestSupport
@@ -65,6 +66,29 @@ struct MappedBufferTests {
             var sum: UInt64 = 0
             for y in 0..<2 { for x in 0..<4 { sum &+= UInt64(buffer.pixel(x: x, y: y)) } }
             #expect(sum == UInt64(0xFF00_FF00) + UInt64(0x8000_0080))
+        }
+    }
+
+    @Test("a sealed hugetlb memfd is mapped, and unmapped, in whole huge pages: never a trap in the host")
+    func hugePages() async throws {
+        try await withoutLeaks {
+            // MFD_HUGETLB (linux/memfd.h): a memfd on hugetlbfs, which can be sealed too. munmap of
+            // a huge-page mapping fails (EINVAL) unless its length is whole huge pages.
+            let fd = rv_memfd_create("huge-buffer", rv_mfd_cloexec | rv_mfd_allow_sealing | 0x0004)
+            guard fd >= 0 else { return }  // no hugetlbfs in this kernel: nothing to map
+            let file = MemoryFile(adopting: OwnedFD(adopting: fd))
+            let hugePage = Int(try Syscall.status(fd).st_blksize)
+            try file.resize(to: hugePage)  // hugetlbfs files are whole huge pages
+            try file.addSeals([.shrink, .grow])
+            do throws(RemoteError) {
+                // With huge pages reserved (/proc/sys/vm/nr_hugepages): mapped, read, and unmapped
+                // when `buffer` goes.
+                let buffer = try MappedBuffer(mapping: file.fd, as: Self.layout)
+                #expect(buffer.pixel(x: 3, y: 1) == 0)
+            } catch {
+                // Without: refused, with the reason.
+                #expect(error.code == .protocolViolation && error.reason.contains("cannot be mapped"), "\(error)")
+            }
         }
     }
 }

@@ -60,11 +60,11 @@ struct SurfaceCompositorTests {
             try compositor.receive(attach, attachments: fds)
             try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
             _ = compositor.present()
-            // The service paints everything blue but declares only a 2×3 rect (and one off the edge).
+            // The service paints everything blue but declares only a 2×3 rect and the corner pixel.
             try buffer.fill(PixelRect(x: 0, y: 0, width: 8, height: 8), Self.blue)
-            let damage = try compositor.receive(.commit(bufferID: 1, damage: [PixelRect(x: 2, y: 1, width: 2, height: 3),
-                                                                               PixelRect(x: 7, y: 7, width: 5, height: 5)], frame: 2), attachments: [])
-            #expect(damage == [PixelRect(x: 2, y: 1, width: 2, height: 3), PixelRect(x: 7, y: 7, width: 1, height: 1)])
+            let declared = [PixelRect(x: 2, y: 1, width: 2, height: 3), PixelRect(x: 7, y: 7, width: 1, height: 1)]
+            let damage = try compositor.receive(.commit(bufferID: 1, damage: declared, frame: 2), attachments: [])
+            #expect(damage == declared)
             let image = compositor.image
             for y in 0..<8 {
                 for x in 0..<8 {
@@ -107,6 +107,12 @@ struct SurfaceCompositorTests {
         ("an unsealed buffer", ["not sealed"]),
         ("attach without its memfd", ["without its memfd"]),
         ("sending what only the host sends", ["the host's to send"]),
+        ("a damage rect past the right edge", ["commit of buffer 1: damage rect 0 (3×1 at (2, 0)) is outside the buffer (4×4)"]),
+        ("a damage rect past the bottom edge, after a good one", ["damage rect 1 (4×2 at (0, 3)) is outside the buffer (4×4)"]),
+        ("a damage rect left of the buffer", ["damage rect 0 (2×2 at (-1, 0)) is outside the buffer (4×4)"]),
+        ("a damage rect above the buffer", ["damage rect 0 (1×1 at (0, -1)) is outside the buffer (4×4)"]),
+        ("a damage rect of the same size as the buffer, shifted", ["damage rect 0 (4×4 at (1, 1)) is outside the buffer (4×4)"]),
+        ("a damage rect no codec would pass (called directly)", ["damage rect 0 (0×-3 at (0, 0)) is out of bounds"]),
     ]
 
     @Test("every broken rule is a protocol violation that names it", arguments: 0..<violations.count)
@@ -120,7 +126,10 @@ struct SurfaceCompositorTests {
                 let (message, fds) = try buffer.attach()
                 try compositor.receive(message, attachments: fds)
             }
-            func commit(_ id: UInt32, _ frame: UInt64) throws { try compositor.receive(.commit(bufferID: id, damage: [], frame: frame), attachments: []) }
+            func commit(_ id: UInt32, _ frame: UInt64, _ damage: [PixelRect] = []) throws {
+                try compositor.receive(.commit(bufferID: id, damage: damage, frame: frame), attachments: [])
+            }
+            func rect(_ x: Int, _ y: Int, _ width: Int, _ height: Int) -> PixelRect { PixelRect(x: x, y: y, width: width, height: height) }
             let error = #expect(throws: RemoteError.self) {
                 switch index {
                 case 0: try attach(one); try commit(9, 1)
@@ -134,11 +143,24 @@ struct SurfaceCompositorTests {
                     let unsealed = try ServiceBuffer(id: 3, width: 4, height: 4, colour: Self.red, seal: false)
                     try attach(unsealed)
                 case 8: try compositor.receive(.attachBuffer(one.layout), attachments: [])
-                default: try compositor.receive(.frameDone(frame: 1), attachments: [])
+                case 9: try compositor.receive(.frameDone(frame: 1), attachments: [])
+                // Damage outside the buffer; all but the first after a frame that set the image's size.
+                case 10: try attach(one); try commit(1, 1, [rect(2, 0, 3, 1)])
+                case 11: try attach(one); try commit(1, 1); _ = compositor.present(); try commit(1, 2, [rect(0, 0, 4, 3), rect(0, 3, 4, 2)])
+                case 12: try attach(one); try commit(1, 1); _ = compositor.present(); try commit(1, 2, [rect(-1, 0, 2, 2)])
+                case 13: try attach(one); try commit(1, 1); _ = compositor.present(); try commit(1, 2, [rect(0, -1, 1, 1)])
+                case 14: try attach(one); try commit(1, 1); _ = compositor.present(); try commit(1, 2, [rect(1, 1, 4, 4)])
+                default: try attach(one); try commit(1, 1, [rect(0, 0, 0, -3)])
                 }
             }
             #expect(error?.code == .protocolViolation)
             for word in words { #expect(error?.reason.contains(word) == true, "\(String(describing: error))") }
+            if (10...).contains(index) {
+                // A refused commit changes nothing: the image is as before and nothing is in flight.
+                #expect(compositor.present().isEmpty)
+                let before = index == 10 || index == 15 ? [] : [UInt32](repeating: Self.red, count: 16)
+                #expect(compositor.image.pixels == before)
+            }
         }
     }
 }

@@ -31,19 +31,28 @@ public final class MappedBuffer: @unchecked Sendable {
         guard MemoryFile.Seals(rawValue: seals).isSuperset(of: required) else {
             throw RemoteError(.protocolViolation, "buffer \(id) is not sealed against shrinking and growing (seals \(seals))")
         }
-        let size: Int
-        do { size = Int(try Syscall.status(fd.rawValue).st_size) } catch {
+        let status: stat
+        do { status = try Syscall.status(fd.rawValue) } catch {
             throw RemoteError(.protocolViolation, "buffer \(id) cannot be measured (\(error))")
         }
+        let size = Int(status.st_size)
         guard size >= description.byteCount else {
             throw RemoteError(.protocolViolation, "buffer \(id) holds \(size) bytes, less than its stride × height (\(description.byteCount))")
         }
+        // Whole blocks of the file (st_blksize): a hugetlb memfd (MFD_HUGETLB, sealable too) is
+        // mapped in whole huge pages and munmap fails unless given whole ones, so mapping just
+        // stride × height would trap the host when the buffer goes. A hugetlb file's size is whole
+        // huge pages, so its mapping stays inside it; a regular memfd's blocks are pages (or 2 MiB
+        // with shmem THP), and any tail past its end is never read: nothing past stride × height
+        // is. Bounded: at most 256 MiB rounded up to at most 1 GiB (the largest huge page).
+        let block = (1...(1 << 30)).contains(Int(status.st_blksize)) ? Int(status.st_blksize) : 1
+        let length = (description.byteCount + block - 1) / block * block
         do {
-            base = UnsafeRawPointer(try Syscall.mapShared(fd.rawValue, length: description.byteCount, writable: false))
+            base = UnsafeRawPointer(try Syscall.mapShared(fd.rawValue, length: length, writable: false))
         } catch {
             throw RemoteError(.protocolViolation, "buffer \(id) cannot be mapped (\(error))")
         }
-        length = description.byteCount
+        self.length = length
         self.layout = description
     }
 

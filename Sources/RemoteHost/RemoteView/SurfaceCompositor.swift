@@ -55,9 +55,12 @@ package final class SurfaceCompositor: Sendable {
     package var preferredSize: (width: Int, height: Int)? { state.withLock { $0.preferredSize } }
 
     /// Applies one message from the service. Returns the damage a commit copied into the image
-    /// (clipped; the whole image when the size changed or the commit named no rects).
+    /// (the whole image when the size changed or the commit named no rects).
     @discardableResult
     package func receive(_ message: SurfaceMessage, attachments: [Attachment]) throws(RemoteError) -> [PixelRect] {
+        // The codec checked this already; checked again so that every value below is bounded
+        // (±16384, sides 1…16384) whoever the caller is, and the arithmetic cannot overflow.
+        if let problem = message.problem { throw violation(problem) }
         switch message {
         case .attachBuffer(let layout):
             guard attachments.count == 1, let fd = attachments[0].take() else {
@@ -82,6 +85,12 @@ package final class SurfaceCompositor: Sendable {
                 }
                 if let last = state.lastFrame, frame <= last {
                     throw violation("commit of frame \(frame) after frame \(last): frame numbers must increase")
+                }
+                let layout = buffer.layout
+                // Damage names what changed in the buffer: a rect reaching outside it is a lie.
+                for (index, rect) in damage.enumerated()
+                where rect.x < 0 || rect.y < 0 || rect.x + rect.width > layout.width || rect.y + rect.height > layout.height {
+                    throw violation("commit of buffer \(id): damage rect \(index) (\(rect)) is outside the buffer (\(layout.width)×\(layout.height))")
                 }
                 let applied = Self.composite(buffer, damage: damage, into: &state.image)
                 state.inFlight = (frame, id)
@@ -122,7 +131,7 @@ package final class SurfaceCompositor: Sendable {
     package var attachedBuffers: Set<UInt32> { state.withLock { Set($0.buffers.keys) } }
 
     /// Copies the damaged rows of `buffer` into `image` (resizing it, and damaging all of it,
-    /// when the sizes differ). Returns the rects copied.
+    /// when the sizes differ). Every rect of `damage` is inside the buffer. Returns the rects copied.
     private static func composite(_ buffer: MappedBuffer, damage: [PixelRect], into image: inout Image) -> [PixelRect] {
         let layout = buffer.layout
         let whole = PixelRect(x: 0, y: 0, width: layout.width, height: layout.height)
@@ -131,7 +140,7 @@ package final class SurfaceCompositor: Sendable {
             image = Image(width: layout.width, height: layout.height)
             rects = [whole]
         } else {
-            rects = damage.isEmpty ? [whole] : damage.compactMap { $0.clipped(toWidth: layout.width, height: layout.height) }
+            rects = damage.isEmpty ? [whole] : damage
         }
         let width = image.width
         image.pixels.withUnsafeMutableBytes { target in

@@ -166,6 +166,8 @@ case "drop-control":
     while true { pause() }
 case "talk-back":
     await TalkBack.run()
+case let mode where mode.hasPrefix("surface-"):
+    await HostileSurface.run(String(mode.dropFirst("surface-".count)))
 default:
     print("remoteview-test-service: unknown mode \(mode)")
     exit(64)

@@ -1,0 +1,300 @@
+// Hostile surfaces for HostileSurfaceTests: modes ("surface-MODE") in which the service serves
+// its clients itself, with RemoteCore's Connection (like "talk-back"), so that it can send the
+// host surface messages that RemoteService's presenter never would. On the host's first resize
+// each client runs the mode's script: what it breaks, or (truncate) what it tries.
+import Glibc
+import RemoteService
+import Synchronization
+
+enum HostileSurface {
+    enum Mode: String {
+        /// attach_buffer of a memfd that is not sealed.
+        case unsealed
+        /// attach_buffer of a sealed memfd holding half of stride × height.
+        case short
+        /// attach_buffer with a stride of 2 × width: a raw packet, since the codec refuses to encode it.
+        case stride
+        /// A good first frame, then a commit whose damage rect reaches past the right edge.
+        case damage
+        /// commit of buffer 9, never attached (buffer 1 is).
+        case unattached
+        /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
+        case unreleased
+        /// Commits `floodFrames` frames, alternating two buffers, never waiting for frame_done.
+        case flood
+        /// Tries to shrink and grow its sealed buffer after attaching it and after the host read
+        /// it; draws a second frame when the "next" request says so, and replies with what it saw.
+        case truncate
+    }
+
+    static let configuration = Connection.Configuration(role: .service, identifier: "com.example.test")
+    /// The frames of the flood.
+    static let floodFrames: UInt64 = 1000
+    /// What the hostile frames are filled with (premultiplied ARGB words): frame 1 and buffer 1
+    /// green, later frames and buffer 2 magenta.
+    static let first: UInt32 = 0xFF00_FF00, second: UInt32 = 0xFFFF_00FF
+
+    static func run(_ name: String) async -> Never {
+        guard let mode = Mode(rawValue: name) else {
+            print("remoteview-test-service: unknown surface mode \(name)")
+            exit(64)
+        }
+        let control: Connection
+        do {
+            switch try SocketActivation.takeSocket() {
+            case .connected(let socket):
+                control = try Connection(socket: socket, configuration: configuration, onMessage: { accept($0, mode) })
+            case .listening:
+                exit(70)
+            }
+        } catch {
+            exit(70)
+        }
+        // fd 3 closes when the host ends this process (for breaking a rule) or is done with it.
+        do { try await control.run() } catch {}
+        exit(0)
+    }
+
+    /// Serves the client connection a `remoteview.connect` message brings.
+    static func accept(_ message: ServiceMessage, _ mode: Mode) {
+        guard message.type == FrameworkMessage.connect, message.attachments.count == 1,
+              let socket = message.attachments[0].take() else { return }
+        // A second descriptor of the socket, for the packet the codec will not encode.
+        let raw = mode == .stride ? try? Attachment(duplicating: socket) : nil
+        let client = Client(mode: mode, raw: raw)
+        guard let connection = try? Connection(socket: socket, configuration: configuration,
+                                               onRequest: { request in try await client.serve(request) },
+                                               onMessage: { _ in },
+                                               onSurface: { message, _ in client.receive(message) }) else { return }
+        client.connection.withLock { $0 = connection }
+        Task { try? await connection.run() }
+    }
+
+    /// One client connection and its script.
+    final class Client: Sendable {
+        let mode: Mode
+        let raw: Attachment?
+        let connection = Mutex<Connection?>(nil)
+        /// The script, started by the host's first resize.
+        private let script = Mutex<Task<String, Never>?>(nil)
+        /// release_buffer and frame_done from the host, in order (the script is the one reader).
+        private let fromHost: AsyncStream<SurfaceMessage>
+        private let fromHostSink: AsyncStream<SurfaceMessage>.Continuation
+        /// "next" requests (truncate mode).
+        private let proceed: AsyncStream<Void>
+        private let proceedSink: AsyncStream<Void>.Continuation
+
+        init(mode: Mode, raw: Attachment?) {
+            self.mode = mode
+            self.raw = raw
+            (fromHost, fromHostSink) = AsyncStream.makeStream()
+            (proceed, proceedSink) = AsyncStream.makeStream()
+        }
+
+        /// A surface message from the host: the first resize starts the script.
+        func receive(_ message: SurfaceMessage) {
+            guard case .resize(let size) = message else {
+                fromHostSink.yield(message)
+                return
+            }
+            script.withLock { script in
+                guard script == nil else { return }
+                let (width, height) = size.pixels
+                script = Task { await self.run(width: width, height: height) }
+            }
+        }
+
+        func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
+            switch request.type {
+            case "echo":
+                return ServiceMessage(type: "echo", payload: request.payload)
+            case "next", "report":
+                // What the script did, once it is done ("next" first lets truncate's second frame go).
+                if request.type == "next" { proceedSink.yield() }
+                let script = self.script.withLock { $0 }
+                return ServiceMessage(type: "report", text: await script?.value ?? "no script: the host never sent a size")
+            default:
+                throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
+            }
+        }
+
+        // MARK: scripts
+
+        /// The mode's script at `width` × `height` pixels; returns what it did, for "report".
+        private func run(width: Int, height: Int) async -> String {
+            do {
+                return try await script(width: width, height: height)
+            } catch {
+                return "failed: \(error)"
+            }
+        }
+
+        private func script(width: Int, height: Int) async throws -> String {
+            let whole = PixelRect(x: 0, y: 0, width: width, height: height)
+            switch mode {
+            case .unsealed:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first, seal: false))
+                return "attached an unsealed buffer"
+            case .short:
+                let buffer = try Buffer(id: 1, width: width, height: height, colour: first, bytes: width * 4 * height / 2)
+                try await attach(buffer)
+                return "attached a buffer of \(try buffer.file.size) bytes"
+            case .stride:
+                // A buffer that really holds stride × height bytes: only the stride is wrong.
+                let layout = BufferDescription(id: 1, width: width, height: height, stride: width * 2)
+                let file = try MemoryFile(name: "hostile-stride")
+                try file.resize(to: layout.byteCount)
+                try file.addSeals([.shrink, .grow])
+                guard let socket = raw?.descriptor else { return "no socket to send on" }
+                let sent = HostileSurface.sendRaw(HostileSurface.attachBufferPacket(layout), with: file.fd.rawValue, on: socket)
+                return sent.map { "sendmsg failed: \($0)" } ?? "sent attach_buffer with stride \(layout.stride)"
+            case .damage:
+                let buffer = try Buffer(id: 1, width: width, height: height, colour: first)
+                try await attach(buffer)
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                try buffer.fill(second)
+                try await commit(1, [PixelRect(x: width - 4, y: 0, width: 10, height: 10)], frame: 2)
+                return "committed damage past the right edge"
+            case .unattached:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first))
+                try await commit(9, [], frame: 1)
+                return "committed buffer 9"
+            case .unreleased:
+                let buffer = try Buffer(id: 1, width: width, height: height, colour: first)
+                try await attach(buffer)
+                try await commit(1, [], frame: 1)
+                try buffer.fill(second)
+                try await commit(1, [whole], frame: 2)
+                guard await frameDone(2) else { return "no frame_done for frame 2" }
+                return "committed buffer 1 twice without waiting"
+            case .flood:
+                let buffers = [try Buffer(id: 1, width: width, height: height, colour: first),
+                               try Buffer(id: 2, width: width, height: height, colour: second)]
+                for buffer in buffers { try await attach(buffer) }
+                for frame in 1...HostileSurface.floodFrames { try await commit(frame % 2 == 1 ? 1 : 2, [whole], frame: frame) }
+                // The last frame_done says the host has read every commit.
+                guard await frameDone(HostileSurface.floodFrames) else { return "no frame_done for frame \(HostileSurface.floodFrames)" }
+                return "committed \(HostileSurface.floodFrames) frames without waiting"
+            case .truncate:
+                let buffer = try Buffer(id: 1, width: width, height: height, colour: first)
+                try await attach(buffer)
+                let afterAttach = buffer.tryResizing()
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                // The host has read frame 1 and still maps the buffer: try again, then draw frame 2
+                // when the test says so (so that it can look at frame 1 first).
+                var iterator = proceed.makeAsyncIterator()
+                guard await iterator.next() != nil else { return "never told to go on" }
+                let afterFrame = buffer.tryResizing()
+                try buffer.fill(second)
+                try await commit(1, [whole], frame: 2)
+                guard await frameDone(2) else { return "no frame_done for frame 2" }
+                return "after attach: \(afterAttach); after frame 1: \(afterFrame); size \(try buffer.file.size)"
+            }
+        }
+
+        private func attach(_ buffer: Buffer) async throws {
+            try await send(.attachBuffer(buffer.layout), [try Attachment(duplicating: buffer.file.fd)])
+        }
+
+        private func commit(_ id: UInt32, _ damage: [PixelRect], frame: UInt64) async throws {
+            try await send(.commit(bufferID: id, damage: damage, frame: frame), [])
+        }
+
+        private func send(_ message: SurfaceMessage, _ attachments: [Attachment]) async throws {
+            guard let connection = connection.withLock({ $0 }) else { throw RemoteError(.invalidated, "no connection") }
+            try await connection.send(message, attachments: attachments)
+        }
+
+        /// Waits for the host's frame_done of `frame`; `false` if the connection ended first.
+        private func frameDone(_ frame: UInt64) async -> Bool {
+            for await message in fromHost {
+                if case .frameDone(let done) = message, done == frame { return true }
+            }
+            return false
+        }
+    }
+
+    /// A buffer this process draws into: a memfd filled with one colour.
+    final class Buffer: Sendable {
+        let layout: BufferDescription
+        let file: MemoryFile
+
+        /// `bytes` (default stride × height) in a memfd sealed against shrinking and growing
+        /// unless `seal` is false.
+        init(id: UInt32, width: Int, height: Int, colour: UInt32, seal: Bool = true, bytes: Int? = nil) throws {
+            layout = BufferDescription(id: id, width: width, height: height, stride: width * 4)
+            file = try MemoryFile(name: "hostile-surface-\(id)")
+            try file.resize(to: bytes ?? layout.byteCount)
+            try fill(colour)
+            if seal { try file.addSeals([.shrink, .grow]) }
+        }
+
+        /// Fills every pixel the file holds with `colour`.
+        func fill(_ colour: UInt32) throws {
+            let count = min(layout.byteCount, try file.size) / 4
+            let words = [UInt32](repeating: colour.littleEndian, count: count)
+            try file.write(words.withUnsafeBytes { Array($0) })
+        }
+
+        /// Tries to shrink the file to nothing and to half, and to grow it to twice its size:
+        /// what each `ftruncate` said.
+        func tryResizing() -> String {
+            let size = layout.byteCount
+            return [("shrink to 0", 0), ("shrink to \(size / 2)", size / 2), ("grow to \(size * 2)", size * 2)].map { what, target in
+                let result = ftruncate(file.fd.rawValue, off_t(target))
+                return "\(what): " + (result == 0 ? "done" : errno == EPERM ? "EPERM" : "errno \(errno)")
+            }.joined(separator: ", ")
+        }
+    }
+
+    // MARK: raw packets
+
+    /// An attach_buffer envelope for `layout`, encoded by hand (protobuf wire format), because
+    /// the codec refuses to encode an impossible layout. Declares one fd.
+    static func attachBufferPacket(_ layout: BufferDescription) -> [UInt8] {
+        func varint(_ value: UInt64) -> [UInt8] {
+            var value = value, bytes: [UInt8] = []
+            while value >= 0x80 {
+                bytes.append(UInt8(value & 0x7F) | 0x80)
+                value >>= 7
+            }
+            return bytes + [UInt8(value)]
+        }
+        func field(_ number: UInt64, _ value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
+        func field(_ number: UInt64, message: [UInt8]) -> [UInt8] { varint(number << 3 | 2) + varint(UInt64(message.count)) + message }
+        let body = field(1, UInt64(layout.id)) + field(2, UInt64(layout.width)) + field(3, UInt64(layout.height))
+            + field(4, UInt64(layout.stride)) + field(5, 1)  // ARGB8888_PREMULTIPLIED
+        // A large id: above any the connection has used.
+        return field(1, 1 << 40) + field(3, 1) + field(100, message: body)
+    }
+
+    /// Sends `packet` on `socket` with `fd` as SCM_RIGHTS (one `sendmsg`); the error, if it failed.
+    static func sendRaw(_ packet: [UInt8], with fd: Int32, on socket: Int32) -> SystemCallError? {
+        // CMSG_LEN / CMSG_SPACE for one int, as glibc computes them (the header is size_t-aligned).
+        let header = MemoryLayout<cmsghdr>.size, word = MemoryLayout<Int>.size
+        let space = header + (MemoryLayout<Int32>.size + word - 1) / word * word
+        let control = UnsafeMutableRawPointer.allocate(byteCount: space, alignment: MemoryLayout<cmsghdr>.alignment)
+        defer { control.deallocate() }
+        control.initializeMemory(as: UInt8.self, repeating: 0, count: space)
+        let cmsg = control.bindMemory(to: cmsghdr.self, capacity: 1)
+        cmsg.pointee.cmsg_len = header + MemoryLayout<Int32>.size
+        cmsg.pointee.cmsg_level = SOL_SOCKET
+        cmsg.pointee.cmsg_type = Int32(SCM_RIGHTS)
+        control.storeBytes(of: fd, toByteOffset: header, as: Int32.self)
+        var bytes = packet
+        let sent = bytes.withUnsafeMutableBytes { buffer -> Int in
+            var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+            return withUnsafeMutablePointer(to: &iov) { iovPointer in
+                var message = msghdr()
+                message.msg_iov = iovPointer
+                message.msg_iovlen = 1
+                message.msg_control = control
+                message.msg_controllen = space
+                return sendmsg(socket, &message, Int32(MSG_NOSIGNAL))
+            }
+        }
+        return sent == packet.count ? nil : SystemCallError(call: "sendmsg", errno: sent < 0 ? errno : EMSGSIZE)
+    }
+}
