@@ -35,7 +35,8 @@ struct HostileSurfaceTests {
 
     /// Runs `body` with the fixture in `surface-MODE` shown in a view next to a good service and
     /// a good view.
-    func withHostileView(_ mode: String, _ body: @escaping @Sendable (Scene) async throws -> Void) async throws {
+    func withHostileView(_ mode: String, presentation: RemoteView.Presentation = .immediate,
+                         _ body: @escaping @Sendable (Scene) async throws -> Void) async throws {
         let manifests = ["good.json": ServiceFolder.manifest(identifier: Self.good),
                          "neighbour.json": ServiceFolder.manifest(identifier: Self.neighbour, mode: "view"),
                          "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-" + mode)]
@@ -45,7 +46,7 @@ struct HostileSurfaceTests {
             let neighbour = RemoteView(connection: launcher.connection(to: Self.neighbour))
             try await neighbour.present(width: 32, height: 24)
             #expect(try await RemoteViewTests.nextDamage(neighbour) == [PixelRect(x: 0, y: 0, width: 32, height: 24)])
-            let hostile = RemoteView(connection: launcher.connection(to: Self.hostile))
+            let hostile = RemoteView(connection: launcher.connection(to: Self.hostile), presentation: presentation)
             try await hostile.present(width: Self.width, height: Self.height)
             try await body(Scene(launcher: launcher, events: events, good: good, neighbour: neighbour, hostile: hostile))
         }
@@ -85,7 +86,8 @@ struct HostileSurfaceTests {
     }
 
     /// Whether every pixel of `image` is `colour`, at the hostile view's size.
-    static func isFilled(_ image: RemoteImage, with colour: UInt32) -> Bool {
+    static func isFilled(_ view: RemoteView, with colour: UInt32) -> Bool {
+        let image = view.image
         guard image.width == width && image.height == height else { return false }
         for y in 0..<height { for x in 0..<width where image.pixel(x: x, y: y) != colour { return false } }
         return true
@@ -124,7 +126,7 @@ struct HostileSurfaceTests {
         try await withHostileView("damage") { scene in
             #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole], "its good first frame")
             try await Self.expectViolation(scene, ["commit of buffer 1: damage rect 0 (10×10 at (60, 0)) is outside the buffer (64×48)"])
-            #expect(Self.isFilled(scene.hostile.image, with: Self.green), "nothing of the refused frame was copied")
+            #expect(Self.isFilled(scene.hostile, with: Self.green), "nothing of the refused frame was copied")
         }
     }
 
@@ -136,46 +138,39 @@ struct HostileSurfaceTests {
         }
     }
 
-    /// Why the host cannot see the two cases below: it presents each frame as soon as it has
-    /// copied it, so by the time it reads the service's next commit it has already released the
-    /// buffer and sent frame_done. Only a host that holds frames (shows them later) can tell.
-    static let presentsAtOnce = Comment(rawValue: """
-        RemoteView presents each frame as soon as it is composited (headless): the buffer is released and \
-        frame_done sent before the host reads the service's next commit, so a commit that did not wait is \
-        indistinguishable from one that did, and is not a violation (SurfaceCompositor does refuse it when \
-        a frame is held: SurfaceCompositorTests)
-        """)
+    // A host that shows frames later than it composites them (an SDL window at vsync: manual
+    // presentation) holds each frame until then; a commit meanwhile did not wait. (A host that
+    // shows each frame at once hands it back before it reads the next commit, so it cannot tell;
+    // see RemoteView.Presentation.)
 
-    @Test("a commit of a buffer the host has not released (twice in a row, no waiting): the host is unharmed and shows the last frame; ending the service needs a host that holds frames (known issue)")
+    @Test("a commit of a buffer the host has not released (twice in a row, no waiting): ended as a protocol violation that names the buffer")
     func unreleasedCommit() async throws {
-        try await withHostileView("unreleased") { scene in
-            let report = try await scene.hostile.connection.request(ServiceMessage(type: "report")).text
-            #expect(report == "committed buffer 1 twice without waiting")
-            #expect(Self.isFilled(scene.hostile.image, with: Self.magenta), "both commits were read, in order")
-            let status = try #require(await scene.launcher.status().first { $0.identifier == Self.hostile })
-            withKnownIssue(Self.presentsAtOnce) {
-                #expect(status.lastTermination?.kind == .protocolViolation, "\(status)")
-            }
-            #expect(status.state == .running && status.crashes == 0, "\(status)")
-            try await Self.expectNeighboursFine(scene)
+        try await withHostileView("unreleased", presentation: .manual) { scene in
+            try await Self.expectViolation(scene, ["commit of buffer 1 before the host released it"])
         }
     }
 
-    @Test("a flood of 1000 commits without waiting for frame_done: the host reads them at its own pace and shows the last frame, the neighbours are unaffected; ending the service needs a host that holds frames (known issue)")
+    @Test("a flood of commits without waiting for frame_done: ended as a protocol violation at the first one that did not wait")
     func commitFlood() async throws {
-        try await withHostileView("flood") { scene in
-            // The neighbours are asked meanwhile (how much of the flood that overlaps is up to the machine).
-            async let report = scene.hostile.connection.request(ServiceMessage(type: "report")).text
-            try await Self.expectNeighboursFine(scene)
-            #expect(try await report == "committed 1000 frames without waiting")
-            // Frame 1000 (even) is buffer 2's.
-            #expect(Self.isFilled(scene.hostile.image, with: Self.magenta))
-            let status = try #require(await scene.launcher.status().first { $0.identifier == Self.hostile })
-            withKnownIssue(Self.presentsAtOnce) {
-                #expect(status.lastTermination?.kind == .protocolViolation, "\(status)")
+        try await withHostileView("flood", presentation: .manual) { scene in
+            try await Self.expectViolation(scene, ["commit of frame 2 before frame_done of frame 1"])
+        }
+    }
+
+    @Test("a host that presents manually: frame_done goes out only when it says the frame was shown, and a patient service is never refused")
+    func manualPresentation() async throws {
+        try await LauncherTests().withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: "com.example.test"), presentation: .manual)
+            try await view.present(width: 16, height: 16)
+            #expect(try await RemoteViewTests.nextDamage(view) == [PixelRect(x: 0, y: 0, width: 16, height: 16)])
+            for index in 0..<5 {
+                _ = try await view.connection.request(ServiceMessage(type: "paint", text: "ff0000 \(index) 0 1 1"))
+                try await view.framePresented()
+                #expect(try await RemoteViewTests.nextDamage(view) == [PixelRect(x: index, y: 0, width: 1, height: 1)])
             }
-            #expect(status.state == .running && status.crashes == 0, "\(status)")
-            try await Self.expectNeighboursFine(scene)
+            #expect(view.image.pixel(x: 4, y: 0) == Self.red)
+            let status = try #require(await launcher.status().first)
+            #expect(status.crashes == 0 && status.state == .running, "\(status)")
         }
     }
 
@@ -185,13 +180,13 @@ struct HostileSurfaceTests {
     func truncateAfterAttach() async throws {
         try await withHostileView("truncate") { scene in
             #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole])
-            #expect(Self.isFilled(scene.hostile.image, with: Self.green), "frame 1, read after the first attempts")
+            #expect(Self.isFilled(scene.hostile, with: Self.green), "frame 1, read after the first attempts")
             // Lets the service try again and draw frame 2; the reply says what each ftruncate did.
             let report = try await scene.hostile.connection.request(ServiceMessage(type: "next")).text
             let attempts = "shrink to 0: EPERM, shrink to 6144: EPERM, grow to 24576: EPERM"
             #expect(report == "after attach: \(attempts); after frame 1: \(attempts); size 12288")
             #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole])
-            #expect(Self.isFilled(scene.hostile.image, with: Self.magenta), "frame 2, read after the second attempts")
+            #expect(Self.isFilled(scene.hostile, with: Self.magenta), "frame 2, read after the second attempts")
             #expect(try await scene.hostile.connection.request(ServiceMessage(type: "echo", text: "alive")).text == "alive")
             let status = try #require(await scene.launcher.status().first { $0.identifier == Self.hostile })
             #expect(status.state == .running && status.crashes == 0 && status.lastTermination == nil, "\(status)")

@@ -24,8 +24,24 @@ public final class RemoteView: Sendable {
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
     private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?)>((SurfaceCompositor(), nil))
 
-    public init(connection: ServiceConnection) {
+    /// When the host shows a committed frame, which hands its buffer back and allows the next.
+    public enum Presentation: Sendable, Hashable {
+        /// As soon as it is composited into ``image`` (headless hosts, PNG writers): the
+        /// service may draw the next frame at once. Such a host cannot tell a service that
+        /// floods commits from a fast one (each commit was allowed by the time it is read);
+        /// a flood costs it one copy per commit, at the pace it reads them.
+        case immediate
+        /// When the host calls ``framePresented()`` (after it put the frame on screen, e.g.
+        /// at vsync). A commit before that is a flood, and ends the service.
+        case manual
+    }
+
+    /// When frames count as shown.
+    public let presentation: Presentation
+
+    public init(connection: ServiceConnection, presentation: Presentation = .immediate) {
         self.connection = connection
+        self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         connection.attach(self)
     }
@@ -121,8 +137,13 @@ public final class RemoteView: Sendable {
         let damage = try compositor.receive(message, attachments: attachments)
         guard case .commit = message else { return [] }
         damageSink.yield(damage)
-        // Headless: the frame is shown as soon as it is composited.
-        return compositor.present()
+        return presentation == .immediate ? compositor.present() : []
+    }
+
+    /// With ``Presentation/manual``: the host has shown the last frame; its buffer goes back to
+    /// the service and the next frame is allowed. Does nothing when no frame is waiting.
+    public func framePresented() async throws(RemoteError) {
+        for message in state.withLock({ $0.compositor }).present() { try await connection.sendSurface(message) }
     }
 }
 
