@@ -26,34 +26,35 @@ final class StreamController: ViewController {
         frame &+= 1
         let shade = Double(frame % 200) / 255
         context.fill(region, with: Color(red: shade, green: 0.5, blue: 1 - shade))
-        // The stamp: 8 pixels, one byte each in blue, written last.
+        // The stamp, written last: the frame number, then the time, a byte per pixel in blue.
         let stamp = monotonicNanoseconds()
-        for index in 0..<8 {
-            let byte = UInt32((stamp >> (8 * UInt64(index))) & 0xFF)
+        for index in 0..<12 {
+            let byte = index < 4 ? (frame >> (8 * UInt32(index))) & 0xFF : UInt32((stamp >> (8 * UInt64(index - 4))) & 0xFF)
             context.fill(Rect(x: region.minX + Double(index), y: region.minY, width: 1, height: 1), with: Color(argb: 0xFF00_0000 | byte))
         }
     }
 
     override func loadView() { view = canvas }
 
-    /// "stream X Y WIDTH HEIGHT FRAMES": repaint that region for that many frames.
+    /// "stream X Y WIDTH HEIGHT FRAMES": repaint that region for that many frames; the reply
+    /// is the number the last of them will carry.
     override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
         guard request.type == "stream" else { return nil }
         let numbers = (request.text ?? "").split(separator: " ").compactMap { Double($0) }
         guard numbers.count == 5 else { throw ServiceFailure(domain: "com.example.demo-share", code: 1, message: "stream X Y WIDTH HEIGHT FRAMES") }
         region = Rect(x: numbers[0], y: numbers[1], width: numbers[2], height: numbers[3])
         remaining = Int(numbers[4])
-        step()
-        return ServiceMessage(type: "streaming")
+        canvas.animate(duration: .zero) { [weak self] _ in self?.step() }
+        return ServiceMessage(type: "streaming", text: String(frame &+ UInt32(remaining)))
     }
 
-    /// One more frame: damage the region; the next one is asked for from inside an animation
-    /// step, so frames follow the host's frame_done.
+    /// Called once per frame, as the frame is prepared (after the host's frame_done of the
+    /// last one): damages the region for this frame and asks for the next.
     private func step() {
         guard remaining > 0 else { return }
         remaining -= 1
         canvas.setNeedsDisplay(region)
-        canvas.animate(duration: .zero) { [weak self] _ in self?.step() }
+        if remaining > 0 { canvas.animate(duration: .zero) { [weak self] _ in self?.step() } }
     }
 }
 
@@ -79,25 +80,29 @@ struct Frames: AsyncParsableCommand {
                                    ("64×64 damage", PixelRect(x: 928, y: 508, width: 64, height: 64))] {
                 var latencies: [Double] = []
                 var started: UInt64 = 0
+                var finished: UInt64 = 0
                 for (phase, frames) in [("warm-up", 30), ("measured", count)] {
-                    _ = try await view.connection.request(ServiceMessage(type: "stream", text: "\(region.x) \(region.y) \(region.width) \(region.height) \(frames)"))
-                    if phase == "measured" { started = monotonicNanoseconds() }
-                    var seen = 0
-                    while seen < frames, let rects = await damage.next() {
+                    let reply = try await view.connection.request(ServiceMessage(type: "stream", text: "\(region.x) \(region.y) \(region.width) \(region.height) \(frames)"))
+                    guard let last = reply.text.flatMap({ UInt32($0) }) else { throw ValidationError("the stream service did not say its last frame") }
+                    started = monotonicNanoseconds()
+                    // Every frame's damage is announced; a slow reader may miss some (the stream
+                    // keeps the newest), so the frame number in the pixels says when it is done.
+                    var frame: UInt32 = 0
+                    while frame != last, await damage.next() != nil {
                         let now = monotonicNanoseconds()
-                        guard rects.contains(where: { $0.x <= region.x && $0.y <= region.y }) else { continue }
-                        seen += 1
-                        guard phase == "measured" else { continue }
                         let image = view.image
                         var stamp: UInt64 = 0
-                        for index in 0..<8 { stamp |= UInt64(image.pixel(x: region.x + index, y: region.y) & 0xFF) << (8 * UInt64(index)) }
-                        latencies.append(Double(now &- stamp) / 1000)
+                        frame = 0
+                        for index in 0..<4 { frame |= (image.pixel(x: region.x + index, y: region.y) & 0xFF) << (8 * UInt32(index)) }
+                        for index in 0..<8 { stamp |= UInt64(image.pixel(x: region.x + 4 + index, y: region.y) & 0xFF) << (8 * UInt64(index)) }
+                        if phase == "measured" { latencies.append(Double(now &- stamp) / 1000) }
                     }
+                    finished = monotonicNanoseconds()
                 }
-                let elapsed = Double(monotonicNanoseconds() - started) / 1e9
+                let elapsed = Double(finished - started) / 1e9
                 latencies.sort()
                 let fps = Double(count) / elapsed
-                print("\(name): \(Int(fps.rounded())) fps; commit → composited median \(Self.micros(latencies[latencies.count / 2])), p99 \(Self.micros(latencies[latencies.count * 99 / 100])) (\(count) frames)")
+                print("\(name): \(Int(fps.rounded())) fps; commit → composited median \(Self.micros(latencies[latencies.count / 2])), p99 \(Self.micros(latencies[latencies.count * 99 / 100])) (\(count) frames, \(latencies.count) sampled)")
             }
             // The limit for the full frame: one 8 MB copy, in this process.
             let bytes = 1920 * 1080 * 4
