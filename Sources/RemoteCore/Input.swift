@@ -103,6 +103,7 @@ public struct KeyEvent: Sendable, Hashable {
         guard text.utf8.count <= InputLimits.maxKeyTextBytes else {
             return "key \(keyCode) text of \(text.utf8.count) bytes; at most \(InputLimits.maxKeyTextBytes)"
         }
+        guard !text.utf8.contains(0) else { return "key \(keyCode) text contains NUL" }
         guard Modifiers.all.isSuperset(of: modifiers) else { return "modifiers \(modifiers.rawValue) has undefined bits" }
         return nil
     }
@@ -192,8 +193,8 @@ public enum InputEvent: Sendable, Hashable {
         case .pointer(let event): event.problem
         case .key(let event): event.problem
         case .text(let text):
-            (1...InputLimits.maxTextBytes).contains(text.utf8.count) ? nil
-                : "text_input of \(text.utf8.count) bytes; it must be 1…\(InputLimits.maxTextBytes)"
+            !(1...InputLimits.maxTextBytes).contains(text.utf8.count) ? "text_input of \(text.utf8.count) bytes; it must be 1…\(InputLimits.maxTextBytes)"
+                : text.utf8.contains(0) ? "text_input contains NUL" : nil
         case .focus, .remoteControl: nil
         case .traits(let traits): traits.problem
         }

@@ -285,10 +285,12 @@ public final class ServiceConnection: Sendable {
             instance.closeChannel()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
-        // A view shown at a size before: the new process gets it too (once the channel runs).
+        // A view shown at a size before: the new process gets it too (once the channel runs), and
+        // the traits and focus it was given.
         if let view = state.withLock({ $0.view }), let size = view.size {
             view.serviceChanged()
             try await connection.send(.resize(size))
+            for message in view.stateToReplay { try await connection.send(message) }
         }
         return channel
     }

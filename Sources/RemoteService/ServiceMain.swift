@@ -130,13 +130,7 @@ final class ServiceRuntime: Sendable {
     func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
         let connection: Connection
         // The view's surface sends on the connection it belongs to, made just below.
-        let sender = Mutex<Connection?>(nil)
-        let surface = makeController.map { makeController in
-            ViewSurface(makeController: makeController) { message, attachments throws(RemoteError) in
-                guard let connection = sender.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
-                try await connection.send(message, attachments: attachments)
-            }
-        }
+        let surface = makeController.map { ViewSurface(makeController: $0) }
         let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
         // The connection's view controller sees its requests and messages first.
         let onRequest: Connection.RequestHandler = { [weak self] request in
@@ -163,8 +157,14 @@ final class ServiceRuntime: Sendable {
             if let surface {
                 connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
                                             onSurface: { message, _ in
-                                                // A surface the host cannot drive is that connection's end, not the service's.
-                                                do { try await surface.receive(message) } catch { await surface.close() }
+                                                // A host that breaks the surface rules ends that connection, not the service.
+                                                do throws(RemoteError) {
+                                                    try await surface.receive(message)
+                                                } catch {
+                                                    let connection = surface.connection.withLock { $0 }
+                                                    await surface.close()
+                                                    await connection?.close(reason: "surface: \(error.reason)")
+                                                }
                                             })
             } else {
                 connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
@@ -173,7 +173,6 @@ final class ServiceRuntime: Sendable {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
         surface?.connection.withLock { $0 = connection }
-        sender.withLock { $0 = connection }
         state.withLock { state in
             state.connections[ObjectIdentifier(connection)] = connection
             state.surfaces[ObjectIdentifier(connection)] = surface

@@ -65,8 +65,12 @@ final class ComposeController: ViewController {
         audio.text = "♪ Audio preview, track \(track): \(playing ? "playing" : "paused")"
     }
 
-    override func received(_ message: ServiceMessage) {
-        guard message.type == "item.image", let fd = message.attachments.first?.take() else { return }
+    override func received(_ message: ServiceMessage) -> Bool {
+        guard message.type == "item.image" else { return false }
+        guard let fd = message.attachments.first?.take() else {
+            detail.text = "The item came without its file."
+            return true
+        }
         do {
             let file = MemoryFile(adopting: fd)
             preview.image = try Image(pngData: try file.read(count: try file.size))
@@ -74,5 +78,6 @@ final class ComposeController: ViewController {
         } catch {
             detail.text = "The item could not be read: \(error)"
         }
+        return true
     }
 }

@@ -1,3 +1,4 @@
+import Glibc
 import RemoteHost
 import RemoteService
 import RemoteTestSupport
@@ -237,6 +238,32 @@ struct RemoteViewInputTests {
             #expect(state["log"]?.contains("traits dark 1500") == true, "\(state)")
             let titleAfter = try #require(try await screen.layout()["title"])
             #expect(titleAfter.height > titleBefore.height, "\(titleBefore) → \(titleAfter)")
+        }
+    }
+
+    @Test("a relaunched service gets the size, the traits and the focus the host gave the view")
+    func relaunchKeepsTraits() async throws {
+        try await LauncherTests().withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
+            try await view.present(width: Self.width, height: Self.height)
+            try await view.setTraits(Traits(style: .dark))
+            try await view.send(.focus(true))
+            try await view.settle()
+            #expect(view.image.pixel(x: 2, y: Self.height - 2) == Self.dark)
+            let servicePid = try #require(await launcher.status().first?.processes.first?.servicePid)
+            kill(servicePid, SIGKILL)
+            var state: String?
+            for _ in 0..<3 where state == nil {
+                do {
+                    state = try await view.connection.request(ServiceMessage(type: "state")).text
+                } catch let error as RemoteError {
+                    #expect(error.code == .interrupted, "\(error)")
+                }
+            }
+            #expect(await launcher.status().first?.launches == 2)
+            #expect(state?.contains("traits dark") == true && state?.contains("focus true") == true, "\(state ?? "")")
+            try await view.settle()
+            #expect(view.image.pixel(x: 2, y: Self.height - 2) == Self.dark, "the new process draws dark too")
         }
     }
 

@@ -73,6 +73,9 @@ struct InputCodecTests {
         expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.pointer(PointerEvent(.moved, x: .nan, y: 0))))), mentioning: "pointer x nan")
         expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.text("")))), mentioning: "text_input of 0 bytes")
         expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.traits(Traits(fontScalePermille: 100))))), mentioning: "font scale 100‰")
+        // protobuf-c strings end at NUL: text with one would arrive cut short.
+        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.text("a\0b")))), mentioning: "text_input contains NUL")
+        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.key(KeyEvent(keyCode: 4, text: "\0"))))), mentioning: "contains NUL")
     }
 
     @Test("input is the host's to send")

@@ -201,3 +201,27 @@ struct PresenterTests {
         }
     }
 }
+
+@Suite("Presenter against a host that keeps its buffers")
+struct PresenterBufferCapTests {
+    @Test("a host that says frame_done but never releases: at most three buffers, then the next frame waits for a release")
+    func capped() async throws {
+        let sent = Mutex<[String]>([])
+        let presenter = SurfacePresenter(width: 4, height: 4) { message, _ in
+            sent.withLock { $0.append(message.name) }
+        }
+        for frame in 1...3 {
+            try await presenter.present(damage: nil) { $0.fill(PixelRect(x: 0, y: 0, width: 4, height: 4), with: .black) }
+            try await presenter.receive(.frameDone(frame: UInt64(frame)))
+        }
+        #expect(presenter.bufferCount == 3)
+        // The fourth frame waits; a release lets it reuse that buffer.
+        let fourth = Task { try await presenter.beginFrame(damage: nil).number }
+        try await presenter.receive(.releaseBuffer(2))
+        let number = try await withDeadline(.seconds(5), "the fourth frame") { try await fourth.value }
+        #expect(number == 4)
+        #expect(presenter.bufferCount == 3)
+        #expect(sent.withLock { $0.filter { $0 == "attach_buffer" }.count } == 3)
+        presenter.close()
+    }
+}

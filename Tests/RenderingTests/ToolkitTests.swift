@@ -210,3 +210,94 @@ struct ToolkitTests {
         #expect(bar.displayedProgress == 0.25 && bar.progress == 0.25)
     }
 }
+
+/// Edge cases a reviewer found, kept fixed.
+@MainActor
+@Suite("View toolkit edge cases")
+struct ToolkitEdgeCaseTests {
+    func present(_ controller: ViewController) -> ServiceRoot {
+        let root = ServiceRoot(controller: controller, connection: nil)
+        root.resize(to: Size(width: 200, height: 100), scale: 1)
+        _ = root.prepareFrame(at: .now)
+        return root
+    }
+
+    @Test("wrapped text that fits its line limit gets no ellipsis")
+    func noSpuriousEllipsis() {
+        #expect(TextMeasure.lines(of: "hello\nworld", font: .body, width: 500, maxLines: 2) == ["hello", "world"])
+        #expect(TextMeasure.lines(of: "hello\nworld\nagain", font: .body, width: 500, maxLines: 2) == ["hello", "world…"])
+    }
+
+    @Test("a combining mark joins the character before it: the caret stays at the end and backspace deletes the whole character")
+    func combiningMarks() {
+        let controller = ViewController()
+        let root = present(controller)
+        let field = TextField()
+        field.frame = Rect(x: 0, y: 0, width: 200, height: 30)
+        controller.view.addSubview(field)
+        #expect(field.becomeFirstResponder())
+        root.deliver(.text("e"))
+        root.deliver(.text("\u{301}"))
+        #expect(field.text == "e\u{301}" && field.text.count == 1 && field.selection == 1..<1)
+        root.deliver(.key(KeyEvent(keyCode: KeyCode.backspace)))
+        #expect(field.text.isEmpty)
+        root.deliver(.text("abc"))
+        root.deliver(.key(KeyEvent(keyCode: KeyCode.left, modifiers: .shift)))
+        field.text = "x"  // from code: the selection and its anchor stay inside the text
+        root.deliver(.key(KeyEvent(keyCode: KeyCode.left, modifiers: .shift)))
+        #expect(field.selection == 0..<1, "\(field.selection)")
+    }
+
+    @Test("a button disabled during a press is not left highlighted; a drag that began elsewhere does not highlight it")
+    func buttonHighlight() {
+        let controller = ViewController()
+        let root = present(controller)
+        let button = Button(title: "Go")
+        button.frame = Rect(x: 0, y: 0, width: 80, height: 30)
+        controller.view.addSubview(button)
+        root.deliver(.pointer(PointerEvent(.down, x: 10, y: 10, button: 1, buttons: 1)))
+        button.isEnabled = false
+        root.deliver(.pointer(PointerEvent(.up, x: 10, y: 10, button: 1)))
+        button.isEnabled = true
+        #expect(button.state == .normal)
+        root.deliver(.pointer(PointerEvent(.moved, x: 10, y: 10, buttons: 1)))
+        #expect(button.state == .normal)
+    }
+
+    @Test("a superseded animation stops: no frames are asked for once the value is set without animation")
+    func supersededAnimation() {
+        let controller = ViewController()
+        let root = present(controller)
+        let bar = ProgressView()
+        bar.frame = Rect(x: 0, y: 0, width: 100, height: 6)
+        controller.view.addSubview(bar)
+        _ = root.prepareFrame(at: .now)
+        bar.setProgress(0.5, animated: true)
+        bar.setProgress(0.8, animated: false)
+        _ = root.prepareFrame(at: .now)
+        #expect(!root.needsFrame && bar.displayedProgress == 0.8)
+        // A view that leaves the screen ends its animation too.
+        bar.setProgress(0.1, animated: true)
+        bar.removeFromSuperview()
+        _ = root.prepareFrame(at: .now)
+        #expect(!root.needsFrame)
+    }
+
+    @Test("damage is clipped to the surface, and damage wholly outside it is no frame at all")
+    func damageOutside() {
+        let controller = ViewController()
+        let root = present(controller)
+        let view = View(frame: Rect(x: 180, y: 90, width: 50, height: 50))
+        view.clipsToBounds = false
+        controller.view.clipsToBounds = false
+        controller.view.addSubview(view)
+        let surface = PixelRect(x: 0, y: 0, width: 200, height: 100)
+        _ = root.prepareFrame(at: .now, clippedTo: surface)
+        view.backgroundColor = .black
+        #expect(root.prepareFrame(at: .now, clippedTo: surface) == [PixelRect(x: 180, y: 90, width: 20, height: 10)])
+        view.frame = Rect(x: 300, y: 300, width: 10, height: 10)
+        _ = root.prepareFrame(at: .now, clippedTo: surface)
+        view.backgroundColor = .white
+        #expect(root.prepareFrame(at: .now, clippedTo: surface) == [])
+    }
+}

@@ -22,7 +22,7 @@ public final class RemoteView: Sendable {
     public let damage: AsyncStream<[PixelRect]>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
-    private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?)>((SurfaceCompositor(), nil))
+    private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?, traits: Traits?, focused: Bool?)>((SurfaceCompositor(), nil, nil, nil))
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
     public enum Presentation: Sendable, Hashable {
@@ -68,6 +68,20 @@ public final class RemoteView: Sendable {
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
         try await connection.sendSurface(.input(event))
+        // Kept for relaunches, like the size.
+        switch event {
+        case .traits(let traits): state.withLock { $0.traits = traits }
+        case .focus(let focused): state.withLock { $0.focused = focused }
+        default: break
+        }
+    }
+
+    /// What a new process of the service is told after the size: the traits and focus the
+    /// host gave the view last.
+    var stateToReplay: [SurfaceMessage] {
+        state.withLock { state in
+            (state.traits.map { [SurfaceMessage.input(.traits($0))] } ?? []) + (state.focused.map { [.input(.focus($0))] } ?? [])
+        }
     }
 
     /// A primary-button click at (`x`, `y`) points: down, then up.

@@ -40,6 +40,8 @@ package final class SurfacePresenter: Sendable {
         var history: [(frame: UInt64, damage: [PixelRect])] = []
         var inFlight = false
         var frameWaiters: [CheckedContinuation<Void, Never>] = []
+        /// A frame waiting for a buffer to come back (all of ``SurfacePresenter/maxBuffers`` are out).
+        var releaseWaiter: CheckedContinuation<Void, Never>?
         var closed = false
     }
 
@@ -82,7 +84,33 @@ package final class SurfacePresenter: Sendable {
     /// for a frame whose changed region is `damage` (`nil`: everything).
     package func beginFrame(damage: [PixelRect]?) async throws(RemoteError) -> Frame {
         await waitForFrameDone()
-        return try state.withLock { (state) throws(RemoteError) -> Frame in try Self.plan(&state, damage: damage) }
+        while true {
+            let frame = try state.withLock { (state) throws(RemoteError) -> Frame? in
+                try Self.hasBuffer(state) ? Self.plan(&state, damage: damage) : nil
+            }
+            if let frame { return frame }
+            // A host that says frame_done but keeps the buffers: wait for one to come back
+            // rather than make buffers without end.
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state in
+                    if state.closed || Self.hasBuffer(state) { return true }
+                    state.releaseWaiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    /// The most buffers of one size a surface has (triple buffering at most).
+    package static let maxBuffers = 3
+
+    /// Whether a frame can be drawn now: a released buffer of the current size, or room for
+    /// a new one (a closed presenter says yes, and fails in plan).
+    private static func hasBuffer(_ state: State) -> Bool {
+        if state.closed { return true }
+        let current = state.slots.values.filter { $0.buffer.layout.width == state.width && $0.buffer.layout.height == state.height }
+        return current.contains { $0.released } || current.count < maxBuffers
     }
 
     /// Sends a drawn frame to the host (attaching its buffer first if it is new).
@@ -144,6 +172,7 @@ package final class SurfacePresenter: Sendable {
             let stale = try state.withLock { (state) throws(RemoteError) -> UInt32? in
                 guard var slot = state.slots[id] else { throw RemoteError(.protocolViolation, "release_buffer of buffer \(id), which this service never attached") }
                 slot.released = true
+                defer { state.releaseWaiter.take()?.resume() }
                 // A buffer of an old size is not reused: destroy it.
                 if slot.buffer.layout.width != state.width || slot.buffer.layout.height != state.height {
                     state.slots[id] = nil
@@ -188,13 +217,14 @@ package final class SurfacePresenter: Sendable {
 
     /// Ends the surface: waiting presenters fail.
     package func close() {
-        let waiters = state.withLock { state in
+        let (waiters, releaseWaiter) = state.withLock { state in
             state.closed = true
             state.inFlight = false
             defer { state.frameWaiters.removeAll() }
-            return state.frameWaiters
+            return (state.frameWaiters, state.releaseWaiter.take())
         }
         for waiter in waiters { waiter.resume() }
+        releaseWaiter?.resume()
     }
 
     /// Returns once no frame is in flight (the host's frame_done of the last one came).

@@ -7,24 +7,33 @@ import Synchronization
 @MainActor
 final class ViewSurface {
     private let makeController: @MainActor () -> ViewController
-    private let send: SurfacePresenter.Send
-    /// The connection, once made (the surface is made before it).
+    /// The connection, once made (the surface is made before it); cleared at ``close()`` so
+    /// that the connection's handlers, which hold this surface, do not keep it alive.
     nonisolated let connection = Mutex<Connection?>(nil)
     private var presenter: SurfacePresenter?
     private(set) var root: ServiceRoot?
     private var waiter: CheckedContinuation<Void, Never>?
     private var closed = false
     private var appeared = false
-    /// Requests waiting for the view to have committed everything pending.
-    private var settleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Requests waiting for the view to have committed everything pending, by ticket.
+    private var settleWaiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    private var nextTicket = 0
 
-    nonisolated init(makeController: @escaping @MainActor () -> ViewController, send: @escaping SurfacePresenter.Send) {
+    nonisolated init(makeController: @escaping @MainActor () -> ViewController) {
         self.makeController = makeController
-        self.send = send
+    }
+
+    /// Sends a surface message on the connection, while there is one.
+    private nonisolated var send: SurfacePresenter.Send {
+        { [weak self] message, attachments throws(RemoteError) in
+            guard let current = self?.connection.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
+            try await current.send(message, attachments: attachments)
+        }
     }
 
     /// Applies a message about the view from the host: size and pacing, or input.
     func receive(_ message: SurfaceMessage) async throws(RemoteError) {
+        guard !closed else { return }
         switch message {
         case .resize(let size):
             let (width, height) = size.pixels
@@ -34,16 +43,15 @@ final class ViewSurface {
             } else {
                 presenter = SurfacePresenter(width: width, height: height, send: send)
             }
+            guard !closed else { return }
             ensureRoot().resize(to: Size(width: Double(size.width), height: Double(size.height)), scale: scale)
             resume()  // the render loop may be waiting for its first root and size
         case .input(let event):
-            // Traits may come before the first size; other input needs a view on screen.
+            // Traits may come before the first size (they are applied when the view is made);
+            // other input before it has nothing to reach, and is dropped.
             if case .traits = event {
                 ensureRoot().deliver(event)
-            } else {
-                guard let root, presenter != nil else {
-                    throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
-                }
+            } else if let root, presenter != nil {
                 root.deliver(event)
             }
         default:
@@ -60,8 +68,8 @@ final class ViewSurface {
         root.wake = { [weak self] in self?.resume() }
         let send = self.send
         root.preferredSizeSink = { size in
-            let width = min(max(Int(size.width.rounded(.up)), 1), SurfaceLimits.maxDimension)
-            let height = min(max(Int(size.height.rounded(.up)), 1), SurfaceLimits.maxDimension)
+            let width = min(max(Int(size.width.isFinite ? size.width.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
+            let height = min(max(Int(size.height.isFinite ? size.height.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             Task { try? await send(.preferredSize(width: width, height: height), []) }
         }
         _ = root.controller.view
@@ -69,39 +77,44 @@ final class ViewSurface {
         return root
     }
 
-    /// A one-way message for the controller; whether there was one to take it.
+    /// A one-way message for the controller; whether it took it.
     func received(_ message: ServiceMessage) -> Bool {
-        guard let root else { return false }
-        root.controller.received(message)
-        return true
+        guard let root, !closed else { return false }
+        return root.controller.received(message)
     }
 
     /// A request for the controller; `nil` when there is none or it leaves it to the service.
     func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
-        guard let root else { return nil }
+        guard let root, !closed else { return nil }
         return try await root.controller.handleRequest(request)
     }
 
-    /// Draws frames until ``close()``.
+    /// Draws frames until ``close()`` (or until a frame cannot be made: then it closes).
     func run() async {
         while !closed {
             guard let root, let presenter, root.needsFrame else {
                 // Everything pending is committed.
-                for waiter in settleWaiters { waiter.resume() }
-                settleWaiters.removeAll()
+                resumeSettled()
                 await withCheckedContinuation { waiter = $0 }
                 continue
             }
             // Frames follow the host's frame_done: animations step once per frame it allows.
             await presenter.waitUntilReady()
             if closed { break }
-            let damage = root.prepareFrame(at: .now)
-            if let damage, damage.isEmpty { continue }  // laid out, nothing visible changed
+            let size = presenter.size
+            let damage = root.prepareFrame(at: .now, clippedTo: PixelRect(x: 0, y: 0, width: size.width, height: size.height))
+            if let damage, damage.isEmpty {
+                // Laid out or animated with nothing visible changing: no frame, so no
+                // frame_done to pace the next step; a display's frame interval does instead.
+                if root.needsFrame { try? await Task.sleep(for: .milliseconds(16)) }
+                continue
+            }
             do {
                 let frame = try await presenter.beginFrame(damage: damage)
                 frame.draw { context in root.draw(in: context, dirty: frame.redraw) }
                 try await presenter.commit(frame)
             } catch {
+                close()
                 return
             }
             if !appeared {
@@ -111,24 +124,44 @@ final class ViewSurface {
         }
     }
 
-    /// Returns once the view has committed everything pending (at once when nothing is shown).
+    /// Returns once the view has committed everything pending (at once when nothing is shown),
+    /// or when the request is cancelled.
     func settle() async {
         guard !closed, let root, root.needsFrame || waiter == nil else { return }
-        await withCheckedContinuation { settleWaiters.append($0) }
+        let ticket = nextTicket
+        nextTicket += 1
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if Task.isCancelled || closed { return continuation.resume() }
+                settleWaiters[ticket] = continuation
+            }
+        } onCancel: {
+            Task { @MainActor [weak self] in self?.settleWaiters.removeValue(forKey: ticket)?.resume() }
+        }
+    }
+
+    private func resumeSettled() {
+        let waiters = settleWaiters.values
+        settleWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
     }
 
     private func resume() {
         waiter.take()?.resume()
     }
 
-    /// Ends the render loop; the controller's view disappears.
+    /// Ends the render loop; the controller's view disappears; the surface lets go of the
+    /// connection, its buffers and its view tree.
     func close() {
+        guard !closed else { return }
         closed = true
-        for waiter in settleWaiters { waiter.resume() }
-        settleWaiters.removeAll()
         resume()
+        resumeSettled()
         presenter?.close()
+        presenter = nil
         if let root, appeared { root.controller.viewDidDisappear() }
         appeared = false
+        root = nil
+        connection.withLock { $0 = nil }
     }
 }

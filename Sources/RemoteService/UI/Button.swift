@@ -7,8 +7,8 @@ open class Button: View {
         case normal, highlighted, disabled
     }
 
-    public var title: String { didSet { if title != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
-    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    public var title: String { didSet { if title != oldValue { setNeedsDisplay(); invalidateContainerLayout() } } }
+    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); invalidateContainerLayout() } } }
     /// `nil`: the traits' tint.
     public var tintColor: Color? { didSet { if tintColor != oldValue { setNeedsDisplay() } } }
     /// Runs when a press ends inside the button.
@@ -16,6 +16,8 @@ open class Button: View {
     /// A disabled button is drawn faded and ignores presses (they go nowhere).
     public var isEnabled = true { didSet { if isEnabled != oldValue { setNeedsDisplay() } } }
     public private(set) var isHighlighted = false { didSet { if isHighlighted != oldValue { setNeedsDisplay() } } }
+    /// Whether a press began on the button and has not ended.
+    private var tracking = false
 
     public init(title: String, font: Font = Font(size: 15, weight: .bold), action: (@MainActor (Button) -> Void)? = nil) {
         self.title = title
@@ -51,19 +53,20 @@ open class Button: View {
 
     open override func pointerDown(_ event: PointerEvent) {
         guard isEnabled else { return }
+        tracking = true
         isHighlighted = true
     }
 
     open override func pointerMoved(_ event: PointerEvent) {
-        guard isEnabled, event.buttons != 0 else { return super.pointerMoved(event) }
-        isHighlighted = bounds.contains(location(of: event))
+        guard tracking else { return super.pointerMoved(event) }
+        isHighlighted = isEnabled && bounds.contains(location(of: event))
     }
 
     open override func pointerUp(_ event: PointerEvent) {
-        guard isEnabled else { return }
-        let inside = bounds.contains(location(of: event))
+        let wasTracking = tracking
+        tracking = false
         isHighlighted = false
-        if inside { action?(self) }
+        if wasTracking, isEnabled, bounds.contains(location(of: event)) { action?(self) }
     }
 
     /// Runs the action as a press would.

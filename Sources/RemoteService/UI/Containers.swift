@@ -90,7 +90,7 @@ open class CanvasView: View {
 
     public var drawHandler: Draw { didSet { setNeedsDisplay() } }
     /// The height a stack gives it (`nil`: its frame's).
-    public var preferredHeight: Double? { didSet { superview?.setNeedsLayout() } }
+    public var preferredHeight: Double? { didSet { invalidateContainerLayout() } }
 
     public init(preferredHeight: Double? = nil, draw: @escaping Draw) {
         drawHandler = draw
@@ -118,7 +118,7 @@ open class ImageView: View {
         case center
     }
 
-    public var image: Image? { didSet { if image !== oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    public var image: Image? { didSet { if image !== oldValue { setNeedsDisplay(); invalidateContainerLayout() } } }
     public var contentMode: ContentMode { didSet { if contentMode != oldValue { setNeedsDisplay() } } }
 
     public init(image: Image? = nil, contentMode: ContentMode = .scaleAspectFit) {
@@ -169,8 +169,8 @@ open class ProgressView: View {
     public var trackTintColor: Color? { didSet { setNeedsDisplay() } }
     /// How long an animated change takes.
     public var animationDuration: Duration = .milliseconds(300)
-    /// Bumped for every change, so an older animation stops when a newer one starts.
-    private var generation = 0
+    /// The running animated change, stopped when another change comes.
+    private var animation: Animation?
 
     public init(progress: Double = 0) {
         super.init()
@@ -182,15 +182,15 @@ open class ProgressView: View {
     public func setProgress(_ value: Double, animated: Bool) {
         let target = value.isFinite ? min(max(value, 0), 1) : 0
         progress = target
-        generation += 1
+        animation?.cancel()
+        animation = nil
         guard animated, serviceRoot != nil, target != displayedProgress else {
             displayedProgress = target
             return
         }
-        let start = displayedProgress, generation = self.generation
-        animate(duration: animationDuration, curve: .easeOut) { [weak self] t in
-            guard let self, self.generation == generation else { return }
-            self.displayedProgress = start + (target - start) * t
+        let start = displayedProgress
+        animation = animate(duration: animationDuration, curve: .easeOut) { [weak self] t in
+            self?.displayedProgress = start + (target - start) * t
         }
     }
 

@@ -35,10 +35,15 @@ public struct Font: Sendable, Hashable {
         Font(family: family, size: size * factor, weight: weight)
     }
 
-    /// Sets this font on a Cairo context.
+    /// Sets this font on a Cairo context. Metrics are not hinted, so text measures the same at
+    /// every scale (what ``TextMeasure`` says is where it is drawn).
     func apply(to cairo: OpaquePointer) {
         cairo_select_font_face(cairo, family, CAIRO_FONT_SLANT_NORMAL, weight == .bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL)
         cairo_set_font_size(cairo, size)
+        let options = cairo_font_options_create()
+        cairo_font_options_set_hint_metrics(options, CAIRO_HINT_METRICS_OFF)
+        cairo_set_font_options(cairo, options)
+        cairo_font_options_destroy(options)
     }
 }
 
@@ -74,8 +79,7 @@ public enum TextMeasure {
     /// in "…" when text was cut). Explicit newlines always break.
     public static func lines(of text: String, font: Font, width: Double, maxLines: Int = 0) -> [String] {
         var lines: [String] = []
-        var truncated = false
-        paragraphs: for paragraph in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        for paragraph in text.split(separator: "\n", omittingEmptySubsequences: false) {
             var line = ""
             for word in paragraph.split(separator: " ", omittingEmptySubsequences: false) {
                 let candidate = line.isEmpty ? String(word) : line + " " + word
@@ -83,30 +87,25 @@ public enum TextMeasure {
                     line = candidate
                     continue
                 }
-                if !line.isEmpty {
-                    lines.append(line)
-                    if maxLines > 0 && lines.count == maxLines { truncated = true; break paragraphs }
-                }
+                if !line.isEmpty { lines.append(line) }
                 // The word alone: broken between characters if it is wider than a line.
                 line = ""
                 for character in word {
                     if !line.isEmpty && Self.width(of: line + String(character), font: font) > width {
                         lines.append(line)
-                        if maxLines > 0 && lines.count == maxLines { truncated = true; break paragraphs }
                         line = ""
                     }
                     line.append(character)
                 }
             }
             lines.append(line)
-            if maxLines > 0 && lines.count == maxLines { truncated = true; break }
+            if maxLines > 0 && lines.count > maxLines { break }  // enough to know it is cut
         }
-        if truncated, let last = lines.popLast() {
-            var cut = last
-            while !cut.isEmpty && Self.width(of: cut + "…", font: font) > width { cut.removeLast() }
-            lines.append(cut + "…")
-        }
-        return lines
+        guard maxLines > 0, lines.count > maxLines else { return lines }
+        lines.removeLast(lines.count - maxLines)
+        var cut = lines.removeLast()
+        while !cut.isEmpty && Self.width(of: cut + "…", font: font) > width { cut.removeLast() }
+        return lines + [cut + "…"]
     }
 }
 

@@ -96,7 +96,7 @@ public struct Rect: Sendable, Hashable, CustomStringConvertible {
         let left = (minX * scale).rounded(.down), top = (minY * scale).rounded(.down)
         let right = (maxX * scale).rounded(.up), bottom = (maxY * scale).rounded(.up)
         let limit = Double(SurfaceLimits.maxDimension)
-        func clamp(_ value: Double) -> Int { Int(min(max(value, -limit), 2 * limit)) }
+        func clamp(_ value: Double) -> Int { value.isFinite ? Int(min(max(value, -limit), 2 * limit)) : 0 }
         return PixelRect(x: clamp(left), y: clamp(top), width: clamp(right) - clamp(left), height: clamp(bottom) - clamp(top))
     }
 

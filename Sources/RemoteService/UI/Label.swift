@@ -27,7 +27,7 @@ open class Label: View {
 
     private func contentChanged() {
         setNeedsDisplay()
-        superview?.setNeedsLayout()
+        invalidateContainerLayout()
     }
 
     /// The lines drawn within `width`.

@@ -7,8 +7,9 @@ import Synchronization
 @MainActor
 final class ServiceRoot: Responder {
     let controller: ViewController
-    /// The connection to the host (for the controller's own messages).
-    let connection: Connection?
+    /// The connection to the host (for the controller's own messages); weak, as the
+    /// connection's handlers hold the surface that holds this root.
+    private(set) weak var connection: Connection?
     /// The host's size for the view, in points, and pixels per point.
     private(set) var size = Size.zero
     private(set) var scale = 1.0
@@ -149,18 +150,24 @@ final class ServiceRoot: Responder {
     func sendPreferredSize(_ size: Size) { preferredSizeSink(size) }
 
     /// Gets the next frame ready: advances animations, lays out, and returns the damage in
-    /// pixels (`nil`: everything) or, when nothing changed, an empty list.
-    func prepareFrame(at now: ContinuousClock.Instant) -> [PixelRect]? {
+    /// pixels (`nil`: everything), clipped to `surface` when given, or, when nothing visible
+    /// changed, an empty list.
+    func prepareFrame(at now: ContinuousClock.Instant, clippedTo surface: PixelRect? = nil) -> [PixelRect]? {
         needsFrame = false
         let running = animations
         animations = []
-        for animation in running where animation.advance(to: now) { animations.append(animation) }
+        // An animation of a view no longer on screen (or cancelled) ends.
+        for animation in running where animation.owner?.serviceRoot === self && animation.advance(to: now) {
+            animations.append(animation)
+        }
         controller.view.layoutIfNeeded()
         // Layout may have damaged more; it is part of this frame.
         needsFrame = !animations.isEmpty
         defer { damage = [] }
         guard let damage else { return nil }
-        return Self.merge(damage.map { $0.pixels(scale: scale) })
+        let pixels = damage.map { $0.pixels(scale: scale) }
+        guard let surface else { return Self.merge(pixels) }
+        return Self.merge(pixels.compactMap { $0.clipped(toWidth: surface.width, height: surface.height) })
     }
 
     /// Draws the tree into `context` (in pixels) where `dirty` (pixels) says.

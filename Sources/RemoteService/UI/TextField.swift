@@ -11,11 +11,12 @@ open class TextField: View {
             guard text != oldValue else { return }
             let count = text.count
             selection = min(selection.lowerBound, count)..<min(selection.upperBound, count)
+            anchor = min(anchor, count)
             setNeedsDisplay()
         }
     }
     public var placeholder: String { didSet { if placeholder != oldValue { setNeedsDisplay() } } }
-    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); superview?.setNeedsLayout() } } }
+    public var font: Font { didSet { if font != oldValue { setNeedsDisplay(); invalidateContainerLayout() } } }
     /// The selected characters; empty: the caret is at its bound.
     public var selection: Range<Int> = 0..<0 { didSet { if selection != oldValue { setNeedsDisplay() } } }
     /// Runs after each edit, with the new text.
@@ -50,16 +51,17 @@ open class TextField: View {
         padding + TextMeasure.width(of: String(text.prefix(index)), font: scaledFont)
     }
 
-    /// The character position nearest `x`.
+    /// The character position nearest `x` (a binary search: offsets grow with the index).
     func characterIndex(at x: Double) -> Int {
-        var previous = offset(ofCharacter: 0)
-        if x <= previous { return 0 }
-        for index in 1...max(text.count, 1) where index <= text.count {
-            let next = offset(ofCharacter: index)
-            if x < next { return x - previous < next - x ? index - 1 : index }
-            previous = next
+        var low = 0, high = text.count
+        guard x > offset(ofCharacter: 0) else { return 0 }
+        guard x < offset(ofCharacter: high) else { return high }
+        // Invariant: offset(low) < x <= offset(high).
+        while high - low > 1 {
+            let middle = (low + high) / 2
+            if offset(ofCharacter: middle) < x { low = middle } else { high = middle }
         }
-        return text.count
+        return x - offset(ofCharacter: low) < offset(ofCharacter: high) - x ? low : high
     }
 
     open override func draw(in context: GraphicsContext) {
@@ -144,9 +146,11 @@ open class TextField: View {
     public func replaceSelection(with replacement: String) {
         var characters = Array(text)
         let range = min(selection.lowerBound, characters.count)..<min(selection.upperBound, characters.count)
+        let before = String(characters[..<range.lowerBound]) + replacement
         characters.replaceSubrange(range, with: Array(replacement))
-        let caret = range.lowerBound + replacement.count
         text = String(characters)
+        // Counted again: a combining mark, or half a flag, joins the character before it.
+        let caret = min(before.count, text.count)
         anchor = caret
         selection = caret..<caret
         onChange?(self)

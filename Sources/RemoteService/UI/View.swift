@@ -28,14 +28,23 @@ open class View: Responder {
     public var isHidden = false {
         didSet {
             guard isHidden != oldValue else { return }
-            superview?.setNeedsDisplay(frame)
-            superview?.setNeedsLayout()
+            if let superview {
+                superview.setNeedsDisplay(frame)
+                invalidateContainerLayout()
+            } else {
+                serviceRoot?.invalidateAll()  // the root view
+            }
         }
     }
     /// When `false`, pointer events pass through the view and its subviews to what is below.
     public var isUserInteractionEnabled = true
     /// Whether content outside the bounds is cut off.
-    public var clipsToBounds = true { didSet { setNeedsDisplay() } }
+    public var clipsToBounds = true {
+        didSet {
+            guard clipsToBounds != oldValue else { return }
+            if let superview { superview.setNeedsDisplay(superview.bounds) } else { serviceRoot?.invalidateAll() }
+        }
+    }
 
     public private(set) var subviews: [View] = []
     public private(set) weak var superview: View?
@@ -135,6 +144,17 @@ open class View: Responder {
         serviceRoot?.setNeedsFrame()
     }
 
+    /// The view's size it would fit changed: its superview lays out again, and so does every
+    /// stack above that (each one's own size may follow from its content).
+    public func invalidateContainerLayout() {
+        var view = superview
+        while let current = view {
+            current.setNeedsLayout()
+            guard current is StackView, let next = current.superview else { break }
+            view = next
+        }
+    }
+
     /// Lays out the subviews now if asked to (top down).
     public func layoutIfNeeded() {
         if needsLayout {
@@ -151,7 +171,7 @@ open class View: Responder {
     open func sizeThatFits(_ size: Size) -> Size { frame.size }
 
     /// A size that stacks give the view whatever it would fit (`nil`: ``sizeThatFits(_:)``).
-    public var fixedSize: Size? { didSet { if fixedSize != oldValue { superview?.setNeedsLayout() } } }
+    public var fixedSize: Size? { didSet { if fixedSize != oldValue { invalidateContainerLayout() } } }
 
     /// ``fixedSize``, or what the view fits in `size`.
     public func fittingSize(_ size: Size) -> Size { fixedSize ?? sizeThatFits(size) }
@@ -206,10 +226,18 @@ open class View: Responder {
 
     /// Calls `step` with the progress (0 to 1, eased) at each frame for `duration`, ending with 1.
     /// Frames come as the host allows them (each after the previous one's frame_done), so an
-    /// animation never floods the host; a slow host gets fewer, larger steps.
-    public func animate(duration: Duration, curve: AnimationCurve = .easeInOut, _ step: @escaping @MainActor (Double) -> Void) {
-        guard let root = serviceRoot else { return step(1) }
-        root.addAnimation(Animation(owner: self, duration: duration, curve: curve, step: step))
+    /// animation never floods the host; a slow host gets fewer, larger steps. It ends early
+    /// when cancelled or when the view leaves the screen.
+    @discardableResult
+    public func animate(duration: Duration, curve: AnimationCurve = .easeInOut, _ step: @escaping @MainActor (Double) -> Void) -> Animation {
+        let animation = Animation(owner: self, duration: duration, curve: curve, step: step)
+        guard let root = serviceRoot else {
+            step(1)
+            animation.cancel()
+            return animation
+        }
+        root.addAnimation(animation)
+        return animation
     }
 }
 
@@ -229,10 +257,11 @@ public enum AnimationCurve: Sendable, Hashable {
     }
 }
 
-/// One running animation: a step closure and its clock.
+/// One running animation (see ``View/animate(duration:curve:_:)``): a step closure and its clock.
 @MainActor
-final class Animation {
+public final class Animation {
     weak var owner: View?
+    private var isCancelled = false
     let duration: Duration
     let curve: AnimationCurve
     let step: @MainActor (Double) -> Void
@@ -245,9 +274,12 @@ final class Animation {
         self.step = step
     }
 
+    /// Stops it where it is: no more steps.
+    public func cancel() { isCancelled = true }
+
     /// Advances to `now`; returns whether it goes on.
     func advance(to now: ContinuousClock.Instant) -> Bool {
-        guard owner != nil else { return false }
+        guard owner != nil, !isCancelled else { return false }
         let start = self.start ?? now
         self.start = start
         let elapsed = now - start

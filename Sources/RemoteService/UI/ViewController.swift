@@ -70,8 +70,9 @@ open class ViewController: Responder {
     /// The connection to the host showing this controller: send it your own messages.
     public var connection: Connection? { attachedRoot?.connection }
 
-    /// A one-way message from the host on this controller's connection.
-    open func received(_ message: ServiceMessage) {}
+    /// A one-way message from the host on this controller's connection. Return whether it was
+    /// for the controller; the others go to the service's message handler.
+    open func received(_ message: ServiceMessage) -> Bool { false }
 
     /// A request from the host on this controller's connection. Return `nil` to leave it to the
     /// service's request handler.
