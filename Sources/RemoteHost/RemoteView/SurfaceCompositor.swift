@@ -145,6 +145,12 @@ package final class SurfaceCompositor: Sendable {
         let width = image.width
         image.pixels.withUnsafeMutableBytes { target in
             for rect in rects {
+                // Whole rows of a buffer without padding are one block: one copy.
+                if rect.x == 0 && rect.width == width && layout.stride == width * 4 {
+                    (target.baseAddress! + rect.y * width * 4).copyMemory(from: buffer.base + rect.y * layout.stride,
+                                                                         byteCount: rect.height * width * 4)
+                    continue
+                }
                 for row in rect.y..<(rect.y + rect.height) {
                     let source = buffer.base + row * layout.stride + rect.x * 4
                     let destination = target.baseAddress! + (row * width + rect.x) * 4
