@@ -89,8 +89,9 @@ struct CrossProcessTests {
             let request = Task { try await connection.request(ServiceMessage(type: "sleep"), timeout: .milliseconds(100)) }
             let error = await #expect(throws: RemoteError.self) { try await request.value }
             #expect(error?.code == .timeout)
-            // The cancel was sent before the service answers this one (one socket, in order).
-            let count = try await connection.request(ServiceMessage(type: "cancellations"))
+            // The cancel was read before this request (one socket, in order); the service answers
+            // once its cancelled handler has recorded it, or the request times out.
+            let count = try await connection.request(ServiceMessage(type: "cancellations", text: "1"), timeout: .seconds(5))
             #expect(count.text == "1")
         }
     }

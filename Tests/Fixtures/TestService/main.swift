@@ -8,9 +8,33 @@ import Synchronization
 let cancellations = Cancellations()
 
 final class Cancellations: Sendable {
-    private let count = Atomic<Int>(0)
-    func record() { count.add(1, ordering: .relaxed) }
-    var value: Int { count.load(ordering: .relaxed) }
+    private let state = Mutex<(count: Int, waiters: [(Int, CheckedContinuation<Void, Never>)])>((0, []))
+
+    func record() {
+        let ready = state.withLock { state in
+            state.count += 1
+            let count = state.count
+            defer { state.waiters.removeAll { $0.0 <= count } }
+            return state.waiters.filter { $0.0 <= count }.map(\.1)
+        }
+        for waiter in ready { waiter.resume() }
+    }
+
+    var value: Int { state.withLock { $0.count } }
+
+    /// Returns once `count` cancellations were seen. A cancel message and the next request are
+    /// read in order, but the cancelled handler notices (and records) on its own task, which
+    /// may run after the next request's handler has started.
+    func wait(forAtLeast count: Int) async {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state in
+                if state.count >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
 }
 
 /// The names of the memfds this process has open ("/memfd:NAME (deleted)" links).
@@ -53,6 +77,8 @@ func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
         }
         return ServiceMessage(type: "slept")
     case "cancellations":
+        // "N": once at least N were seen (the host's request deadline bounds the wait).
+        if let atLeast = request.text.flatMap({ Int($0) }) { await cancellations.wait(forAtLeast: atLeast) }
         return ServiceMessage(type: "cancellations", text: String(cancellations.value))
     case "open-memfds":
         return ServiceMessage(type: "open-memfds", text: openMemoryFiles().sorted().joined(separator: "\n"))
