@@ -1,6 +1,7 @@
 // The service toolkit in-process: hit testing, the responder chain, text editing, layout,
 // damage and animation, on a ServiceRoot like the one a host connection gets.
 @testable import RemoteService
+import RemoteHost
 import Testing
 
 @MainActor
@@ -299,5 +300,34 @@ struct ToolkitEdgeCaseTests {
         _ = root.prepareFrame(at: .now, clippedTo: surface)
         view.backgroundColor = .white
         #expect(root.prepareFrame(at: .now, clippedTo: surface) == [])
+    }
+}
+
+/// Images: PNG bytes in (as a shared item arrives), drawn by an ImageView, pixels out.
+@MainActor
+@Suite("Image view")
+struct ImageViewTests {
+    @Test("a PNG decodes and an image view at one pixel per image pixel draws it exactly; bad PNGs are errors that say so")
+    func drawsPNG() throws {
+        // A 4×2 image: the left half red, the right half green (made and encoded by the host's API).
+        let png = try RemoteImage(width: 4, height: 2) { x, _ in x < 2 ? 0xFFFF_0000 : 0xFF00_FF00 }.pngData()
+        let image = try Image(pngData: png)
+        #expect(image.width == 4 && image.height == 2)
+        let view = ImageView(image: image, contentMode: .center)
+        view.frame = Rect(x: 0, y: 0, width: 8, height: 4)
+        #expect(view.imageRect == Rect(x: 2, y: 1, width: 4, height: 2))
+        let buffer = try SurfaceBuffer(id: 1, width: 8, height: 4)
+        buffer.draw { context in
+            context.fill(Rect(x: 0, y: 0, width: 8, height: 4), with: .white)
+            view.draw(in: context)
+        }
+        #expect(buffer.pixel(x: 2, y: 1) == 0xFFFF_0000 && buffer.pixel(x: 3, y: 2) == 0xFFFF_0000)
+        #expect(buffer.pixel(x: 4, y: 1) == 0xFF00_FF00 && buffer.pixel(x: 5, y: 2) == 0xFF00_FF00)
+        #expect(buffer.pixel(x: 1, y: 1) == 0xFFFF_FFFF && buffer.pixel(x: 6, y: 2) == 0xFFFF_FFFF)
+
+        let garbage = #expect(throws: RemoteError.self) { try Image(pngData: [0x89, 0x50, 0x4E, 0x47, 1, 2, 3]) }
+        #expect(garbage?.reason.contains("7 bytes") == true, "\(String(describing: garbage))")
+        let missing = #expect(throws: RemoteError.self) { try Image(contentsOfPNG: "/nonexistent/icon.png") }
+        #expect(missing?.reason.contains("/nonexistent/icon.png") == true)
     }
 }
