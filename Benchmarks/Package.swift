@@ -1,0 +1,32 @@
+// swift-tools-version: 6.1
+//
+// RemoteView's benchmarks (design §13), a package of its own so that the main package's build
+// (and CI) stays lean. `swift run -c release remoteview-bench` runs every figure next to its
+// baseline, measured in the same run, and prints a table (or --json).
+import PackageDescription
+
+let package = Package(
+    name: "RemoteViewBenchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "RemoteView", path: ".."),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // The runner: the host side of every figure, and the baselines' driver.
+        .executableTarget(
+            name: "remoteview-bench",
+            dependencies: [
+                .product(name: "RemoteHost", package: "RemoteView"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Sources/Runner"
+        ),
+        // A lean service (no Foundation, no argument parser): echo, a one-way sink, frames.
+        .executableTarget(
+            name: "bench-service",
+            dependencies: [.product(name: "RemoteService", package: "RemoteView")],
+            path: "Sources/BenchService"
+        ),
+    ]
+)

@@ -1,0 +1,86 @@
+// The benchmarks' service: as lean as a RemoteView service gets (the SDK and the Swift runtime
+// only), so that figures measure the framework, not a service's own start-up.
+//   requests: "echo" (payload and attachments back), "count" (one-way messages since the last
+//   count), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
+//   allows), "tick W H FPS SECONDS" (repaint everything FPS times a second)
+//   view: a solid colour, plus the stream's stamped frames
+import Glibc
+import RemoteService
+import Synchronization
+
+let received = Atomic<Int>(0)
+
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// Repaints a region per frame and stamps it: the frame number, then CLOCK_MONOTONIC (bubblewrap
+/// makes no time namespace, so it is the host's clock too), a byte per pixel in blue, written last.
+final class StreamController: ViewController {
+    var region = Rect.zero
+    var remaining = 0
+    var frame: UInt32 = 0
+    var ticker: Task<Void, Never>?
+    lazy var canvas = CanvasView { [unowned self] context, bounds in
+        frame &+= 1
+        let shade = Double(frame % 200) / 255
+        context.fill(region.isEmpty ? bounds : region, with: Color(red: shade, green: 0.5, blue: 1 - shade))
+        let stamp = monotonicNanoseconds()
+        for index in 0..<12 {
+            let byte = index < 4 ? (frame >> (8 * UInt32(index))) & 0xFF : UInt32((stamp >> (8 * UInt64(index - 4))) & 0xFF)
+            context.fill(Rect(x: region.minX + Double(index), y: region.minY, width: 1, height: 1), with: Color(argb: 0xFF00_0000 | byte))
+        }
+    }
+
+    override func loadView() { view = canvas }
+
+    override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
+        let numbers = (request.text ?? "").split(separator: " ").compactMap { Double($0) }
+        switch request.type {
+        case "stream":
+            guard numbers.count == 5 else { throw ServiceFailure(domain: "bench", code: 1, message: "stream X Y W H FRAMES") }
+            region = Rect(x: numbers[0], y: numbers[1], width: numbers[2], height: numbers[3])
+            remaining = Int(numbers[4])
+            canvas.animate(duration: .zero) { [weak self] _ in self?.step() }
+            return ServiceMessage(type: "streaming", text: String(frame &+ UInt32(remaining)))
+        case "tick":
+            guard numbers.count == 2 else { throw ServiceFailure(domain: "bench", code: 1, message: "tick FPS SECONDS") }
+            region = canvas.bounds
+            let interval = Duration.seconds(1) / numbers[0], end = ContinuousClock.now + .seconds(numbers[1])
+            ticker?.cancel()
+            ticker = Task { [weak self] in
+                var next = ContinuousClock.now
+                while ContinuousClock.now < end, !Task.isCancelled {
+                    self?.canvas.setNeedsDisplay()
+                    next += interval
+                    try? await Task.sleep(until: next)
+                }
+            }
+            return ServiceMessage(type: "ticking")
+        default:
+            return nil
+        }
+    }
+
+    private func step() {
+        guard remaining > 0 else { return }
+        remaining -= 1
+        canvas.setNeedsDisplay(region)
+        if remaining > 0 { canvas.animate(duration: .zero) { [weak self] _ in self?.step() } }
+    }
+}
+
+await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamController() }, onRequest: { request in
+    switch request.type {
+    case "echo":
+        return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
+    case "count":
+        return ServiceMessage(type: "count", text: String(received.exchange(0, ordering: .relaxed)))
+    default:
+        throw ServiceFailure(domain: "bench", code: 404, message: "unknown request \(request.type)")
+    }
+}, onMessage: { _ in
+    received.add(1, ordering: .relaxed)
+})

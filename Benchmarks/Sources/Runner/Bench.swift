@@ -1,0 +1,302 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import Logging
+import RemoteHost
+
+/// One line of the table: a RemoteView figure next to the baseline measured in the same run.
+struct Row: Codable, Sendable {
+    var figure: String
+    var value: Stats
+    var baseline: String
+    var baselineValue: Stats
+    /// How the two compare, and the target (design §13).
+    var ratio: Double
+    var ratioMeaning: String
+    var target: String
+    var met: Bool?
+}
+
+@main
+struct RemoteViewBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remoteview-bench",
+        abstract: "Every RemoteView figure next to its baseline, measured in one run (release build).")
+
+    @Flag(help: "Print the results as JSON instead of a table.")
+    var json = false
+
+    @Option(help: "Request/reply round trips per figure.")
+    var roundTrips = 20_000
+
+    @Option(help: "Frames per frame figure.")
+    var frames = 600
+
+    @Option(help: "Cold starts per figure.")
+    var coldStarts = 30
+
+    func run() async throws {
+        let quiet = json
+        let log: @Sendable (String) -> Void = { line in if !quiet { print(line) } }
+        let bench = try Bench(roundTrips: roundTrips, frames: frames, coldStarts: coldStarts, log: log)
+        let rows = try await bench.all()
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(rows), as: UTF8.self))
+        } else {
+            print(Self.table(rows))
+        }
+    }
+
+    static func table(_ rows: [Row]) -> String {
+        func micros(_ value: Double) -> String {
+            value >= 1000 ? String(format: "%.2f ms", value / 1000) : String(format: "%.1f µs", value)
+        }
+        func describe(_ stats: Stats) -> String {
+            if let rate = stats.perSecond, stats.count > 0, rate > 0, stats.median == 0 { return String(format: "%.0f/s", rate) }
+            var text = "\(micros(stats.median)) (p99 \(micros(stats.p99)), \(micros(stats.min))–\(micros(stats.max)))"
+            if let rate = stats.perSecond { text += String(format: ", %.0f/s", rate) }
+            return text
+        }
+        var lines = ["| figure | RemoteView | baseline | baseline value | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+        for row in rows {
+            let met = row.met.map { $0 ? "yes" : "no" } ?? "–"
+            lines.append("| \(row.figure) | \(describe(row.value)) | \(row.baseline) | \(describe(row.baselineValue)) | \(String(format: "%.2f", row.ratio))× \(row.ratioMeaning) | \(row.target) | \(met) |")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The measurements: the framework's figures and their baselines.
+struct Bench: Sendable {
+    let roundTrips: Int
+    let frames: Int
+    let coldStarts: Int
+    let log: @Sendable (String) -> Void
+    /// Where the C baselines are built.
+    let rawFolder: String
+    /// Manifests for the bench service (sandboxed and not share them).
+    let services: String
+    let benchService: String
+
+    init(roundTrips: Int, frames: Int, coldStarts: Int, log: @escaping @Sendable (String) -> Void) throws {
+        self.roundTrips = roundTrips
+        self.frames = frames
+        self.coldStarts = coldStarts
+        self.log = log
+        var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &path, path.count - 1)
+        guard length > 0 else { throw BenchError("cannot read /proc/self/exe") }
+        let executable = String(decoding: path[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let folder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.endIndex)])
+        benchService = folder + "/bench-service"
+        guard access(benchService, X_OK) == 0 else { throw BenchError("bench-service is not at \(benchService): build the package first") }
+        rawFolder = folder + "/raw"
+        services = folder + "/bench-services"
+        try Self.buildBaselines(into: rawFolder, sources: Self.sourceFolder(from: folder))
+        try Self.writeManifests(into: services, executable: benchService)
+    }
+
+    /// Benchmarks/raw, found from the build folder (Benchmarks/.build/<triple>/release).
+    static func sourceFolder(from build: String) throws -> String {
+        var folder = build
+        while folder.count > 1 {
+            folder = String(folder[..<(folder.lastIndex(of: "/") ?? folder.startIndex)])
+            if access(folder + "/raw/baselines.c", R_OK) == 0 { return folder + "/raw" }
+        }
+        throw BenchError("cannot find Benchmarks/raw/baselines.c above \(build)")
+    }
+
+    static func buildBaselines(into folder: String, sources: String) throws {
+        mkdir(folder, 0o755)
+        _ = try run(["/usr/bin/cc", "-O2", "-Wall", "-o", folder + "/baselines", sources + "/baselines.c"])
+        _ = try run(["/usr/bin/cc", "-O2", "-static", "-o", folder + "/hello-fd3", sources + "/hello-fd3.c"])
+    }
+
+    static func writeManifests(into folder: String, executable: String) throws {
+        mkdir(folder, 0o755)
+        // "shared": one warm process for round trips and frames; "cold": a process per connection.
+        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection")] {
+            let manifest = """
+                { "identifier": "com.example.\(name)", "executable": "\(executable)", "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)" }
+                """
+            try manifest.write(toFile: "\(folder)/\(name).json", atomically: true, encoding: .utf8)
+        }
+    }
+
+    func baseline(_ arguments: String...) throws -> Stats {
+        try Stats(baselineJSON: run([rawFolder + "/baselines"] + arguments).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    func all() async throws -> [Row] {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .error
+        let registry = ServiceRegistry(scanning: [services])
+        var rows = try await withLauncher(registry: registry, configuration: Launcher.Configuration(hostIdentifier: "com.example.bench-host", logger: logger)) { launcher in
+            var rows: [Row] = []
+            let service = launcher.connection(to: "com.example.bench")
+            _ = try await service.request(ServiceMessage(type: "echo"))
+
+            log("round trip …")
+            let payload = [UInt8](repeating: 0x2A, count: 64)
+            let roundTrip = Stats(microseconds: try await sample(roundTrips, warmUp: 1000) {
+                _ = try await service.request(ServiceMessage(type: "echo", payload: payload))
+            })
+            let rawRoundTrip = try baseline("pingpong", String(roundTrips))
+            rows.append(Row(figure: "request/reply, 64 B", value: roundTrip, baseline: "raw C seqpacket ping-pong", baselineValue: rawRoundTrip,
+                            ratio: roundTrip.median / rawRoundTrip.median, ratioMeaning: "of raw (median)", target: "≤ 1.5× (p99 ≤ 2×)",
+                            met: roundTrip.median <= 1.5 * rawRoundTrip.median && roundTrip.p99 <= 2 * rawRoundTrip.p99))
+
+            log("one-way …")
+            var oneWay: [Double] = []
+            var total = 0.0
+            for round in -2..<max(roundTrips / 1000, 1) {
+                let start = nowMicroseconds()
+                for _ in 0..<1000 { try await service.send(ServiceMessage(type: "m", payload: payload)) }
+                let counted = try await service.request(ServiceMessage(type: "count"))
+                let elapsed = nowMicroseconds() - start
+                guard counted.text == "1000" else { throw BenchError("the service counted \(counted.text ?? "?") of 1000 one-way messages") }
+                if round >= 0 {
+                    oneWay.append(elapsed / 1000)
+                    total += elapsed
+                }
+            }
+            let oneWayStats = Stats(microseconds: oneWay, perSecond: Double(oneWay.count * 1000) / (total / 1e6))
+            let rawOneWay = try baseline("oneway", String(roundTrips * 5))
+            rows.append(Row(figure: "one-way messages, 64 B, pipelined", value: oneWayStats, baseline: "raw seqpacket, pipelined", baselineValue: rawOneWay,
+                            ratio: (oneWayStats.perSecond ?? 0) / (rawOneWay.perSecond ?? 1), ratioMeaning: "of raw msgs/s", target: "≥ 0.5×",
+                            met: (oneWayStats.perSecond ?? 0) >= 0.5 * (rawOneWay.perSecond ?? 0)))
+
+            log("round trip with an fd …")
+            let file = try MemoryFile.sealed(name: "bench-item", contents: payload)
+            let withFD = Stats(microseconds: try await sample(roundTrips / 2, warmUp: 500) {
+                let reply = try await service.request(ServiceMessage(type: "echo", payload: payload, attachments: [try Attachment(duplicating: file.fd)]))
+                _ = reply.attachments.first?.take()
+            })
+            let rawWithFD = try baseline("fdpingpong", String(roundTrips / 2))
+            rows.append(Row(figure: "request/reply, 64 B + one fd", value: withFD, baseline: "raw seqpacket + SCM_RIGHTS", baselineValue: rawWithFD,
+                            ratio: withFD.median / rawWithFD.median, ratioMeaning: "of raw (median)", target: "(as the round trip)", met: nil))
+
+            log("frames …")
+            let view = RemoteView(connection: service)
+            try await view.present(width: 1920, height: 1080)
+            try await view.settle()
+            let full = try await stream(view, region: PixelRect(x: 0, y: 0, width: 1920, height: 1080), frames: frames)
+            let rawFull = try baseline("frame", "1920", "1080", String(frames))
+            rows.append(Row(figure: "1920×1080 full damage: commit → composited", value: full, baseline: "C memfd producer/consumer, one memcpy",
+                            baselineValue: rawFull, ratio: (full.perSecond ?? 0) / (rawFull.perSecond ?? 1), ratioMeaning: "of the limit's fps",
+                            target: "fps ≥ 0.8×, latency ≤ limit + 0.1 ms",
+                            met: (full.perSecond ?? 0) >= 0.8 * (rawFull.perSecond ?? 0) && full.median <= rawFull.median + 100))
+            let small = try await stream(view, region: PixelRect(x: 928, y: 508, width: 64, height: 64), frames: frames * 4)
+            rows.append(Row(figure: "64×64 damage: commit → composited", value: small, baseline: "RemoteView request/reply (above)",
+                            baselineValue: roundTrip, ratio: small.median / roundTrip.median, ratioMeaning: "of the round trip",
+                            target: "≤ 2×", met: small.median <= 2 * roundTrip.median))
+            await service.invalidate()
+
+            log("warm present …")
+            let warm = launcher.connection(to: "com.example.bench")
+            _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
+            let present = Stats(microseconds: try await sample(max(coldStarts * 3, 30), warmUp: 5) {
+                let connection = launcher.connection(to: "com.example.bench")
+                let view = RemoteView(connection: connection)
+                try await view.present(width: 320, height: 240)
+                try await firstFrame(view)
+                await connection.invalidate()
+            })
+            rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
+                            baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
+                            ratioMeaning: "of the round trip", target: "–", met: nil))
+            await warm.invalidate()
+            return rows
+        }
+
+        log("cold starts …")
+        rows += try await coldStartRows(registry: registry, logger: logger)
+        return rows
+    }
+
+    /// Streams `frames` frames of `region` and reads each one's stamp from the host's image.
+    func stream(_ view: RemoteView, region: PixelRect, frames: Int) async throws -> Stats {
+        var damage = view.damage.makeAsyncIterator()
+        var latencies: [Double] = []
+        var started: UInt64 = 0, finished: UInt64 = 0
+        for (phase, count) in [("warm-up", 30), ("measured", frames)] {
+            let reply = try await view.connection.request(ServiceMessage(type: "stream", text: "\(region.x) \(region.y) \(region.width) \(region.height) \(count)"))
+            guard let last = reply.text.flatMap({ UInt32($0) }) else { throw BenchError("the stream did not say its last frame") }
+            started = monotonicNanoseconds()
+            var frame: UInt32 = 0
+            while frame != last, await damage.next() != nil {
+                let now = monotonicNanoseconds()
+                let image = view.image
+                var stamp: UInt64 = 0
+                frame = 0
+                for index in 0..<4 { frame |= (image.pixel(x: region.x + index, y: region.y) & 0xFF) << (8 * UInt32(index)) }
+                for index in 0..<8 { stamp |= UInt64(image.pixel(x: region.x + 4 + index, y: region.y) & 0xFF) << (8 * UInt64(index)) }
+                if phase == "measured" { latencies.append(Double(now &- stamp) / 1000) }
+            }
+            finished = monotonicNanoseconds()
+        }
+        return Stats(microseconds: latencies, perSecond: Double(frames) / (Double(finished - started) / 1e9))
+    }
+
+    func firstFrame(_ view: RemoteView) async throws {
+        var damage = view.damage.makeAsyncIterator()
+        guard await damage.next() != nil else { throw BenchError("the view ended before its first frame") }
+    }
+
+    /// A never-started service → its first frame on the host, sandboxed and not, next to a
+    /// trivial static binary that sends one message over fd 3, spawned with bubblewrap and plainly.
+    func coldStartRows(registry: ServiceRegistry, logger: Logger) async throws -> [Row] {
+        var rows: [Row] = []
+        let floors = try spawnFloors()
+        for sandboxed in [true, false] {
+            let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
+                                                       logger: logger)
+            let cold = try await withLauncher(registry: registry, configuration: configuration) { launcher in
+                Stats(microseconds: try await sample(coldStarts, warmUp: 3) {
+                    let connection = launcher.connection(to: "com.example.bench.cold")
+                    let view = RemoteView(connection: connection)
+                    try await view.present(width: 320, height: 240)
+                    try await firstFrame(view)
+                    await connection.invalidate()  // stops the process: the next one starts cold
+                })
+            }
+            let floor = sandboxed ? floors.bubblewrap : floors.plain
+            rows.append(Row(figure: "cold start → first frame, \(sandboxed ? "sandboxed" : "unsandboxed")", value: cold,
+                            baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
+                            baselineValue: floor, ratio: cold.median / floor.median, ratioMeaning: "of the floor",
+                            target: sandboxed ? "≤ 1.5× the bubblewrap floor" : "≤ D-Bus activating a C service (not measured yet)",
+                            met: sandboxed ? cold.median <= 1.5 * floor.median : nil))
+        }
+        return rows
+    }
+
+    /// The static binary started with its end of a socketpair at fd 3, until its message arrives
+    /// and it is reaped: plainly, and in bubblewrap as the launcher would (namespaces, no network,
+    /// cleared environment, no capabilities, only the binary bound).
+    func spawnFloors() throws -> (plain: Stats, bubblewrap: Stats) {
+        let hello = rawFolder + "/hello-fd3"
+        let bubblewrap = ["/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+                          "--ro-bind", hello, "/hello", "--proc", "/proc", "--dev", "/dev", "/hello"]
+        func once(_ arguments: [String]) throws -> Double {
+            var fds: [Int32] = [0, 0]
+            guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0 else { throw BenchError("socketpair failed") }
+            defer { close(fds[0]) }
+            let start = nowMicroseconds()
+            let pid = try spawn(arguments, fd3: fds[1])
+            close(fds[1])
+            var buffer = [UInt8](repeating: 0, count: 64)
+            guard recv(fds[0], &buffer, buffer.count, 0) == 64 else { throw BenchError("\(arguments[0]) sent nothing") }
+            let elapsed = nowMicroseconds() - start
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            return elapsed
+        }
+        func samples(_ arguments: [String]) throws -> Stats {
+            for _ in 0..<3 { _ = try once(arguments) }
+            return Stats(microseconds: try (0..<coldStarts).map { _ in try once(arguments) })
+        }
+        return (try samples([hello]), try samples(bubblewrap))
+    }
+}

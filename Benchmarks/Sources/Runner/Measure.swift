@@ -1,0 +1,105 @@
+import Foundation
+import Glibc
+
+/// Samples of one measurement, in microseconds, and what they say.
+struct Stats: Codable, Sendable {
+    var median: Double
+    var p99: Double
+    var min: Double
+    var max: Double
+    var count: Int
+    /// Operations per second over the whole measurement, where that is the figure.
+    var perSecond: Double?
+
+    init(microseconds samples: [Double], perSecond: Double? = nil) {
+        let sorted = samples.sorted()
+        median = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+        p99 = sorted.isEmpty ? 0 : sorted[Swift.min(sorted.count - 1, sorted.count * 99 / 100)]
+        min = sorted.first ?? 0
+        max = sorted.last ?? 0
+        count = sorted.count
+        self.perSecond = perSecond
+    }
+
+    /// A C baseline's JSON line.
+    init(baselineJSON line: String) throws {
+        struct Raw: Decodable {
+            var median_us: Double, p99_us: Double, min_us: Double, max_us: Double, count: Int, per_second: Double
+        }
+        let raw = try JSONDecoder().decode(Raw.self, from: Data(line.utf8))
+        self.init(median: raw.median_us, p99: raw.p99_us, min: raw.min_us, max: raw.max_us, count: raw.count, perSecond: raw.per_second)
+    }
+
+    init(median: Double, p99: Double, min: Double, max: Double, count: Int, perSecond: Double?) {
+        self.median = median
+        self.p99 = p99
+        self.min = min
+        self.max = max
+        self.count = count
+        self.perSecond = perSecond
+    }
+}
+
+/// Monotonic microseconds.
+func nowMicroseconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) * 1e6 + Double(now.tv_nsec) / 1e3
+}
+
+/// Monotonic nanoseconds (the stream service's stamp clock).
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+/// Times `body` `count` times after `warmUp` untimed runs; microseconds each.
+func sample(_ count: Int, warmUp: Int, _ body: () async throws -> Void) async rethrows -> [Double] {
+    for _ in 0..<warmUp { try await body() }
+    var samples: [Double] = []
+    samples.reserveCapacity(count)
+    for _ in 0..<count {
+        let start = nowMicroseconds()
+        try await body()
+        samples.append(nowMicroseconds() - start)
+    }
+    return samples
+}
+
+/// Runs a command and returns its standard output (failing with its standard error).
+func run(_ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: arguments[0])
+    process.arguments = Array(arguments.dropFirst())
+    let output = Pipe(), errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    let problem = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw BenchError("\(arguments.joined(separator: " ")) failed (\(process.terminationStatus)): \(String(decoding: problem, as: UTF8.self))")
+    }
+    return String(decoding: data, as: UTF8.self)
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Spawns `binary` with `fd` as its fd 3 (nothing else open but stdio) and returns its pid.
+func spawn(_ arguments: [String], fd3 fd: Int32) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, fd, 3)
+    var pid: pid_t = 0
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    let status = posix_spawn(&pid, arguments[0], &actions, nil, argv, environ)
+    guard status == 0 else { throw BenchError("cannot spawn \(arguments[0]): \(String(cString: strerror(status)))") }
+    return pid
+}
