@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 BUILD_LOG := .build/make-test-build.log
 
-.PHONY: demo test clean
+.PHONY: demo test bench clean
 
 # make demo ARGS="..."
 demo:
@@ -26,6 +26,13 @@ test:
 	fi
 # Serial: the tests count this process's fds and children to catch leaks.
 	swift test --skip-build --no-parallel --disable-xctest
+
+# Every benchmark figure next to its baseline, in one run (release build; see Benchmarks/).
+# make bench ARGS="--json"
+bench:
+	scripts/bootstrap --bench
+	cd Benchmarks && swift build -c release
+	Benchmarks/.build/release/remoteview-bench $(ARGS)
 
 clean:
 	swift package clean

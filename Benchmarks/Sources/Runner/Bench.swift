@@ -112,6 +112,10 @@ struct Bench: Sendable {
         mkdir(folder, 0o755)
         _ = try run(["/usr/bin/cc", "-O2", "-Wall", "-o", folder + "/baselines", sources + "/baselines.c"])
         _ = try run(["/usr/bin/cc", "-O2", "-static", "-o", folder + "/hello-fd3", sources + "/hello-fd3.c"])
+        let systemd = try run(["/usr/bin/pkg-config", "--cflags", "--libs", "libsystemd"]).split(separator: " ").map {
+            $0.trimmingCharacters(in: .whitespacesAndNewlines)
+        }.filter { !$0.isEmpty }
+        _ = try run(["/usr/bin/cc", "-O2", "-Wall", "-o", folder + "/dbus-peer", sources + "/dbus-peer.c"] + systemd)
     }
 
     static func writeManifests(into folder: String, executable: String) throws {
@@ -213,6 +217,25 @@ struct Bench: Sendable {
 
         log("cold starts …")
         rows += try await coldStartRows(registry: registry, logger: logger)
+
+        log("D-Bus …")
+        let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
+        defer { bus.stop() }
+        let server = try bus.startServer()
+        let dbusCall = try Stats(baselineJSON: bus.peer("call", String(roundTrips)))
+        kill(server.processIdentifier, SIGKILL)
+        server.waitUntilExit()
+        let roundTrip = rows[0].value
+        rows.append(Row(figure: "request/reply, 64 B, against D-Bus", value: roundTrip, baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)",
+                        baselineValue: dbusCall, ratio: dbusCall.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
+                        target: "≥ 2.5× faster", met: dbusCall.median >= 2.5 * roundTrip.median))
+        let activation = try Stats(baselineJSON: bus.peer("activate", String(coldStarts)))
+        if let cold = rows.first(where: { $0.figure.hasSuffix("unsandboxed") })?.value {
+            rows.append(Row(figure: "cold start → first frame, unsandboxed, against D-Bus", value: cold,
+                            baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
+                            ratio: cold.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
+                            met: cold.median <= activation.median))
+        }
         return rows
     }
 
@@ -298,5 +321,77 @@ struct Bench: Sendable {
             return Stats(microseconds: try (0..<coldStarts).map { _ in try once(arguments) })
         }
         return (try samples([hello]), try samples(bubblewrap))
+    }
+}
+
+/// A dbus-daemon of the benchmark's own (a session bus on a socket in `folder`) that activates
+/// the C echo peer on demand.
+final class PrivateBus {
+    let daemon: pid_t
+    let address: String
+    let peerPath: String
+
+    init(folder: String, peer: String) throws {
+        mkdir(folder, 0o755)
+        mkdir(folder + "/services", 0o755)
+        unlink(folder + "/bus")
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+              "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:path=\(folder)/bus</listen>
+              <servicedir>\(folder)/services</servicedir>
+              <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+            </busconfig>
+            """.write(toFile: folder + "/bus.conf", atomically: true, encoding: .utf8)
+        try "[D-BUS Service]\nName=com.example.BenchEcho\nExec=\(peer) server --exit-after-one\n"
+            .write(toFile: folder + "/services/bench.service", atomically: true, encoding: .utf8)
+        // Started with a clean signal mask (its children's exits reach it; Process would pass on
+        // this worker thread's blocked signals); it prints its address on fd 3.
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw BenchError("pipe failed") }
+        daemon = try spawn(["/usr/bin/dbus-daemon", "--config-file=\(folder)/bus.conf", "--nofork", "--print-address=3"], fd3: fds[1])
+        close(fds[1])
+        defer { close(fds[0]) }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(fds[0], &byte, 1) == 1, byte != UInt8(ascii: "\n") { line.append(byte) }
+        guard !line.isEmpty else { throw BenchError("dbus-daemon exited before printing its address") }
+        address = String(decoding: line, as: UTF8.self)
+        peerPath = peer
+    }
+
+    /// Runs the peer as a client of this bus; its JSON line.
+    func peer(_ arguments: String...) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: peerPath)
+        process.arguments = arguments
+        process.environment = ["BENCH_BUS_ADDRESS": address]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw BenchError("dbus-peer \(arguments.joined(separator: " ")) failed") }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// A long-running echo server on the bus (for warm calls), once it owns its name.
+    func startServer() throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: peerPath)
+        process.arguments = ["server"]
+        process.environment = ["BENCH_BUS_ADDRESS": address]
+        try process.run()
+        // One activation-free call proves it is there (the name is requested before serving).
+        _ = try peer("call", "1")
+        return process
+    }
+
+    func stop() {
+        kill(daemon, SIGTERM)
+        var status: Int32 = 0
+        waitpid(daemon, &status, 0)
     }
 }

@@ -96,10 +96,18 @@ func spawn(_ arguments: [String], fd3 fd: Int32) throws -> pid_t {
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_adddup2(&actions, fd, 3)
+    // Signals as a new process expects them, not as this (worker) thread has them.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t()
+    sigemptyset(&none)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
     var pid: pid_t = 0
     let argv = arguments.map { strdup($0) } + [nil]
     defer { for pointer in argv { free(pointer) } }
-    let status = posix_spawn(&pid, arguments[0], &actions, nil, argv, environ)
+    let status = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
     guard status == 0 else { throw BenchError("cannot spawn \(arguments[0]): \(String(cString: strerror(status)))") }
     return pid
 }
