@@ -11,6 +11,9 @@ let package = Package(
     dependencies: [
         .package(name: "RemoteView", path: ".."),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The gRPC peer (a release build takes about 15 minutes the first time, mostly TLS).
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // The runner: the host side of every figure, and the baselines' driver.
@@ -27,6 +30,15 @@ let package = Package(
             name: "bench-service",
             dependencies: [.product(name: "RemoteService", package: "RemoteView")],
             path: "Sources/BenchService"
+        ),
+        // gRPC-Swift unary Echo over a Unix socket, server and client, for the same-run comparison.
+        .executableTarget(
+            name: "grpc-peer",
+            dependencies: [
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+            ],
+            path: "Sources/GRPCPeer"
         ),
     ]
 )

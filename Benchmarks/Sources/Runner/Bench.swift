@@ -8,8 +8,12 @@ import RemoteHost
 struct Row: Codable, Sendable {
     var figure: String
     var value: Stats
+    /// For figures that are not latencies (the scale run): what to show instead of `value`.
+    var summary: String? = nil
     var baseline: String
     var baselineValue: Stats
+    /// What to show instead of `baselineValue`, likewise.
+    var baselineSummary: String? = nil
     /// How the two compare, and the target (design §13).
     var ratio: Double
     var ratioMeaning: String
@@ -62,7 +66,7 @@ struct RemoteViewBench: AsyncParsableCommand {
         var lines = ["| figure | RemoteView | baseline | baseline value | ratio | target | met |", "|---|---|---|---|---|---|---|"]
         for row in rows {
             let met = row.met.map { $0 ? "yes" : "no" } ?? "–"
-            lines.append("| \(row.figure) | \(describe(row.value)) | \(row.baseline) | \(describe(row.baselineValue)) | \(String(format: "%.2f", row.ratio))× \(row.ratioMeaning) | \(row.target) | \(met) |")
+            lines.append("| \(row.figure) | \(row.summary ?? describe(row.value)) | \(row.baseline) | \(row.baselineSummary ?? describe(row.baselineValue)) | \(String(format: "%.2f", row.ratio))× \(row.ratioMeaning) | \(row.target) | \(met) |")
         }
         return lines.joined(separator: "\n")
     }
@@ -73,6 +77,9 @@ struct Bench: Sendable {
     let roundTrips: Int
     let frames: Int
     let coldStarts: Int
+    /// How many services the scale run streams from, for how long.
+    var scaleServices = 64
+    var scaleSeconds = 10.0
     let log: @Sendable (String) -> Void
     /// Where the C baselines are built.
     let rawFolder: String
@@ -121,7 +128,7 @@ struct Bench: Sendable {
     static func writeManifests(into folder: String, executable: String) throws {
         mkdir(folder, 0o755)
         // "shared": one warm process for round trips and frames; "cold": a process per connection.
-        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection")] {
+        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection"), ("bench.scale", "perConnection")] {
             let manifest = """
                 { "identifier": "com.example.\(name)", "executable": "\(executable)", "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)" }
                 """
@@ -218,6 +225,17 @@ struct Bench: Sendable {
         log("cold starts …")
         rows += try await coldStartRows(registry: registry, logger: logger)
 
+        log("scale: \(scaleServices) sandboxed services streaming …")
+        rows.append(try await scaleRow(registry: registry, logger: logger))
+
+        log("gRPC …")
+        if let grpc = try grpcRoundTrip() {
+            let roundTrip = rows[0].value
+            rows.append(Row(figure: "request/reply, 64 B, against gRPC", value: roundTrip, baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)",
+                            baselineValue: grpc, ratio: grpc.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
+                            target: "≥ 30× faster", met: grpc.median >= 30 * roundTrip.median))
+        }
+
         log("D-Bus …")
         let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
         defer { bus.stop() }
@@ -237,6 +255,108 @@ struct Bench: Sendable {
                             met: cold.median <= activation.median))
         }
         return rows
+    }
+
+    /// 64 sandboxed services, each shown at 320×240 and repainting all of it 30 times a second
+    /// for 10 s: the host's CPU and RSS while it composites them all, and each service's RSS idle
+    /// and streaming. The baseline is the same host idle (no baseline can stream like this).
+    func scaleRow(registry: ServiceRegistry, logger: Logger) async throws -> Row {
+        let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", logger: logger)
+        let count = scaleServices, seconds = scaleSeconds
+        return try await withLauncher(registry: registry, configuration: configuration) { launcher in
+            var views: [RemoteView] = []
+            for _ in 0..<count {
+                let view = RemoteView(connection: launcher.connection(to: "com.example.bench.scale"))
+                try await view.present(width: 320, height: 240)
+                views.append(view)
+            }
+            for view in views { try await view.settle() }
+            func serviceRSS() async -> [Double] {
+                await launcher.status().flatMap(\.processes).compactMap { $0.residentBytes.map { Double($0) / 1_048_576 } }
+            }
+            let idleRSS = Stats(microseconds: await serviceRSS())
+            let idleHost = Self.hostUsage()
+            // Every view's damage is drained as a toolkit would; frames are counted. The run is a
+            // window of time, so this waits for time (it is a measurement, not a test).
+            let frames = try await withThrowingTaskGroup(of: Int.self) { group in
+                for view in views {
+                    group.addTask {
+                        var seen = 0
+                        for await _ in view.damage { seen += 1 }
+                        return seen
+                    }
+                }
+                let start = Self.hostUsage()
+                for view in views { _ = try await view.connection.request(ServiceMessage(type: "tick", text: "30 \(seconds)")) }
+                try await Task.sleep(for: .seconds(seconds / 2))
+                let streamingRSS = await serviceRSS()
+                try await Task.sleep(for: .seconds(seconds / 2))
+                let end = Self.hostUsage()
+                group.cancelAll()
+                var total = 0
+                for try await seen in group { total += seen }
+                return (total, start, end, streamingRSS)
+            }
+            let (total, start, end, streamingRSS) = frames
+            let cpu = (end.cpu - start.cpu) / (end.wall - start.wall) * 100
+            let streaming = Stats(microseconds: streamingRSS)
+            for view in views { await view.connection.invalidate() }
+            let summary = String(format: "host CPU %.0f %% of one core, host RSS %.0f MiB; %.1f fps per service; service RSS idle %.1f MiB, streaming %.1f MiB (median)",
+                                 cpu, end.rss, Double(total) / Double(count) / seconds, idleRSS.median, streaming.median)
+            return Row(figure: "scale: \(count) sandboxed services × 320×240 @ 30 fps, \(Int(seconds)) s", value: streaming, summary: summary,
+                       baseline: "the same host, idle", baselineValue: Stats(microseconds: [idleHost.rss]),
+                       baselineSummary: String(format: "host RSS %.0f MiB with the %d services idle", idleHost.rss, count),
+                       ratio: cpu / 100, ratioMeaning: "cores of host CPU", target: "< 1 core", met: cpu < 100)
+        }
+    }
+
+    /// This process's CPU seconds, wall seconds and RSS in MiB.
+    static func hostUsage() -> (cpu: Double, wall: Double, rss: Double) {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        var rss = 0.0
+        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) {
+            rss = (Double(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) / 1024
+        }
+        return (cpu, nowMicroseconds() / 1e6, rss)
+    }
+
+    /// gRPC-Swift's unary round trip, server and client in their own processes; `nil` (with a
+    /// note) when the peer is not built.
+    func grpcRoundTrip() throws -> Stats? {
+        let peer = benchService.replacingOccurrences(of: "/bench-service", with: "/grpc-peer")
+        guard access(peer, X_OK) == 0 else {
+            log("  grpc-peer is not built (swift build -c release --product grpc-peer): skipped")
+            return nil
+        }
+        let socket = rawFolder + "/grpc.sock"
+        var fds: [Int32] = [-1, -1]
+        _ = pipe(&fds)
+        close(fds[0])
+        let server = try spawn([peer, "serve", socket], fd3: fds[1])
+        close(fds[1])
+        defer {
+            kill(server, SIGKILL)
+            var status: Int32 = 0
+            waitpid(server, &status, 0)
+        }
+        // The server is up once its socket accepts.
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: socket.utf8.prefix($0.count - 1)) }
+        for attempt in 0... {
+            let probe = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            } == 0
+            close(probe)
+            if connected { break }
+            guard attempt < 5000 else { throw BenchError("the gRPC server never listened on \(socket)") }
+            usleep(1000)
+        }
+        return try Stats(baselineJSON: run([peer, "call", socket, String(roundTrips)]).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// Streams `frames` frames of `region` and reads each one's stamp from the host's image.
@@ -289,7 +409,7 @@ struct Bench: Sendable {
             rows.append(Row(figure: "cold start → first frame, \(sandboxed ? "sandboxed" : "unsandboxed")", value: cold,
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: cold.median / floor.median, ratioMeaning: "of the floor",
-                            target: sandboxed ? "≤ 1.5× the bubblewrap floor" : "≤ D-Bus activating a C service (not measured yet)",
+                            target: sandboxed ? "≤ 1.5× the bubblewrap floor" : "(against D-Bus below)",
                             met: sandboxed ? cold.median <= 1.5 * floor.median : nil))
         }
         return rows
