@@ -39,10 +39,19 @@ struct RemoteViewBench: AsyncParsableCommand {
     @Option(help: "Cold starts per figure.")
     var coldStarts = 30
 
+    @Option(help: "Only these figure groups, comma-separated (the round trip always runs): \(Bench.groups.joined(separator: ", ")).")
+    var only: String?
+
     func run() async throws {
         let quiet = json
         let log: @Sendable (String) -> Void = { line in if !quiet { print(line) } }
-        let bench = try Bench(roundTrips: roundTrips, frames: frames, coldStarts: coldStarts, log: log)
+        var bench = try Bench(roundTrips: roundTrips, frames: frames, coldStarts: coldStarts, log: log)
+        if let only {
+            bench.only = Set(only.split(separator: ",").map(String.init))
+            for group in bench.only where !Bench.groups.contains(group) {
+                throw ValidationError("--only: no figure group \(group); the groups are \(Bench.groups.joined(separator: ", "))")
+            }
+        }
         let rows = try await bench.all()
         if json {
             let encoder = JSONEncoder()
@@ -77,6 +86,8 @@ struct Bench: Sendable {
     let roundTrips: Int
     let frames: Int
     let coldStarts: Int
+    /// The figures to run (empty: all); the round trip always runs (others compare with it).
+    var only: Set<String> = []
     /// How many services the scale run streams from, for how long.
     var scaleServices = 64
     var scaleSeconds = 10.0
@@ -140,6 +151,11 @@ struct Bench: Sendable {
         try Stats(baselineJSON: run([rawFolder + "/baselines"] + arguments).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
+    /// The figure groups `--only` takes.
+    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus"]
+
+    func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
+
     func all() async throws -> [Row] {
         var logger = Logger(label: "bench")
         logger.logLevel = .error
@@ -159,101 +175,120 @@ struct Bench: Sendable {
                             ratio: roundTrip.median / rawRoundTrip.median, ratioMeaning: "of raw (median)", target: "≤ 1.5× (p99 ≤ 2×)",
                             met: roundTrip.median <= 1.5 * rawRoundTrip.median && roundTrip.p99 <= 2 * rawRoundTrip.p99))
 
-            log("one-way …")
-            var oneWay: [Double] = []
-            var total = 0.0
-            for round in -2..<max(roundTrips / 1000, 1) {
-                let start = nowMicroseconds()
-                for _ in 0..<1000 { try await service.send(ServiceMessage(type: "m", payload: payload)) }
-                let counted = try await service.request(ServiceMessage(type: "count"))
-                let elapsed = nowMicroseconds() - start
-                guard counted.text == "1000" else { throw BenchError("the service counted \(counted.text ?? "?") of 1000 one-way messages") }
-                if round >= 0 {
-                    oneWay.append(elapsed / 1000)
-                    total += elapsed
+            if wants("oneway") {
+                log("one-way …")
+                var oneWay: [Double] = []
+                var total = 0.0
+                for round in -2..<max(roundTrips / 1000, 1) {
+                    let start = nowMicroseconds()
+                    for _ in 0..<1000 { try await service.send(ServiceMessage(type: "m", payload: payload)) }
+                    let counted = try await service.request(ServiceMessage(type: "count"))
+                    let elapsed = nowMicroseconds() - start
+                    guard counted.text == "1000" else { throw BenchError("the service counted \(counted.text ?? "?") of 1000 one-way messages") }
+                    if round >= 0 {
+                        oneWay.append(elapsed / 1000)
+                        total += elapsed
+                    }
                 }
+                let oneWayStats = Stats(microseconds: oneWay, perSecond: Double(oneWay.count * 1000) / (total / 1e6))
+                let rawOneWay = try baseline("oneway", String(roundTrips * 5))
+                rows.append(Row(figure: "one-way messages, 64 B, pipelined", value: oneWayStats, baseline: "raw seqpacket, pipelined", baselineValue: rawOneWay,
+                                ratio: (oneWayStats.perSecond ?? 0) / (rawOneWay.perSecond ?? 1), ratioMeaning: "of raw msgs/s", target: "≥ 0.5×",
+                                met: (oneWayStats.perSecond ?? 0) >= 0.5 * (rawOneWay.perSecond ?? 0)))
             }
-            let oneWayStats = Stats(microseconds: oneWay, perSecond: Double(oneWay.count * 1000) / (total / 1e6))
-            let rawOneWay = try baseline("oneway", String(roundTrips * 5))
-            rows.append(Row(figure: "one-way messages, 64 B, pipelined", value: oneWayStats, baseline: "raw seqpacket, pipelined", baselineValue: rawOneWay,
-                            ratio: (oneWayStats.perSecond ?? 0) / (rawOneWay.perSecond ?? 1), ratioMeaning: "of raw msgs/s", target: "≥ 0.5×",
-                            met: (oneWayStats.perSecond ?? 0) >= 0.5 * (rawOneWay.perSecond ?? 0)))
 
-            log("round trip with an fd …")
-            let file = try MemoryFile.sealed(name: "bench-item", contents: payload)
-            let withFD = Stats(microseconds: try await sample(roundTrips / 2, warmUp: 500) {
-                let reply = try await service.request(ServiceMessage(type: "echo", payload: payload, attachments: [try Attachment(duplicating: file.fd)]))
-                _ = reply.attachments.first?.take()
-            })
-            let rawWithFD = try baseline("fdpingpong", String(roundTrips / 2))
-            rows.append(Row(figure: "request/reply, 64 B + one fd", value: withFD, baseline: "raw seqpacket + SCM_RIGHTS", baselineValue: rawWithFD,
-                            ratio: withFD.median / rawWithFD.median, ratioMeaning: "of raw (median)", target: "(as the round trip)", met: nil))
+            if wants("fd") {
+                log("round trip with an fd …")
+                let file = try MemoryFile.sealed(name: "bench-item", contents: payload)
+                let withFD = Stats(microseconds: try await sample(roundTrips / 2, warmUp: 500) {
+                    let reply = try await service.request(ServiceMessage(type: "echo", payload: payload, attachments: [try Attachment(duplicating: file.fd)]))
+                    _ = reply.attachments.first?.take()
+                })
+                let rawWithFD = try baseline("fdpingpong", String(roundTrips / 2))
+                rows.append(Row(figure: "request/reply, 64 B + one fd", value: withFD, baseline: "raw seqpacket + SCM_RIGHTS", baselineValue: rawWithFD,
+                                ratio: withFD.median / rawWithFD.median, ratioMeaning: "of raw (median)", target: "(as the round trip)", met: nil))
+            }
 
-            log("frames …")
-            let view = RemoteView(connection: service)
-            try await view.present(width: 1920, height: 1080)
-            try await view.settle()
-            let full = try await stream(view, region: PixelRect(x: 0, y: 0, width: 1920, height: 1080), frames: frames)
-            let rawFull = try baseline("frame", "1920", "1080", String(frames))
-            rows.append(Row(figure: "1920×1080 full damage: commit → composited", value: full, baseline: "C memfd producer/consumer, one memcpy",
-                            baselineValue: rawFull, ratio: (full.perSecond ?? 0) / (rawFull.perSecond ?? 1), ratioMeaning: "of the limit's fps",
-                            target: "fps ≥ 0.8×, latency ≤ limit + 0.1 ms",
-                            met: (full.perSecond ?? 0) >= 0.8 * (rawFull.perSecond ?? 0) && full.median <= rawFull.median + 100))
-            let small = try await stream(view, region: PixelRect(x: 928, y: 508, width: 64, height: 64), frames: frames * 4)
-            rows.append(Row(figure: "64×64 damage: commit → composited", value: small, baseline: "RemoteView request/reply (above)",
-                            baselineValue: roundTrip, ratio: small.median / roundTrip.median, ratioMeaning: "of the round trip",
-                            target: "≤ 2×", met: small.median <= 2 * roundTrip.median))
+            if wants("frames") {
+                log("frames …")
+                let view = RemoteView(connection: service)
+                try await view.present(width: 1920, height: 1080)
+                try await view.settle()
+                let full = try await stream(view, region: PixelRect(x: 0, y: 0, width: 1920, height: 1080), frames: frames)
+                let rawFull = try baseline("frame", "1920", "1080", String(frames))
+                rows.append(Row(figure: "1920×1080 full damage: commit → composited", value: full, baseline: "C memfd producer/consumer, one memcpy",
+                                baselineValue: rawFull, ratio: (full.perSecond ?? 0) / (rawFull.perSecond ?? 1), ratioMeaning: "of the limit's fps",
+                                target: "fps ≥ 0.8×, latency ≤ limit + 0.1 ms",
+                                met: (full.perSecond ?? 0) >= 0.8 * (rawFull.perSecond ?? 0) && full.median <= rawFull.median + 100))
+                let small = try await stream(view, region: PixelRect(x: 928, y: 508, width: 64, height: 64), frames: frames * 4)
+                rows.append(Row(figure: "64×64 damage: commit → composited", value: small, baseline: "RemoteView request/reply (above)",
+                                baselineValue: roundTrip, ratio: small.median / roundTrip.median, ratioMeaning: "of the round trip",
+                                target: "≤ 2×", met: small.median <= 2 * roundTrip.median))
+                await service.invalidate()
+            }
+
+            if wants("present") {
+                log("warm present …")
+                let warm = launcher.connection(to: "com.example.bench")
+                _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
+                let present = Stats(microseconds: try await sample(max(coldStarts * 3, 30), warmUp: 5) {
+                    let connection = launcher.connection(to: "com.example.bench")
+                    let view = RemoteView(connection: connection)
+                    try await view.present(width: 320, height: 240)
+                    try await firstFrame(view)
+                    await connection.invalidate()
+                })
+                rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
+                                baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
+                                ratioMeaning: "of the round trip", target: "–", met: nil))
+                await warm.invalidate()
+            }
+
             await service.invalidate()
-
-            log("warm present …")
-            let warm = launcher.connection(to: "com.example.bench")
-            _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
-            let present = Stats(microseconds: try await sample(max(coldStarts * 3, 30), warmUp: 5) {
-                let connection = launcher.connection(to: "com.example.bench")
-                let view = RemoteView(connection: connection)
-                try await view.present(width: 320, height: 240)
-                try await firstFrame(view)
-                await connection.invalidate()
-            })
-            rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
-                            baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
-                            ratioMeaning: "of the round trip", target: "–", met: nil))
-            await warm.invalidate()
             return rows
         }
 
-        log("cold starts …")
-        rows += try await coldStartRows(registry: registry, logger: logger)
+        if wants("cold") {
+            log("cold starts …")
+            rows += try await coldStartRows(registry: registry, logger: logger)
+        }
 
-        log("scale: \(scaleServices) sandboxed services streaming …")
-        rows.append(try await scaleRow(registry: registry, logger: logger))
+        if wants("scale") {
+            log("scale: \(scaleServices) sandboxed services streaming …")
+            rows.append(try await scaleRow(registry: registry, logger: logger))
+        }
 
-        log("gRPC …")
-        if let grpc = try grpcRoundTrip() {
+        if wants("grpc") {
+            log("gRPC …")
+            if let grpc = try grpcRoundTrip() {
+                let roundTrip = rows[0].value
+                rows.append(Row(figure: "request/reply, 64 B, against gRPC", value: roundTrip, baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)",
+                                baselineValue: grpc, ratio: grpc.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
+                                target: "≥ 30× faster", met: grpc.median >= 30 * roundTrip.median))
+            }
+        }
+
+        if wants("dbus") {
+            log("D-Bus …")
+            let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
+            defer { bus.stop() }
+            let server = try bus.startServer()
+            let dbusCall = try Stats(baselineJSON: bus.peer("call", String(roundTrips)))
+            kill(server.processIdentifier, SIGKILL)
+            server.waitUntilExit()
             let roundTrip = rows[0].value
-            rows.append(Row(figure: "request/reply, 64 B, against gRPC", value: roundTrip, baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)",
-                            baselineValue: grpc, ratio: grpc.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
-                            target: "≥ 30× faster", met: grpc.median >= 30 * roundTrip.median))
+            rows.append(Row(figure: "request/reply, 64 B, against D-Bus", value: roundTrip, baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)",
+                            baselineValue: dbusCall, ratio: dbusCall.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
+                            target: "≥ 2.5× faster", met: dbusCall.median >= 2.5 * roundTrip.median))
+            let activation = try Stats(baselineJSON: bus.peer("activate", String(coldStarts)))
+            if let cold = rows.first(where: { $0.figure.hasSuffix("unsandboxed") })?.value {
+                rows.append(Row(figure: "cold start → first frame, unsandboxed, against D-Bus", value: cold,
+                                baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
+                                ratio: cold.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
+                                met: cold.median <= activation.median))
+            }
         }
 
-        log("D-Bus …")
-        let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
-        defer { bus.stop() }
-        let server = try bus.startServer()
-        let dbusCall = try Stats(baselineJSON: bus.peer("call", String(roundTrips)))
-        kill(server.processIdentifier, SIGKILL)
-        server.waitUntilExit()
-        let roundTrip = rows[0].value
-        rows.append(Row(figure: "request/reply, 64 B, against D-Bus", value: roundTrip, baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)",
-                        baselineValue: dbusCall, ratio: dbusCall.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
-                        target: "≥ 2.5× faster", met: dbusCall.median >= 2.5 * roundTrip.median))
-        let activation = try Stats(baselineJSON: bus.peer("activate", String(coldStarts)))
-        if let cold = rows.first(where: { $0.figure.hasSuffix("unsandboxed") })?.value {
-            rows.append(Row(figure: "cold start → first frame, unsandboxed, against D-Bus", value: cold,
-                            baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
-                            ratio: cold.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
-                            met: cold.median <= activation.median))
-        }
         return rows
     }
 
