@@ -39,5 +39,5 @@ echo "bwrap + /usr/bin/true: $(time_runs "$starts" bwrap --unshare-all --die-wit
   --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/bin /bin --proc /proc --dev /dev \
   --tmpfs /tmp -- /usr/bin/true) µs (mean)"
 echo "fixture start-up alone (exits at once): $(time_runs "$starts" .build/release/remoteview-test-service no-such-mode) µs (mean)"
-cc -O2 -o "$services/pingpong" Benchmarks/raw/seqpacket-pingpong.c
-"$services/pingpong" "$trips"
+cc -O2 -o "$services/baselines" Benchmarks/raw/baselines.c
+"$services/baselines" pingpong "$trips"

@@ -16,16 +16,8 @@
 #include <systemd/sd-bus.h>
 #include <time.h>
 
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
+#include "common.h"
 
-static int compare(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int replied = 0;
 
@@ -74,11 +66,6 @@ static int call(sd_bus *bus, const uint8_t *payload) {
     return r;
 }
 
-static void report(double *samples, int count, double total_us) {
-    qsort(samples, (size_t)count, sizeof *samples, compare);
-    printf("{\"median_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"count\":%d,\"per_second\":%.1f}\n",
-           samples[count / 2], samples[count * 99 / 100], samples[0], samples[count - 1], count, count / (total_us / 1e6));
-}
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: dbus-peer server [--exit-after-one] | call N | activate N\n"); return 64; }
@@ -136,7 +123,7 @@ int main(int argc, char **argv) {
     } else {
         return 64;
     }
-    report(samples, count, total);
+    report(samples, count, count / (total / 1e6));
     sd_bus_flush_close_unref(bus);
     return 0;
 }

@@ -14,7 +14,7 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [Host.self, ViewDemo.self, Frames.self, Services.self, Service.self],
+        subcommands: [Host.self, ViewDemo.self, Services.self, Service.self],
         defaultSubcommand: Host.self)
 }
 
@@ -244,13 +244,9 @@ struct Service: AsyncParsableCommand {
     @Flag(help: "Show the compose screen when a host presents the service.")
     var compose = false
 
-    @Flag(help: "Show the frame stream (for `demo-share frames`) when a host presents the service.")
-    var stream = false
-
     func run() async throws {
         let makeCompose: @MainActor @Sendable () -> ViewController = { ComposeController() }
-        let makeStream: @MainActor @Sendable () -> ViewController = { StreamController() }
-        let controller = compose ? makeCompose : stream ? makeStream : nil
+        let controller = compose ? makeCompose : nil
         await ServiceMain.exit(serving: identifier, capabilities: ["echo"], viewController: controller) { request in
             switch request.type {
             case "echo":

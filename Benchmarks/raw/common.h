@@ -1,0 +1,23 @@
+// Shared by the C baselines: a monotonic clock in microseconds and the JSON line they print.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// {"median_us":…,"p99_us":…,"min_us":…,"max_us":…,"count":…,"per_second":…}; sorts samples.
+static void report(double *samples, int count, double per_second) {
+    qsort(samples, (size_t)count, sizeof *samples, compare);
+    printf("{\"median_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"count\":%d,\"per_second\":%.1f}\n",
+           samples[count / 2], samples[count * 99 / 100], samples[0], samples[count - 1], count, per_second);
+}
