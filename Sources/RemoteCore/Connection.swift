@@ -46,6 +46,11 @@ public final class Connection: Sendable {
 
     /// Answers one request from the peer. Throw a ``ServiceFailure`` to send that error back.
     /// The task is cancelled if the peer cancels the request or the connection closes.
+    ///
+    /// A handler starts on the connection's read loop and runs there until it first suspends
+    /// (as an XPC handler runs on its connection's queue), so one that answers at once costs no
+    /// thread hand-off; long synchronous work delays the connection's next messages, so move it
+    /// off (`await` something) first.
     public typealias RequestHandler = @Sendable (ServiceMessage) async throws -> ServiceMessage
     /// Receives one one-way message. Messages are delivered one at a time, in order.
     public typealias MessageHandler = @Sendable (ServiceMessage) async -> Void
@@ -87,6 +92,8 @@ public final class Connection: Sendable {
         var openWaiters: [CheckedContinuation<Result<Handshake, RemoteError>, Never>] = []
         var pending: [UInt64: Pending] = [:]
         var incoming: [UInt64: Task<Void, Never>] = [:]
+        /// Handlers that finished before their task was recorded in `incoming`.
+        var finishedEarly: Set<UInt64> = []
         var closingLocally = false
         var peerGoodbye: String?
         var peerHandshake: Handshake?
@@ -475,15 +482,22 @@ public final class Connection: Sendable {
             guard state.incoming.count < configuration.maxIncomingRequests else {
                 throw RemoteError(.protocolViolation, "more than \(configuration.maxIncomingRequests) requests outstanding at once")
             }
-            // Created under the lock so the task's own removal cannot run before its insertion.
-            // The request travels in a handoff and the work runs in answer()'s own frame, so
-            // every fd of the request and the reply is released before the task leaves
-            // `incoming` (which is what finish() awaits), not whenever the runtime frees the task.
-            let handoff = Handoff(message)
-            state.incoming[id] = Task { [weak self] in
-                await self?.answer(handoff, id: id)
-                _ = self?.state.withLock { $0.incoming.removeValue(forKey: id) }
+        }
+        // The handler starts at once, on this (the read loop's) thread, and runs here until it
+        // first suspends, as an XPC handler runs on its connection's queue: a handler that
+        // answers without waiting costs no thread hand-off. The request travels in a handoff and
+        // the work runs in answer()'s own frame, so every fd of the request and the reply is
+        // released before the task leaves `incoming` (which is what finish() awaits).
+        // A handler that finished before its task was recorded is never recorded.
+        let handoff = Handoff(message)
+        let task = Task.immediate { [weak self] in
+            await self?.answer(handoff, id: id)
+            self?.state.withLock { state in
+                if state.incoming.removeValue(forKey: id) == nil { state.finishedEarly.insert(id) }
             }
+        }
+        state.withLock { state in
+            if state.finishedEarly.remove(id) == nil { state.incoming[id] = task }
         }
     }
 

@@ -142,12 +142,12 @@ final class ServiceRuntime: Sendable {
                     await surface.settle()
                     return ServiceMessage(type: FrameworkMessage.settled)
                 }
-                if let reply = try await surface.handleRequest(request) { return reply }
+                if surface.hasController.load(ordering: .acquiring), let reply = try await surface.handleRequest(request) { return reply }
             }
             return try await self.onRequest(request)
         }
         let onMessage: Connection.MessageHandler = { [weak self] message in
-            if let surface, message.type != FrameworkMessage.connect {
+            if let surface, message.type != FrameworkMessage.connect, surface.hasController.load(ordering: .acquiring) {
                 self?.touch()
                 if await surface.received(message) { return }
             }

@@ -10,6 +10,9 @@ final class ViewSurface {
     /// The connection, once made (the surface is made before it); cleared at ``close()`` so
     /// that the connection's handlers, which hold this surface, do not keep it alive.
     nonisolated let connection = Mutex<Connection?>(nil)
+    /// Whether a controller exists to offer requests and messages to (readable off the main
+    /// actor, so a service's requests do not hop to it for nothing).
+    nonisolated let hasController = Atomic<Bool>(false)
     private var presenter: SurfacePresenter?
     private(set) var root: ServiceRoot?
     private var waiter: CheckedContinuation<Void, Never>?
@@ -74,6 +77,7 @@ final class ViewSurface {
         }
         _ = root.controller.view
         self.root = root
+        hasController.store(true, ordering: .releasing)
         return root
     }
 
@@ -162,6 +166,7 @@ final class ViewSurface {
         if let root, appeared { root.controller.viewDidDisappear() }
         appeared = false
         root = nil
+        hasController.store(false, ordering: .releasing)
         connection.withLock { $0 = nil }
     }
 }
