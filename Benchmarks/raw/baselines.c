@@ -54,6 +54,7 @@ static ssize_t receive_fd(int socket, int *fd, char *bytes, size_t length) {
 }
 
 int main(int argc, char **argv) {
+    take_samples_flag(&argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: baselines pingpong|oneway|fdpingpong N | frame W H N\n");
         return 64;

@@ -2,6 +2,7 @@
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_us(void) {
@@ -15,9 +16,28 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// {"median_us":…,"p99_us":…,"min_us":…,"max_us":…,"count":…,"per_second":…}; sorts samples.
+// Set by a trailing "samples" argument: the JSON line then carries every sample too, so that a
+// runner can merge interleaved chunks.
+static int print_samples = 0;
+
+// {"median_us":…,"p99_us":…,"min_us":…,"max_us":…,"count":…,"per_second":…[,"samples":[…]]};
+// sorts samples.
 static void report(double *samples, int count, double per_second) {
     qsort(samples, (size_t)count, sizeof *samples, compare);
-    printf("{\"median_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"count\":%d,\"per_second\":%.1f}\n",
+    printf("{\"median_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"count\":%d,\"per_second\":%.1f",
            samples[count / 2], samples[count * 99 / 100], samples[0], samples[count - 1], count, per_second);
+    if (print_samples) {
+        printf(",\"samples\":[");
+        for (int i = 0; i < count; i++) printf(i ? ",%.3f" : "%.3f", samples[i]);
+        printf("]");
+    }
+    printf("}\n");
+}
+
+// Takes a trailing "samples" argument off argv.
+static void take_samples_flag(int *argc, char **argv) {
+    if (*argc > 1 && strcmp(argv[*argc - 1], "samples") == 0) {
+        print_samples = 1;
+        (*argc)--;
+    }
 }

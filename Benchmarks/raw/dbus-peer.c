@@ -68,6 +68,7 @@ static int call(sd_bus *bus, const uint8_t *payload) {
 
 
 int main(int argc, char **argv) {
+    take_samples_flag(&argc, argv);
     if (argc < 2) { fprintf(stderr, "usage: dbus-peer server [--exit-after-one] | call N | activate N\n"); return 64; }
     // A parent's worker thread may have blocked signals (Foundation's Process keeps its mask).
     sigset_t none;

@@ -147,6 +147,10 @@ struct Bench: Sendable {
         }
     }
 
+    func baselineSamples(_ arguments: String...) throws -> [Double] {
+        try Stats.samples(baselineJSON: run([rawFolder + "/baselines"] + arguments + ["samples"]).trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     func baseline(_ arguments: String...) throws -> Stats {
         try Stats(baselineJSON: run([rawFolder + "/baselines"] + arguments).trimmingCharacters(in: .whitespacesAndNewlines))
     }
@@ -167,10 +171,9 @@ struct Bench: Sendable {
 
             log("round trip …")
             let payload = [UInt8](repeating: 0x2A, count: 64)
-            let roundTrip = Stats(microseconds: try await sample(roundTrips, warmUp: 1000) {
-                _ = try await service.request(ServiceMessage(type: "echo", payload: payload))
-            })
-            let rawRoundTrip = try baseline("pingpong", String(roundTrips))
+            let (roundTrip, rawRoundTrip) = try await interleaved(roundTrips, framework: { count in
+                try await sample(count, warmUp: 100) { _ = try await service.request(ServiceMessage(type: "echo", payload: payload)) }
+            }, baseline: { count in try baselineSamples("pingpong", String(count)) })
             rows.append(Row(figure: "request/reply, 64 B", value: roundTrip, baseline: "raw C seqpacket ping-pong", baselineValue: rawRoundTrip,
                             ratio: roundTrip.median / rawRoundTrip.median, ratioMeaning: "of raw (median)", target: "≤ 1.5× (p99 ≤ 2×)",
                             met: roundTrip.median <= 1.5 * rawRoundTrip.median && roundTrip.p99 <= 2 * rawRoundTrip.p99))
@@ -200,11 +203,13 @@ struct Bench: Sendable {
             if wants("fd") {
                 log("round trip with an fd …")
                 let file = try MemoryFile.sealed(name: "bench-item", contents: payload)
-                let withFD = Stats(microseconds: try await sample(roundTrips / 2, warmUp: 500) {
-                    let reply = try await service.request(ServiceMessage(type: "echo", payload: payload, attachments: [try Attachment(duplicating: file.fd)]))
-                    _ = reply.attachments.first?.take()
-                })
-                let rawWithFD = try baseline("fdpingpong", String(roundTrips / 2))
+                let (withFD, rawWithFD) = try await interleaved(roundTrips / 2, framework: { count in
+                    try await sample(count, warmUp: 50) {
+                        let reply = try await service.request(ServiceMessage(type: "echo", payload: payload,
+                                                                              attachments: [try Attachment(duplicating: file.fd)]))
+                        _ = reply.attachments.first?.take()
+                    }
+                }, baseline: { count in try baselineSamples("fdpingpong", String(count)) })
                 rows.append(Row(figure: "request/reply, 64 B + one fd", value: withFD, baseline: "raw seqpacket + SCM_RIGHTS", baselineValue: rawWithFD,
                                 ratio: withFD.median / rawWithFD.median, ratioMeaning: "of raw (median)", target: "(as the round trip)", met: nil))
             }

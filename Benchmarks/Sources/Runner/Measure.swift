@@ -30,6 +30,12 @@ struct Stats: Codable, Sendable {
         self.init(median: raw.median_us, p99: raw.p99_us, min: raw.min_us, max: raw.max_us, count: raw.count, perSecond: raw.per_second)
     }
 
+    /// The samples of a C baseline's JSON line run with a trailing "samples" argument.
+    static func samples(baselineJSON line: String) throws -> [Double] {
+        struct Raw: Decodable { var samples: [Double] }
+        return try JSONDecoder().decode(Raw.self, from: Data(line.utf8)).samples
+    }
+
     init(median: Double, p99: Double, min: Double, max: Double, count: Int, perSecond: Double?) {
         self.median = median
         self.p99 = p99
@@ -65,6 +71,21 @@ func sample(_ count: Int, warmUp: Int, _ body: () async throws -> Void) async re
         samples.append(nowMicroseconds() - start)
     }
     return samples
+}
+
+/// Measures RemoteView and its baseline in alternating chunks, so that both see the same machine
+/// (an idle core's wake-up latency, another process's load) rather than one the quiet minute
+/// and the other the busy one. `baseline(n)` runs n samples of the baseline and returns them.
+func interleaved(_ total: Int, chunks: Int = 10, framework: (Int) async throws -> [Double],
+                 baseline: (Int) throws -> [Double]) async throws -> (framework: Stats, baseline: Stats) {
+    let perChunk = max(total / chunks, 1)
+    var ours: [Double] = [], theirs: [Double] = []
+    for _ in 0..<chunks {
+        ours += try await framework(perChunk)
+        theirs += try baseline(perChunk)
+    }
+    return (Stats(microseconds: ours, perSecond: Double(ours.count) / (ours.reduce(0, +) / 1e6)),
+            Stats(microseconds: theirs, perSecond: Double(theirs.count) / (theirs.reduce(0, +) / 1e6)))
 }
 
 /// Runs a command and returns its standard output (failing with its standard error).
