@@ -26,10 +26,13 @@ let package = Package(
             path: "Sources/Runner"
         ),
         // A lean service (no Foundation, no argument parser): echo, a one-way sink, frames.
+        // Linked with the Swift runtime statically: a service's start-up is mostly the dynamic
+        // loader resolving the Swift libraries, which this leaves out of every cold start.
         .executableTarget(
             name: "bench-service",
             dependencies: [.product(name: "RemoteService", package: "RemoteView")],
-            path: "Sources/BenchService"
+            path: "Sources/BenchService",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]
         ),
         // gRPC-Swift unary Echo over a Unix socket, server and client, for the same-run comparison.
         .executableTarget(
