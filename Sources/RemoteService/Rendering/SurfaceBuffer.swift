@@ -74,20 +74,11 @@ public struct GraphicsContext {
 
     /// Fills `rect` with `color` (replacing what was there, alpha included).
     public func fill(_ rect: PixelRect, with color: Color) {
-        cairo_save(cairo)
-        cairo_set_operator(cairo, CAIRO_OPERATOR_SOURCE)
-        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
-        cairo_rectangle(cairo, Double(rect.x), Double(rect.y), Double(rect.width), Double(rect.height))
-        cairo_fill(cairo)
-        cairo_restore(cairo)
+        clear(Rect(rect), to: color)
     }
 
     /// Paints `color` over `rect` (blending with what was there).
     public func paint(_ rect: PixelRect, with color: Color) {
-        cairo_save(cairo)
-        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
-        cairo_rectangle(cairo, Double(rect.x), Double(rect.y), Double(rect.width), Double(rect.height))
-        cairo_fill(cairo)
-        cairo_restore(cairo)
+        fill(Rect(rect), with: color)
     }
 }

@@ -43,6 +43,11 @@ public struct Rect: Sendable, Hashable, CustomStringConvertible {
         self.init(origin: Point(x: x, y: y), size: Size(width: width, height: height))
     }
 
+    /// The same numbers as `rect`, as points (where the context's unit is the pixel).
+    public init(_ rect: PixelRect) {
+        self.init(x: Double(rect.x), y: Double(rect.y), width: Double(rect.width), height: Double(rect.height))
+    }
+
     public static let zero = Rect(x: 0, y: 0, width: 0, height: 0)
 
     public var minX: Double { origin.x }

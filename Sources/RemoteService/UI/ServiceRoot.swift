@@ -176,7 +176,7 @@ final class ServiceRoot: Responder {
         let points = Rect(x: Double(bounds.x) / scale, y: Double(bounds.y) / scale,
                           width: Double(bounds.width) / scale, height: Double(bounds.height) / scale)
         // What is under the root view is transparent.
-        context.clear(Rect(x: Double(bounds.x), y: Double(bounds.y), width: Double(bounds.width), height: Double(bounds.height)), to: .clear)
+        context.fill(bounds, with: .clear)
         context.scale(by: scale)
         let view = controller.view
         guard !view.isHidden else { return }
