@@ -236,20 +236,13 @@ struct Bench: Sendable {
                 log("warm present …")
                 let warm = launcher.connection(to: "com.example.bench")
                 _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
-                let present = Stats(microseconds: try await sample(max(coldStarts * 3, 30), warmUp: 5) {
-                    let connection = launcher.connection(to: "com.example.bench")
-                    let view = RemoteView(connection: connection)
-                    try await view.present(width: 320, height: 240)
-                    try await firstFrame(view)
-                    await connection.invalidate()
-                })
+                let present = try await startSamples(max(coldStarts * 3, 30), warmUp: 5, of: "com.example.bench", on: launcher,
+                                                     until: presentedFirstFrame)
                 rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
                                 baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
                                 ratioMeaning: "of the round trip", target: "–", met: nil))
                 await warm.invalidate()
             }
-
-            await service.invalidate()
             return rows
         }
 
@@ -423,7 +416,26 @@ struct Bench: Sendable {
         return Stats(microseconds: latencies, perSecond: Double(frames) / (Double(finished - started) / 1e9))
     }
 
-    func firstFrame(_ view: RemoteView) async throws {
+    /// Times `count` new connections to `identifier`, each from its making until `first` is done
+    /// with it (after `warmUp` untimed ones). Invalidating the connection afterwards (which stops
+    /// a per-connection process, so the next one starts cold) is not timed.
+    func startSamples(_ count: Int, warmUp: Int, of identifier: String, on launcher: Launcher,
+                      until first: (ServiceConnection) async throws -> Void) async throws -> Stats {
+        var samples: [Double] = []
+        for index in -warmUp..<count {
+            let connection = launcher.connection(to: identifier)
+            let start = nowMicroseconds()
+            try await first(connection)
+            if index >= 0 { samples.append(nowMicroseconds() - start) }
+            await connection.invalidate()
+        }
+        return Stats(microseconds: samples)
+    }
+
+    /// Presents a 320×240 view of the connection's service and waits for its first frame.
+    func presentedFirstFrame(_ connection: ServiceConnection) async throws {
+        let view = RemoteView(connection: connection)
+        try await view.present(width: 320, height: 240)
         var damage = view.damage.makeAsyncIterator()
         guard await damage.next() != nil else { throw BenchError("the view ended before its first frame") }
     }
@@ -437,26 +449,11 @@ struct Bench: Sendable {
             let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
                                                        logger: logger)
             let (cold, reply) = try await withLauncher(registry: registry, configuration: configuration) { launcher in
-                // Only the start is timed: stopping the process afterwards (so that the next
-                // one starts cold) is not.
-                func coldSamples(_ first: (ServiceConnection) async throws -> Void) async throws -> Stats {
-                    var samples: [Double] = []
-                    for index in -2..<coldStarts {
-                        let connection = launcher.connection(to: "com.example.bench.cold")
-                        let start = nowMicroseconds()
-                        try await first(connection)
-                        if index >= 0 { samples.append(nowMicroseconds() - start) }
-                        await connection.invalidate()
-                    }
-                    return Stats(microseconds: samples)
-                }
-                let frame = try await coldSamples { connection in
-                    let view = RemoteView(connection: connection)
-                    try await view.present(width: 320, height: 240)
-                    try await firstFrame(view)
-                }
+                let frame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher, until: presentedFirstFrame)
                 // The same start to a first reply instead: what the frame adds is the difference.
-                let reply = try await coldSamples { connection in _ = try await connection.request(ServiceMessage(type: "echo")) }
+                let reply = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher) { connection in
+                    _ = try await connection.request(ServiceMessage(type: "echo"))
+                }
                 return (frame, reply)
             }
             let floor = sandboxed ? floors.bubblewrap : floors.plain
