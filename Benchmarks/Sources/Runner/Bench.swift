@@ -540,17 +540,7 @@ final class PrivateBus {
 
     /// Runs the peer as a client of this bus; its JSON line.
     func peer(_ arguments: String...) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: peerPath)
-        process.arguments = arguments
-        process.environment = ["BENCH_BUS_ADDRESS": address]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw BenchError("dbus-peer \(arguments.joined(separator: " ")) failed") }
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        try run([peerPath] + arguments, environment: ["BENCH_BUS_ADDRESS": address]).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// A long-running echo server on the bus (for warm calls), once it owns its name.

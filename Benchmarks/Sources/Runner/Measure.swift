@@ -88,11 +88,13 @@ func interleaved(_ total: Int, chunks: Int = 10, framework: (Int) async throws -
             Stats(microseconds: theirs, perSecond: Double(theirs.count) / (theirs.reduce(0, +) / 1e6)))
 }
 
-/// Runs a command and returns its standard output (failing with its standard error).
-func run(_ arguments: [String]) throws -> String {
+/// Runs a command (in `environment`, if given) and returns its standard output (failing with
+/// its standard error).
+func run(_ arguments: [String], environment: [String: String]? = nil) throws -> String {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: arguments[0])
     process.arguments = Array(arguments.dropFirst())
+    if let environment { process.environment = environment }
     let output = Pipe(), errors = Pipe()
     process.standardOutput = output
     process.standardError = errors
