@@ -99,6 +99,8 @@ public final class Connection: Sendable {
         var peerHandshake: Handshake?
         /// The code to report when this side refuses the peer; `nil` means malformed.
         var refusal: ProtocolErrorCode?
+        /// How ``run()`` ended, for it to throw.
+        var runOutcome: RemoteError?
     }
 
     /// A connection over `transport`. Requests from the peer go to `onRequest`, one-way messages
@@ -186,13 +188,30 @@ public final class Connection: Sendable {
             return true
         }
         precondition(started, "Connection.run() called twice")
+        // The read loop runs on the event loop's thread: the thread that learns the socket is
+        // readable reads it and dispatches, with no hand-off to a pool thread in between.
+        await withTaskExecutorPreference(loop) {
+            await serve()
+        }
+        if let outcome = state.withLock({ $0.closingLocally ? nil : $0.runOutcome }) { throw outcome }
+    }
 
+    /// The most envelopes the read loop handles before it lets other work on its thread run.
+    private static let envelopesPerTurn = 32
+
+    private func serve() async {
         var outcome: RemoteError?
         do {
             try await handshake()
+            var turn = 0
             while let envelope = try await transport.receive() {
                 try await dispatch(envelope)
                 if state.withLock({ if case .closed = $0.phase { true } else { false } }) { break }
+                turn += 1
+                if turn == Self.envelopesPerTurn {
+                    turn = 0
+                    await Task.yield()
+                }
             }
             outcome = state.withLock { state in
                 if state.closingLocally { return nil }
@@ -207,8 +226,8 @@ public final class Connection: Sendable {
                 await sendBestEffort(.protocolError(refusal ?? .malformed, reason: error.reason))
             }
         }
+        state.withLock { $0.runOutcome = outcome }
         await finish(outcome)
-        if let outcome, !(state.withLock { $0.closingLocally }) { throw outcome }
     }
 
     /// Runs the connection, waits for the handshake, lets `body` use it, then closes it in order.

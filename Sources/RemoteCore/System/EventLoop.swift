@@ -9,7 +9,13 @@ import Synchronization
 /// its registration, the loop calls its handler once when the descriptor is ready, and the
 /// waiter arms again if it still needs to wait. Handlers run on the loop thread and must only
 /// hand work off (resume a continuation), never block.
-package final class EventLoop: Sendable {
+///
+/// The loop is also a `TaskExecutor`: a connection's read loop prefers it, so when its socket
+/// becomes readable the reader resumes on the loop thread itself, in the same wake-up, instead
+/// of being handed to a pool thread (a futex wake and a context switch per message, the cost
+/// that dominated a round trip). Jobs run after each round of descriptor events and timers,
+/// those queued meanwhile in the next round, so one busy reader cannot starve the others.
+package final class EventLoop: TaskExecutor, Sendable {
     /// The process-wide loop, started on first use.
     package static let shared: EventLoop = {
         do { return try EventLoop() } catch {
@@ -45,11 +51,14 @@ package final class EventLoop: Sendable {
         /// The deadline the loop thread is sleeping towards, if any.
         var sleepingUntil: ContinuousClock.Instant?
         var sleeping = false
+        /// Jobs of tasks that prefer this loop as their executor, in order.
+        var jobs: [UnownedJob] = []
     }
 
     private let epoll: Int32
     private let wakeup: Int32
     private let state = Mutex(State())
+    private let thread = Atomic<UInt>(0)
     private static let wakeToken: UInt64 = 0
 
     private init() throws(SystemCallError) {
@@ -133,6 +142,24 @@ package final class EventLoop: Sendable {
         }
     }
 
+    // MARK: executing jobs
+
+    /// Queues a job of a task that prefers this loop; it runs on the loop thread. Queued from
+    /// the loop thread itself (a handler resuming its reader), it needs no wake-up.
+    package func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let wake = state.withLock { state in
+            state.jobs.append(job)
+            return state.sleeping
+        }
+        if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
+    }
+
+    /// Whether the caller runs on the loop thread.
+    package var isLoopThread: Bool {
+        thread.load(ordering: .relaxed) == UInt(pthread_self())
+    }
+
     // MARK: the loop thread
 
     private func startThread() {
@@ -140,6 +167,7 @@ package final class EventLoop: Sendable {
         let context = Unmanaged.passRetained(self).toOpaque()
         let result = pthread_create(&thread, nil, { context in
             let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
+            loop.thread.store(UInt(pthread_self()), ordering: .relaxed)
             loop.run()
         }, context)
         precondition(result == 0, "pthread_create for the event loop failed: errno \(result)")
@@ -152,6 +180,8 @@ package final class EventLoop: Sendable {
         while true {
             let timeout = state.withLock { state -> Int32 in
                 Self.dropCancelled(&state)
+                // Jobs queued while the last round ran: only poll, then run them.
+                if !state.jobs.isEmpty { return 0 }
                 state.sleeping = true
                 state.sleepingUntil = state.timers.first?.deadline
                 guard let deadline = state.sleepingUntil else { return -1 }
@@ -178,7 +208,19 @@ package final class EventLoop: Sendable {
                 handler?(events[index].events)
             }
             fireDueTimers()
+            runJobs()
         }
+    }
+
+    /// Runs the jobs queued so far; those they queue wait for the next round.
+    private func runJobs() {
+        let jobs = state.withLock { state in
+            var taken: [UnownedJob] = []
+            swap(&taken, &state.jobs)
+            return taken
+        }
+        let executor = asUnownedTaskExecutor()
+        for job in jobs { job.runSynchronously(on: executor) }
     }
 
     private func fireDueTimers() {
