@@ -331,3 +331,56 @@ struct ImageViewTests {
         #expect(missing?.reason.contains("/nonexistent/icon.png") == true)
     }
 }
+
+/// Occlusion: what an opaque view covers is not drawn, and the pixels are the same.
+@MainActor
+@Suite("Opaque views")
+struct OpaqueViewTests {
+    /// A view that counts its draws.
+    final class Counting: View {
+        var draws = 0
+        override func draw(in context: GraphicsContext) { draws += 1 }
+    }
+
+    @Test("a redraw inside an opaque view skips the views under it and the clear; one that reaches past it draws them")
+    func occlusion() throws {
+        let controller = ViewController()
+        let root = ServiceRoot(controller: controller, connection: nil)
+        root.resize(to: Size(width: 8, height: 4), scale: 1)
+        _ = root.prepareFrame(at: .now)
+        let below = Counting(frame: Rect(x: 0, y: 0, width: 8, height: 4))
+        below.backgroundColor = Color(argb: 0xFF00_00FF)
+        let cover = View(frame: Rect(x: 0, y: 0, width: 4, height: 4))
+        cover.backgroundColor = Color(argb: 0x80FF_0000)  // translucent: not a cover
+        controller.view.addSubview(below)
+        controller.view.addSubview(cover)
+        let buffer = try SurfaceBuffer(id: 1, width: 8, height: 4)
+        let left = [PixelRect(x: 0, y: 0, width: 4, height: 4)]
+        buffer.draw(clippedTo: left) { root.draw(in: $0, dirty: left) }
+        #expect(below.draws == 1)
+
+        cover.backgroundColor = Color(argb: 0xFFFF_0000)
+        buffer.draw(clippedTo: left) { root.draw(in: $0, dirty: left) }
+        #expect(below.draws == 1, "the opaque cover hides the whole redraw")
+        #expect(buffer.pixel(x: 0, y: 0) == 0xFFFF_0000 && buffer.pixel(x: 3, y: 3) == 0xFFFF_0000)
+
+        cover.cornerRadius = 1  // rounded corners show what is under them
+        buffer.draw(clippedTo: left) { root.draw(in: $0, dirty: left) }
+        #expect(below.draws == 2)
+        cover.cornerRadius = 0
+
+        let all = [PixelRect(x: 0, y: 0, width: 8, height: 4)]
+        buffer.draw(clippedTo: all) { root.draw(in: $0, dirty: all) }
+        #expect(below.draws == 3, "a redraw reaching past the cover draws what is under it")
+        #expect(buffer.pixel(x: 1, y: 1) == 0xFFFF_0000 && buffer.pixel(x: 6, y: 1) == 0xFF00_00FF)
+
+        // A canvas that says it is opaque covers the root: no clear, its own fill only.
+        let canvas = CanvasView { context, bounds in context.fill(bounds, with: Color(argb: 0xFF00_FF00)) }
+        canvas.isOpaque = true
+        canvas.frame = Rect(x: 0, y: 0, width: 8, height: 4)
+        controller.view.addSubview(canvas)
+        buffer.draw(clippedTo: all) { root.draw(in: $0, dirty: all) }
+        #expect(below.draws == 3)
+        #expect(buffer.pixel(x: 0, y: 0) == 0xFF00_FF00 && buffer.pixel(x: 7, y: 3) == 0xFF00_FF00)
+    }
+}

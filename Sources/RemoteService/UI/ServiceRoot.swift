@@ -175,10 +175,10 @@ final class ServiceRoot: Responder {
         let bounds = PixelRect.union(dirty)
         let points = Rect(x: Double(bounds.x) / scale, y: Double(bounds.y) / scale,
                           width: Double(bounds.width) / scale, height: Double(bounds.height) / scale)
-        // What is under the root view is transparent.
-        context.fill(bounds, with: .clear)
-        context.scale(by: scale)
         let view = controller.view
+        // What is under the root view is transparent (unless the root view covers it all).
+        if !view.covers(points) { context.fill(bounds, with: .clear) }
+        context.scale(by: scale)
         guard !view.isHidden else { return }
         view.render(in: context, dirty: points)
     }

@@ -36,6 +36,12 @@ open class View: Responder {
             }
         }
     }
+    /// Whether the view paints every pixel of its bounds opaquely (`UIView.isOpaque`). What is
+    /// behind an opaque view is then neither cleared nor drawn where the view covers a redraw:
+    /// one pass over those pixels instead of two or more. Set it only when true (a wrong `true`
+    /// leaves stale pixels behind the view); a view with an opaque ``backgroundColor`` and
+    /// square corners counts as opaque without it.
+    public var isOpaque = false
     /// When `false`, pointer events pass through the view and its subviews to what is below.
     public var isUserInteractionEnabled = true
     /// Whether content outside the bounds is cut off.
@@ -121,11 +127,15 @@ open class View: Responder {
 
     /// Draws this view and its subviews where they meet `dirty` (in this view's points).
     func render(in context: GraphicsContext, dirty: Rect) {
+        // The topmost opaque subview that covers the whole redraw hides everything under it.
+        let covering = subviews.lastIndex { $0.covers(dirty) }
         context.withSavedState {
             if clipsToBounds { context.clip(to: bounds, radius: cornerRadius) }
-            if let backgroundColor { context.fill(bounds, with: backgroundColor) }
-            draw(in: context)
-            for view in subviews where !view.isHidden {
+            if covering == nil {
+                if let backgroundColor { context.fill(bounds, with: backgroundColor) }
+                draw(in: context)
+            }
+            for view in subviews[(covering ?? 0)...] where !view.isHidden {
                 let local = dirty.offsetBy(dx: -view.frame.minX, dy: -view.frame.minY)
                 guard !view.clipsToBounds || local.intersects(view.bounds) else { continue }
                 context.withSavedState {
@@ -134,6 +144,17 @@ open class View: Responder {
                 }
             }
         }
+    }
+
+    /// Whether the view, or a subview of it, paints all of `rect` (in the superview's points)
+    /// opaquely, hiding what is behind (see ``isOpaque``).
+    func covers(_ rect: Rect) -> Bool {
+        guard !isHidden, frame.contains(rect) else { return false }
+        if isOpaque || (cornerRadius == 0 && (backgroundColor?.alpha ?? 0) >= 1) { return true }
+        // Rounded clipping cuts the corners off whatever the subviews paint.
+        if clipsToBounds && cornerRadius > 0 { return false }
+        let local = rect.offsetBy(dx: -frame.minX, dy: -frame.minY)
+        return subviews.contains { $0.covers(local) }
     }
 
     // MARK: Layout
