@@ -26,6 +26,9 @@ final class StreamController: ViewController {
     lazy var canvas = CanvasView { [unowned self] context, bounds in
         frame &+= 1
         let shade = Double(frame % 200) / 255
+        // Every pixel is painted opaquely (the canvas says so), each once: the rest of the
+        // bounds (clipped to the redraw, so usually nothing) and the region.
+        if !region.isEmpty && region != bounds { context.fill(bounds, with: Color(argb: 0xFF20_2020)) }
         context.fill(region.isEmpty ? bounds : region, with: Color(red: shade, green: 0.5, blue: 1 - shade))
         let stamp = monotonicNanoseconds()
         for index in 0..<12 {
@@ -34,7 +37,10 @@ final class StreamController: ViewController {
         }
     }
 
-    override func loadView() { view = canvas }
+    override func loadView() {
+        canvas.isOpaque = true
+        view = canvas
+    }
 
     override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
         let numbers = (request.text ?? "").split(separator: " ").compactMap { Double($0) }
