@@ -432,6 +432,11 @@ public final class Connection: Sendable {
     }
 
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
+        // Once open (every call but the first few), no continuation and no suspension point.
+        if let open = state.withLock({ state -> Handshake? in
+            if case .open(let handshake) = state.phase, !state.closingLocally { return handshake }
+            return nil
+        }) { return open }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Handshake, RemoteError>, Never>) in
             let ready = state.withLock { state -> Result<Handshake, RemoteError>? in
                 switch state.phase {

@@ -127,13 +127,17 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     package func send(_ envelope: Envelope) async throws(RemoteError) {
         let packet = try EnvelopeCodec.encode(envelope)
         var fds: [Int32] = []
-        for attachment in envelope.attachments {
-            guard let fd = attachment.descriptor else {
-                throw RemoteError(.invalidArgument, "\(envelope.body.name) has an attachment whose fd was already taken")
+        if !envelope.attachments.isEmpty {
+            fds.reserveCapacity(envelope.attachments.count)
+            for attachment in envelope.attachments {
+                guard let fd = attachment.descriptor else {
+                    throw RemoteError(.invalidArgument, "\(envelope.body.name) has an attachment whose fd was already taken")
+                }
+                fds.append(fd)
             }
-            fds.append(fd)
         }
-        let deadline = ContinuousClock.now.advanced(by: sendTimeout)
+        // The deadline starts at the first time the peer's queue is full (most sends never wait).
+        var deadline: ContinuousClock.Instant?
         while true {
             guard enter() else { throw RemoteError(.invalidated, "the connection was closed") }
             let result: IOResult<Int>
@@ -149,7 +153,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             switch result {
             case .done: return
             case .wouldBlock:
-                guard await waitWritable(until: deadline) else {
+                if deadline == nil { deadline = .now.advanced(by: sendTimeout) }
+                guard await waitWritable(until: deadline!) else {
                     if waiters.state.withLock({ $0.closed }) { throw RemoteError(.invalidated, "the connection was closed") }
                     throw RemoteError(.timeout, "the peer has not read for \(sendTimeout); its receive queue is full")
                 }
