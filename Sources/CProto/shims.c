@@ -2,6 +2,7 @@
 #include "CProto.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -52,3 +53,5 @@ const int rv_cld_killed = CLD_KILLED;
 const int rv_cld_dumped = CLD_DUMPED;
 
 void rv_stdout_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+
+int rv_name_this_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }

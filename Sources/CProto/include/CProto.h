@@ -51,6 +51,10 @@ extern const int rv_f_seal_write;
 /// `fcntl(fd, command, argument)` with an int argument (fcntl is variadic).
 int rv_fcntl_int(int fd, int command, int argument);
 
+/// `pthread_setname_np(pthread_self(), name)` (needs _GNU_SOURCE): names the calling thread
+/// for `top -H`, `perf` and debuggers (at most 15 bytes).
+int rv_name_this_thread(const char *_Nonnull name);
+
 // MARK: processes
 
 /// `syscall(SYS_pidfd_open, pid, flags)`.

@@ -168,6 +168,7 @@ package final class EventLoop: TaskExecutor, Sendable {
         let result = pthread_create(&thread, nil, { context in
             let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
             loop.thread.store(UInt(pthread_self()), ordering: .relaxed)
+            _ = rv_name_this_thread("remoteview-loop")
             loop.run()
         }, context)
         precondition(result == 0, "pthread_create for the event loop failed: errno \(result)")
