@@ -90,6 +90,9 @@ public final class Connection: Sendable {
     private struct State {
         var phase: Phase = .idle
         var openWaiters: [CheckedContinuation<Result<Handshake, RemoteError>, Never>] = []
+        /// Whether this side's handshake is on the wire: from then on, messages may follow it.
+        var handshakeSent = false
+        var sendWaiters: [CheckedContinuation<RemoteError?, Never>] = []
         var pending: [UInt64: Pending] = [:]
         var incoming: [UInt64: Task<Void, Never>] = [:]
         /// Handlers that finished before their task was recorded in `incoming`.
@@ -292,7 +295,7 @@ public final class Connection: Sendable {
 
     /// Sends a one-way message; returns once it is handed to the transport.
     public func send(_ message: ServiceMessage) async throws(RemoteError) {
-        _ = try await waitUntilOpen()
+        try await waitUntilSendable()
         try await transport.send(Envelope(id: makeID(), body: .message(type: message.type, payload: message.payload),
                                           attachments: message.attachments))
     }
@@ -302,7 +305,7 @@ public final class Connection: Sendable {
         guard message.sender == configuration.role else {
             throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
         }
-        _ = try await waitUntilOpen()
+        try await waitUntilSendable()
         try await transport.send(Envelope(id: makeID(), body: .surface(message), attachments: attachments))
     }
 
@@ -316,7 +319,7 @@ public final class Connection: Sendable {
 
     private func exchange(_ body: Envelope.Body, attachments: [Attachment], expectsPong: Bool,
                           timeout: Duration?, what: String) async throws(RemoteError) -> Envelope {
-        _ = try await waitUntilOpen()
+        try await waitUntilSendable()
         if Task.isCancelled { throw RemoteError(.cancelled, "\(what) was cancelled before it was sent") }
         let id = makeID()
         try state.withLock { (state) throws(RemoteError) in
@@ -383,6 +386,16 @@ public final class Connection: Sendable {
         let ours = Handshake(role: configuration.role, identifier: configuration.identifier,
                              capabilities: configuration.capabilities)
         try await transport.send(Envelope(id: makeID(), body: .handshake(ours)))
+        // Requests and messages may follow it at once, before the peer's handshake arrives (as
+        // XPC queues messages to a connection still being set up): the peer reads them after
+        // the handshake, and if the handshake fails, so do they. A first request to a service
+        // being launched then costs no extra wake-up and round trip.
+        let senders = state.withLock { state in
+            state.handshakeSent = true
+            defer { state.sendWaiters.removeAll() }
+            return state.sendWaiters
+        }
+        for sender in senders { sender.resume(returning: nil) }
         let transport = self.transport
         let timedOut = Atomic<Bool>(false)
         let timer = loop.schedule(at: .now.advanced(by: configuration.handshakeTimeout)) {
@@ -429,6 +442,31 @@ public final class Connection: Sendable {
 
     private func handshakeTimeout() -> RemoteError {
         RemoteError(.timeout, "the peer sent no handshake within \(configuration.handshakeTimeout)")
+    }
+
+    /// Waits until this side's handshake is sent (messages may follow it), or the connection ends.
+    private func waitUntilSendable() async throws(RemoteError) {
+        let ready = state.withLock { state -> Result<Void, RemoteError>? in
+            if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
+            if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
+            return state.handshakeSent ? .success(()) : nil
+        }
+        if let ready { return try ready.get() }
+        let failure = await withCheckedContinuation { (continuation: CheckedContinuation<RemoteError?, Never>) in
+            let ready = state.withLock { state -> Result<Void, RemoteError>? in
+                if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
+                if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
+                if state.handshakeSent { return .success(()) }
+                state.sendWaiters.append(continuation)
+                return nil
+            }
+            switch ready {
+            case .success: continuation.resume(returning: nil)
+            case .failure(let error): continuation.resume(returning: error)
+            case nil: break
+            }
+        }
+        if let failure { throw failure }
     }
 
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
@@ -554,11 +592,12 @@ public final class Connection: Sendable {
 
     /// Fails every outstanding request and every caller waiting for the handshake.
     private func fail(all error: RemoteError) {
-        let (ids, waiters) = state.withLock { state in
-            defer { state.openWaiters.removeAll() }
-            return (Array(state.pending.keys), state.openWaiters)
+        let (ids, waiters, senders) = state.withLock { state in
+            defer { state.openWaiters.removeAll(); state.sendWaiters.removeAll() }
+            return (Array(state.pending.keys), state.openWaiters, state.sendWaiters)
         }
         for waiter in waiters { waiter.resume(returning: .failure(error)) }
+        for sender in senders { sender.resume(returning: error) }
         for id in ids { resolve(id, .failure(error)) }
     }
 
@@ -567,7 +606,10 @@ public final class Connection: Sendable {
             if case .closed = state.phase {} else { state.phase = .closed(outcome) }
             return Array(state.incoming.values)
         }
-        fail(all: outcome ?? RemoteError(.invalidated, "the connection is closed"))
+        // A request sent behind this side's handshake to a peer that never answered it did not
+        // time out itself: the connection it was on failed under it (XPC's "interrupted").
+        let failure = outcome.map { $0.code == .timeout ? RemoteError(.interrupted, $0.reason) : $0 }
+        fail(all: failure ?? RemoteError(.invalidated, "the connection is closed"))
         transport.close()
         for handler in handlers { handler.cancel() }
         for handler in handlers { await handler.value }
