@@ -44,7 +44,7 @@ func complain(_ line: String) {
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
-    complain("usage: grpc-peer serve PATH | call PATH N")
+    complain("usage: grpc-peer serve PATH | call PATH N [WARM-UP] [samples]")
     exit(64)
 }
 let path = arguments[2]
@@ -56,6 +56,8 @@ case "serve":
     try await server.serve()
 case "call":
     let count = arguments.count > 3 ? Int(arguments[3]) ?? 1000 : 1000
+    let warmUp = arguments.count > 4 ? Int(arguments[4]) ?? 1000 : 1000
+    let printSamples = arguments.last == "samples"
     let payload = [UInt8](repeating: 0x2A, count: 64)
     let samples = try await withGRPCClient(transport: .http2NIOPosix(target: .unixDomainSocket(path: path), transportSecurity: .plaintext)) { client in
         func call() async throws {
@@ -63,7 +65,7 @@ case "call":
                                                deserializer: Bytes(), options: .defaults) { try $0.message }
             guard reply.count == 64 else { throw RPCError(code: .dataLoss, message: "short reply") }
         }
-        for _ in 0..<1000 { try await call() }
+        for _ in 0..<warmUp { try await call() }
         var samples: [Double] = []
         for _ in 0..<count {
             let start = nowMicroseconds()
@@ -71,6 +73,10 @@ case "call":
             samples.append(nowMicroseconds() - start)
         }
         return samples
+    }
+    if printSamples {
+        print("{\"samples\":[\(samples.map { String($0) }.joined(separator: ","))]}")
+        exit(0)
     }
     let sorted = samples.sorted(), total = samples.reduce(0, +)
     print("{\"median_us\":\(sorted[sorted.count / 2]),\"p99_us\":\(sorted[sorted.count * 99 / 100]),\"min_us\":\(sorted[0]),\"max_us\":\(sorted[sorted.count - 1]),\"count\":\(sorted.count),\"per_second\":\(Double(sorted.count) / (total / 1e6))}")

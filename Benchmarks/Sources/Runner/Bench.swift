@@ -219,6 +219,45 @@ struct Bench: Sendable {
                                 ratio: withFD.median / rawWithFD.median, ratioMeaning: "of raw (median)", target: "(as the round trip)", met: nil))
             }
 
+            // The peers a user would pick instead, each interleaved with the same RemoteView round
+            // trip (alternating chunks), so both sides of each ratio see the same machine.
+            func echo(_ count: Int) async throws -> [Double] {
+                try await sample(count, warmUp: 20) { _ = try await service.request(ServiceMessage(type: "echo", payload: payload)) }
+            }
+            if wants("grpc") {
+                log("gRPC …")
+                // Fewer calls (each is ~1 ms; the peer warms its client up in every chunk).
+                let compared = try await withGRPCServer { peer, socket in
+                    try await interleaved(max(roundTrips / 4, 10), chunks: 5, framework: echo, baseline: { count in
+                        try Stats.samples(baselineJSON: run([peer, "call", socket, String(count), "200", "samples"])
+                            .trimmingCharacters(in: .whitespacesAndNewlines))
+                    })
+                }
+                if let (ours, grpc) = compared {
+                    rows.append(Row(figure: "request/reply, 64 B, against gRPC (interleaved)", value: ours,
+                                    baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)", baselineValue: grpc,
+                                    ratio: grpc.median / ours.median, ratioMeaning: "RemoteView faster (median)",
+                                    target: "≥ 30× faster", met: grpc.median >= 30 * ours.median))
+                }
+            }
+            if wants("dbus") {
+                log("D-Bus …")
+                let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
+                defer { bus.stop() }
+                let server = try bus.startServer()
+                defer {
+                    kill(server.processIdentifier, SIGKILL)
+                    server.waitUntilExit()
+                }
+                let (ours, dbus) = try await interleaved(roundTrips, framework: echo, baseline: { count in
+                    try Stats.samples(baselineJSON: bus.peer("call", String(count), "samples").trimmingCharacters(in: .whitespacesAndNewlines))
+                })
+                rows.append(Row(figure: "request/reply, 64 B, against D-Bus (interleaved)", value: ours,
+                                baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)", baselineValue: dbus,
+                                ratio: dbus.median / ours.median, ratioMeaning: "RemoteView faster (median)",
+                                target: "≥ 2.5× faster", met: dbus.median >= 2.5 * ours.median))
+            }
+
             if wants("frames") {
                 log("frames …")
                 let view = RemoteView(connection: service)
@@ -259,37 +298,6 @@ struct Bench: Sendable {
         if wants("scale") {
             log("scale: \(scaleServices) sandboxed services streaming …")
             rows.append(try await scaleRow(registry: registry, logger: logger))
-        }
-
-        if wants("grpc") {
-            log("gRPC …")
-            if let grpc = try grpcRoundTrip() {
-                let roundTrip = rows[0].value
-                rows.append(Row(figure: "request/reply, 64 B, against gRPC", value: roundTrip, baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)",
-                                baselineValue: grpc, ratio: grpc.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
-                                target: "≥ 30× faster", met: grpc.median >= 30 * roundTrip.median))
-            }
-        }
-
-        if wants("dbus") {
-            log("D-Bus …")
-            let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
-            defer { bus.stop() }
-            let server = try bus.startServer()
-            let dbusCall = try Stats(baselineJSON: bus.peer("call", String(roundTrips)))
-            kill(server.processIdentifier, SIGKILL)
-            server.waitUntilExit()
-            let roundTrip = rows[0].value
-            rows.append(Row(figure: "request/reply, 64 B, against D-Bus", value: roundTrip, baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)",
-                            baselineValue: dbusCall, ratio: dbusCall.median / roundTrip.median, ratioMeaning: "RemoteView faster (median)",
-                            target: "≥ 2.5× faster", met: dbusCall.median >= 2.5 * roundTrip.median))
-            let activation = try Stats(baselineJSON: bus.peer("activate", String(coldStarts)))
-            if let cold = rows.first(where: { $0.figure == "cold start → first reply, unsandboxed" })?.value {
-                rows.append(Row(figure: "cold start → first reply, unsandboxed, against D-Bus", value: cold,
-                                baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
-                                ratio: cold.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
-                                met: cold.median <= activation.median))
-            }
         }
 
         return rows
@@ -363,7 +371,9 @@ struct Bench: Sendable {
 
     /// gRPC-Swift's unary round trip, server and client in their own processes; `nil` (with a
     /// note) when the peer is not built.
-    func grpcRoundTrip() throws -> Stats? {
+    /// Runs `body` with a gRPC-Swift Echo server listening on a Unix socket, and the peer binary
+    /// that calls it; `nil` when the peer is not built.
+    func withGRPCServer<R>(_ body: (_ peer: String, _ socket: String) async throws -> R) async throws -> R? {
         let peer = benchService.replacingOccurrences(of: "/bench-service", with: "/grpc-peer")
         guard access(peer, X_OK) == 0 else {
             log("  grpc-peer is not built (swift build -c release --product grpc-peer): skipped")
@@ -394,7 +404,7 @@ struct Bench: Sendable {
             guard attempt < 5000 else { throw BenchError("the gRPC server never listened on \(socket)") }
             usleep(1000)
         }
-        return try Stats(baselineJSON: run([peer, "call", socket, String(roundTrips)]).trimmingCharacters(in: .whitespacesAndNewlines))
+        return try await body(peer, socket)
     }
 
     /// Streams `frames` frames of `region` and reads each one's stamp from the host's image.
@@ -426,6 +436,12 @@ struct Bench: Sendable {
     /// a per-connection process, so the next one starts cold) is not timed.
     func startSamples(_ count: Int, warmUp: Int, of identifier: String, on launcher: Launcher,
                       until first: (ServiceConnection) async throws -> Void) async throws -> Stats {
+        Stats(microseconds: try await startTimes(count, warmUp: warmUp, of: identifier, on: launcher, until: first))
+    }
+
+    /// The samples of ``startSamples(_:warmUp:of:on:until:)``, in microseconds.
+    func startTimes(_ count: Int, warmUp: Int, of identifier: String, on launcher: Launcher,
+                    until first: (ServiceConnection) async throws -> Void) async throws -> [Double] {
         var samples: [Double] = []
         for index in -warmUp..<count {
             let connection = launcher.connection(to: identifier)
@@ -434,7 +450,7 @@ struct Bench: Sendable {
             if index >= 0 { samples.append(nowMicroseconds() - start) }
             await connection.invalidate()
         }
-        return Stats(microseconds: samples)
+        return samples
     }
 
     /// Presents a 320×240 view of the connection's service and waits for its first frame.
@@ -449,17 +465,32 @@ struct Bench: Sendable {
     /// trivial static binary that sends one message over fd 3, spawned with bubblewrap and plainly.
     func coldStartRows(registry: ServiceRegistry, logger: Logger) async throws -> [Row] {
         var rows: [Row] = []
+        var activationRows: [Row] = []
         let floors = try spawnFloors()
         for sandboxed in [true, false] {
             let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
                                                        logger: logger)
-            let (cold, reply) = try await withLauncher(registry: registry, configuration: configuration) { launcher in
+            let (cold, reply, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, Row?) in
                 let frame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher, until: presentedFirstFrame)
                 // The same start to a first reply instead: what the frame adds is the difference.
-                let reply = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher) { connection in
-                    _ = try await connection.request(ServiceMessage(type: "echo"))
+                func replies(_ count: Int) async throws -> [Double] {
+                    try await startTimes(count, warmUp: 1, of: "com.example.bench.cold", on: launcher) { connection in
+                        _ = try await connection.request(ServiceMessage(type: "echo"))
+                    }
                 }
-                return (frame, reply)
+                // Unsandboxed, Linux's own on-demand peer: D-Bus activating a C service, interleaved.
+                guard !sandboxed, wants("dbus") else { return (frame, Stats(microseconds: try await replies(coldStarts)), nil) }
+                log("D-Bus activation …")
+                let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
+                defer { bus.stop() }
+                let (reply, activation) = try await interleaved(coldStarts, chunks: 5, framework: replies, baseline: { count in
+                    try Stats.samples(baselineJSON: bus.peer("activate", String(count), "samples").trimmingCharacters(in: .whitespacesAndNewlines))
+                })
+                let versus = Row(figure: "cold start → first reply, unsandboxed, against D-Bus (interleaved)", value: reply,
+                                 baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
+                                 ratio: reply.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
+                                 met: reply.median <= activation.median)
+                return (frame, reply, versus)
             }
             let floor = sandboxed ? floors.bubblewrap : floors.plain
             let mode = sandboxed ? "sandboxed" : "unsandboxed"
@@ -472,8 +503,9 @@ struct Bench: Sendable {
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: reply.median / floor.median, ratioMeaning: "of the floor",
                             target: "(diagnostic: the frame's share is the row above minus this)", met: nil))
+            if let versus { activationRows.append(versus) }
         }
-        return rows
+        return rows + activationRows
     }
 
     /// The static binary started with its end of a socketpair at fd 3, until its message arrives
