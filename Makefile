@@ -29,8 +29,8 @@ test:
 
 # Every benchmark figure next to its baseline, in one run (release build; see Benchmarks/).
 # make bench ARGS="--json"
-# Cairo and protobuf-c are linked from their archives (Benchmarks/raw/static-link.sh), so a
-# service maps 5 libraries at start, not 25.
+# Cairo, protobuf-c and libstdc++ are linked from their archives (Benchmarks/raw/static-link.sh),
+# so a service maps 4 libraries at start, not 25.
 STATIC_LINK := $(CURDIR)/Benchmarks/.build/static-link
 bench:
 	scripts/bootstrap --bench

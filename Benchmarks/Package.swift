@@ -30,7 +30,7 @@ let package = Package(
         // loader resolving the Swift libraries, which this leaves out of every cold start. And
         // as a position-dependent executable: a PIE with the runtime inside has ~30 000
         // relocations for the loader to apply (and pages to copy) at every start (≈ 1 ms here).
-        // `make bench` also links Cairo and protobuf-c from their archives (raw/static-link.sh).
+        // `make bench` also links Cairo, protobuf-c and libstdc++ from their archives (raw/static-link.sh).
         .executableTarget(
             name: "bench-service",
             dependencies: [.product(name: "RemoteService", package: "RemoteView")],
