@@ -34,6 +34,8 @@ struct RemoteViewTests {
             for (x, y) in [(10, 20), (14, 26)] { #expect(image.pixel(x: x, y: y) == Self.red, "(\(x), \(y))") }
             for (x, y) in [(9, 20), (15, 26), (10, 27), (0, 0)] { #expect(image.pixel(x: x, y: y) == Self.blue, "(\(x), \(y))") }
             #expect(image.rgba[((20 * 64) + 10) * 4 ..< ((20 * 64) + 10) * 4 + 4] == [255, 0, 0, 255])
+            // Read in place, the same pixels.
+            #expect(view.withImage { $0.pixel(x: 10, y: 20) == Self.red && $0.pixel(x: 0, y: 0) == Self.blue && $0.width == 64 })
 
             // A PNG snapshot reads back as the same pixels; a bad path is an error that names it.
             let folder = try TemporaryFolder("remoteview-snapshot")

@@ -419,11 +419,14 @@ struct Bench: Sendable {
             var frame: UInt32 = 0
             while frame != last, await damage.next() != nil {
                 let now = monotonicNanoseconds()
-                let image = view.image
-                var stamp: UInt64 = 0
-                frame = 0
-                for index in 0..<4 { frame |= (image.pixel(x: region.x + index, y: region.y) & 0xFF) << (8 * UInt32(index)) }
-                for index in 0..<8 { stamp |= UInt64(image.pixel(x: region.x + 4 + index, y: region.y) & 0xFF) << (8 * UInt64(index)) }
+                // Read in place (a snapshot held across the next composite would cost the host a copy).
+                let (number, stamp) = view.withImage { image -> (UInt32, UInt64) in
+                    var number: UInt32 = 0, stamp: UInt64 = 0
+                    for index in 0..<4 { number |= (image.pixel(x: region.x + index, y: region.y) & 0xFF) << (8 * UInt32(index)) }
+                    for index in 0..<8 { stamp |= UInt64(image.pixel(x: region.x + 4 + index, y: region.y) & 0xFF) << (8 * UInt64(index)) }
+                    return (number, stamp)
+                }
+                frame = number
                 if phase == "measured" { latencies.append(Double(now &- stamp) / 1000) }
             }
             finished = monotonicNanoseconds()

@@ -130,8 +130,19 @@ public final class RemoteView: Sendable {
     }
 
     /// What the service drew, as of its last frame.
+    ///
+    /// A copy-on-write snapshot: cheap to take, but one still held when the next frame is
+    /// composited makes the host copy the whole image first. To read a few pixels every frame,
+    /// use ``withImage(_:)``.
     public var image: RemoteImage {
         RemoteImage(state.withLock { $0.compositor }.image)
+    }
+
+    /// Runs `body` on the image as of the last frame, in place: no commit changes it meanwhile,
+    /// and nothing is copied however often it is called (keep `body` short: compositing waits
+    /// for it, and do not let the image escape it).
+    public func withImage<R>(_ body: (RemoteImage) throws -> R) rethrows -> R {
+        try state.withLock { $0.compositor }.withImage { try body(RemoteImage($0)) }
     }
 
     /// The size given with ``present(width:height:scalePermille:)``.

@@ -51,6 +51,11 @@ package final class SurfaceCompositor: Sendable {
     /// The image as of the last commit.
     package var image: Image { state.withLock { $0.image } }
 
+    /// Runs `body` on the image while no commit can change it, without keeping a copy.
+    package func withImage<R>(_ body: (Image) throws -> R) rethrows -> R {
+        try state.withLock { try body($0.image) }
+    }
+
     /// The size the service asked for, if it did.
     package var preferredSize: (width: Int, height: Int)? { state.withLock { $0.preferredSize } }
 
