@@ -294,14 +294,14 @@ public final class Connection: Sendable {
     }
 
     /// Sends a one-way message; returns once it is handed to the transport.
-    public func send(_ message: ServiceMessage) async throws(RemoteError) {
+    nonisolated(nonsending) public func send(_ message: ServiceMessage) async throws(RemoteError) {
         try await waitUntilSendable()
         try await transport.send(Envelope(id: makeID(), body: .message(type: message.type, payload: message.payload),
                                           attachments: message.attachments))
     }
 
     /// Sends a surface message (with the buffer's memfd for `attach_buffer`); returns once sent.
-    package func send(_ message: SurfaceMessage, attachments: [Attachment] = []) async throws(RemoteError) {
+    nonisolated(nonsending) package func send(_ message: SurfaceMessage, attachments: [Attachment] = []) async throws(RemoteError) {
         guard message.sender == configuration.role else {
             throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
         }
@@ -445,7 +445,7 @@ public final class Connection: Sendable {
     }
 
     /// Waits until this side's handshake is sent (messages may follow it), or the connection ends.
-    private func waitUntilSendable() async throws(RemoteError) {
+    nonisolated(nonsending) private func waitUntilSendable() async throws(RemoteError) {
         let ready = state.withLock { state -> Result<Void, RemoteError>? in
             if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
             if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }

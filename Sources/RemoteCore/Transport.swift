@@ -10,7 +10,7 @@ package protocol Transport: AnyObject, Sendable {
     /// - Throws: ``RemoteError``: `interrupted` when the peer is gone, `timeout` when it stopped
     ///   reading, `invalidArgument` when the envelope cannot be encoded, `invalidated` after
     ///   ``close()``.
-    func send(_ envelope: Envelope) async throws(RemoteError)
+    nonisolated(nonsending) func send(_ envelope: Envelope) async throws(RemoteError)
 
     /// The next envelope, or `nil` once the peer has closed its end. One receiver at a time.
     ///

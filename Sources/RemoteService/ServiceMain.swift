@@ -159,7 +159,7 @@ final class ServiceRuntime: Sendable {
                                             onSurface: { message, _ in
                                                 // A host that breaks the surface rules ends that connection, not the service.
                                                 do throws(RemoteError) {
-                                                    try await surface.receive(message)
+                                                    try await surface.receiveOnAnyThread(message)
                                                 } catch {
                                                     let connection = surface.connection.withLock { $0 }
                                                     await surface.close()

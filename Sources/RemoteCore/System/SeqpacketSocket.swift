@@ -124,7 +124,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         for writer in writers { writer.resume(returning: false) }
     }
 
-    package func send(_ envelope: Envelope) async throws(RemoteError) {
+    nonisolated(nonsending) package func send(_ envelope: Envelope) async throws(RemoteError) {
         let packet = try EnvelopeCodec.encode(envelope)
         var fds: [Int32] = []
         if !envelope.attachments.isEmpty {
@@ -204,7 +204,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 
     /// `true` when the socket may be writable again, `false` at the deadline or on close.
-    private func waitWritable(until deadline: ContinuousClock.Instant) async -> Bool {
+    nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async -> Bool {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             guard enter() else { return continuation.resume(returning: false) }
             defer { leave() }

@@ -14,7 +14,7 @@ import Synchronization
 ///   new size; the old ones are destroyed as they come back.
 package final class SurfacePresenter: Sendable {
     /// Sends one surface message (with the buffer's memfd for attach_buffer).
-    package typealias Send = @Sendable (SurfaceMessage, [Attachment]) async throws(RemoteError) -> Void
+    package typealias Send = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment]) async throws(RemoteError) -> Void
 
     private let send: Send
     private let state: Mutex<State>
@@ -74,7 +74,7 @@ package final class SurfacePresenter: Sendable {
     ///
     /// Waits for the previous frame's frame_done first. `draw` gets a context clipped to what must
     /// be redrawn in the chosen buffer; it should draw the whole view (the clip keeps it cheap).
-    package func present(damage: [PixelRect]?, _ draw: (GraphicsContext) -> Void) async throws(RemoteError) {
+    nonisolated(nonsending) package func present(damage: [PixelRect]?, _ draw: (GraphicsContext) -> Void) async throws(RemoteError) {
         let frame = try await beginFrame(damage: damage)
         frame.draw(draw)
         try await commit(frame)
@@ -82,7 +82,7 @@ package final class SurfacePresenter: Sendable {
 
     /// Waits for the previous frame's frame_done, then picks a released buffer (or makes one)
     /// for a frame whose changed region is `damage` (`nil`: everything).
-    package func beginFrame(damage: [PixelRect]?) async throws(RemoteError) -> Frame {
+    nonisolated(nonsending) package func beginFrame(damage: [PixelRect]?) async throws(RemoteError) -> Frame {
         await waitForFrameDone()
         while true {
             let frame = try state.withLock { (state) throws(RemoteError) -> Frame? in
@@ -114,7 +114,7 @@ package final class SurfacePresenter: Sendable {
     }
 
     /// Sends a drawn frame to the host (attaching its buffer first if it is new).
-    package func commit(_ frame: Frame) async throws(RemoteError) {
+    nonisolated(nonsending) package func commit(_ frame: Frame) async throws(RemoteError) {
         if frame.isNew { try await send(.attachBuffer(frame.buffer.layout), [try frame.buffer.attachment()]) }
         try await send(.commit(bufferID: frame.buffer.layout.id, damage: frame.commit, frame: frame.number), [])
     }
@@ -166,7 +166,7 @@ package final class SurfacePresenter: Sendable {
     package var bufferCount: Int { state.withLock { $0.slots.count } }
 
     /// Applies one message from the host: release_buffer, frame_done or resize.
-    package func receive(_ message: SurfaceMessage) async throws(RemoteError) {
+    nonisolated(nonsending) package func receive(_ message: SurfaceMessage) async throws(RemoteError) {
         switch message {
         case .releaseBuffer(let id):
             let stale = try state.withLock { (state) throws(RemoteError) -> UInt32? in
@@ -200,7 +200,7 @@ package final class SurfacePresenter: Sendable {
 
     /// Uses `size` (in pixels: points × scale) for the next frame; released buffers of the old
     /// size are destroyed now, the others when they come back.
-    package func resize(to size: SurfaceSize) async throws(RemoteError) {
+    nonisolated(nonsending) package func resize(to size: SurfaceSize) async throws(RemoteError) {
         let (width, height) = size.pixels
         let stale = state.withLock { state -> [UInt32] in
             state.width = width
@@ -228,9 +228,9 @@ package final class SurfacePresenter: Sendable {
     }
 
     /// Returns once no frame is in flight (the host's frame_done of the last one came).
-    package func waitUntilReady() async { await waitForFrameDone() }
+    nonisolated(nonsending) package func waitUntilReady() async { await waitForFrameDone() }
 
-    private func waitForFrameDone() async {
+    nonisolated(nonsending) private func waitForFrameDone() async {
         await withCheckedContinuation { continuation in
             let ready = state.withLock { state in
                 if !state.inFlight || state.closed { return true }

@@ -13,7 +13,12 @@ final class ViewSurface {
     /// Whether a controller exists to offer requests and messages to (readable off the main
     /// actor, so a service's requests do not hop to it for nothing).
     nonisolated let hasController = Atomic<Bool>(false)
-    private var presenter: SurfacePresenter?
+    private var presenter: SurfacePresenter? {
+        didSet { sharedPresenter.withLock { $0 = presenter } }
+    }
+    /// The presenter, for the connection's read loop: it is thread-safe, and release_buffer and
+    /// frame_done need nothing else, so they reach it without a hop to the main actor and back.
+    private nonisolated let sharedPresenter = Mutex<SurfacePresenter?>(nil)
     private(set) var root: ServiceRoot?
     private var waiter: CheckedContinuation<Void, Never>?
     private var closed = false
@@ -32,6 +37,18 @@ final class ViewSurface {
             guard let current = self?.connection.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
             try await current.send(message, attachments: attachments)
         }
+    }
+
+    /// Applies a message about the view from the host: size and pacing, or input. Pacing
+    /// (release_buffer, frame_done) goes straight to the presenter, on the caller's executor.
+    nonisolated func receiveOnAnyThread(_ message: SurfaceMessage) async throws(RemoteError) {
+        switch message {
+        case .releaseBuffer, .frameDone:
+            if let presenter = sharedPresenter.withLock({ $0 }) { return try await presenter.receive(message) }
+        default:
+            break
+        }
+        try await receive(message)
     }
 
     /// Applies a message about the view from the host: size and pacing, or input.
