@@ -52,11 +52,13 @@ public final class Connection: Sendable {
     /// thread hand-off; long synchronous work delays the connection's next messages, so move it
     /// off (`await` something) first.
     public typealias RequestHandler = @Sendable (ServiceMessage) async throws -> ServiceMessage
-    /// Receives one one-way message. Messages are delivered one at a time, in order.
-    public typealias MessageHandler = @Sendable (ServiceMessage) async -> Void
+    /// Receives one one-way message. Messages are delivered one at a time, in order, on the
+    /// connection's read loop (like a request handler until it first suspends): the next one
+    /// waits until this returns, so hand long work off.
+    public typealias MessageHandler = nonisolated(nonsending) @Sendable (ServiceMessage) async -> Void
     /// Receives one surface message (with the buffer's memfd for `attach_buffer`), in order,
     /// already validated and known to come from the side that may send it.
-    package typealias SurfaceHandler = @Sendable (SurfaceMessage, [Attachment]) async -> Void
+    package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment]) async -> Void
 
     /// This side's configuration.
     public let configuration: Configuration
@@ -202,7 +204,7 @@ public final class Connection: Sendable {
     /// The most envelopes the read loop handles before it lets other work on its thread run.
     private static let envelopesPerTurn = 32
 
-    private func serve() async {
+    nonisolated(nonsending) private func serve() async {
         var outcome: RemoteError?
         do {
             try await handshake()
@@ -491,7 +493,7 @@ public final class Connection: Sendable {
         return try result.get()
     }
 
-    private func dispatch(_ envelope: Envelope) async throws(RemoteError) {
+    nonisolated(nonsending) private func dispatch(_ envelope: Envelope) async throws(RemoteError) {
         switch envelope.body {
         case .handshake:
             throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
@@ -618,7 +620,7 @@ public final class Connection: Sendable {
         eventSink.finish()
     }
 
-    private func sendBestEffort(_ body: Envelope.Body, replyTo: UInt64? = nil) async {
+    nonisolated(nonsending) private func sendBestEffort(_ body: Envelope.Body, replyTo: UInt64? = nil) async {
         do {
             try await transport.send(Envelope(id: makeID(), replyTo: replyTo, body: body))
         } catch {

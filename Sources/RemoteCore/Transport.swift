@@ -16,7 +16,7 @@ package protocol Transport: AnyObject, Sendable {
     ///
     /// - Throws: ``RemoteError`` `protocolViolation` for a packet that is malformed, too large,
     ///   or whose fds do not match its declaration (the fds that arrived are closed).
-    func receive() async throws(RemoteError) -> Envelope?
+    nonisolated(nonsending) func receive() async throws(RemoteError) -> Envelope?
 
     /// Shuts both directions: the peer sees end of file, waiting calls return.
     func close()

@@ -310,7 +310,7 @@ final class ServiceRuntime: Sendable {
         }
     }
 
-    private func deliver(_ message: ServiceMessage) async {
+    nonisolated(nonsending) private func deliver(_ message: ServiceMessage) async {
         state.withLock { $0.lastActivity = .now }
         guard message.type == FrameworkMessage.connect else { return await onMessage(message) }
         // A request from the host for one more connection, on the attached socket.

@@ -162,7 +162,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
     }
 
-    package func receive() async throws(RemoteError) -> Envelope? {
+    nonisolated(nonsending) package func receive() async throws(RemoteError) -> Envelope? {
         let admitted = waiters.state.withLock { state in
             if state.receiving { return false }
             state.receiving = true
@@ -188,7 +188,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     // MARK: waiting
 
-    private func waitReadable() async {
+    nonisolated(nonsending) private func waitReadable() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             guard enter() else { return continuation.resume() }
             defer { leave() }
