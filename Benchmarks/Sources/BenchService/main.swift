@@ -1,6 +1,7 @@
 // The benchmarks' service: as lean as a RemoteView service gets (the SDK and the Swift runtime
 // only), so that figures measure the framework, not a service's own start-up.
-//   requests: "echo" (payload and attachments back), "count" (one-way messages since the last
+//   requests: "echo" (payload and attachments back), "started" (when main was reached and the
+//   request handled, CLOCK_MONOTONIC ns), "count" (one-way messages since the last
 //   count), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick W H FPS SECONDS" (repaint everything FPS times a second)
 //   view: a solid colour, plus the stream's stamped frames
@@ -15,6 +16,9 @@ func monotonicNanoseconds() -> UInt64 {
     clock_gettime(CLOCK_MONOTONIC, &now)
     return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
 }
+
+/// When this process reached its own code (after exec, the loader and the Swift runtime).
+let reachedMain = monotonicNanoseconds()
 
 /// Repaints a region per frame and stamps it: the frame number, then CLOCK_MONOTONIC (bubblewrap
 /// makes no time namespace, so it is the host's clock too), a byte per pixel in blue, written last.
@@ -82,6 +86,9 @@ await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamCon
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
+    case "started":
+        // For the cold start's phases: when main was reached, and when this request was handled.
+        return ServiceMessage(type: "started", text: "\(reachedMain) \(monotonicNanoseconds())")
     case "count":
         return ServiceMessage(type: "count", text: String(received.exchange(0, ordering: .relaxed)))
     default:

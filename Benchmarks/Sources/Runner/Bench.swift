@@ -473,7 +473,7 @@ struct Bench: Sendable {
         for sandboxed in [true, false] {
             let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
                                                        logger: logger)
-            let (cold, reply, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, Row?) in
+            let (cold, reply, phases, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, Row, Row?) in
                 let frame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher, until: presentedFirstFrame)
                 // The same start to a first reply instead: what the frame adds is the difference.
                 func replies(_ count: Int) async throws -> [Double] {
@@ -481,8 +481,9 @@ struct Bench: Sendable {
                         _ = try await connection.request(ServiceMessage(type: "echo"))
                     }
                 }
+                let phases = try await startPhases(coldStarts, on: launcher, sandboxed: sandboxed, floor: sandboxed ? floors.bubblewrap : floors.plain)
                 // Unsandboxed, Linux's own on-demand peer: D-Bus activating a C service, interleaved.
-                guard !sandboxed, wants("dbus") else { return (frame, Stats(microseconds: try await replies(coldStarts)), nil) }
+                guard !sandboxed, wants("dbus") else { return (frame, Stats(microseconds: try await replies(coldStarts)), phases, nil) }
                 log("D-Bus activation …")
                 let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
                 defer { bus.stop() }
@@ -493,7 +494,7 @@ struct Bench: Sendable {
                                  baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
                                  ratio: reply.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
                                  met: reply.median <= activation.median)
-                return (frame, reply, versus)
+                return (frame, reply, phases, versus)
             }
             let floor = sandboxed ? floors.bubblewrap : floors.plain
             let mode = sandboxed ? "sandboxed" : "unsandboxed"
@@ -506,9 +507,39 @@ struct Bench: Sendable {
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: reply.median / floor.median, ratioMeaning: "of the floor",
                             target: "(diagnostic: the frame's share is the row above minus this)", met: nil))
+            rows.append(phases)
             if let versus { activationRows.append(versus) }
         }
         return rows + activationRows
+    }
+
+    /// Where a cold start's time goes: from making the connection to the service's own code
+    /// (spawn, exec, the loader, the Swift runtime; the sandbox's set-up when sandboxed), from
+    /// there to its first request handled (the SDK's start and the handshake), and from there
+    /// to the reply at the host. Medians of each, over `count` starts.
+    func startPhases(_ count: Int, on launcher: Launcher, sandboxed: Bool, floor: Stats) async throws -> Row {
+        var toMain: [Double] = [], toHandled: [Double] = [], toHost: [Double] = [], total: [Double] = []
+        for index in -1..<count {
+            let connection = launcher.connection(to: "com.example.bench.cold")
+            let start = monotonicNanoseconds()
+            let reply = try await connection.request(ServiceMessage(type: "started"))
+            let end = monotonicNanoseconds()
+            await connection.invalidate()
+            let stamps = (reply.text ?? "").split(separator: " ").compactMap { UInt64($0) }
+            guard stamps.count == 2 else { throw BenchError("the service did not say when it started: \(reply.text ?? "")") }
+            guard index >= 0 else { continue }
+            toMain.append(Double(stamps[0] &- start) / 1000)
+            toHandled.append(Double(stamps[1] &- stamps[0]) / 1000)
+            toHost.append(Double(end &- stamps[1]) / 1000)
+            total.append(Double(end &- start) / 1000)
+        }
+        func ms(_ samples: [Double]) -> String { String(format: "%.2f ms", Stats(microseconds: samples).median / 1000) }
+        let mode = sandboxed ? "sandboxed" : "unsandboxed"
+        return Row(figure: "cold start phases, \(mode) (medians)", value: Stats(microseconds: total),
+                   summary: "to the service's main \(ms(toMain)); main → first request handled \(ms(toHandled)); → reply at the host \(ms(toHost)); total \(ms(total))",
+                   baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same", baselineValue: floor,
+                   ratio: Stats(microseconds: toMain).median / floor.median, ratioMeaning: "to-main of the floor",
+                   target: "(diagnostic)", met: nil)
     }
 
     /// The static binary started with its end of a socketpair at fd 3, until its message arrives
