@@ -234,10 +234,7 @@ struct Bench: Sendable {
                     })
                 }
                 if let (ours, grpc) = compared {
-                    rows.append(Row(figure: "request/reply, 64 B, against gRPC (interleaved)", value: ours,
-                                    baseline: "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)", baselineValue: grpc,
-                                    ratio: grpc.median / ours.median, ratioMeaning: "RemoteView faster (median)",
-                                    target: "≥ 30× faster", met: grpc.median >= 30 * ours.median))
+                    rows.append(versus("gRPC", "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)", ours: ours, theirs: grpc, target: 30))
                 }
             }
             if wants("dbus") {
@@ -252,10 +249,7 @@ struct Bench: Sendable {
                 let (ours, dbus) = try await interleaved(roundTrips, framework: echo, baseline: { count in
                     try Stats.samples(baselineJSON: bus.peer("call", String(count), "samples").trimmingCharacters(in: .whitespacesAndNewlines))
                 })
-                rows.append(Row(figure: "request/reply, 64 B, against D-Bus (interleaved)", value: ours,
-                                baseline: "D-Bus method call (private dbus-daemon, sd-bus, C)", baselineValue: dbus,
-                                ratio: dbus.median / ours.median, ratioMeaning: "RemoteView faster (median)",
-                                target: "≥ 2.5× faster", met: dbus.median >= 2.5 * ours.median))
+                rows.append(versus("D-Bus", "D-Bus method call (private dbus-daemon, sd-bus, C)", ours: ours, theirs: dbus, target: 2.5))
             }
 
             if wants("frames") {
@@ -511,6 +505,13 @@ struct Bench: Sendable {
             if let versus { activationRows.append(versus) }
         }
         return rows + activationRows
+    }
+
+    /// The small round trip against a peer's, measured interleaved: how many times faster it is.
+    func versus(_ peer: String, _ baseline: String, ours: Stats, theirs: Stats, target: Double) -> Row {
+        Row(figure: "request/reply, 64 B, against \(peer) (interleaved)", value: ours, baseline: baseline, baselineValue: theirs,
+            ratio: theirs.median / ours.median, ratioMeaning: "RemoteView faster (median)",
+            target: "≥ \(String(format: "%g", target))× faster", met: theirs.median >= target * ours.median)
     }
 
     /// Where a cold start's time goes: from making the connection to the service's own code
