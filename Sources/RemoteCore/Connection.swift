@@ -104,8 +104,6 @@ public final class Connection: Sendable {
         var peerHandshake: Handshake?
         /// The code to report when this side refuses the peer; `nil` means malformed.
         var refusal: ProtocolErrorCode?
-        /// How ``run()`` ended, for it to throw.
-        var runOutcome: RemoteError?
     }
 
     /// A connection over `transport`. Requests from the peer go to `onRequest`, one-way messages
@@ -195,16 +193,17 @@ public final class Connection: Sendable {
         precondition(started, "Connection.run() called twice")
         // The read loop runs on the event loop's thread: the thread that learns the socket is
         // readable reads it and dispatches, with no hand-off to a pool thread in between.
-        await withTaskExecutorPreference(loop) {
+        let outcome = await withTaskExecutorPreference(loop) {
             await serve()
         }
-        if let outcome = state.withLock({ $0.closingLocally ? nil : $0.runOutcome }) { throw outcome }
+        if let outcome, !(state.withLock { $0.closingLocally }) { throw outcome }
     }
 
     /// The most envelopes the read loop handles before it lets other work on its thread run.
     private static let envelopesPerTurn = 32
 
-    nonisolated(nonsending) private func serve() async {
+    /// Handshakes and serves until the connection closes; returns how it ended (`nil`: in order).
+    nonisolated(nonsending) private func serve() async -> RemoteError? {
         var outcome: RemoteError?
         do {
             try await handshake()
@@ -231,8 +230,8 @@ public final class Connection: Sendable {
                 await sendBestEffort(.protocolError(refusal ?? .malformed, reason: error.reason))
             }
         }
-        state.withLock { $0.runOutcome = outcome }
         await finish(outcome)
+        return outcome
     }
 
     /// Runs the connection, waits for the handshake, lets `body` use it, then closes it in order.
@@ -448,19 +447,13 @@ public final class Connection: Sendable {
 
     /// Waits until this side's handshake is sent (messages may follow it), or the connection ends.
     nonisolated(nonsending) private func waitUntilSendable() async throws(RemoteError) {
-        let ready = state.withLock { state -> Result<Void, RemoteError>? in
-            if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
-            if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
-            return state.handshakeSent ? .success(()) : nil
-        }
-        if let ready { return try ready.get() }
+        // Once the handshake is sent (every send but the first few), no continuation at all.
+        if let ready = state.withLock({ Self.sendability($0) }) { return try ready.get() }
         let failure = await withCheckedContinuation { (continuation: CheckedContinuation<RemoteError?, Never>) in
             let ready = state.withLock { state -> Result<Void, RemoteError>? in
-                if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
-                if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
-                if state.handshakeSent { return .success(()) }
-                state.sendWaiters.append(continuation)
-                return nil
+                let ready = Self.sendability(state)
+                if ready == nil { state.sendWaiters.append(continuation) }
+                return ready
             }
             switch ready {
             case .success: continuation.resume(returning: nil)
@@ -471,12 +464,15 @@ public final class Connection: Sendable {
         if let failure { throw failure }
     }
 
+    /// Whether a message may be sent now (`success`), never will be (`failure`), or must wait
+    /// for this side's handshake to be sent (`nil`).
+    private static func sendability(_ state: State) -> Result<Void, RemoteError>? {
+        if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
+        if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
+        return state.handshakeSent ? .success(()) : nil
+    }
+
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
-        // Once open (every call but the first few), no continuation and no suspension point.
-        if let open = state.withLock({ state -> Handshake? in
-            if case .open(let handshake) = state.phase, !state.closingLocally { return handshake }
-            return nil
-        }) { return open }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Handshake, RemoteError>, Never>) in
             let ready = state.withLock { state -> Result<Handshake, RemoteError>? in
                 switch state.phase {

@@ -127,14 +127,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     nonisolated(nonsending) package func send(_ envelope: Envelope) async throws(RemoteError) {
         let packet = try EnvelopeCodec.encode(envelope)
         var fds: [Int32] = []
-        if !envelope.attachments.isEmpty {
-            fds.reserveCapacity(envelope.attachments.count)
-            for attachment in envelope.attachments {
-                guard let fd = attachment.descriptor else {
-                    throw RemoteError(.invalidArgument, "\(envelope.body.name) has an attachment whose fd was already taken")
-                }
-                fds.append(fd)
+        fds.reserveCapacity(envelope.attachments.count)
+        for attachment in envelope.attachments {
+            guard let fd = attachment.descriptor else {
+                throw RemoteError(.invalidArgument, "\(envelope.body.name) has an attachment whose fd was already taken")
             }
+            fds.append(fd)
         }
         // The deadline starts at the first time the peer's queue is full (most sends never wait).
         var deadline: ContinuousClock.Instant?
