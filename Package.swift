@@ -1,8 +1,8 @@
 // swift-tools-version: 6.1
 //
 // RemoteView: XPC services, launchd-style on-demand launching and remote view controllers for
-// Linux. Layout and dependency direction follow design §2:
-// CProto ← RemoteCore ← {RemoteService, RemoteHost} ← demo-share.
+// Linux. Dependency direction (docs/Architecture.md):
+// {CProto, CRemoteViewLinux, CSpawn} ← RemoteCore ← {RemoteService, RemoteHost} ← demo-share.
 import PackageDescription
 
 let package = Package(
@@ -24,12 +24,16 @@ let package = Package(
             pkgConfig: "libprotobuf-c",
             providers: [.apt(["libprotobuf-c-dev"])]
         ),
-        // The wire schema, its generated protobuf-c code (committed; scripts/gen-proto) and thin
-        // C shims for what Swift cannot call.
+        // The wire schema and its generated protobuf-c code (committed; scripts/gen-proto).
         .target(
             name: "CProto",
             dependencies: ["CProtobufC"],
-            exclude: ["remoteview.proto"],
+            exclude: ["remoteview.proto"]
+        ),
+        // Thin C shims for the Linux calls Swift cannot make (CMSG_* macros, memfd seals, pidfd),
+        // called only from RemoteCore/System.
+        .target(
+            name: "CRemoteViewLinux",
             cSettings: [.define("_GNU_SOURCE", to: "1")]
         ),
         // Cairo, through a module map (Debian: libcairo2-dev).
@@ -37,7 +41,8 @@ let package = Package(
             name: "CCairo",
             path: "Sources/CCairo"
         ),
-        // The launcher's process start (vfork + execve), in C because it runs where Swift cannot.
+        // The launcher's process start (vfork + execve), in C because it runs where Swift cannot;
+        // called only through RemoteCore/System's Syscall.spawn.
         .target(
             name: "CSpawn",
             cSettings: [.define("_GNU_SOURCE", to: "1")]
@@ -46,6 +51,8 @@ let package = Package(
             name: "RemoteCore",
             dependencies: [
                 "CProto",
+                "CRemoteViewLinux",
+                "CSpawn",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -61,8 +68,6 @@ let package = Package(
             name: "RemoteHost",
             dependencies: [
                 "RemoteCore",
-                "CProto",
-                "CSpawn",
                 "CCairo",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -93,7 +98,7 @@ let package = Package(
         // Deadlines and fd/process leak checks shared by the test targets.
         .target(
             name: "RemoteTestSupport",
-            dependencies: ["RemoteCore"],
+            dependencies: ["RemoteCore", "CRemoteViewLinux"],
             path: "Tests/Support"
         ),
         .testTarget(

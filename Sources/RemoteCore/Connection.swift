@@ -16,6 +16,9 @@ import Synchronization
 ///
 /// Everything the peer sends is validated before a handler sees it; a protocol violation
 /// ends the connection with a ``RemoteError`` whose reason says what was wrong.
+///
+/// The connection's life is a ``ConnectionStateMachine`` value held under one lock; this class
+/// does the I/O the machine asks for.
 public final class Connection: Sendable {
     /// Who this side is and how long it waits.
     public struct Configuration: Sendable {
@@ -51,14 +54,16 @@ public final class Connection: Sendable {
     /// (as an XPC handler runs on its connection's queue), so one that answers at once costs no
     /// thread hand-off; long synchronous work delays the connection's next messages, so move it
     /// off (`await` something) first.
-    public typealias RequestHandler = @Sendable (ServiceMessage) async throws -> ServiceMessage
+    public typealias RequestHandler = @Sendable (ServiceMessage, ConnectionContext) async throws -> ServiceMessage
     /// Receives one one-way message. Messages are delivered one at a time, in order, on the
     /// connection's read loop (like a request handler until it first suspends): the next one
     /// waits until this returns, so hand long work off.
-    public typealias MessageHandler = nonisolated(nonsending) @Sendable (ServiceMessage) async -> Void
-    /// Receives one surface message (with the buffer's memfd for `attach_buffer`), in order,
-    /// already validated and known to come from the side that may send it.
-    package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment]) async -> Void
+    public typealias MessageHandler = nonisolated(nonsending) @Sendable (ServiceMessage, ConnectionContext) async -> Void
+    /// Receives one message of the surface family (with the buffer's memfd for
+    /// `attach_buffer`), in order, validated and known to come from the side that may send it.
+    package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment], ConnectionContext) async -> Void
+    /// Receives one input event (a service receives them from its host), in order, validated.
+    package typealias InputHandler = nonisolated(nonsending) @Sendable (InputEvent, ConnectionContext) async -> Void
 
     /// This side's configuration.
     public let configuration: Configuration
@@ -68,56 +73,31 @@ public final class Connection: Sendable {
     private let transport: any Transport
     private let onRequest: RequestHandler
     private let onMessage: MessageHandler
-    private let onSurface: SurfaceHandler?
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     private let loop: EventLoop
     private let logger: Logger
     private let nextID = Atomic<UInt64>(1)
-    private let state = Mutex(State())
+    private let machine = Mutex(ConnectionStateMachine())
+    /// Who handles the message families beyond requests and messages; fixed once running, and
+    /// let go when the connection ends (they often hold the connection).
+    private let routes = Mutex(Routes())
 
-    private enum Phase {
-        case idle
-        case handshaking
-        case open(Handshake)
-        case closed(RemoteError?)
-    }
-
-    private struct Pending {
-        var expectsPong: Bool
-        var continuation: CheckedContinuation<Result<Envelope, RemoteError>, Never>?
-        var arrived: Result<Envelope, RemoteError>?
-        var timer: EventLoop.TimerID?
-    }
-
-    private struct State {
-        var phase: Phase = .idle
-        var openWaiters: [CheckedContinuation<Result<Handshake, RemoteError>, Never>] = []
-        /// Whether this side's handshake is on the wire: from then on, messages may follow it.
-        var handshakeSent = false
-        var sendWaiters: [CheckedContinuation<RemoteError?, Never>] = []
-        var pending: [UInt64: Pending] = [:]
-        var incoming: [UInt64: Task<Void, Never>] = [:]
-        /// Handlers that finished before their task was recorded in `incoming`.
-        var finishedEarly: Set<UInt64> = []
-        var closingLocally = false
-        var peerGoodbye: String?
-        var peerHandshake: Handshake?
-        /// The code to report when this side refuses the peer; `nil` means malformed.
-        var refusal: ProtocolErrorCode?
+    /// The handlers of the message families the connection routes to others.
+    private struct Routes {
+        var surface: SurfaceHandler?
+        var input: InputHandler?
     }
 
     /// A connection over `transport`. Requests from the peer go to `onRequest`, one-way messages
     /// to `onMessage`; the defaults refuse requests and drop messages.
     package init(transport: any Transport, configuration: Configuration,
                  onRequest: @escaping RequestHandler = Connection.refuseRequests,
-                 onMessage: @escaping MessageHandler = { _ in },
-                 onSurface: SurfaceHandler? = nil,
+                 onMessage: @escaping MessageHandler = { _, _ in },
                  loop: EventLoop = .shared) {
         self.transport = transport
         self.configuration = configuration
         self.onRequest = onRequest
         self.onMessage = onMessage
-        self.onSurface = onSurface
         self.loop = loop
         (events, eventSink) = AsyncStream.makeStream(of: ConnectionEvent.self)
         var logger = Logger(label: "remoteview.connection")
@@ -128,51 +108,52 @@ public final class Connection: Sendable {
     /// A connection over a connected `SOCK_SEQPACKET` socket, taking ownership of it.
     public convenience init(socket: consuming OwnedFD, configuration: Configuration,
                             onRequest: @escaping RequestHandler = Connection.refuseRequests,
-                            onMessage: @escaping MessageHandler = { _ in }) throws(SystemCallError) {
+                            onMessage: @escaping MessageHandler = { _, _ in }) throws(SystemCallError) {
         self.init(transport: try SeqpacketSocket(socket), configuration: configuration,
                   onRequest: onRequest, onMessage: onMessage)
-    }
-
-    /// A connection over a connected socket that also carries a surface (`onSurface` gets the
-    /// surface messages the peer may send).
-    package convenience init(socket: consuming OwnedFD, configuration: Configuration,
-                             onRequest: @escaping RequestHandler, onMessage: @escaping MessageHandler,
-                             onSurface: @escaping SurfaceHandler) throws(SystemCallError) {
-        self.init(transport: try SeqpacketSocket(socket), configuration: configuration,
-                  onRequest: onRequest, onMessage: onMessage, onSurface: onSurface)
     }
 
     /// A connection to the `SOCK_SEQPACKET` Unix socket at `path` (e.g. one that
     /// `systemd-socket-activate --accept --seqpacket` listens on).
     public convenience init(connectingTo path: String, configuration: Configuration,
                             onRequest: @escaping RequestHandler = Connection.refuseRequests,
-                            onMessage: @escaping MessageHandler = { _ in }) throws(SystemCallError) {
-        try self.init(socket: OwnedFD(adopting: Syscall.connectSeqpacket(to: path)), configuration: configuration,
+                            onMessage: @escaping MessageHandler = { _, _ in }) throws(SystemCallError) {
+        try self.init(socket: Syscall.connectSeqpacket(to: path), configuration: configuration,
                       onRequest: onRequest, onMessage: onMessage)
     }
 
     /// The default request handler: answers every request with a `RemoteView` failure.
-    public static let refuseRequests: RequestHandler = { message in
+    public static let refuseRequests: RequestHandler = { message, _ in
         throw ServiceFailure(domain: "RemoteView", code: 1, message: "no handler for request \"\(message.type)\"")
+    }
+
+    /// Routes the surface family (`attach_buffer` … `preferred_size`) to `handler`. Call before
+    /// ``run()``; without a route, a surface message is a protocol violation.
+    package func route(surface handler: @escaping SurfaceHandler) {
+        precondition(machine.withLock { $0.isIdle }, "Connection.route(surface:) after run()")
+        routes.withLock { $0.surface = handler }
+    }
+
+    /// Routes the input family (`pointer` … `traits`) to `handler`. Call before ``run()``;
+    /// without a route, input is a protocol violation.
+    package func route(input handler: @escaping InputHandler) {
+        precondition(machine.withLock { $0.isIdle }, "Connection.route(input:) after run()")
+        routes.withLock { $0.input = handler }
     }
 
     /// The peer's handshake, once it has arrived (and still after the connection closed).
     public var peer: Handshake? {
-        state.withLock { $0.peerHandshake }
+        machine.withLock { $0.peer }
     }
 
     /// The reason the peer gave in its goodbye, once it has said goodbye.
     public var peerGoodbyeReason: String? {
-        state.withLock { $0.peerGoodbye }
+        machine.withLock { $0.goodbyeReason }
     }
 
     /// Whether the connection has closed (or is closing on this side).
     public var isClosed: Bool {
-        state.withLock { state in
-            if state.closingLocally { return true }
-            if case .closed = state.phase { return true }
-            return false
-        }
+        machine.withLock { $0.isClosed }
     }
 
     // MARK: running
@@ -184,54 +165,60 @@ public final class Connection: Sendable {
     /// ``RemoteError/Code/protocolViolation`` when it broke the protocol (it is told why before
     /// the connection closes), ``RemoteError/Code/timeout`` when it never handshook.
     /// Every outstanding request has failed and every incoming handler has finished by then.
+    ///
+    /// Cancelling the task that runs it closes the connection as ``close(reason:)`` does.
     public func run() async throws(RemoteError) {
-        let started = state.withLock { state in
-            guard case .idle = state.phase else { return false }
-            state.phase = .handshaking
-            return true
-        }
-        precondition(started, "Connection.run() called twice")
+        let action = machine.withLock { $0.run() }
         // The read loop runs on the event loop's thread: the thread that learns the socket is
         // readable reads it and dispatches, with no hand-off to a pool thread in between.
         let outcome = await withTaskExecutorPreference(loop) {
-            await serve()
+            await serve(action)
         }
-        if let outcome, !(state.withLock { $0.closingLocally }) { throw outcome }
+        if let outcome { throw outcome }
     }
 
     /// The most envelopes the read loop handles before it lets other work on its thread run.
     private static let envelopesPerTurn = 32
 
     /// Handshakes and serves until the connection closes; returns how it ended (`nil`: in order).
-    nonisolated(nonsending) private func serve() async -> RemoteError? {
-        var outcome: RemoteError?
-        do {
-            try await handshake()
-            var turn = 0
-            while let envelope = try await transport.receive() {
-                try await dispatch(envelope)
-                if state.withLock({ if case .closed = $0.phase { true } else { false } }) { break }
-                turn += 1
-                if turn == Self.envelopesPerTurn {
-                    turn = 0
-                    await Task.yield()
+    nonisolated(nonsending) private func serve(_ action: ConnectionStateMachine.RunAction) async -> RemoteError? {
+        var error: RemoteError?
+        if action == .handshake {
+            do {
+                let peer = try await handshake()
+                let routes = self.routes.withLock { $0 }
+                let context = ConnectionContext(connection: self, peer: peer, logger: logger)
+                var turn = 0
+                while let envelope = try await transport.receive() {
+                    guard try await dispatch(envelope, context, routes) else { break }
+                    turn += 1
+                    if turn == Self.envelopesPerTurn {
+                        turn = 0
+                        await Task.yield()
+                    }
                 }
-            }
-            outcome = state.withLock { state in
-                if state.closingLocally { return nil }
-                if case .closed(let reason) = state.phase { return reason }
-                return RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)")
-            }
-        } catch {
-            let (closingLocally, refusal) = state.withLock { ($0.closingLocally, $0.refusal) }
-            outcome = closingLocally ? nil : error
-            if error.code == .protocolViolation && !closingLocally {
-                logger.error("protocol violation by the peer: \(error.reason)")
-                await sendBestEffort(.protocolError(refusal ?? .malformed, reason: error.reason))
+            } catch let failure {
+                if failure.code == .cancelled && Task.isCancelled {
+                    await close(reason: "the task running the connection was cancelled")
+                }
+                error = failure
             }
         }
-        await finish(outcome)
-        return outcome
+        let ending = machine.withLock { $0.readLoopEnded(error) }
+        if let code = ending.protocolError, let outcome = ending.outcome {
+            logger.error("protocol violation by the peer: \(outcome.reason)")
+            await sendBestEffort(.protocolError(code, reason: outcome.reason))
+        }
+        ending.failures.fail(with: ending.failure)
+        transport.close()
+        // Handlers hold what the routes hold; let go of both once nothing can call them.
+        for handler in ending.handlers { handler.cancel() }
+        for handler in ending.handlers { await handler.value }
+        routes.withLock { $0 = Routes() }
+        if let outcome = ending.outcome { logger.debug("closed: \(outcome)") }
+        eventSink.yield(.closed(ending.outcome))
+        eventSink.finish()
+        return ending.outcome
     }
 
     /// Runs the connection, waits for the handshake, lets `body` use it, then closes it in order.
@@ -258,17 +245,10 @@ public final class Connection: Sendable {
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
-        let (closing, handshook) = state.withLock { state -> (Bool, Bool) in
-            if case .closed = state.phase { return (false, false) }
-            if state.closingLocally { return (false, false) }
-            state.closingLocally = true
-            if case .open = state.phase { return (true, true) }
-            return (true, false)
-        }
-        guard closing else { return }
+        guard case .close(let sayGoodbye, let failures) = machine.withLock({ $0.close() }) else { return }
         // Nothing but a handshake may come first, so a goodbye only follows one.
-        if handshook { await sendBestEffort(.goodbye(reason: reason)) }
-        fail(all: RemoteError(.invalidated, "the connection was closed: \(reason)"))
+        if sayGoodbye { await sendBestEffort(.goodbye(reason: reason)) }
+        failures.fail(with: RemoteError(.invalidated, "the connection was closed: \(reason)"))
         transport.close()
     }
 
@@ -310,6 +290,15 @@ public final class Connection: Sendable {
         try await transport.send(Envelope(id: makeID(), body: .surface(message), attachments: attachments))
     }
 
+    /// Sends an input event (a host to its service's view); returns once sent.
+    nonisolated(nonsending) package func send(_ event: InputEvent) async throws(RemoteError) {
+        guard configuration.role == .host else {
+            throw RemoteError(.invalidArgument, "\(event.name) is input, sent by the host, not the \(configuration.role)")
+        }
+        try await waitUntilSendable()
+        try await transport.send(Envelope(id: makeID(), body: .input(event)))
+    }
+
     /// Measures one round trip to the peer (a ping answered by the connection itself, not a handler).
     public func ping(timeout: Duration? = nil) async throws(RemoteError) -> Duration {
         let start = ContinuousClock.now
@@ -323,36 +312,23 @@ public final class Connection: Sendable {
         try await waitUntilSendable()
         if Task.isCancelled { throw RemoteError(.cancelled, "\(what) was cancelled before it was sent") }
         let id = makeID()
-        try state.withLock { (state) throws(RemoteError) in
-            if case .closed(let reason) = state.phase { throw reason ?? RemoteError(.invalidated, "the connection is closed") }
-            state.pending[id] = Pending(expectsPong: expectsPong)
-        }
-        if let timeout {
-            let timer = loop.schedule(at: .now.advanced(by: timeout)) { [weak self] in
-                self?.resolve(id, .failure(RemoteError(.timeout, "no reply to \(what) within \(timeout)")))
-            }
-            state.withLock { $0.pending[id]?.timer = timer }
-        }
+        let waiter = ConnectionStateMachine.ReplyWaiter()
+        try machine.withLock { $0.requestSent(id, expectsPong: expectsPong, waiter: waiter) }.get()
         do {
             try await transport.send(Envelope(id: id, body: body, attachments: attachments))
         } catch {
-            if let pending = state.withLock({ $0.pending.removeValue(forKey: id) }), let timer = pending.timer { loop.cancel(timer) }
+            machine.withLock { $0.requestEnded(id) }
             throw error
         }
-        let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let early = state.withLock { state -> Result<Envelope, RemoteError>? in
-                    if let arrived = state.pending[id]?.arrived {
-                        state.pending[id] = nil
-                        return arrived
-                    }
-                    state.pending[id]?.continuation = continuation
-                    return nil
-                }
-                if let early { continuation.resume(returning: early) }
-            }
-        } onCancel: {
-            resolve(id, .failure(RemoteError(.cancelled, "\(what) was cancelled")))
+        let result: Result<Envelope, RemoteError>
+        do throws(WaitError) {
+            result = try await waiter.wait(until: timeout.map { .now.advanced(by: $0) }, loop: loop, onAbandon: { [weak self] in
+                self?.machine.withLock { $0.requestEnded(id) }
+            })
+        } catch .deadlinePassed {
+            result = .failure(RemoteError(.timeout, "no reply to \(what) within \(timeout!)"))
+        } catch {
+            result = .failure(RemoteError(.cancelled, "\(what) was cancelled"))
         }
         switch result {
         case .success(let envelope):
@@ -365,25 +341,10 @@ public final class Connection: Sendable {
         }
     }
 
-    /// Delivers the outcome of outgoing request `id` to whoever awaits it (or keeps it until they do).
-    private func resolve(_ id: UInt64, _ result: Result<Envelope, RemoteError>) {
-        let (continuation, timer) = state.withLock { state -> (CheckedContinuation<Result<Envelope, RemoteError>, Never>?, EventLoop.TimerID?) in
-            guard var pending = state.pending[id], pending.arrived == nil else { return (nil, nil) }
-            if let continuation = pending.continuation {
-                state.pending[id] = nil
-                return (continuation, pending.timer)
-            }
-            pending.arrived = result
-            state.pending[id] = pending
-            return (nil, pending.timer)
-        }
-        if let timer { loop.cancel(timer) }
-        continuation?.resume(returning: result)
-    }
-
     // MARK: handshake and dispatch
 
-    private func handshake() async throws(RemoteError) {
+    /// Sends this side's handshake, then reads the peer's; returns it.
+    nonisolated(nonsending) private func handshake() async throws(RemoteError) -> Handshake {
         let ours = Handshake(role: configuration.role, identifier: configuration.identifier,
                              capabilities: configuration.capabilities)
         try await transport.send(Envelope(id: makeID(), body: .handshake(ours)))
@@ -391,12 +352,7 @@ public final class Connection: Sendable {
         // XPC queues messages to a connection still being set up): the peer reads them after
         // the handshake, and if the handshake fails, so do they. A first request to a service
         // being launched then costs no extra wake-up and round trip.
-        let senders = state.withLock { state in
-            state.handshakeSent = true
-            defer { state.sendWaiters.removeAll() }
-            return state.sendWaiters
-        }
-        for sender in senders { sender.resume(returning: nil) }
+        machine.withLock { $0.handshakeSent() }.resumeAll(returning: .success(()))
         let transport = self.transport
         let timedOut = Atomic<Bool>(false)
         let timer = loop.schedule(at: .now.advanced(by: configuration.handshakeTimeout)) {
@@ -418,26 +374,22 @@ public final class Connection: Sendable {
         guard case .handshake(let theirs) = first.body else {
             throw refuse(.unexpected, "expected a handshake first, got \(first.body.name)")
         }
-        guard theirs.protocolVersion == ours.protocolVersion else {
-            throw refuse(.versionMismatch, "protocol version mismatch: this \(ours.role) speaks version \(ours.protocolVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks version \(theirs.protocolVersion)")
+        switch machine.withLock({ $0.handshakeReceived(theirs, ours: ours) }) {
+        case .open(let openers):
+            openers.resumeAll(returning: .success(theirs))
+            logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(theirs.protocolVersion))")
+            eventSink.yield(.connected(theirs))
+        case .refuse(let violation):
+            throw violation
+        case .ignore:
+            break
         }
-        guard theirs.role != ours.role else {
-            throw refuse(.role, "both peers claim to be the \(ours.role)")
-        }
-        let waiters = state.withLock { state in
-            state.phase = .open(theirs)
-            state.peerHandshake = theirs
-            defer { state.openWaiters.removeAll() }
-            return state.openWaiters
-        }
-        for waiter in waiters { waiter.resume(returning: .success(theirs)) }
-        logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(theirs.protocolVersion))")
-        eventSink.yield(.connected(theirs))
+        return theirs
     }
 
     /// A protocol violation this side reports to the peer with `code` (not the default, malformed).
     private func refuse(_ code: ProtocolErrorCode, _ reason: String) -> RemoteError {
-        state.withLock { $0.refusal = code }
+        machine.withLock { $0.refuse(code) }
         return RemoteError(.protocolViolation, reason)
     }
 
@@ -447,59 +399,49 @@ public final class Connection: Sendable {
 
     /// Waits until this side's handshake is sent (messages may follow it), or the connection ends.
     nonisolated(nonsending) private func waitUntilSendable() async throws(RemoteError) {
-        // Once the handshake is sent (every send but the first few), no continuation at all.
-        if let ready = state.withLock({ Self.sendability($0) }) { return try ready.get() }
-        let failure = await withCheckedContinuation { (continuation: CheckedContinuation<RemoteError?, Never>) in
-            let ready = state.withLock { state -> Result<Void, RemoteError>? in
-                let ready = Self.sendability(state)
-                if ready == nil { state.sendWaiters.append(continuation) }
-                return ready
-            }
-            switch ready {
-            case .success: continuation.resume(returning: nil)
-            case .failure(let error): continuation.resume(returning: error)
-            case nil: break
-            }
+        // Once the handshake is sent (every send but the first few), no waiter at all.
+        if let ready = machine.withLock({ $0.canSend() }) { return try ready.get() }
+        let waiter = Waiter<Result<Void, RemoteError>>()
+        switch machine.withLock({ $0.sendability(waiter) }) {
+        case .ready: return
+        case .failed(let error): throw error
+        case .wait: break
         }
-        if let failure { throw failure }
+        do {
+            try await waiter.wait(onAbandon: { [weak self] in self?.machine.withLock { $0.abandon(sender: waiter) } }).get()
+        } catch let error as RemoteError {
+            throw error
+        } catch {
+            throw RemoteError(.cancelled, "cancelled while waiting for the connection to open")
+        }
     }
 
-    /// Whether a message may be sent now (`success`), never will be (`failure`), or must wait
-    /// for this side's handshake to be sent (`nil`).
-    private static func sendability(_ state: State) -> Result<Void, RemoteError>? {
-        if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
-        if case .closed(let reason) = state.phase { return .failure(reason ?? RemoteError(.invalidated, "the connection is closed")) }
-        return state.handshakeSent ? .success(()) : nil
-    }
-
+    /// Waits for the peer's handshake.
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Handshake, RemoteError>, Never>) in
-            let ready = state.withLock { state -> Result<Handshake, RemoteError>? in
-                switch state.phase {
-                case .open(let handshake): return .success(handshake)
-                case .closed(let reason): return .failure(reason ?? RemoteError(.invalidated, "the connection is closed"))
-                case .idle, .handshaking:
-                    if state.closingLocally { return .failure(RemoteError(.invalidated, "the connection is closing")) }
-                    state.openWaiters.append(continuation)
-                    return nil
-                }
-            }
-            if let ready { continuation.resume(returning: ready) }
+        let waiter = Waiter<Result<Handshake, RemoteError>>()
+        switch machine.withLock({ $0.openness(waiter) }) {
+        case .ready(let peer): return peer
+        case .failed(let error): throw error
+        case .wait: break
         }
-        return try result.get()
+        do {
+            return try await waiter.wait(onAbandon: { [weak self] in self?.machine.withLock { $0.abandon(opener: waiter) } }).get()
+        } catch let error as RemoteError {
+            throw error
+        } catch {
+            throw RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")
+        }
     }
 
-    nonisolated(nonsending) private func dispatch(_ envelope: Envelope) async throws(RemoteError) {
+    /// Handles one envelope from the peer; `false` once the conversation is over (a goodbye).
+    nonisolated(nonsending) private func dispatch(_ envelope: Envelope, _ context: ConnectionContext, _ routes: Routes) async throws(RemoteError) -> Bool {
         switch envelope.body {
         case .handshake:
             throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
         case .goodbye(let reason):
             logger.debug("the peer said goodbye: \(reason)")
-            state.withLock { state in
-                state.peerGoodbye = reason
-                if !state.closingLocally { state.phase = .closed(nil) }
-            }
-            fail(all: RemoteError(.interrupted, "the peer closed the connection: \(reason)"))
+            machine.withLock { $0.goodbyeReceived(reason) }.fail(with: RemoteError(.interrupted, "the peer closed the connection: \(reason)"))
+            return false
         case .protocolError(let code, let reason):
             throw RemoteError(.protocolViolation, "the peer reported a protocol error (\(code)): \(reason)")
         case .ping:
@@ -509,65 +451,61 @@ public final class Connection: Sendable {
             guard replyTo < nextID.load(ordering: .relaxed) else {
                 throw RemoteError(.protocolViolation, "\(envelope.body.name) to envelope \(replyTo), which was never sent")
             }
-            let expectsPong = state.withLock { $0.pending[replyTo]?.expectsPong }
-            // Unknown ids are replies to requests that timed out or were cancelled: dropped.
-            guard let expectsPong else { return }
-            guard expectsPong == (envelope.body.name == "pong") else {
-                throw RemoteError(.protocolViolation, "\(envelope.body.name) answers envelope \(replyTo), which expects \(expectsPong ? "a pong" : "a reply or failure")")
+            switch machine.withLock({ $0.answerReceived(to: replyTo, isPong: envelope.body.name == "pong", kind: envelope.body.name) }) {
+            case .deliver(let waiter): waiter.resume(returning: .success(envelope))
+            case .drop: break  // an answer to a request that timed out or was cancelled
+            case .violation(let error): throw error
             }
-            resolve(replyTo, .success(envelope))
         case .request(let type, let payload):
             let message = ServiceMessage(type: type, payload: payload, attachments: envelope.attachments)
-            try startHandler(for: message, id: envelope.id)
+            try startHandler(for: message, id: envelope.id, context)
         case .message(let type, let payload):
-            await onMessage(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments))
+            await onMessage(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), context)
         case .cancel(let requestID):
-            state.withLock { $0.incoming[requestID] }?.cancel()
+            machine.withLock { $0.cancelReceived(requestID) }?.cancel()
         case .surface(let message):
             guard message.sender != configuration.role else {
                 throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
             }
-            guard let onSurface else {
+            guard let handler = routes.surface else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
             }
-            await onSurface(message, envelope.attachments)
+            await handler(message, envelope.attachments, context)
+        case .input(let event):
+            guard configuration.role == .service else {
+                throw refuse(.unexpected, "\(event.name) is input, which only the host sends, and this side is the host")
+            }
+            guard let handler = routes.input else {
+                throw refuse(.unexpected, "\(event.name) on a connection that carries no view")
+            }
+            await handler(event, context)
         }
+        return true
     }
 
-    private func startHandler(for message: ServiceMessage, id: UInt64) throws(RemoteError) {
-        try state.withLock { (state) throws(RemoteError) in
-            guard state.incoming[id] == nil else {
-                throw RemoteError(.protocolViolation, "request id \(id) is already outstanding")
-            }
-            guard state.incoming.count < configuration.maxIncomingRequests else {
-                throw RemoteError(.protocolViolation, "more than \(configuration.maxIncomingRequests) requests outstanding at once")
-            }
-        }
+    private func startHandler(for message: ServiceMessage, id: UInt64, _ context: ConnectionContext) throws(RemoteError) {
+        guard try machine.withLock({ $0.requestReceived(id, limit: configuration.maxIncomingRequests) }).get() == .start else { return }
         // The handler starts at once, on this (the read loop's) thread, and runs here until it
         // first suspends, as an XPC handler runs on its connection's queue: a handler that
         // answers without waiting costs no thread hand-off. The request travels in a handoff and
         // the work runs in answer()'s own frame, so every fd of the request and the reply is
-        // released before the task leaves `incoming` (which is what finish() awaits).
+        // released before the task leaves the machine (which is what the end of serve() awaits).
         // A handler that finished before its task was recorded is never recorded.
         let handoff = Handoff(message)
         let task = Task.immediate { [weak self] in
-            await self?.answer(handoff, id: id)
-            self?.state.withLock { state in
-                if state.incoming.removeValue(forKey: id) == nil { state.finishedEarly.insert(id) }
-            }
+            await self?.answer(handoff, id: id, context)
+            self?.machine.withLock { $0.handlerFinished(id) }
         }
-        state.withLock { state in
-            if state.finishedEarly.remove(id) == nil { state.incoming[id] = task }
-        }
+        machine.withLock { $0.handlerStarted(id, task: task) }
     }
 
     /// Runs the request handler for request `id` and sends its reply or failure.
-    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64) async {
+    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext) async {
         guard let message = handoff.take() else { return }
         var attachments: [Attachment] = []
         let body: Envelope.Body
         do {
-            let reply = try await onRequest(message)
+            let reply = try await onRequest(message, context)
             body = .reply(type: reply.type, payload: reply.payload)
             attachments = reply.attachments
         } catch let failure as ServiceFailure {
@@ -586,36 +524,6 @@ public final class Connection: Sendable {
         }
     }
 
-    // MARK: ending
-
-    /// Fails every outstanding request and every caller waiting for the handshake.
-    private func fail(all error: RemoteError) {
-        let (ids, waiters, senders) = state.withLock { state in
-            defer { state.openWaiters.removeAll(); state.sendWaiters.removeAll() }
-            return (Array(state.pending.keys), state.openWaiters, state.sendWaiters)
-        }
-        for waiter in waiters { waiter.resume(returning: .failure(error)) }
-        for sender in senders { sender.resume(returning: error) }
-        for id in ids { resolve(id, .failure(error)) }
-    }
-
-    private func finish(_ outcome: RemoteError?) async {
-        let handlers = state.withLock { state in
-            if case .closed = state.phase {} else { state.phase = .closed(outcome) }
-            return Array(state.incoming.values)
-        }
-        // A request sent behind this side's handshake to a peer that never answered it did not
-        // time out itself: the connection it was on failed under it (XPC's "interrupted").
-        let failure = outcome.map { $0.code == .timeout ? RemoteError(.interrupted, $0.reason) : $0 }
-        fail(all: failure ?? RemoteError(.invalidated, "the connection is closed"))
-        transport.close()
-        for handler in handlers { handler.cancel() }
-        for handler in handlers { await handler.value }
-        if let outcome { logger.debug("closed: \(outcome)") }
-        eventSink.yield(.closed(outcome))
-        eventSink.finish()
-    }
-
     nonisolated(nonsending) private func sendBestEffort(_ body: Envelope.Body, replyTo: UInt64? = nil) async {
         do {
             try await transport.send(Envelope(id: makeID(), replyTo: replyTo, body: body))
@@ -627,6 +535,18 @@ public final class Connection: Sendable {
     private func makeID() -> UInt64 {
         nextID.wrappingAdd(1, ordering: .relaxed).oldValue
     }
+}
+
+/// What a handler is given with each message: the connection it came on, who the peer is, and
+/// a logger that names the connection. Like the `ChannelHandlerContext` swift-nio hands every
+/// callback, so a handler can answer on its own connection without a second set-up step.
+public struct ConnectionContext: Sendable {
+    /// The connection the message came on (send on it, close it).
+    public let connection: Connection
+    /// What the peer said about itself in its handshake.
+    public let peer: Handshake
+    /// A logger whose metadata names this connection.
+    public let logger: Logger
 }
 
 /// Passes a value into a task exactly once, so the task's captures do not keep it alive.

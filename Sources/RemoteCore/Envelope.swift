@@ -75,6 +75,8 @@ package struct Envelope: Sendable {
         case cancel(requestID: UInt64)
         /// Fields 100–106: surfaces.
         case surface(SurfaceMessage)
+        /// Fields 200–205: input, host → service.
+        case input(InputEvent)
 
         /// The schema's name for this body, for error messages.
         package var name: String {
@@ -90,6 +92,7 @@ package struct Envelope: Sendable {
             case .failure: "failure"
             case .cancel: "cancel"
             case .surface(let message): message.name
+            case .input(let event): event.name
             }
         }
 

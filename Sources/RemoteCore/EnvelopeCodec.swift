@@ -64,6 +64,8 @@ package enum EnvelopeCodec {
         return Envelope(id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to, body: body, attachments: attachments)
     }
 
+    /// The body: the core family here (fields 1–10), the others in their own files
+    /// (`EnvelopeCodec+Surface.swift`, `EnvelopeCodec+Input.swift`).
     private static func convertBody(_ e: Remoteview__Envelope) throws(RemoteError) -> Envelope.Body {
         switch e.body_case {
         case REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE:
@@ -116,92 +118,13 @@ package enum EnvelopeCodec {
             let requestID = e.cancel.pointee.request_id
             guard requestID != 0 else { throw violation("cancel request_id is 0") }
             return .cancel(requestID: requestID)
-        case REMOTEVIEW__ENVELOPE__BODY_ATTACH_BUFFER:
-            let a = e.attach_buffer.pointee
-            guard a.format == REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED else {
-                throw violation("attach_buffer of buffer \(a.buffer_id) has pixel format \(a.format.rawValue), not ARGB8888_PREMULTIPLIED (1)")
-            }
-            return try surface(.attachBuffer(BufferDescription(id: a.buffer_id, width: Int(a.width), height: Int(a.height),
-                                                                stride: Int(a.stride))))
-        case REMOTEVIEW__ENVELOPE__BODY_COMMIT:
-            let c = e.commit.pointee
-            // The count is checked before the rects are read (protobuf-c already bounded them by the packet).
-            guard c.n_damage <= SurfaceLimits.maxDamageRects else {
-                throw violation("commit of buffer \(c.buffer_id) has \(c.n_damage) damage rects; at most \(SurfaceLimits.maxDamageRects)")
-            }
-            let damage = (0..<c.n_damage).map { index in
-                let r = c.damage[index]!.pointee
-                return PixelRect(x: Int(r.x), y: Int(r.y), width: Int(r.width), height: Int(r.height))
-            }
-            return try surface(.commit(bufferID: c.buffer_id, damage: damage, frame: c.frame))
-        case REMOTEVIEW__ENVELOPE__BODY_RELEASE_BUFFER:
-            return try surface(.releaseBuffer(e.release_buffer.pointee.buffer_id))
-        case REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE:
-            return try surface(.frameDone(frame: e.frame_done.pointee.frame))
-        case REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER:
-            return try surface(.destroyBuffer(e.destroy_buffer.pointee.buffer_id))
-        case REMOTEVIEW__ENVELOPE__BODY_RESIZE:
-            let r = e.resize.pointee
-            return try surface(.resize(SurfaceSize(width: Int(r.width), height: Int(r.height), scalePermille: Int(r.scale_permille))))
-        case REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE:
-            let p = e.preferred_size.pointee
-            return try surface(.preferredSize(width: Int(p.width), height: Int(p.height)))
-        case REMOTEVIEW__ENVELOPE__BODY_POINTER:
-            let p = e.pointer.pointee
-            let phase: PointerEvent.Phase
-            switch p.phase {
-            case REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN: phase = .down
-            case REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP: phase = .up
-            case REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_MOVE: phase = .moved
-            case REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_SCROLL: phase = .scroll
-            default: throw violation("pointer phase \(p.phase.rawValue) is not down, up, move or scroll")
-            }
-            guard p.button <= 8 else { throw violation("pointer \(phase) of button \(p.button); buttons are 1…8") }
-            return try surface(.input(.pointer(PointerEvent(phase, x: Double(p.x), y: Double(p.y), button: Int(p.button), buttons: p.buttons,
-                                                            scrollX: Double(p.scroll_x), scrollY: Double(p.scroll_y),
-                                                            modifiers: Modifiers(rawValue: p.modifiers)))))
-        case REMOTEVIEW__ENVELOPE__BODY_KEY:
-            let k = e.key.pointee
-            return try surface(.input(.key(KeyEvent(down: k.down != 0, keyCode: k.key_code,
-                                                    text: try string(k.text, "key text", max: InputLimits.maxKeyTextBytes),
-                                                    modifiers: Modifiers(rawValue: k.modifiers), isRepeat: k.repeat != 0))))
-        case REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT:
-            return try surface(.input(.text(try string(e.text_input.pointee.text, "text_input text", max: InputLimits.maxTextBytes))))
-        case REMOTEVIEW__ENVELOPE__BODY_FOCUS:
-            return try surface(.input(.focus(e.focus.pointee.focused != 0)))
-        case REMOTEVIEW__ENVELOPE__BODY_REMOTE_CONTROL:
-            let command: RemoteCommand
-            switch e.remote_control.pointee.command {
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PLAY: command = .play
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PAUSE: command = .pause
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_TOGGLE_PLAY_PAUSE: command = .togglePlayPause
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_NEXT_TRACK: command = .nextTrack
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PREVIOUS_TRACK: command = .previousTrack
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_FORWARD: command = .seekForward
-            case REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_BACKWARD: command = .seekBackward
-            default: throw violation("remote_control command \(e.remote_control.pointee.command.rawValue) is not a known command")
-            }
-            return try surface(.input(.remoteControl(command)))
-        case REMOTEVIEW__ENVELOPE__BODY_TRAITS:
-            let t = e.traits.pointee
-            let style: Traits.Style
-            switch t.style {
-            case REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_LIGHT: style = .light
-            case REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_DARK: style = .dark
-            default: throw violation("traits style \(t.style.rawValue) is not light or dark")
-            }
-            return try surface(.input(.traits(Traits(style: style, tint: Color(argb: t.tint_argb), fontScalePermille: Int(t.font_scale_permille)))))
         default:
+            if let body = try decodeSurface(e) { return body }
+            if let body = try decodeInput(e) { return body }
             let unknown = (0..<Int(e.base.n_unknown_fields)).map { e.base.unknown_fields[$0].tag }
             throw violation(unknown.isEmpty ? "envelope \(e.id) has no body"
                 : "envelope \(e.id) has no known body (unknown field(s) \(unknown.map { String($0) }.joined(separator: ", ")))")
         }
-    }
-
-    /// A surface body, once its values are known to be possible.
-    private static func surface(_ message: SurfaceMessage) throws(RemoteError) -> Envelope.Body {
-        if let problem = message.problem { throw violation(problem) }
-        return .surface(message)
     }
 
     private static func serviceMessage(_ m: Remoteview__ServiceMessage, _ what: String) throws(RemoteError) -> (String, [UInt8]) {
@@ -212,7 +135,7 @@ package enum EnvelopeCodec {
     }
 
     /// A C string from protobuf-c as Swift: valid UTF-8, at most `max` bytes.
-    private static func string(_ pointer: UnsafeMutablePointer<CChar>?, _ field: String, max: Int) throws(RemoteError) -> String {
+    static func string(_ pointer: UnsafeMutablePointer<CChar>?, _ field: String, max: Int) throws(RemoteError) -> String {
         guard let pointer else { return "" }
         let length = strnlen(pointer, max + 1)
         guard length <= max else { throw violation("\(field) is longer than \(max) bytes") }
@@ -267,7 +190,7 @@ package enum EnvelopeCodec {
         }
     }
 
-    private static func violation(_ reason: String) -> RemoteError {
+    static func violation(_ reason: String) -> RemoteError {
         RemoteError(.protocolViolation, reason)
     }
 
@@ -352,6 +275,9 @@ package enum EnvelopeCodec {
         case .surface(let message):
             if let problem = message.problem { throw RemoteError(.invalidArgument, problem) }
             arena.encode(message, into: &e)
+        case .input(let event):
+            if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
+            arena.encode(event, into: &e)
         }
 
         let size = remoteview__envelope__get_packed_size(&e)
@@ -376,7 +302,7 @@ package enum EnvelopeCodec {
 }
 
 /// Allocations that live while one envelope is packed (C strings and sub-messages).
-private final class CArena {
+final class CArena {
     private var allocations: [UnsafeMutableRawPointer] = []
 
     func allocate(_ size: Int) -> UnsafeMutableRawPointer {
@@ -422,133 +348,6 @@ private final class CArena {
             m.pointee.payload = ProtobufCBinaryData(len: payload.count, data: bytes.assumingMemoryBound(to: UInt8.self))
         }
         return m
-    }
-
-    /// Fills `e`'s body with a surface message (already validated, so every value fits its field).
-    func encode(_ surface: SurfaceMessage, into e: inout Remoteview__Envelope) {
-        switch surface {
-        case .attachBuffer(let buffer):
-            let a = message(Remoteview__AttachBuffer.self, remoteview__attach_buffer__init)
-            a.pointee.buffer_id = buffer.id
-            a.pointee.width = UInt32(buffer.width)
-            a.pointee.height = UInt32(buffer.height)
-            a.pointee.stride = UInt32(buffer.stride)
-            a.pointee.format = REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_ATTACH_BUFFER
-            e.attach_buffer = a
-        case .commit(let bufferID, let damage, let frame):
-            let c = message(Remoteview__Commit.self, remoteview__commit__init)
-            c.pointee.buffer_id = bufferID
-            c.pointee.frame = frame
-            if !damage.isEmpty {
-                let rects = allocate(MemoryLayout<UnsafeMutablePointer<Remoteview__Rect>?>.stride * damage.count)
-                    .bindMemory(to: UnsafeMutablePointer<Remoteview__Rect>?.self, capacity: damage.count)
-                for (index, rect) in damage.enumerated() {
-                    let r = message(Remoteview__Rect.self, remoteview__rect__init)
-                    r.pointee.x = Int32(rect.x)
-                    r.pointee.y = Int32(rect.y)
-                    r.pointee.width = UInt32(rect.width)
-                    r.pointee.height = UInt32(rect.height)
-                    rects[index] = r
-                }
-                c.pointee.n_damage = damage.count
-                c.pointee.damage = rects
-            }
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_COMMIT
-            e.commit = c
-        case .releaseBuffer(let id):
-            let r = message(Remoteview__ReleaseBuffer.self, remoteview__release_buffer__init)
-            r.pointee.buffer_id = id
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RELEASE_BUFFER
-            e.release_buffer = r
-        case .frameDone(let frame):
-            let f = message(Remoteview__FrameDone.self, remoteview__frame_done__init)
-            f.pointee.frame = frame
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE
-            e.frame_done = f
-        case .destroyBuffer(let id):
-            let d = message(Remoteview__DestroyBuffer.self, remoteview__destroy_buffer__init)
-            d.pointee.buffer_id = id
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER
-            e.destroy_buffer = d
-        case .resize(let size):
-            let r = message(Remoteview__Resize.self, remoteview__resize__init)
-            r.pointee.width = UInt32(size.width)
-            r.pointee.height = UInt32(size.height)
-            r.pointee.scale_permille = UInt32(size.scalePermille)
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RESIZE
-            e.resize = r
-        case .preferredSize(let width, let height):
-            let p = message(Remoteview__PreferredSize.self, remoteview__preferred_size__init)
-            p.pointee.width = UInt32(width)
-            p.pointee.height = UInt32(height)
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE
-            e.preferred_size = p
-        case .input(let event):
-            encode(event, into: &e)
-        }
-    }
-
-    /// Fills `e`'s body with an input message (already validated).
-    func encode(_ event: InputEvent, into e: inout Remoteview__Envelope) {
-        switch event {
-        case .pointer(let pointer):
-            let p = message(Remoteview__PointerEvent.self, remoteview__pointer_event__init)
-            p.pointee.phase = switch pointer.phase {
-            case .down: REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN
-            case .up: REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP
-            case .moved: REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_MOVE
-            case .scroll: REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_SCROLL
-            }
-            p.pointee.x = Float(pointer.x)
-            p.pointee.y = Float(pointer.y)
-            p.pointee.button = UInt32(pointer.button)
-            p.pointee.buttons = pointer.buttons
-            p.pointee.scroll_x = Float(pointer.scrollX)
-            p.pointee.scroll_y = Float(pointer.scrollY)
-            p.pointee.modifiers = pointer.modifiers.rawValue
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_POINTER
-            e.pointer = p
-        case .key(let key):
-            let k = message(Remoteview__KeyEvent.self, remoteview__key_event__init)
-            k.pointee.down = key.isDown ? 1 : 0
-            k.pointee.key_code = key.keyCode
-            k.pointee.text = string(key.text)
-            k.pointee.modifiers = key.modifiers.rawValue
-            k.pointee.repeat = key.isRepeat ? 1 : 0
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_KEY
-            e.key = k
-        case .text(let text):
-            let t = message(Remoteview__TextInput.self, remoteview__text_input__init)
-            t.pointee.text = string(text)
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT
-            e.text_input = t
-        case .focus(let focused):
-            let f = message(Remoteview__Focus.self, remoteview__focus__init)
-            f.pointee.focused = focused ? 1 : 0
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FOCUS
-            e.focus = f
-        case .remoteControl(let command):
-            let r = message(Remoteview__RemoteControl.self, remoteview__remote_control__init)
-            r.pointee.command = switch command {
-            case .play: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PLAY
-            case .pause: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PAUSE
-            case .togglePlayPause: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_TOGGLE_PLAY_PAUSE
-            case .nextTrack: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_NEXT_TRACK
-            case .previousTrack: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_PREVIOUS_TRACK
-            case .seekForward: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_FORWARD
-            case .seekBackward: REMOTEVIEW__REMOTE_COMMAND__REMOTE_COMMAND_SEEK_BACKWARD
-            }
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_REMOTE_CONTROL
-            e.remote_control = r
-        case .traits(let traits):
-            let t = message(Remoteview__Traits.self, remoteview__traits__init)
-            t.pointee.style = traits.style == .dark ? REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_DARK : REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_LIGHT
-            t.pointee.tint_argb = traits.tint.argb
-            t.pointee.font_scale_permille = UInt32(traits.fontScalePermille)
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_TRAITS
-            e.traits = t
-        }
     }
 
     func free() {

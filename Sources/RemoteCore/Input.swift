@@ -1,4 +1,4 @@
-/// Input a host sends to an embedded view (design §7): pointer, keys, text, focus, media
+/// Input a host sends to an embedded view (docs/Protocol.md, "Input"): pointer, keys, text, focus, media
 /// commands and the host's appearance. Validated on the way in, like every wire value.
 
 /// The limits input messages live within.

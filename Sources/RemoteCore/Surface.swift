@@ -1,5 +1,5 @@
-/// Geometry and buffer descriptions of surfaces (design §6): what a service says about the
-/// buffers it draws into, and what the host says back. Validated on the way in, like every
+/// Geometry and buffer descriptions of surfaces (docs/Protocol.md, "Surfaces"): what a service
+/// says about the buffers it draws into, and what the host says back. Validated on the way in, like every
 /// wire value, so a surface handler never sees an impossible size or an overflowing stride.
 
 /// The limits surface messages live within.
@@ -137,8 +137,8 @@ public struct SurfaceSize: Sendable, Hashable {
     }
 }
 
-/// One message about an embedded view, in either direction: its surface (service → host
-/// pixels, host → service size and pacing) and the host's input.
+/// One message of the surface family, in either direction: service → host pixels, host →
+/// service size and pacing. (The host's input is a family of its own, ``InputEvent``.)
 package enum SurfaceMessage: Sendable, Hashable {
     /// Service → host, with the buffer's memfd.
     case attachBuffer(BufferDescription)
@@ -154,14 +154,12 @@ package enum SurfaceMessage: Sendable, Hashable {
     case resize(SurfaceSize)
     /// Service → host (a scale of 1000 is sent, and ignored).
     case preferredSize(width: Int, height: Int)
-    /// Host → service.
-    case input(InputEvent)
 
     /// Which side may send it.
     package var sender: PeerRole {
         switch self {
         case .attachBuffer, .commit, .destroyBuffer, .preferredSize: .service
-        case .releaseBuffer, .frameDone, .resize, .input: .host
+        case .releaseBuffer, .frameDone, .resize: .host
         }
     }
 
@@ -175,7 +173,6 @@ package enum SurfaceMessage: Sendable, Hashable {
         case .destroyBuffer: "destroy_buffer"
         case .resize: "resize"
         case .preferredSize: "preferred_size"
-        case .input(let event): event.name
         }
     }
 
@@ -203,8 +200,6 @@ package enum SurfaceMessage: Sendable, Hashable {
             return size.problem
         case .preferredSize(let width, let height):
             return SurfaceSize(width: width, height: height).problem
-        case .input(let event):
-            return event.problem
         }
     }
 }

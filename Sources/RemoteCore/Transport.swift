@@ -2,7 +2,7 @@
 ///
 /// ``Connection`` runs over this seam and knows nothing of sockets: today the seqpacket socket
 /// (``SeqpacketSocket``) with fds as SCM_RIGHTS; later a network stream that replaces fds by
-/// their contents (design §14).
+/// their contents (docs/Architecture.md, "Beyond one machine").
 package protocol Transport: AnyObject, Sendable {
     /// Sends one envelope with its attachments. Waits while the peer's queue is full, up to the
     /// transport's send deadline.

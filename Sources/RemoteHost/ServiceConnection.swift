@@ -17,6 +17,11 @@ import Synchronization
 /// - ``Event/invalidated(_:)``: the connection can never work (unknown service, invalid
 ///   manifest, sandbox refused, crash loop, ``invalidate()``, launcher shut down). Always the
 ///   last event; every call from then on throws ``RemoteError/Code/invalidated``.
+///
+/// Each process it talks to is reached over a channel of its own (a ``Connection``). What
+/// rides on a channel besides requests and messages (a remote view's surface, a share) is
+/// added by listeners (``ServiceChannelListener``) that hear when a channel opens; the
+/// connection itself knows nothing of them.
 public final class ServiceConnection: Sendable {
     /// Lifecycle events, in order. ``events`` finishes after ``invalidated(_:)``.
     public enum Event: Sendable {
@@ -36,30 +41,25 @@ public final class ServiceConnection: Sendable {
     private let onRequest: Connection.RequestHandler
     private let onMessage: Connection.MessageHandler
     private let eventSink: AsyncStream<Event>.Continuation
-    private let state = Mutex(State())
-
-    private struct State {
-        var channel: Channel?
-        var connecting = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-        var invalidation: RemoteError?
-        /// The remote view showing this connection's service, if any (weak: the view owns us).
-        weak var view: RemoteView?
-        /// Whether ``Event/invalidated(_:)`` went out (the stream is finished).
-        var announced = false
-        /// Failures being reported right now; the invalidation waits for them, so that the
-        /// crash that ends in a crash loop is reported (interrupted) before the loop (invalidated).
-        var reporting = 0
-    }
+    private let machine = Mutex(ServiceConnectionStateMachine<Channel>())
+    /// Who hears about new channels (weakly: they own this connection).
+    private let listeners = Mutex<[WeakListener]>([])
 
     /// One connection to one process of the service.
-    private final class Channel: Sendable {
+    final class Channel: Sendable {
         let instance: ServiceInstance
         let connection: Connection
         init(instance: ServiceInstance, connection: Connection) {
             self.instance = instance
             self.connection = connection
         }
+
+        /// Whether new work can go to it.
+        var isUsable: Bool { !connection.isClosed && instance.isUsable }
+    }
+
+    private struct WeakListener {
+        weak var listener: (any ServiceChannelListener)?
     }
 
     init(identifier: String, launcher: Launcher, onRequest: @escaping Connection.RequestHandler,
@@ -75,11 +75,20 @@ public final class ServiceConnection: Sendable {
     /// The pid of the process serving this connection right now (bubblewrap's when sandboxed),
     /// or `nil` when none is.
     public var processIdentifier: Int32? {
-        state.withLock { state in
-            guard let channel = state.channel, channel.instance.ended == nil else { return nil }
-            return channel.instance.process.pid
+        guard let channel = machine.withLock({ $0.channel }), channel.instance.ended == nil else { return nil }
+        return channel.instance.process.pid
+    }
+
+    /// Attaches `listener`: it hears about every channel opened from now on (a libwayland
+    /// listener attached to its object). Held weakly.
+    package func addListener(_ listener: any ServiceChannelListener) {
+        listeners.withLock { listeners in
+            listeners.removeAll { $0.listener == nil }
+            listeners.append(WeakListener(listener: listener))
         }
     }
+
+    // MARK: requests and messages
 
     /// Sends `message` as a request and waits for the reply, launching the service if needed.
     ///
@@ -90,13 +99,13 @@ public final class ServiceConnection: Sendable {
         var retried = false
         while true {
             let channel = try await currentChannel()
-            channel.instance.begin()
+            channel.instance.idleClock.begin()
             do {
                 let reply = try await channel.connection.request(message, timeout: timeout)
-                channel.instance.end()
+                channel.instance.idleClock.end()
                 return reply
             } catch {
-                channel.instance.end()
+                channel.instance.idleClock.end()
                 // The service exited idle just as this was sent (it had no request outstanding
                 // when it decided to): send it once more, to a new process.
                 if !retried, await racedIdleExit(error, on: channel) {
@@ -113,7 +122,7 @@ public final class ServiceConnection: Sendable {
         var retried = false
         while true {
             let channel = try await currentChannel()
-            channel.instance.touch()
+            channel.instance.idleClock.touch()
             do {
                 try await channel.connection.send(message)
                 return
@@ -127,63 +136,66 @@ public final class ServiceConnection: Sendable {
         }
     }
 
+    /// Runs `body` on the current channel's connection (launching the service if needed), as
+    /// traffic on the idle clock: how listeners send what they add to the conversation.
+    package func withChannel<R>(_ body: (Connection) async throws(RemoteError) -> R) async throws(RemoteError) -> R {
+        let channel = try await currentChannel()
+        channel.instance.idleClock.touch()
+        do { return try await body(channel.connection) } catch { throw normalized(error) }
+    }
+
     /// Whether `error` on `channel` came from the service exiting idle just then (it had nothing
     /// outstanding when it decided to, so what was being sent was never handled).
     private func racedIdleExit(_ error: RemoteError, on channel: Channel) async -> Bool {
-        guard error.code == .interrupted || error.code == .invalidated, state.withLock({ $0.invalidation == nil }) else { return false }
+        guard error.code == .interrupted || error.code == .invalidated, machine.withLock({ $0.invalidation == nil }) else { return false }
         return await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))?.kind == .idleExit
     }
 
     /// A channel that closed under this connection is an interruption, not an invalidation:
     /// only this object's own state says when it can never work again.
     private func normalized(_ error: RemoteError) -> RemoteError {
-        guard error.code == .invalidated, state.withLock({ $0.invalidation == nil }) else { return error }
+        guard error.code == .invalidated, machine.withLock({ $0.invalidation == nil }) else { return error }
         return RemoteError(.interrupted, error.reason)
     }
 
+    // MARK: invalidation
+
     /// Ends the connection for good: it is closed in order, and the service process is stopped
     /// (goodbye → SIGTERM → SIGKILL) unless other connections share it. Idempotent.
+    ///
+    /// Returns once the process is stopped; a cancelled caller returns at once, and the
+    /// launcher sees the stop through.
     public func invalidate() async {
         let error = RemoteError(.invalidated, "the connection to \(identifier) was invalidated by the host")
-        guard let channel = takeInvalidation(error) else { return }
-        announceInvalidation()
+        guard case .invalidated(let channel, let announce) = machine.withLock({ $0.invalidate(error) }) else { return }
+        if announce { announceInvalidation(error) }
         launcher.unregister(self)
         guard let channel else { return }
         // Counted before closing: the close lets serve() take this client off the count.
         let last = channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1
-        await channel.connection.close(reason: "invalidated by the host")
-        if last {
-            await channel.instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"),
-                                        grace: launcher.configuration.stopGracePeriod)
+        let stopGrace = launcher.configuration.stopGracePeriod
+        let stopped = Latch<Void>()
+        let stop: @Sendable () async -> Void = {
+            await channel.connection.close(reason: "invalidated by the host")
+            if last {
+                await channel.instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: stopGrace)
+            }
+            stopped.open(())
         }
+        // The stop runs in the launcher's own work, so that a cancelled caller cannot cut it short.
+        guard launcher.submit(stop) else { return await stop() }
+        _ = try? await stopped.wait()
     }
 
     /// Called by the launcher when the service can never be launched again.
     nonisolated func invalidated(by error: RemoteError) {
-        guard let channel = takeInvalidation(error) else { return }
-        announceInvalidation()
+        guard case .invalidated(let channel, let announce) = machine.withLock({ $0.invalidate(error) }) else { return }
+        if announce { announceInvalidation(error) }
         if let channel { _ = launcher.submit { await channel.connection.close(reason: error.reason) } }
     }
 
-    /// Records `error` as the invalidation and takes the channel: `nil` when the connection was
-    /// already invalidated, else the channel it had (itself `nil` if none).
-    private func takeInvalidation(_ error: RemoteError) -> Channel?? {
-        state.withLock { state -> Channel?? in
-            guard state.invalidation == nil else { return nil }
-            state.invalidation = error
-            defer { state.channel = nil }
-            return .some(state.channel)
-        }
-    }
-
-    /// Sends ``Event/invalidated(_:)`` and finishes ``events``, once no failure is being reported.
-    private func announceInvalidation() {
-        let error = state.withLock { state -> RemoteError? in
-            guard let invalidation = state.invalidation, !state.announced, state.reporting == 0 else { return nil }
-            state.announced = true
-            return invalidation
-        }
-        guard let error else { return }
+    /// Sends ``Event/invalidated(_:)`` and finishes ``events``.
+    private func announceInvalidation(_ error: RemoteError) {
         eventSink.yield(.invalidated(error))
         eventSink.finish()
     }
@@ -197,62 +209,48 @@ public final class ServiceConnection: Sendable {
 
     // MARK: channels
 
-    private enum Next {
-        case use(Channel)
-        case fail(RemoteError)
-        case wait
-        case connect
-    }
-
     /// The open channel, or a new one (launching the service if needed). One caller connects;
     /// concurrent callers wait for it.
     private func currentChannel() async throws(RemoteError) -> Channel {
         while true {
-            let next = state.withLock { state -> Next in
-                if let invalidation = state.invalidation { return .fail(invalidation) }
-                if let channel = state.channel, !channel.connection.isClosed, channel.instance.isUsable { return .use(channel) }
-                if state.connecting { return .wait }
-                state.connecting = true
-                state.reporting += 1
-                return .connect
-            }
-            switch next {
+            let waiter = Waiter<Void>()
+            switch machine.withLock({ $0.channelNeeded(waiter, isUsable: \.isUsable) }) {
             case .use(let channel):
                 return channel
             case .fail(let error):
                 throw error
             case .wait:
-                await withCheckedContinuation { continuation in
-                    let ready = state.withLock { state in
-                        if !state.connecting { return true }
-                        state.waiters.append(continuation)
-                        return false
-                    }
-                    if ready { continuation.resume() }
+                do {
+                    try await waiter.wait(onAbandon: { [weak self] in self?.machine.withLock { $0.abandon(waiter) } })
+                } catch {
+                    throw RemoteError(.cancelled, "cancelled while waiting for a connection to \(identifier)")
                 }
             case .connect:
-                defer {
-                    let waiters = state.withLock { state in
-                        state.connecting = false
-                        state.reporting -= 1
-                        defer { state.waiters.removeAll() }
-                        return state.waiters
-                    }
-                    for waiter in waiters { waiter.resume() }
-                    announceInvalidation()
-                }
                 do {
-                    return try await connect()
+                    let channel = try await connect()
+                    connectEnded()
+                    return channel
                 } catch {
+                    // Reported while the attempt still counts, so an invalidation that comes
+                    // meanwhile is announced after this.
                     if error.code == .invalidated {
                         invalidated(by: error)
                     } else if error.code == .interrupted {
                         eventSink.yield(.interrupted(error))
                     }
+                    connectEnded()
                     throw error
                 }
             }
         }
+    }
+
+    /// The connect attempt ended: let its waiters go, and announce an invalidation that waited
+    /// for it.
+    private func connectEnded() {
+        let (waiters, announce) = machine.withLock { $0.connectEnded() }
+        waiters.resumeAll(returning: ())
+        if let announce { announceInvalidation(announce) }
     }
 
     private func connect() async throws(RemoteError) -> Channel {
@@ -260,20 +258,18 @@ public final class ServiceConnection: Sendable {
         let connection: Connection
         do {
             connection = try await open(instance)
-        } catch {
+        } catch where error.code != .cancelled {
             // It exited idle just then: once more, on a new process.
             guard await endedIdle(instance) else { throw error }
             instance = try await launcher.instance(for: self)
             connection = try await open(instance)
         }
         let channel = Channel(instance: instance, connection: connection)
+        let attached = listeners.withLock { $0.compactMap(\.listener) }
+        let opened = ServiceChannel(connection: connection, instance: instance)
+        for listener in attached { listener.channelWillRun(opened) }
         // Current before it runs, so that however soon it ends, serve() reports it.
-        let invalidation = state.withLock { state -> RemoteError? in
-            if let invalidation = state.invalidation { return invalidation }
-            state.channel = channel
-            return nil
-        }
-        if let invalidation {
+        if case .refuse(let invalidation) = machine.withLock({ $0.connected(channel) }) {
             await connection.close(reason: "invalidated")
             if instance.closeChannel() == 0 || instance.manifest.instances == .perConnection {
                 await instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: instance.stopGrace)
@@ -281,66 +277,26 @@ public final class ServiceConnection: Sendable {
             throw invalidation
         }
         guard launcher.submit({ await self.serve(channel) }) else {
-            state.withLock { if $0.channel === channel { $0.channel = nil } }
+            _ = machine.withLock { $0.channelEnded(channel) }
             instance.closeChannel()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
-        // A view shown at a size before: the new process gets it too (once the channel runs), and
-        // the traits and focus it was given.
-        if let view = state.withLock({ $0.view }), let size = view.size {
-            view.serviceChanged()
-            try await connection.send(.resize(size))
-            for message in view.stateToReplay { try await connection.send(message) }
-        }
+        // What a new process must know comes before any caller's message: the listeners send
+        // it (a remote view's size, traits and focus) before the waiting callers go.
+        for listener in attached { try await listener.channelDidOpen(opened) }
         return channel
     }
 
-    /// A new connection to `instance` whose surface messages go to the remote view, if any.
+    /// A new connection to `instance`, not running yet.
     private func open(_ instance: ServiceInstance) async throws(RemoteError) -> Connection {
         let onMessage = self.onMessage
         let configuration = Connection.Configuration(role: .host, identifier: launcher.configuration.hostIdentifier)
-        // Surface replies go back on the same connection, made below.
-        let replies = Mutex<Connection?>(nil)
-        let connection = try await instance.openChannel(
+        return try await instance.openChannel(
             configuration: configuration, onRequest: onRequest,
-            onMessage: { [weak instance] message in
-                instance?.touch()
-                await onMessage(message)
-            },
-            onSurface: { [weak self, weak instance] message, attachments in
-                instance?.touch()
-                guard let self, let instance else { return }
-                await self.surfaceMessage(message, attachments, instance: instance, replies: replies)
+            onMessage: { [weak instance] message, context in
+                instance?.idleClock.touch()
+                await onMessage(message, context)
             })
-        replies.withLock { $0 = connection }
-        return connection
-    }
-
-    private func surfaceMessage(_ message: SurfaceMessage, _ attachments: [Attachment], instance: ServiceInstance,
-                                replies: borrowing Mutex<Connection?>) async {
-        do throws(RemoteError) {
-            guard let view = state.withLock({ $0.view }) else {
-                throw RemoteError(.protocolViolation, "\(message.name) but no remote view shows \(identifier)")
-            }
-            for reply in try view.receive(message, attachments: attachments) {
-                try? await replies.withLock({ $0 })?.send(reply)
-            }
-        } catch {
-            // A broken surface rule ends the service, with the reason.
-            await instance.stop(TerminationReason(kind: .protocolViolation, detail: error.reason), grace: instance.stopGrace)
-        }
-    }
-
-    /// Shows this connection's service in `view` (one view per connection).
-    func attach(_ view: RemoteView) {
-        state.withLock { $0.view = view }
-    }
-
-    /// Sends a surface message to the service, launching it if needed.
-    func sendSurface(_ message: SurfaceMessage) async throws(RemoteError) {
-        let channel = try await currentChannel()
-        channel.instance.touch()
-        do { try await channel.connection.send(message) } catch { throw normalized(error) }
     }
 
     /// Runs one channel until it closes, and reports how, if it matters to the user.
@@ -352,19 +308,15 @@ public final class ServiceConnection: Sendable {
             failure = error
         }
         channel.instance.closeChannel()
-        let current = state.withLock { state -> Bool in
-            guard state.channel === channel else { return false }
-            state.channel = nil
-            if state.announced { return false }
-            state.reporting += 1
-            return true
-        }
-        guard current else { return }
-        defer {
-            state.withLock { $0.reporting -= 1 }
-            announceInvalidation()
-        }
-        // An idle exit is not news: the next message relaunches it, as if nothing happened.
+        guard machine.withLock({ $0.channelEnded(channel) }) else { return }
+        await report(failure, of: channel)
+        if let announce = machine.withLock({ $0.reportEnded() }) { announceInvalidation(announce) }
+    }
+
+    /// Reports the end of `channel` (`failure`: how its connection failed) as an interruption,
+    /// unless it was an idle exit (not news: the next message relaunches it, as if nothing
+    /// happened).
+    private func report(_ failure: RemoteError?, of channel: Channel) async {
         if await endedIdle(channel.instance) { return }
         let goodbye = channel.connection.peerGoodbyeReason
         if let failure {
@@ -383,5 +335,49 @@ public final class ServiceConnection: Sendable {
         } else if let goodbye, goodbye != FrameworkMessage.idleExitReason {
             eventSink.yield(.interrupted(RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")))
         }
+    }
+}
+
+/// Something attached to a ``ServiceConnection`` that hears about its channels, as a libwayland
+/// listener is attached to its object: a ``RemoteView`` (its surface and input), and whatever
+/// else rides on the conversation. The connection calls every listener for every channel, and
+/// knows nothing of what they do.
+package protocol ServiceChannelListener: AnyObject, Sendable {
+    /// A channel (to a first or a relaunched process) is made and about to run: route the
+    /// message families this listener handles (``ServiceChannel/route(surface:)``), and start
+    /// afresh with a new process.
+    func channelWillRun(_ channel: ServiceChannel)
+
+    /// The channel runs: send what a new process must know before anything else (a view's
+    /// size, traits and focus). Callers waiting for the channel go once every listener returned.
+    func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError)
+}
+
+/// One channel of a ``ServiceConnection``, as its listeners see it: the connection to one
+/// process of the service, and what a listener may do about that process.
+package struct ServiceChannel: Sendable {
+    /// The connection to the process.
+    package let connection: Connection
+    private let instance: ServiceInstance
+
+    init(connection: Connection, instance: ServiceInstance) {
+        self.connection = connection
+        self.instance = instance
+    }
+
+    /// Routes the surface family from the service to `handler` (each message counts as activity
+    /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
+    package func route(surface handler: @escaping Connection.SurfaceHandler) {
+        let clock = instance.idleClock
+        connection.route(surface: { message, attachments, context in
+            clock.touch()
+            await handler(message, attachments, context)
+        })
+    }
+
+    /// Ends the process for breaking a rule of what the listener handles (named in `rule`): it
+    /// is stopped and its end reported as a protocol violation.
+    package func endService(violating rule: String) async {
+        await instance.stop(TerminationReason(kind: .protocolViolation, detail: rule), grace: instance.stopGrace)
     }
 }

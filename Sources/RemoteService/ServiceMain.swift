@@ -8,7 +8,7 @@ import Synchronization
 /// ```swift
 /// @main struct EchoService {
 ///     static func main() async {
-///         await ServiceMain.exit(serving: "com.example.echo") { request in
+///         await ServiceMain.exit(serving: "com.example.echo") { request, _ in
 ///             ServiceMessage(type: "echo", payload: request.payload)
 ///         }
 ///     }
@@ -50,7 +50,7 @@ public enum ServiceMain {
     public static func run(identifier: String, capabilities: [String] = [],
                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                            onRequest: @escaping Connection.RequestHandler,
-                           onMessage: @escaping Connection.MessageHandler = { _ in }) async throws(RemoteError) -> Ending {
+                           onMessage: @escaping Connection.MessageHandler = { _, _ in }) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
         let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, idleTimeout: idleTimeout,
                                      viewController: viewController, onRequest: onRequest, onMessage: onMessage)
@@ -71,15 +71,14 @@ public enum ServiceMain {
     public static func exit(serving identifier: String, capabilities: [String] = [],
                             viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                             onRequest: @escaping Connection.RequestHandler,
-                            onMessage: @escaping Connection.MessageHandler = { _ in }) async -> Never {
+                            onMessage: @escaping Connection.MessageHandler = { _, _ in }) async -> Never {
         do {
             try await run(identifier: identifier, capabilities: capabilities, viewController: viewController,
                           onRequest: onRequest, onMessage: onMessage)
-            Glibc.exit(0)
+            Syscall.exit(0)
         } catch {
-            let line = Array("\(identifier): \(error)\n".utf8)
-            _ = line.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
-            Glibc.exit(1)
+            Syscall.writeStandardError("\(identifier): \(error)\n")
+            Syscall.exit(1)
         }
     }
 
@@ -96,7 +95,8 @@ public enum ServiceMain {
 final class ServiceRuntime: Sendable {
     let identifier: String
     let capabilities: [String]
-    let idleTimeout: Duration?
+    /// When the service is idle long enough to exit (`nil`: it never exits idle).
+    let idleClock: IdleClock?
     private let makeController: (@MainActor @Sendable () -> ViewController)?
     private let onRequest: Connection.RequestHandler
     private let onMessage: Connection.MessageHandler
@@ -108,8 +108,6 @@ final class ServiceRuntime: Sendable {
         var connections: [ObjectIdentifier: Connection] = [:]
         /// The view's surface on each connection that has one.
         var surfaces: [ObjectIdentifier: ViewSurface] = [:]
-        var outstanding = 0
-        var lastActivity = ContinuousClock.now
         var ending: ServiceMain.Ending?
     }
 
@@ -119,24 +117,24 @@ final class ServiceRuntime: Sendable {
         makeController = viewController
         self.identifier = identifier
         self.capabilities = capabilities
-        self.idleTimeout = idleTimeout
+        idleClock = idleTimeout.map { IdleClock(timeout: $0) }
         self.onRequest = onRequest
         self.onMessage = onMessage
         (newConnections, newConnectionSink) = AsyncStream.makeStream()
     }
 
     /// A service-role connection on `socket` whose handlers keep the idle clock and accept
-    /// the host's requests for more connections.
+    /// the host's requests for more connections; with a UI, its surface and input go to a
+    /// ``ViewSurface`` of its own.
     func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
-        let connection: Connection
-        // The view's surface sends on the connection it belongs to, made just below.
         let surface = makeController.map { ViewSurface(makeController: $0) }
         let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
+        let idleClock = self.idleClock
         // The connection's view controller sees its requests and messages first.
-        let onRequest: Connection.RequestHandler = { [weak self] request in
+        let onRequest: Connection.RequestHandler = { [weak self] request, context in
             guard let self else { throw CancellationError() }
-            self.begin()
-            defer { self.end() }
+            idleClock?.begin()
+            defer { idleClock?.end() }
             if let surface {
                 if request.type == FrameworkMessage.settle {
                     await surface.settle()
@@ -144,35 +142,37 @@ final class ServiceRuntime: Sendable {
                 }
                 if surface.hasController.load(ordering: .acquiring), let reply = try await surface.handleRequest(request) { return reply }
             }
-            return try await self.onRequest(request)
+            return try await self.onRequest(request, context)
         }
-        let onMessage: Connection.MessageHandler = { [weak self] message in
+        let onMessage: Connection.MessageHandler = { [weak self] message, context in
+            idleClock?.touch()
             if let surface, message.type != FrameworkMessage.connect, surface.hasController.load(ordering: .acquiring) {
-                self?.touch()
                 if await surface.received(message) { return }
             }
-            await self?.deliver(message)
+            await self?.deliver(message, context)
         }
+        let connection: Connection
         do {
-            if let surface {
-                connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
-                                            onSurface: { message, _ in
-                                                // A host that breaks the surface rules ends that connection, not the service.
-                                                do throws(RemoteError) {
-                                                    try await surface.receiveOnAnyThread(message)
-                                                } catch {
-                                                    let connection = surface.connection.withLock { $0 }
-                                                    await surface.close()
-                                                    await connection?.close(reason: "surface: \(error.reason)")
-                                                }
-                                            })
-            } else {
-                connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
-            }
+            connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
-        surface?.connection.withLock { $0 = connection }
+        if let surface {
+            connection.route(surface: { message, _, context in
+                idleClock?.touch()
+                // A host that breaks the surface rules ends that connection, not the service.
+                do throws(RemoteError) {
+                    try await surface.receive(message, context)
+                } catch {
+                    await surface.close()
+                    await context.connection.close(reason: "surface: \(error.reason)")
+                }
+            })
+            connection.route(input: { event, context in
+                idleClock?.touch()
+                await surface.deliver(event, context)
+            })
+        }
         state.withLock { state in
             state.connections[ObjectIdentifier(connection)] = connection
             state.surfaces[ObjectIdentifier(connection)] = surface
@@ -204,7 +204,8 @@ final class ServiceRuntime: Sendable {
         return try outcome.get()
     }
 
-    /// Accepts and serves connections from `listener` until idle.
+    /// Accepts and serves connections from `listener` until idle. Each open connection counts
+    /// as work in progress on the idle clock: a listening service is idle only with none open.
     func serve(listener: ReadableDescriptor) async throws(RemoteError) -> ServiceMain.Ending {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -220,7 +221,11 @@ final class ServiceRuntime: Sendable {
             }
             addIdleWatcher(to: &group, stopping: listener)
             for await connection in newConnections {
-                group.addTask { await self.serveSecondary(connection) }
+                idleClock?.begin()
+                group.addTask {
+                    await self.serveSecondary(connection)
+                    self.idleClock?.end()
+                }
             }
             listener.stop()
             group.cancelAll()
@@ -230,10 +235,8 @@ final class ServiceRuntime: Sendable {
 
     private func serveSecondary(_ connection: Connection) async {
         try? await drive(connection)
-        state.withLock { state in
-            state.connections[ObjectIdentifier(connection)] = nil
-            state.lastActivity = .now
-        }
+        idleClock?.touch()
+        state.withLock { _ = $0.connections.removeValue(forKey: ObjectIdentifier(connection)) }
     }
 
     /// Runs `connection` and, when the service has a view, its surface's frames, until the
@@ -256,24 +259,13 @@ final class ServiceRuntime: Sendable {
         try outcome.get()
     }
 
+    /// Ends the service once its idle clock says so (with no idle timeout, never).
     private func addIdleWatcher(to group: inout TaskGroup<Void>, stopping listener: ReadableDescriptor? = nil) {
-        guard let idleTimeout else { return }
+        guard let idleClock else { return }
         group.addTask {
-            while !Task.isCancelled {
-                let wait = self.state.withLock { state -> Duration? in
-                    if state.ending != nil { return nil }
-                    let busy = state.outstanding > 0 || (listener != nil && !state.connections.isEmpty)
-                    let idleFor = ContinuousClock.now - state.lastActivity
-                    return busy ? idleTimeout : (idleFor >= idleTimeout ? .zero : idleTimeout - idleFor)
-                }
-                guard let wait else { return }
-                if wait == .zero {
-                    listener?.stop()
-                    await self.end(.idle, reason: FrameworkMessage.idleExitReason)
-                    return
-                }
-                try? await Task.sleep(for: wait)
-            }
+            do { try await idleClock.waitUntilIdle() } catch { return }  // cancelled: the service is ending anyway
+            listener?.stop()
+            await self.end(.idle, reason: FrameworkMessage.idleExitReason)
         }
     }
 
@@ -292,27 +284,8 @@ final class ServiceRuntime: Sendable {
         for connection in connections { await connection.close(reason: reason) }
     }
 
-    private func touch() {
-        state.withLock { $0.lastActivity = .now }
-    }
-
-    private func begin() {
-        state.withLock { state in
-            state.outstanding += 1
-            state.lastActivity = .now
-        }
-    }
-
-    private func end() {
-        state.withLock { state in
-            state.outstanding -= 1
-            state.lastActivity = .now
-        }
-    }
-
-    nonisolated(nonsending) private func deliver(_ message: ServiceMessage) async {
-        state.withLock { $0.lastActivity = .now }
-        guard message.type == FrameworkMessage.connect else { return await onMessage(message) }
+    nonisolated(nonsending) private func deliver(_ message: ServiceMessage, _ context: ConnectionContext) async {
+        guard message.type == FrameworkMessage.connect else { return await onMessage(message, context) }
         // A request from the host for one more connection, on the attached socket.
         guard message.attachments.count == 1, let socket = message.attachments[0].take(),
               state.withLock({ $0.ending == nil }) else { return }

@@ -73,7 +73,7 @@ final class ComposeController: ViewController {
         }
         do {
             let file = MemoryFile(adopting: fd)
-            preview.image = try Image(pngData: try file.read(count: try file.size))
+            preview.image = try Bitmap(pngData: try file.read(count: try file.size))
             detail.text = "An image, \(preview.image!.width)×\(preview.image!.height) pixels"
         } catch {
             detail.text = "The item could not be read: \(error)"

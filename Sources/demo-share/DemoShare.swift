@@ -2,7 +2,6 @@
 // them, watches them exit idle and relaunches them; `demo-share services` lists them like
 // `launchctl list`; `demo-share service` is the demo service itself.
 import ArgumentParser
-import CProto
 import FoundationEssentials
 import Glibc
 import Logging
@@ -35,7 +34,7 @@ struct HostOptions: ParsableArguments {
         if let services { return services }
         let executable = try ownExecutable()
         let folder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.endIndex)]) + "/RemoteView_demo-share.resources/Services"
-        guard access(folder, R_OK) == 0 else {
+        guard (try? Syscall.checkAccess(folder, R_OK)) != nil else {
             throw ValidationError("the demo's manifests are not at \(folder); build with `swift build` or pass --services DIR")
         }
         return folder
@@ -51,12 +50,8 @@ struct HostOptions: ParsableArguments {
 
 /// This executable's own path.
 func ownExecutable() throws -> String {
-    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-    let length = buffer.withUnsafeMutableBufferPointer { raw in
-        raw.withMemoryRebound(to: CChar.self) { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
-    }
-    guard length > 0 else { throw ValidationError("cannot read /proc/self/exe") }
-    return String(decoding: buffer[..<length], as: UTF8.self)
+    guard let path = Syscall.symbolicLinkTarget("/proc/self/exe") else { throw ValidationError("cannot read /proc/self/exe") }
+    return path
 }
 
 func format(_ duration: Duration) -> String {
@@ -80,7 +75,7 @@ struct Host: AsyncParsableCommand {
     var coldStartService = "com.example.demo-share.echo"
 
     func run() async throws {
-        rv_stdout_line_buffered()
+        Syscall.lineBufferStandardOutput()
         let registry = ServiceRegistry(scanning: [try options.folder()])
         print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
         for problem in registry.problems { print("  invalid manifest: \(problem)") }
@@ -127,7 +122,7 @@ struct Host: AsyncParsableCommand {
             print("waiting for the idle exit (idle timeout \(idle)) ...")
             for await event in events {
                 if case .terminated(identifier, pid, let reason) = event {
-                    print("pid \(pid) ended: \(reason); reaped: \(kill(pid, 0) != 0 ? "yes" : "no")")
+                    print("pid \(pid) ended: \(reason); reaped: \(Syscall.processExists(pid) ? "no" : "yes")")
                     break
                 }
             }
@@ -165,7 +160,7 @@ struct Services: AsyncParsableCommand {
     var launch = false
 
     func run() async throws {
-        rv_stdout_line_buffered()
+        Syscall.lineBufferStandardOutput()
         let registry = ServiceRegistry(scanning: [try options.folder()])
         let (json, launch) = (self.json, self.launch)
         let status = try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
@@ -247,14 +242,13 @@ struct Service: AsyncParsableCommand {
     func run() async throws {
         let makeCompose: @MainActor @Sendable () -> ViewController = { ComposeController() }
         let controller = compose ? makeCompose : nil
-        await ServiceMain.exit(serving: identifier, capabilities: ["echo"], viewController: controller) { request in
+        await ServiceMain.exit(serving: identifier, capabilities: ["echo"], viewController: controller) { request, _ in
             switch request.type {
             case "echo":
                 return ServiceMessage(type: "echo", payload: request.payload)
             case "clock":
-                var now = timespec()
-                clock_gettime(CLOCK_REALTIME, &now)
-                return ServiceMessage(type: "clock", text: "service pid \(getpid()) (in its sandbox) says it is \(now.tv_sec) s since 1970")
+                let now = Int(Date().timeIntervalSince1970)
+                return ServiceMessage(type: "clock", text: "service pid \(Syscall.processID) (in its sandbox) says it is \(now) s since 1970")
             case "count":
                 guard let fd = request.attachments.first?.take() else {
                     throw ServiceFailure(domain: "com.example.demo-share", code: 1, message: "count needs a memfd")

@@ -1,8 +1,6 @@
 // `demo-share view`: present the compose service's view headless, drive a scripted interaction
 // through RemoteView (the way a toolkit would forward its events), and snapshot each step.
 import ArgumentParser
-import CProto
-import Glibc
 import RemoteHost
 
 struct ViewDemo: AsyncParsableCommand {
@@ -22,19 +20,19 @@ struct ViewDemo: AsyncParsableCommand {
     var scalePermille = 1000
 
     func run() async throws {
-        rv_stdout_line_buffered()
+        Syscall.lineBufferStandardOutput()
         let parts = size.split(separator: "x").compactMap { Int($0) }
         guard parts.count == 2 else { throw ValidationError("--size must be WIDTHxHEIGHT, e.g. 480x360; not \(size)") }
         let (width, height) = (parts[0], parts[1])
-        if mkdir(snapshot, 0o755) != 0 && errno != EEXIST {
-            throw ValidationError("cannot make \(snapshot): \(String(cString: strerror(errno)))")
+        do { try Syscall.makeDirectory(snapshot) } catch {
+            throw ValidationError("cannot make \(snapshot): \(error.reason)")
         }
         let registry = ServiceRegistry(scanning: [try options.folder()])
         let identifier = "com.example.demo-share.compose"
         let (folder, scale) = (snapshot, scalePermille)
         try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
             let posted = AsyncStream<String>.makeStream()
-            let connection = launcher.connection(to: identifier, onMessage: { message in
+            let connection = launcher.connection(to: identifier, onMessage: { message, _ in
                 if message.type == "compose.posted" { posted.continuation.yield(message.text ?? "") }
             })
             let view = RemoteView(connection: connection)

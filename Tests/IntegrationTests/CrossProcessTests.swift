@@ -40,7 +40,7 @@ struct CrossProcessTests {
                 let error = try await group.next() ?? nil
                 return (result, error)
             }
-            return (result, error, await service.process.waitForExit())
+            return (result, error, try await service.process.waitForExit())
         }
         return outcome
     }

@@ -193,7 +193,7 @@ struct HostileLauncherTests {
         try await withServices(Self.manifests("talk-back")) { launcher, _ in
             let notes = Atomic<Int>(0)
             let events = launcher.events()
-            let talker = launcher.connection(to: Self.hostile, onMessage: { message in
+            let talker = launcher.connection(to: Self.hostile, onMessage: { message, _ in
                 if message.type == "com.example.note" { notes.add(1, ordering: .relaxed) }
             })
             let good = launcher.connection(to: Self.good)
@@ -218,7 +218,7 @@ struct HostileLauncherTests {
         try await withServices(Self.manifests("talk-back")) { launcher, _ in
             let counts = HandlerCounts()
             let events = launcher.events()
-            let talker = launcher.connection(to: Self.hostile, onRequest: { _ in
+            let talker = launcher.connection(to: Self.hostile, onRequest: { _, _ in
                 counts.started()
                 do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
                 return ServiceMessage(type: "late")
@@ -335,7 +335,7 @@ struct HostileLauncherTests {
             #expect(survivors == [pids[0]], "only the escaped daemon may outlive it: \(survivors)")
             // Clean up what the launcher could not reach.
             for (survivor, watcher) in watched where survivors.contains(survivor) {
-                _ = rv_pidfd_send_signal(watcher.fd, SIGKILL, 0)
+                watcher.send(signal: SIGKILL)
             }
             let killed = survivors.compactMap { pid in (try? Self.watch(pid)).map { (pid, $0) } }
             #expect(try await Self.survivors(of: killed, within: .seconds(5)).isEmpty)
@@ -439,25 +439,23 @@ struct HostileLauncherTests {
         }
     }
 
-    /// A pidfd for `pid`, readable once it has exited.
-    static func watch(_ pid: Int32) throws -> ReadableDescriptor {
-        let fd = rv_pidfd_open(pid, 0)
-        guard fd >= 0 else { throw SystemCallError(call: "pidfd_open(\(pid))", errno: errno) }
-        return try ReadableDescriptor(OwnedFD(adopting: fd))
+    /// Process `pid` held by pidfd, to see it exit.
+    static func watch(_ pid: Int32) throws -> ProcessDescriptor {
+        try ProcessDescriptor(pid: pid, isChild: false)
     }
 
-    /// Waits until the pidfd `watcher` is readable (the process exited): `true`; `false` when
-    /// the waiting task is cancelled (the watcher is then stopped for good).
-    static func exit(of watcher: ReadableDescriptor) async -> Bool {
-        await withTaskCancellationHandler {
-            await watcher.waitReadable()
-        } onCancel: {
-            watcher.stop()
+    /// Waits until the watched process exits: `true`; `false` when the waiting task is cancelled.
+    static func exit(of watcher: ProcessDescriptor) async -> Bool {
+        do {
+            _ = try await watcher.waitForExit()  // `nil`: it is not this process's child
+            return true
+        } catch {
+            return false
         }
     }
 
     /// The watched processes still running after `deadline`.
-    static func survivors(of watched: [(Int32, ReadableDescriptor)], within deadline: Duration) async throws -> Set<Int32> {
+    static func survivors(of watched: [(Int32, ProcessDescriptor)], within deadline: Duration) async throws -> Set<Int32> {
         let exited = PidSet()
         let pairs = watched.map { Watched(pid: $0.0, watcher: $0.1) }
         _ = try? await withDeadline(deadline, "the watched processes to exit") {
@@ -474,7 +472,7 @@ struct HostileLauncherTests {
 
     struct Watched: Sendable {
         let pid: Int32
-        let watcher: ReadableDescriptor
+        let watcher: ProcessDescriptor
     }
 }
 

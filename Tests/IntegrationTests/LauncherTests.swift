@@ -356,7 +356,7 @@ struct LauncherTests {
         try await withoutLeaks(within: .seconds(20)) {
             let output = try Syscall.pipe()
             var options = ChildProcess.Options()
-            options.descriptors = [-1, output.second.rawValue, 2]
+            options.pass(output.second, as: 1)
             let host = try ChildProcess.start(executable: CrossProcessTests.fixture.replacing("remoteview-test-service", with: "remoteview-test-host"),
                                               arguments: [folder.path, "com.example.test"], options: options)
             let reader = try ReadableDescriptor(output.first)
@@ -369,11 +369,11 @@ struct LauncherTests {
             let pids = String(decoding: line, as: UTF8.self).split(whereSeparator: \.isWhitespace).dropFirst().compactMap { Int32($0) }
             #expect(pids.count == 2, "the host printed \(String(decoding: line, as: UTF8.self))")
             // Watch the sandboxed service itself (the host's grandchild) by pidfd.
-            let watchers = try pids.map { pid in try ReadableDescriptor(OwnedFD(adopting: rv_pidfd_open(pid, 0))) }
+            let watchers = try pids.map { pid in try ProcessDescriptor(pid: pid, isChild: false) }
             host.send(signal: SIGKILL)
-            _ = await host.waitForExit()
+            _ = try await host.waitForExit()
             try await withDeadline(.seconds(1), "the services' exit after the host's death") {
-                for watcher in watchers { _ = await watcher.waitReadable() }
+                for watcher in watchers { _ = try await watcher.waitForExit() }
             }
         }
     }

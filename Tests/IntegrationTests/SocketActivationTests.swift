@@ -15,7 +15,7 @@ struct SocketActivationTests {
     static func activate(_ path: String, _ arguments: [String]) async throws -> (ChildProcess, ReadableDescriptor) {
         let errors = try Syscall.pipe()
         var options = ChildProcess.Options()
-        options.descriptors = [-1, -1, errors.second.rawValue]
+        options.pass(errors.second, as: 2)
         let process = try ChildProcess.start(executable: tool, arguments: ["--listen=\(path)", "--seqpacket"] + arguments, options: options)
         let reader = try ReadableDescriptor(errors.first)
         var text = ""
@@ -61,7 +61,7 @@ struct SocketActivationTests {
             #expect(try await Self.echo(at: path, "first") == "first")
             #expect(try await Self.echo(at: path, "second") == "second")
             activator.send(signal: SIGTERM)
-            _ = await activator.waitForExit()
+            _ = try await activator.waitForExit()
             await drained
         }
     }
@@ -77,7 +77,7 @@ struct SocketActivationTests {
             #expect(try await Self.echo(at: path, "one") == "one")
             #expect(try await Self.echo(at: path, "two") == "two")
             // systemd-socket-activate execs the service in place: this is the service's own exit.
-            #expect(await service.waitForExit() == .exited(0))
+            #expect(try await service.waitForExit() == .exited(0))
             await drained
         }
     }

@@ -1,4 +1,3 @@
-import CProto
 import Glibc
 import RemoteTestSupport
 import Synchronization
@@ -13,8 +12,8 @@ struct ConnectionTests {
 
     /// A host connection and a service connection on the two ends of a socketpair, both running
     /// while `body` uses the host side; checks that nothing leaked afterwards.
-    func withPair<R: Sendable>(onRequest: @escaping Connection.RequestHandler = { $0 },
-                               onMessage: @escaping Connection.MessageHandler = { _ in },
+    func withPair<R: Sendable>(onRequest: @escaping Connection.RequestHandler = { message, _ in message },
+                               onMessage: @escaping Connection.MessageHandler = { _, _ in },
                                _ body: @escaping @Sendable (Connection, Connection) async throws -> R) async throws -> R {
         let result = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
@@ -51,7 +50,7 @@ struct ConnectionTests {
 
     @Test("concurrent requests are matched to their replies by id")
     func concurrentRequests() async throws {
-        try await withPair(onRequest: { message in
+        try await withPair(onRequest: { message, _ in
             // Reply out of order: later requests finish first.
             let delay = 20 - Int(message.text ?? "0")!
             try await Task.sleep(for: .milliseconds(delay))
@@ -71,7 +70,7 @@ struct ConnectionTests {
 
     @Test("a memfd attached to a request arrives sealed with its contents; one comes back in the reply")
     func fdPassing() async throws {
-        try await withPair(onRequest: { message in
+        try await withPair(onRequest: { message, _ in
             guard let fd = message.attachments.first?.take() else { throw ServiceFailure(domain: "test", code: 1, message: "no fd") }
             let file = MemoryFile(adopting: fd)
             let seals = try file.seals
@@ -92,7 +91,7 @@ struct ConnectionTests {
 
     @Test("the peer's ServiceFailure arrives as a remote error with its domain and code")
     func remoteFailure() async throws {
-        try await withPair(onRequest: { _ in
+        try await withPair(onRequest: { _, _ in
             throw ServiceFailure(domain: "com.example.service", code: 7, message: "nope")
         }) { host, _ in
             let error = await #expect(throws: RemoteError.self) { try await host.request(ServiceMessage(type: "x")) }
@@ -105,7 +104,7 @@ struct ConnectionTests {
     func cancellation() async throws {
         let started = AsyncStream.makeStream(of: Void.self)
         let handlerCancelled = AsyncStream.makeStream(of: Bool.self)
-        try await withPair(onRequest: { message in
+        try await withPair(onRequest: { message, _ in
             started.continuation.yield()
             do {
                 try await Task.sleep(for: .seconds(60))
@@ -132,7 +131,7 @@ struct ConnectionTests {
     @Test("a reply that misses its deadline fails with timeout; the peer's handler is cancelled")
     func deadline() async throws {
         let handlerCancelled = AsyncStream.makeStream(of: Void.self)
-        try await withPair(onRequest: { message in
+        try await withPair(onRequest: { message, _ in
             do { try await Task.sleep(for: .seconds(60)) } catch {
                 handlerCancelled.continuation.yield()
                 throw error
@@ -152,7 +151,7 @@ struct ConnectionTests {
     @Test("one-way messages arrive in order")
     func oneWayMessages() async throws {
         let received = AsyncStream.makeStream(of: String.self)
-        try await withPair(onMessage: { message in received.continuation.yield(message.text ?? "") }) { host, _ in
+        try await withPair(onMessage: { message, _ in received.continuation.yield(message.text ?? "") }) { host, _ in
             for index in 0..<100 { try await host.send(ServiceMessage(type: "note", text: String(index))) }
             var iterator = received.stream.makeAsyncIterator()
             for index in 0..<100 { #expect(await iterator.next() == String(index)) }
@@ -373,32 +372,4 @@ struct SeqpacketTransportTests {
             ours.close()
         }
     }
-}
-
-/// `sendmsg` of raw bytes with optional SCM_RIGHTS, bypassing the codec (tests only).
-func rawSend(_ fd: Int32, _ bytes: [UInt8], fds: [Int32] = []) throws {
-    var bytes = bytes
-    let result = bytes.withUnsafeMutableBytes { buffer -> Int in
-        var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
-        return withUnsafeMutablePointer(to: &iov) { iovPointer in
-            var message = msghdr()
-            message.msg_iov = iovPointer
-            message.msg_iovlen = 1
-            let length = fds.count * 4
-            let control = UnsafeMutableRawPointer.allocate(byteCount: max(rv_cmsg_space(length), 1), alignment: 8)
-            defer { control.deallocate() }
-            if !fds.isEmpty {
-                message.msg_control = control
-                message.msg_controllen = rv_cmsg_space(length)
-                let header = rv_cmsg_firsthdr(&message)!
-                header.pointee.cmsg_level = SOL_SOCKET
-                header.pointee.cmsg_type = Int32(SCM_RIGHTS)
-                header.pointee.cmsg_len = rv_cmsg_len(length)
-                let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
-                for (index, fd) in fds.enumerated() { data.storeBytes(of: fd, toByteOffset: index * 4, as: Int32.self) }
-            }
-            return sendmsg(fd, &message, Int32(MSG_NOSIGNAL))
-        }
-    }
-    if result < 0 { throw SystemCallError(call: "sendmsg (test)", errno: errno) }
 }

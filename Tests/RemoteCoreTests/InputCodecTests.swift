@@ -28,8 +28,8 @@ struct InputCodecTests {
 
     @Test("every input message round-trips", arguments: samples)
     func roundTrips(_ event: InputEvent) throws {
-        let decoded = try roundTrip(Envelope(id: 9, body: .surface(.input(event))))
-        guard case .surface(.input(let back)) = decoded.body else {
+        let decoded = try roundTrip(Envelope(id: 9, body: .input(event)))
+        guard case .input(let back) = decoded.body else {
             Issue.record("decoded to \(decoded.body.name)")
             return
         }
@@ -70,17 +70,19 @@ struct InputCodecTests {
 
     @Test("the same impossible values are refused when sending")
     func encodeRejects() {
-        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.pointer(PointerEvent(.moved, x: .nan, y: 0))))), mentioning: "pointer x nan")
-        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.text("")))), mentioning: "text_input of 0 bytes")
-        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.traits(Traits(fontScalePermille: 100))))), mentioning: "font scale 100‰")
+        expectEncodeRejected(Envelope(id: 1, body: .input(.pointer(PointerEvent(.moved, x: .nan, y: 0)))), mentioning: "pointer x nan")
+        expectEncodeRejected(Envelope(id: 1, body: .input(.text(""))), mentioning: "text_input of 0 bytes")
+        expectEncodeRejected(Envelope(id: 1, body: .input(.traits(Traits(fontScalePermille: 100)))), mentioning: "font scale 100‰")
         // protobuf-c strings end at NUL: text with one would arrive cut short.
-        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.text("a\0b")))), mentioning: "text_input contains NUL")
-        expectEncodeRejected(Envelope(id: 1, body: .surface(.input(.key(KeyEvent(keyCode: 4, text: "\0"))))), mentioning: "contains NUL")
+        expectEncodeRejected(Envelope(id: 1, body: .input(.text("a\0b"))), mentioning: "text_input contains NUL")
+        expectEncodeRejected(Envelope(id: 1, body: .input(.key(KeyEvent(keyCode: 4, text: "\0")))), mentioning: "contains NUL")
     }
 
-    @Test("input is the host's to send")
-    func direction() {
-        #expect(SurfaceMessage.input(.focus(true)).sender == .host)
-        #expect(SurfaceMessage.input(.text("a")).name == "text_input")
+    @Test("input is a family of its own, named by the schema, carrying no fds")
+    func family() {
+        let body = Envelope.Body.input(.text("a"))
+        #expect(body.name == "text_input")
+        #expect(body.allowedAttachments == 0...0)
+        #expect(!body.isReply)
     }
 }

@@ -1,6 +1,5 @@
 // The host's side of a shared buffer: what it refuses to map, and why a sealed buffer cannot
 // hurt it afterwards.
-import CProto
 @testable import RemoteCore
 import Glibc
 import RemoteTestSupport
@@ -74,8 +73,7 @@ struct MappedBufferTests {
         try await withoutLeaks {
             // MFD_HUGETLB (linux/memfd.h): a memfd on hugetlbfs, which can be sealed too. munmap of
             // a huge-page mapping fails (EINVAL) unless its length is whole huge pages.
-            let fd = rv_memfd_create("huge-buffer", rv_mfd_cloexec | rv_mfd_allow_sealing | 0x0004)
-            guard fd >= 0 else { return }  // no hugetlbfs in this kernel: nothing to map
+            guard let fd = try? Syscall.memoryFileCreate("huge-buffer", flags: 0x0004) else { return }  // no hugetlbfs here: nothing to map
             let file = MemoryFile(adopting: OwnedFD(adopting: fd))
             let hugePage = Int(try Syscall.status(fd).st_blksize)
             try file.resize(to: hugePage)  // hugetlbfs files are whole huge pages

@@ -122,11 +122,11 @@ struct SurfaceConnectionTests {
         let received = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let box = Received()
-            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: ConnectionTests.host,
-                                      onSurface: { message, attachments in
-                                          box.append("\(message.name) fds=\(attachments.count)")
-                                          if message.name == "preferred_size" { box.finish() }
-                                      })
+            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: ConnectionTests.host)
+            host.route(surface: { message, attachments, _ in
+                box.append("\(message.name) fds=\(attachments.count)")
+                if message.name == "preferred_size" { box.finish() }
+            })
             let service = try Connection(socket: pair.second, configuration: .init(role: .service, identifier: "com.example.surface"))
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await host.run() }
@@ -154,9 +154,9 @@ struct SurfaceConnectionTests {
             let error = try await withoutLeaks { () -> RemoteError? in
                 let pair = try SeqpacketSocket.pair()
                 // `receiver` has the other role and a surface handler; the sender breaks the rule raw.
-                let receiver = try Connection(transport: SeqpacketSocket(pair.first),
-                                              configuration: .init(role: role == .host ? .service : .host, identifier: "com.example.receiver"),
-                                              onSurface: { _, _ in })
+                let receiver = Connection(transport: try SeqpacketSocket(pair.first),
+                                          configuration: .init(role: role == .host ? .service : .host, identifier: "com.example.receiver"))
+                receiver.route(surface: { _, _, _ in })
                 let raw = try SeqpacketSocket(pair.second)
                 try await raw.send(Envelope(id: 1, body: .handshake(Handshake(role: role, identifier: "com.example.rude"))))
                 // Built as the right side would, then sent by the wrong one.

@@ -44,31 +44,28 @@ struct PresenterTests {
         try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let compositor = SurfaceCompositor(), frames = Frames()
-            let hostBox = Mutex<Connection?>(nil)
-            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"),
-                                      onSurface: { message, attachments in
-                                          do {
-                                              try compositor.receive(message, attachments: attachments)
-                                          } catch {
-                                              Issue.record("host refused \(message.name): \(error)")
-                                          }
-                                          guard case .commit = message else { return }
-                                          frames.composited()
-                                          // The service may be closing after its last frame: a failed send is fine.
-                                          for reply in compositor.present() { try? await hostBox.withLock({ $0 })?.send(reply) }
-                                      })
-            hostBox.withLock { $0 = host }
-            let presenterBox = Mutex<SurfacePresenter?>(nil)
-            let service = try Connection(transport: SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"),
-                                         onSurface: { message, _ in
-                                             do { try await presenterBox.withLock({ $0 })?.receive(message) } catch {
-                                                 Issue.record("service refused \(message.name): \(error)")
-                                             }
-                                         })
-            let presenter = SurfacePresenter(width: width, height: height) { message, attachments throws(RemoteError) in
+            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
+            host.route(surface: { message, attachments, context in
+                do {
+                    try compositor.receive(message, attachments: attachments)
+                } catch {
+                    Issue.record("host refused \(message.name): \(error)")
+                }
+                guard case .commit = message else { return }
+                frames.composited()
+                // The service may be closing after its last frame: a failed send is fine.
+                for reply in compositor.present() { try? await context.connection.send(reply) }
+            })
+            let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
+            let presenter = SurfacePresenter(width: width, height: height) { [weak service] message, attachments throws(RemoteError) in
+                guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)
             }
-            presenterBox.withLock { $0 = presenter }
+            service.route(surface: { message, _, _ in
+                do { try await presenter.receive(message) } catch {
+                    Issue.record("service refused \(message.name): \(error)")
+                }
+            })
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await host.run() }
                 group.addTask { try await service.run() }
@@ -76,8 +73,6 @@ struct PresenterTests {
                 await service.close(reason: "done")
                 try await group.waitForAll()
             }
-            presenterBox.withLock { $0 = nil }
-            hostBox.withLock { $0 = nil }
         }
     }
 
@@ -123,9 +118,8 @@ struct PresenterTests {
             // The host: maps each buffer, holds the committed one until the next commit (like a
             // Wayland compositor that scans out of it), checks every commit's buffer in full.
             let host = Mutex<(mapped: [UInt32: MappedBuffer], held: UInt32?, problems: [String], scenes: [String])>(([:], nil, [], []))
-            let hostBox = Mutex<Connection?>(nil)
-            let hostConnection = try Connection(transport: SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"),
-                                                onSurface: { message, attachments in
+            let hostConnection = Connection(transport: try SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
+            hostConnection.route(surface: { message, attachments, context in
                 switch message {
                 case .attachBuffer(let layout):
                     guard let fd = attachments.first?.take(), let mapped = try? MappedBuffer(mapping: fd, as: layout) else { return }
@@ -140,22 +134,19 @@ struct PresenterTests {
                         defer { state.held = id }
                         return state.held
                     }
-                    let connection = hostBox.withLock { $0 }
-                    if let previous, previous != id { try? await connection?.send(.releaseBuffer(previous)) }
-                    try? await connection?.send(.frameDone(frame: frame))
+                    if let previous, previous != id { try? await context.connection.send(.releaseBuffer(previous)) }
+                    try? await context.connection.send(.frameDone(frame: frame))
                     frames.composited()
                 default:
                     break
                 }
             })
-            hostBox.withLock { $0 = hostConnection }
-            let presenterBox = Mutex<SurfacePresenter?>(nil)
-            let service = try Connection(transport: SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"),
-                                         onSurface: { message, _ in try? await presenterBox.withLock({ $0 })?.receive(message) })
-            let presenter = SurfacePresenter(width: 32, height: 32) { message, attachments throws(RemoteError) in
+            let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
+            let presenter = SurfacePresenter(width: 32, height: 32) { [weak service] message, attachments throws(RemoteError) in
+                guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)
             }
-            presenterBox.withLock { $0 = presenter }
+            service.route(surface: { message, _, _ in try? await presenter.receive(message) })
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await hostConnection.run() }
                 group.addTask { try await service.run() }
@@ -170,8 +161,6 @@ struct PresenterTests {
                 await service.close(reason: "done")
                 try await group.waitForAll()
             }
-            presenterBox.withLock { $0 = nil }
-            hostBox.withLock { $0 = nil }
             let (problems, scenes) = host.withLock { ($0.problems, $0.scenes) }
             #expect(problems.isEmpty, "\(problems)")
             // Every committed buffer holds the whole scene of its frame, reused ones included.

@@ -311,7 +311,7 @@ struct ImageViewTests {
     func drawsPNG() throws {
         // A 4×2 image: the left half red, the right half green (made and encoded by the host's API).
         let png = try RemoteImage(width: 4, height: 2) { x, _ in x < 2 ? 0xFFFF_0000 : 0xFF00_FF00 }.pngData()
-        let image = try Image(pngData: png)
+        let image = try Bitmap(pngData: png)
         #expect(image.width == 4 && image.height == 2)
         let view = ImageView(image: image, contentMode: .center)
         view.frame = Rect(x: 0, y: 0, width: 8, height: 4)
@@ -325,9 +325,9 @@ struct ImageViewTests {
         #expect(buffer.pixel(x: 4, y: 1) == 0xFF00_FF00 && buffer.pixel(x: 5, y: 2) == 0xFF00_FF00)
         #expect(buffer.pixel(x: 1, y: 1) == 0xFFFF_FFFF && buffer.pixel(x: 6, y: 2) == 0xFFFF_FFFF)
 
-        let garbage = #expect(throws: RemoteError.self) { try Image(pngData: [0x89, 0x50, 0x4E, 0x47, 1, 2, 3]) }
+        let garbage = #expect(throws: RemoteError.self) { try Bitmap(pngData: [0x89, 0x50, 0x4E, 0x47, 1, 2, 3]) }
         #expect(garbage?.reason.contains("7 bytes") == true, "\(String(describing: garbage))")
-        let missing = #expect(throws: RemoteError.self) { try Image(contentsOfPNG: "/nonexistent/icon.png") }
+        let missing = #expect(throws: RemoteError.self) { try Bitmap(contentsOfPNG: "/nonexistent/icon.png") }
         #expect(missing?.reason.contains("/nonexistent/icon.png") == true)
     }
 }

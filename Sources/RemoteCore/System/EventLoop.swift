@@ -1,4 +1,4 @@
-import CProto
+import CRemoteViewLinux
 import Glibc
 import Synchronization
 
@@ -70,9 +70,11 @@ package final class EventLoop: TaskExecutor, Sendable {
 
     // MARK: descriptors
 
-    /// Adds `fd` with no interest yet; `handler` runs on the loop thread when an armed
-    /// interest fires. The caller keeps owning `fd` and must ``deregister(_:)`` before closing it.
-    package func register(_ fd: Int32, handler: @escaping Handler) throws(SystemCallError) -> Registration {
+    /// Adds `descriptor` with no interest yet; `handler` runs on the loop thread when an armed
+    /// interest fires. The caller keeps owning the descriptor and must ``deregister(_:)`` before
+    /// closing it.
+    package func register(_ descriptor: borrowing OwnedFD, handler: @escaping Handler) throws(SystemCallError) -> Registration {
+        let fd = descriptor.rawValue
         let token = state.withLock { state in
             let token = state.nextToken
             state.nextToken += 1

@@ -1,4 +1,4 @@
-import CProto
+import CRemoteViewLinux
 import Glibc
 
 /// Anonymous shared memory (`memfd_create`) that can be sealed, the way large data and
@@ -78,5 +78,33 @@ public struct MemoryFile: ~Copyable, Sendable {
     /// Reads up to `count` bytes from `offset` (fewer at end of file).
     public func read(count: Int, at offset: Int = 0) throws(SystemCallError) -> [UInt8] {
         try Syscall.readAll(fd.rawValue, count: count, at: offset)
+    }
+}
+
+extension MemoryFile {
+    /// Maps the first `length` bytes shared (`mmap(MAP_SHARED)`), readable and, when
+    /// `writable`, writable; the mapping lasts as long as the returned object.
+    package func map(length: Int, writable: Bool) throws(SystemCallError) -> MemoryMapping {
+        MemoryMapping(base: try Syscall.mapShared(fd.rawValue, length: length, writable: writable), length: length)
+    }
+}
+
+/// A shared mapping (`mmap`), undone (`munmap`) when the object goes away.
+package final class MemoryMapping: @unchecked Sendable {
+    // @unchecked: `base` and `length` never change; what is written through `base` is the
+    // owner's to confine.
+
+    /// The first byte.
+    package let base: UnsafeMutableRawPointer
+    /// The mapped length in bytes.
+    package let length: Int
+
+    fileprivate init(base: UnsafeMutableRawPointer, length: Int) {
+        self.base = base
+        self.length = length
+    }
+
+    deinit {
+        Syscall.unmap(base, length: length)
     }
 }

@@ -64,10 +64,9 @@ public final class Attachment: Sendable, CustomStringConvertible {
         }
     }
 
-    /// The descriptor number while the attachment still owns it, to borrow for a call.
-    ///
-    /// Valid only while this attachment is alive and nobody takes it.
-    public var descriptor: Int32? {
+    /// The descriptor number while the attachment still owns it, to borrow for a call (the
+    /// transport's `sendmsg`). Valid only while this attachment is alive and nobody takes it.
+    var descriptor: Int32? {
         storage.withLock { $0 >= 0 ? $0 : nil }
     }
 

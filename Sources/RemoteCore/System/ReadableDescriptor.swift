@@ -1,4 +1,4 @@
-import CProto
+import CRemoteViewLinux
 import Glibc
 import Synchronization
 
@@ -8,31 +8,25 @@ import Synchronization
 /// One task reads at a time. ``stop()`` wakes it for good from any thread; the descriptor is
 /// closed when the object goes away, so it is never closed under a reader's feet.
 package final class ReadableDescriptor: Sendable {
-    /// The descriptor, owned by this object.
-    package let fd: Int32
+    /// The descriptor, owned by this object (for this module's tests to borrow).
+    let fd: Int32
     private let loop: EventLoop
     private let registration: EventLoop.Registration
     private let state: Box
 
     private final class Box: Sendable {
-        let value = Mutex<(stopped: Bool, waiter: CheckedContinuation<Bool, Never>?)>((false, nil))
+        let value = Mutex<(stopped: Bool, waiter: Waiter<Bool>?)>((false, nil))
     }
 
-    /// Takes `fd`, makes it non-blocking and close-on-exec.
+    /// Takes `descriptor`, makes it non-blocking and close-on-exec.
     package init(_ descriptor: consuming OwnedFD, loop: EventLoop = .shared) throws(SystemCallError) {
-        let fd = descriptor.release()
         let state = Box()
-        do {
-            try Syscall.setNonBlocking(fd, true)
-            try Syscall.setCloseOnExec(fd, true)
-            registration = try loop.register(fd) { _ in
-                state.value.withLock { $0.waiter.take() }?.resume(returning: true)
-            }
-        } catch {
-            Syscall.close(fd)
-            throw error
+        try Syscall.setNonBlocking(descriptor.rawValue, true)
+        try Syscall.setCloseOnExec(descriptor.rawValue, true)
+        registration = try loop.register(descriptor) { _ in
+            state.value.withLock { $0.waiter.take() }?.resume(returning: true)
         }
-        self.fd = fd
+        fd = descriptor.release()
         self.loop = loop
         self.state = state
     }
@@ -42,15 +36,25 @@ package final class ReadableDescriptor: Sendable {
         Syscall.close(fd)
     }
 
-    /// Waits until the descriptor is readable (or hung up): `true`; `false` once stopped.
+    /// Waits until the descriptor is readable (or hung up): `true`; `false` once stopped, or
+    /// when the waiting task is cancelled.
     package func waitReadable() async -> Bool {
-        await withCheckedContinuation { continuation in
-            let proceed = state.value.withLock { state -> Bool in
-                if state.stopped { return false }
-                state.waiter = continuation
-                return true
-            }
-            if proceed { loop.arm(registration, events: EPOLLIN.rawValue) } else { continuation.resume(returning: false) }
+        let waiter = Waiter<Bool>()
+        let proceed = state.value.withLock { state -> Bool in
+            if state.stopped { return false }
+            precondition(state.waiter == nil, "ReadableDescriptor: two readers at once")
+            state.waiter = waiter
+            return true
+        }
+        guard proceed else { return false }
+        loop.arm(registration, events: EPOLLIN.rawValue)
+        let state = self.state
+        do {
+            return try await waiter.wait(onAbandon: {
+                state.value.withLock { if $0.waiter === waiter { $0.waiter = nil } }
+            })
+        } catch {
+            return false
         }
     }
 
@@ -67,17 +71,14 @@ package final class ReadableDescriptor: Sendable {
 
     /// Reads what is there: bytes, `[]` at end of file, `nil` when it would block.
     package func read(upTo count: Int) throws(SystemCallError) -> [UInt8]? {
-        var buffer = [UInt8](repeating: 0, count: count)
-        let result = try buffer.withUnsafeMutableBytes { raw in
-            Result { () throws(SystemCallError) in try Syscall.nonBlocking("read") { Glibc.read(fd, raw.baseAddress, raw.count) } }
-        }.get()
-        switch result {
-        case .wouldBlock: return nil
-        case .done(let length): return Array(buffer[..<length])
+        switch try Syscall.read(fd, upTo: count) {
+        case .wouldBlock: nil
+        case .done(let bytes): bytes
         }
     }
 
-    /// Accepts one connection from a listening socket, waiting for it; `nil` once stopped.
+    /// Accepts one connection from a listening socket, waiting for it; `nil` once stopped (or
+    /// when the waiting task is cancelled).
     package func accept() async throws(SystemCallError) -> OwnedFD? {
         while true {
             if case .done(let connection) = try Syscall.accept(fd) { return OwnedFD(adopting: connection) }

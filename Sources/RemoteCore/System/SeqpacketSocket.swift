@@ -1,4 +1,4 @@
-import CProto
+import CRemoteViewLinux
 import Glibc
 import Synchronization
 
@@ -11,8 +11,9 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` is only touched by
     // the single receiver that `state.receiving` admits; everything else is in `state`.
 
-    /// The descriptor, owned by this object and closed when it goes away.
-    package let fd: Int32
+    /// The descriptor, owned by this object and closed when it goes away (for this module's
+    /// tests to borrow).
+    let fd: Int32
     /// How long a send waits for a peer that does not read.
     package let sendTimeout: Duration
     private let loop: EventLoop
@@ -30,9 +31,9 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         var inFlight = 0
         var released = false
         var receiving = false
-        var readWaiter: CheckedContinuation<Void, Never>?
-        var writeWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
-        var nextWaiter: UInt64 = 0
+        var readWaiter: Waiter<Void>?
+        /// Woken with `true` when the socket may be writable again, `false` when it closed.
+        var writeWaiters = WaiterQueue<Bool>()
 
         var interest: UInt32 {
             (readWaiter == nil ? 0 : EPOLLIN.rawValue) | (writeWaiters.isEmpty ? 0 : EPOLLOUT.rawValue)
@@ -41,27 +42,20 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     /// Takes ownership of a connected seqpacket socket (made non-blocking here).
     package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), loop: EventLoop = .shared) throws(SystemCallError) {
-        let fd = socket.release()
         let waiters = Waiters()
-        do {
-            try Syscall.setNonBlocking(fd, true)
-            // Runs on the loop thread. Interest is one-shot, so whatever fired, every waiter is
-            // woken: each retries its call and, if it still would block, arms again.
-            registration = try loop.register(fd) { _ in
-                let (reader, writers) = waiters.state.withLock { state in
-                    defer { state.readWaiter = nil; state.writeWaiters.removeAll() }
-                    return (state.readWaiter, Array(state.writeWaiters.values))
-                }
-                reader?.resume()
-                for writer in writers { writer.resume(returning: true) }
+        try Syscall.setNonBlocking(socket.rawValue, true)
+        // Runs on the loop thread. Interest is one-shot, so whatever fired, every waiter is
+        // woken: each retries its call and, if it still would block, arms again.
+        registration = try loop.register(socket) { _ in
+            let (reader, writers) = waiters.state.withLock { state in
+                (state.readWaiter.take(), state.writeWaiters.takeAll())
             }
-        } catch {
-            Syscall.close(fd)
-            throw error
+            reader?.resume(returning: ())
+            writers.resumeAll(returning: true)
         }
         self.waiters = waiters
         self.buffers = ReceiveBuffers()
-        self.fd = fd
+        self.fd = socket.release()
         self.sendTimeout = sendTimeout
         self.loop = loop
     }
@@ -108,20 +102,19 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     // MARK: Transport
 
     package func close() {
-        let closing = waiters.state.withLock { state -> (CheckedContinuation<Void, Never>?, [CheckedContinuation<Bool, Never>])? in
+        let closing = waiters.state.withLock { state -> (Waiter<Void>?, [Waiter<Bool>])? in
             if state.closed { return nil }
             state.closed = true
             state.inFlight += 1  // this call's own use of fd, ended by leave() below
-            defer { state.readWaiter = nil; state.writeWaiters.removeAll() }
-            return (state.readWaiter, Array(state.writeWaiters.values))
+            return (state.readWaiter.take(), state.writeWaiters.takeAll())
         }
         guard let (reader, writers) = closing else { return }
         Syscall.shutdownBoth(fd)
         // Give up this call's use before waking anyone, so whoever returns because of the close
         // finds the fd already closed unless another call is still using it.
         leave()
-        reader?.resume()
-        for writer in writers { writer.resume(returning: false) }
+        reader?.resume(returning: ())
+        writers.resumeAll(returning: false)
     }
 
     nonisolated(nonsending) package func send(_ envelope: Envelope) async throws(RemoteError) {
@@ -152,10 +145,15 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             case .done: return
             case .wouldBlock:
                 if deadline == nil { deadline = .now.advanced(by: sendTimeout) }
-                guard await waitWritable(until: deadline!) else {
-                    if waiters.state.withLock({ $0.closed }) { throw RemoteError(.invalidated, "the connection was closed") }
+                let writable: Bool
+                do throws(WaitError) {
+                    writable = try await waitWritable(until: deadline!)
+                } catch .deadlinePassed {
                     throw RemoteError(.timeout, "the peer has not read for \(sendTimeout); its receive queue is full")
+                } catch {
+                    throw RemoteError(.cancelled, "sending \(envelope.body.name) was cancelled while the peer's queue was full")
                 }
+                guard writable else { throw RemoteError(.invalidated, "the connection was closed") }
             }
         }
     }
@@ -179,46 +177,58 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             case .done(let envelope):
                 return envelope
             case .wouldBlock:
-                await waitReadable()
+                do throws(WaitError) {
+                    try await waitReadable()
+                } catch {
+                    throw RemoteError(.cancelled, "receiving was cancelled")
+                }
             }
         }
     }
 
     // MARK: waiting
 
-    nonisolated(nonsending) private func waitReadable() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            guard enter() else { return continuation.resume() }
-            defer { leave() }
-            // Registered under the same lock close() takes, so a close in between is seen here.
-            let armed = waiters.state.withLock { state -> UInt32? in
-                if state.closed { return nil }
-                state.readWaiter = continuation
-                return state.interest
-            }
-            guard let armed else { return continuation.resume() }
-            loop.arm(registration, events: armed)
-        }
+    /// Returns when the socket may be readable (or closed).
+    ///
+    /// - Throws: ``WaitError/cancelled`` when the receiving task is cancelled.
+    nonisolated(nonsending) private func waitReadable() async throws(WaitError) {
+        let waiter = Waiter<Void>()
+        guard arm({ state in
+            state.readWaiter = waiter
+        }) else { return }
+        let waiters = self.waiters
+        try await waiter.wait(onAbandon: {
+            waiters.state.withLock { if $0.readWaiter === waiter { $0.readWaiter = nil } }
+        })
     }
 
-    /// `true` when the socket may be writable again, `false` at the deadline or on close.
-    nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async -> Bool {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            guard enter() else { return continuation.resume(returning: false) }
-            defer { leave() }
-            let armed = waiters.state.withLock { state -> (UInt64, UInt32)? in
-                if state.closed { return nil }
-                state.nextWaiter += 1
-                state.writeWaiters[state.nextWaiter] = continuation
-                return (state.nextWaiter, state.interest)
-            }
-            guard let (waiter, interest) = armed else { return continuation.resume(returning: false) }
-            loop.arm(registration, events: interest)
-            let waiters = self.waiters
-            loop.schedule(at: deadline) {
-                waiters.state.withLock { $0.writeWaiters.removeValue(forKey: waiter) }?.resume(returning: false)
-            }
+    /// `true` when the socket may be writable again, `false` once it is closed.
+    ///
+    /// - Throws: ``WaitError`` at `deadline`, or when the sending task is cancelled.
+    nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async throws(WaitError) -> Bool {
+        let waiter = Waiter<Bool>()
+        guard arm({ state in
+            state.writeWaiters.append(waiter)
+        }) else { return false }
+        let waiters = self.waiters
+        return try await waiter.wait(until: deadline, onAbandon: {
+            waiters.state.withLock { $0.writeWaiters.remove(waiter) }
+        })
+    }
+
+    /// Records a waiter with `register` and arms the loop for what every waiter needs, under
+    /// the lock that ``close()`` takes (so a close in between is seen); `false` once closed.
+    private func arm(_ register: (inout State) -> Void) -> Bool {
+        guard enter() else { return false }
+        defer { leave() }
+        let interest = waiters.state.withLock { state -> UInt32? in
+            if state.closed { return nil }
+            register(&state)
+            return state.interest
         }
+        guard let interest else { return false }
+        loop.arm(registration, events: interest)
+        return true
     }
 
     // MARK: packets

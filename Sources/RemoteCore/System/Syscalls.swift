@@ -1,7 +1,12 @@
-import CProto
+import CRemoteViewLinux
+import CSpawn
 import Glibc
 
-/// Every system call RemoteCore makes, one wrapper each (like swift-system's `Syscalls.swift`).
+/// Every system call RemoteView makes, one wrapper each (like swift-system's `Syscalls.swift`).
+///
+/// The wrappers that take a raw descriptor number are internal to RemoteCore, where the owned
+/// types (``OwnedFD``, ``SeqpacketSocket``, ``MemoryFile``, ``ProcessDescriptor``) use them;
+/// the rest of the package sees paths, pids and owned descriptors only.
 ///
 /// Conventions: `EINTR` is retried; `EAGAIN` comes back as a value (``IOResult/wouldBlock``);
 /// `EBADF` and `EFAULT` trap, because they mean we passed a bad descriptor or pointer; every
@@ -48,41 +53,172 @@ extension Syscall {
     // MARK: descriptors
 
     /// `close(fd)`. Never retried on `EINTR` (on Linux the fd is gone either way).
-    package static func close(_ fd: Int32) {
+    static func close(_ fd: Int32) {
         let result = Glibc.close(fd)
         precondition(result == 0 || Glibc.errno != EBADF, "close(\(fd)): EBADF — double close, a RemoteView bug")
     }
 
     /// `fcntl(fd, F_DUPFD_CLOEXEC, minimum)`.
-    package static func duplicate(_ fd: Int32, minimum: Int32 = 0) throws(SystemCallError) -> Int32 {
+    static func duplicate(_ fd: Int32, minimum: Int32 = 0) throws(SystemCallError) -> Int32 {
         try retrying("fcntl(F_DUPFD_CLOEXEC)") { rv_fcntl_int(fd, F_DUPFD_CLOEXEC, minimum) }
     }
 
     /// `fcntl(fd, F_GETFD)` / `F_SETFD` to set or clear `FD_CLOEXEC`.
-    package static func setCloseOnExec(_ fd: Int32, _ on: Bool) throws(SystemCallError) {
+    static func setCloseOnExec(_ fd: Int32, _ on: Bool) throws(SystemCallError) {
         let flags = try retrying("fcntl(F_GETFD)") { rv_fcntl_int(fd, F_GETFD, 0) }
         let wanted = on ? flags | FD_CLOEXEC : flags & ~FD_CLOEXEC
         if wanted != flags { _ = try retrying("fcntl(F_SETFD)") { rv_fcntl_int(fd, F_SETFD, wanted) } }
     }
 
     /// `fcntl(fd, F_GETFL)` / `F_SETFL` to set or clear `O_NONBLOCK`.
-    package static func setNonBlocking(_ fd: Int32, _ on: Bool) throws(SystemCallError) {
+    static func setNonBlocking(_ fd: Int32, _ on: Bool) throws(SystemCallError) {
         let flags = try retrying("fcntl(F_GETFL)") { rv_fcntl_int(fd, F_GETFL, 0) }
         let wanted = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK
         if wanted != flags { _ = try retrying("fcntl(F_SETFL)") { rv_fcntl_int(fd, F_SETFL, wanted) } }
     }
 
     /// `fstat(fd)`.
-    package static func status(_ fd: Int32) throws(SystemCallError) -> stat {
+    static func status(_ fd: Int32) throws(SystemCallError) -> stat {
         var result = stat()
         _ = try retrying("fstat") { fstat(fd, &result) }
         return result
     }
 
+    // MARK: files and folders
+
+    /// `open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)`. Non-blocking, so that a FIFO where a
+    /// file was expected cannot stall the caller; pair with ``status(_:)`` to check the type.
+    package static func openForReading(_ path: String) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) })
+    }
+
+    /// `read(fd, count)`: what is there, `[]` at end of file, or would-block.
+    static func read(_ fd: Int32, upTo count: Int) throws(SystemCallError) -> IOResult<[UInt8]> {
+        var buffer = [UInt8](repeating: 0, count: count)
+        let result = try nonBlocking("read") { buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) } }
+        switch result {
+        case .wouldBlock: return .wouldBlock
+        case .done(let length): return .done(Array(buffer[..<length]))
+        }
+    }
+
+    /// The whole file at `path`, at most `limit` bytes (more is an `EFBIG` error); `nil` when it
+    /// cannot be opened or read (e.g. a `/proc` file of a process that is gone).
+    package static func readSmallFile(_ path: String, limit: Int = 4096) -> [UInt8]? {
+        guard let file = try? openForReading(path) else { return nil }
+        return try? readToEnd(file, limit: limit, name: path)
+    }
+
+    /// Everything `fd` holds from its current offset, at most `limit` bytes.
+    ///
+    /// - Throws: `EFBIG` (naming `name`) past the limit; `EAGAIN` for a descriptor that would block.
+    package static func readToEnd(_ file: borrowing OwnedFD, limit: Int, name: String) throws(SystemCallError) -> [UInt8] {
+        var bytes: [UInt8] = []
+        while true {
+            switch try read(file.rawValue, upTo: min(limit + 1, 16 * 1024)) {
+            case .wouldBlock:
+                throw SystemCallError(call: "read(\(name))", errno: EAGAIN)
+            case .done(let chunk):
+                if chunk.isEmpty { return bytes }
+                bytes += chunk
+                if bytes.count > limit { throw SystemCallError(call: "read(\(name)): more than \(limit) bytes", errno: EFBIG) }
+            }
+        }
+    }
+
+    /// `pread(file, count, offset)` until `count` bytes or end of file.
+    package static func read(_ file: borrowing OwnedFD, count: Int, at offset: Int) throws(SystemCallError) -> [UInt8] {
+        try readAll(file.rawValue, count: count, at: offset)
+    }
+
+    /// `stat(path)`, following symbolic links.
+    package static func status(ofPath path: String) throws(SystemCallError) -> stat {
+        var result = stat()
+        _ = try retrying("stat(\(path))") { stat(path, &result) }
+        return result
+    }
+
+    /// Whether the open `file` is a regular file (`fstat`).
+    package static func isRegularFile(_ file: borrowing OwnedFD) -> Bool {
+        guard let info = try? status(file.rawValue) else { return false }
+        return info.st_mode & S_IFMT == S_IFREG
+    }
+
+    /// Whether `path` is a regular file (`stat`, following links).
+    package static func isRegularFile(_ path: String) -> Bool {
+        guard let info = try? status(ofPath: path) else { return false }
+        return info.st_mode & S_IFMT == S_IFREG
+    }
+
+    /// Whether `path` is a directory (`stat`, following links).
+    package static func isDirectory(_ path: String) -> Bool {
+        guard let info = try? status(ofPath: path) else { return false }
+        return info.st_mode & S_IFMT == S_IFDIR
+    }
+
+    /// `access(path, mode)` (`R_OK`, `X_OK`, …): whether this process may use `path` that way.
+    ///
+    /// - Throws: the reason it may not (`ENOENT`, `EACCES`, …).
+    package static func checkAccess(_ path: String, _ mode: Int32) throws(SystemCallError) {
+        _ = try retrying("access(\(path))") { access(path, mode) }
+    }
+
+    /// `readlink(path)`: the target of a symbolic link, or `nil` when `path` is not one.
+    package static func symbolicLinkTarget(_ path: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let length = buffer.withUnsafeMutableBufferPointer { raw in
+            raw.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count - 1) }
+        }
+        return length > 0 ? String(decoding: buffer[..<length], as: UTF8.self) : nil
+    }
+
+    /// The names in the folder at `path` (`opendir`/`readdir`), without `.` and `..`, unsorted.
+    package static func directoryEntries(_ path: String) throws(SystemCallError) -> [String] {
+        guard let directory = opendir(path) else { throw SystemCallError(call: "opendir(\(path))", errno: Glibc.errno) }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// `mkdir(path, mode)`; a folder already there is fine.
+    package static func makeDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemCallError) {
+        if mkdir(path, mode) == 0 { return }
+        let code = Glibc.errno
+        if code == EEXIST && isDirectory(path) { return }
+        throw SystemCallError(call: "mkdir(\(path))", errno: code)
+    }
+
+    /// `getcwd()`: this process's working directory.
+    package static func currentDirectory() throws(SystemCallError) -> String {
+        guard let path = getcwd(nil, 0) else { throw SystemCallError(call: "getcwd", errno: Glibc.errno) }
+        defer { free(path) }
+        return String(cString: path)
+    }
+
+    /// `write(2, text)`, for a last word on standard error before the process exits.
+    package static func writeStandardError(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
+            if written < 0 && Glibc.errno == EINTR { continue }
+            guard written > 0 else { return }
+            bytes = bytes.dropFirst(written)
+        }
+    }
+
+    /// Makes standard output line-buffered, so a reader on a pipe sees each line at once.
+    package static func lineBufferStandardOutput() {
+        rv_stdout_line_buffered()
+    }
+
     // MARK: sockets
 
     /// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | extra, 0)`.
-    package static func seqpacketPair(nonBlocking: Bool) throws(SystemCallError) -> (Int32, Int32) {
+    static func seqpacketPair(nonBlocking: Bool) throws(SystemCallError) -> (Int32, Int32) {
         var fds: [Int32] = [-1, -1]
         let type = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
             | (nonBlocking ? Int32(SOCK_NONBLOCK.rawValue) : 0)
@@ -91,12 +227,12 @@ extension Syscall {
     }
 
     /// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)`.
-    package static func accept(_ fd: Int32) throws(SystemCallError) -> IOResult<Int32> {
+    static func accept(_ fd: Int32) throws(SystemCallError) -> IOResult<Int32> {
         try nonBlocking("accept4") { rv_accept_cloexec_nonblock(fd) }
     }
 
     /// A `SOCK_SEQPACKET | SOCK_CLOEXEC` socket connected to the Unix socket at `path`.
-    package static func connectSeqpacket(to path: String) throws(SystemCallError) -> Int32 {
+    package static func connectSeqpacket(to path: String) throws(SystemCallError) -> OwnedFD {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -113,7 +249,7 @@ extension Syscall {
             close(fd)
             try fail("connect(\(path))", code)
         }
-        return fd
+        return OwnedFD(adopting: fd)
     }
 
     /// `pipe2(O_CLOEXEC)`: `first` is the read end, `second` the write end.
@@ -124,7 +260,7 @@ extension Syscall {
     }
 
     /// `getsockopt(fd, SOL_SOCKET, option)` for an int option.
-    package static func socketOption(_ fd: Int32, _ option: Int32) throws(SystemCallError) -> Int32 {
+    static func socketOption(_ fd: Int32, _ option: Int32) throws(SystemCallError) -> Int32 {
         var value: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
         _ = try retrying("getsockopt") { getsockopt(fd, SOL_SOCKET, option, &value, &length) }
@@ -132,17 +268,17 @@ extension Syscall {
     }
 
     /// `sendmsg(fd, message, MSG_DONTWAIT | MSG_NOSIGNAL)`.
-    package static func sendMessage(_ fd: Int32, _ message: UnsafePointer<msghdr>) throws(SystemCallError) -> IOResult<Int> {
+    static func sendMessage(_ fd: Int32, _ message: UnsafePointer<msghdr>) throws(SystemCallError) -> IOResult<Int> {
         try nonBlocking("sendmsg") { sendmsg(fd, message, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) }
     }
 
     /// `recvmsg(fd, message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC)`.
-    package static func receiveMessage(_ fd: Int32, _ message: UnsafeMutablePointer<msghdr>) throws(SystemCallError) -> IOResult<Int> {
+    static func receiveMessage(_ fd: Int32, _ message: UnsafeMutablePointer<msghdr>) throws(SystemCallError) -> IOResult<Int> {
         try nonBlocking("recvmsg") { recvmsg(fd, message, Int32(MSG_DONTWAIT) | rv_msg_cmsg_cloexec) }
     }
 
     /// `shutdown(fd, SHUT_RDWR)`. `ENOTCONN` (peer already gone) is not an error here.
-    package static func shutdownBoth(_ fd: Int32) {
+    static func shutdownBoth(_ fd: Int32) {
         if Glibc.shutdown(fd, Int32(SHUT_RDWR)) == -1 {
             let code = Glibc.errno
             precondition(code != EBADF, "shutdown: EBADF — a RemoteView bug")
@@ -152,12 +288,12 @@ extension Syscall {
     // MARK: epoll, eventfd
 
     /// `epoll_create1(EPOLL_CLOEXEC)`.
-    package static func epollCreate() throws(SystemCallError) -> Int32 {
+    static func epollCreate() throws(SystemCallError) -> Int32 {
         try retrying("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
     }
 
     /// `epoll_ctl(epfd, operation, fd, event)`.
-    package static func epollControl(_ epfd: Int32, _ operation: Int32, _ fd: Int32, events: UInt32, token: UInt64) throws(SystemCallError) {
+    static func epollControl(_ epfd: Int32, _ operation: Int32, _ fd: Int32, events: UInt32, token: UInt64) throws(SystemCallError) {
         var event = epoll_event()
         event.events = events
         event.data.u64 = token
@@ -165,7 +301,7 @@ extension Syscall {
     }
 
     /// `epoll_wait(epfd, events, count, timeout)`; returns how many are ready (0 on `EINTR`).
-    package static func epollWait(_ epfd: Int32, _ events: UnsafeMutablePointer<epoll_event>, _ count: Int32, timeoutMilliseconds: Int32) throws(SystemCallError) -> Int {
+    static func epollWait(_ epfd: Int32, _ events: UnsafeMutablePointer<epoll_event>, _ count: Int32, timeoutMilliseconds: Int32) throws(SystemCallError) -> Int {
         let result = epoll_wait(epfd, events, count, timeoutMilliseconds)
         if result >= 0 { return Int(result) }
         let code = Glibc.errno
@@ -174,49 +310,123 @@ extension Syscall {
     }
 
     /// `eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)`.
-    package static func eventCounter() throws(SystemCallError) -> Int32 {
+    static func eventCounter() throws(SystemCallError) -> Int32 {
         try retrying("eventfd") { eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK)) }
     }
 
     /// `eventfd_write(fd, 1)`; a full counter (`EAGAIN`) already means "wake up".
-    package static func signalEventCounter(_ fd: Int32) {
+    static func signalEventCounter(_ fd: Int32) {
         var one: UInt64 = 1
         _ = try? nonBlocking("write(eventfd)") { Glibc.write(fd, &one, 8) }
     }
 
     /// `read(fd, 8 bytes)` on a non-blocking eventfd, to reset it.
-    package static func drainEventCounter(_ fd: Int32) {
+    static func drainEventCounter(_ fd: Int32) {
         var value: UInt64 = 0
         _ = try? nonBlocking("read(eventfd)") { Glibc.read(fd, &value, 8) }
     }
 
+    // MARK: processes
+
+    /// `getpid()`.
+    package static var processID: Int32 { getpid() }
+
+    /// `exit(status)`: ends this process (after the C library's exit handlers).
+    package static func exit(_ status: Int32) -> Never {
+        Glibc.exit(status)
+    }
+
+    /// `kill(pid, signal)`; `pid` < 0 signals that process group. A process already gone
+    /// (`ESRCH`) is not an error: the signal had nobody to reach.
+    package static func kill(_ pid: Int32, _ signal: Int32) {
+        precondition(pid != 0 && pid != -1, "kill(\(pid)) would signal every process of the group or system — a RemoteView bug")
+        _ = Glibc.kill(pid, signal)
+    }
+
+    /// Whether a process `pid` exists (`kill(pid, 0)`).
+    package static func processExists(_ pid: Int32) -> Bool {
+        Glibc.kill(pid, 0) == 0 || Glibc.errno == EPERM
+    }
+
+    /// `pidfd_open(pid, 0)`, close-on-exec (as every pidfd is).
+    package static func processDescriptor(_ pid: Int32) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("pidfd_open(\(pid))") { rv_pidfd_open(pid, 0) })
+    }
+
+    /// `pidfd_send_signal(pidfd, signal)`: never reaches a reused pid. `false` once the process
+    /// has exited (`ESRCH`).
+    @discardableResult
+    static func sendSignal(_ pidfd: Int32, _ signal: Int32) -> Bool {
+        rv_pidfd_send_signal(pidfd, signal, 0) == 0
+    }
+
+    /// `waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG])`: how the child behind `pidfd` ended, or
+    /// `nil` while it runs (only without `block`).
+    static func reap(_ pidfd: Int32, block: Bool) throws(SystemCallError) -> Termination? {
+        var exited: Int32 = 0, code: Int32 = 0, status: Int32 = 0
+        _ = try retrying("waitid(P_PIDFD)") { rv_waitid_pidfd(pidfd, block ? 1 : 0, &exited, &code, &status) }
+        guard exited != 0 else { return nil }
+        if code == rv_cld_exited { return .exited(status) }
+        return .killed(signal: status, coreDumped: code == rv_cld_dumped)
+    }
+
+    /// `getrlimit(resource)`: the soft and hard limits.
+    package static func resourceLimit(_ resource: Int32) -> (soft: UInt64, hard: UInt64) {
+        var limit = rlimit()
+        _ = getrlimit(__rlimit_resource_t(UInt32(resource)), &limit)
+        return (UInt64(limit.rlim_cur), UInt64(limit.rlim_max))
+    }
+
+    /// `sysconf(_SC_PAGESIZE)`.
+    package static var pageSize: Int { Int(sysconf(Int32(_SC_PAGESIZE))) }
+
+    /// Starts a process with vfork + execve (the launcher's C shim, ``rv_spawn``): `request`
+    /// says what to run and how; it is the caller's to fill and keep alive.
+    ///
+    /// - Throws: the child's own errno, naming the step that failed (e.g. `execve(/bin/x)`).
+    package static func spawn(_ request: inout rv_spawn_request, executable: String) throws(SystemCallError) -> Int32 {
+        var failedStep: UnsafePointer<CChar>? = nil
+        let pid = rv_spawn(&request, &failedStep)
+        guard pid > 0 else {
+            let step = failedStep.map { String(cString: $0) } ?? "spawn"
+            throw SystemCallError(call: "\(step)(\(executable))", errno: Glibc.errno)
+        }
+        return pid
+    }
+
+    /// `waitpid(pid)`, blocking: reaps a child that was never watched by pidfd.
+    package static func reapBlocking(_ pid: Int32) {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && Glibc.errno == EINTR {}
+    }
+
     // MARK: memfd, mmap
 
-    /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`.
-    package static func memoryFileCreate(_ name: String) throws(SystemCallError) -> Int32 {
-        try retrying("memfd_create") { rv_memfd_create(name, rv_mfd_cloexec | rv_mfd_allow_sealing) }
+    /// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | flags)`.
+    static func memoryFileCreate(_ name: String, flags: UInt32 = 0) throws(SystemCallError) -> Int32 {
+        try retrying("memfd_create") { rv_memfd_create(name, rv_mfd_cloexec | rv_mfd_allow_sealing | flags) }
     }
 
     /// `ftruncate(fd, size)`.
-    package static func truncate(_ fd: Int32, _ size: Int) throws(SystemCallError) {
+    static func truncate(_ fd: Int32, _ size: Int) throws(SystemCallError) {
         _ = try retrying("ftruncate") { ftruncate(fd, off_t(size)) }
     }
 
     /// `fcntl(fd, F_ADD_SEALS, seals)`.
-    package static func addSeals(_ fd: Int32, _ seals: Int32) throws(SystemCallError) {
+    static func addSeals(_ fd: Int32, _ seals: Int32) throws(SystemCallError) {
         _ = try retrying("fcntl(F_ADD_SEALS)") { rv_fcntl_int(fd, rv_f_add_seals, seals) }
     }
 
     /// `fcntl(fd, F_GET_SEALS)`. `EINVAL` (not a sealable file) is thrown, not trapped, so a
     /// receiver can report that a peer sent something other than a memfd.
-    package static func seals(_ fd: Int32) throws(SystemCallError) -> Int32 {
+    static func seals(_ fd: Int32) throws(SystemCallError) -> Int32 {
         let result = rv_fcntl_int(fd, rv_f_get_seals, 0)
         if result >= 0 { return result }
         throw SystemCallError(call: "fcntl(F_GET_SEALS)", errno: Glibc.errno)
     }
 
     /// `pwrite(fd, bytes, offset)` until everything is written.
-    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) throws(SystemCallError) {
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) throws(SystemCallError) {
         var done = 0
         while done < bytes.count {
             let count = try retrying("pwrite") {
@@ -227,7 +437,7 @@ extension Syscall {
     }
 
     /// `pread(fd, count, offset)` until `count` bytes or end of file.
-    package static func readAll(_ fd: Int32, count: Int, at offset: Int) throws(SystemCallError) -> [UInt8] {
+    static func readAll(_ fd: Int32, count: Int, at offset: Int) throws(SystemCallError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
@@ -241,7 +451,7 @@ extension Syscall {
     }
 
     /// `mmap(NULL, length, PROT_READ[|PROT_WRITE], MAP_SHARED, fd, 0)`.
-    package static func mapShared(_ fd: Int32, length: Int, writable: Bool) throws(SystemCallError) -> UnsafeMutableRawPointer {
+    static func mapShared(_ fd: Int32, length: Int, writable: Bool) throws(SystemCallError) -> UnsafeMutableRawPointer {
         let protection = writable ? PROT_READ | PROT_WRITE : PROT_READ
         guard let address = mmap(nil, length, protection, MAP_SHARED, fd, 0), address != MAP_FAILED else {
             try fail("mmap", Glibc.errno)
@@ -250,7 +460,7 @@ extension Syscall {
     }
 
     /// `munmap(address, length)`.
-    package static func unmap(_ address: UnsafeMutableRawPointer, length: Int) {
+    static func unmap(_ address: UnsafeMutableRawPointer, length: Int) {
         let result = munmap(address, length)
         precondition(result == 0, "munmap: \(SystemCallError(call: "munmap", errno: Glibc.errno)) — a RemoteView bug")
     }

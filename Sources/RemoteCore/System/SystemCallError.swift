@@ -15,7 +15,10 @@ public struct SystemCallError: Error, Sendable, Hashable, CustomStringConvertibl
         self.errno = errno
     }
 
+    /// What `errno` means, in words (`strerror`), e.g. "No such file or directory".
+    public var reason: String { String(cString: strerror(errno)) }
+
     public var description: String {
-        "\(call) failed: \(String(cString: strerror(errno))) (errno \(errno))"
+        "\(call) failed: \(reason) (errno \(errno))"
     }
 }

@@ -1,31 +1,18 @@
-import CProto
 import CSpawn
 import Glibc
 import RemoteCore
-import Synchronization
 
-/// A service process the host started, tracked by pidfd and reaped exactly once.
+/// A service process the host started, held by pidfd and reaped exactly once.
 ///
-/// The launcher's spawning half: vfork + execve in a small C shim (`CSpawn`) with the chosen fds
-/// arranged (the service's socket at fd 3 under `LISTEN_FDS=1`), every other inherited fd
-/// closed, signal mask and dispositions reset, a death signal and resource limits set. Exit is
-/// observed through the pidfd on the shared event loop, so waiting holds no thread.
+/// The launcher's spawning half: vfork + execve in a small C shim (`CSpawn`, through
+/// `Syscall.spawn`) with the chosen descriptors arranged (the service's socket at fd 3 under
+/// `LISTEN_FDS=1`), every other inherited descriptor closed, signal mask and dispositions reset,
+/// a death signal and resource limits set. Its exit is collected through the pidfd on the
+/// shared event loop, so waiting holds no thread.
 public final class ChildProcess: Sendable {
     /// The process id, as the host sees it.
     public let pid: Int32
-    private let pidfd: Int32
-    private let registration: EventLoop.Registration
-    private let loop: EventLoop
-    private let watch: Watch
-
-    private final class Watch: Sendable {
-        let state = Mutex(State())
-    }
-
-    private struct State {
-        var termination: Termination?
-        var waiters: [CheckedContinuation<Termination, Never>] = []
-    }
+    private let handle: ProcessDescriptor
 
     /// A resource limit the child gets (`setrlimit`).
     public struct ResourceLimit: Sendable, Hashable {
@@ -44,9 +31,9 @@ public final class ChildProcess: Sendable {
 
     /// How to start a process.
     public struct Options: Sendable {
-        /// The child's fd `i` is a copy of `descriptors[i]` (`-1`: `/dev/null`); every other fd
-        /// is closed. The caller keeps its own descriptors.
-        public var descriptors: [Int32] = [-1, -1, -1]
+        /// The child's descriptors, by number: the host's descriptor to copy (borrowed until the
+        /// process has started), or `nil` for `/dev/null`. Every other descriptor is closed.
+        fileprivate var descriptors: [Int32] = [-1, -1, -1]
         /// The child's whole environment.
         public var environment: [String: String] = [:]
         /// Sent to the child when the thread that started it exits (`PR_SET_PDEATHSIG`);
@@ -59,6 +46,15 @@ public final class ChildProcess: Sendable {
         public var limits: [ResourceLimit] = []
 
         public init() {}
+
+        /// The child's descriptor `number` becomes a copy of `descriptor`, which must stay open
+        /// until the process has started (the caller keeps it; like `posix_spawn_file_actions_adddup2`).
+        /// Numbers up to 7 are possible; those not given are `/dev/null` (0 to 2) or closed.
+        public mutating func pass(_ descriptor: borrowing OwnedFD, as number: Int) {
+            precondition((0..<Int(RV_SPAWN_MAX_FDS)).contains(number), "a child's descriptor number must be 0…\(RV_SPAWN_MAX_FDS - 1)")
+            while descriptors.count <= number { descriptors.append(-1) }
+            descriptors[number] = descriptor.rawValue
+        }
     }
 
     /// Starts `executable` with `socket` as its fd 3 and `LISTEN_FDS=1` (the socket-activation
@@ -68,7 +64,7 @@ public final class ChildProcess: Sendable {
     public static func spawn(executable: String, arguments: [String] = [], environment: [String: String] = [:],
                              socket: borrowing OwnedFD) throws(SystemCallError) -> ChildProcess {
         var options = Options()
-        options.descriptors = [-1, -1, -1, socket.rawValue]
+        options.pass(socket, as: 3)
         options.environment = environment.merging(["LISTEN_FDS": "1", "LISTEN_FDNAMES": "remoteview"]) { _, new in new }
         options.deathSignal = nil
         return try start(executable: executable, arguments: arguments, options: options)
@@ -79,20 +75,18 @@ public final class ChildProcess: Sendable {
     ///
     /// The descriptors in `options` must stay open until this returns.
     public static func launch(executable: String, arguments: [String], options: Options) async throws(SystemCallError) -> ChildProcess {
-        let loop = EventLoop.shared
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ChildProcess, SystemCallError>, Never>) in
-            loop.execute {
-                do throws(SystemCallError) {
-                    continuation.resume(returning: .success(try start(executable: executable, arguments: arguments, options: options)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
+        let started = Waiter<Result<ChildProcess, SystemCallError>>()
+        EventLoop.shared.execute {
+            started.resume(returning: Result { () throws(SystemCallError) in
+                try start(executable: executable, arguments: arguments, options: options)
+            })
         }
-        return try result.get()
+        // Seen through when the task is cancelled: once asked for, the process starts (in well
+        // under a millisecond), and it must have an owner.
+        return try await started.waitUncancellably()!.get()
     }
 
-    /// Starts a process from the calling thread (see ``rv_spawn``).
+    /// Starts a process from the calling thread (see `rv_spawn`).
     public static func start(executable: String, arguments: [String], options: Options) throws(SystemCallError) -> ChildProcess {
         guard options.descriptors.count <= Int(RV_SPAWN_MAX_FDS), options.limits.count <= Int(RV_SPAWN_MAX_LIMITS) else {
             throw SystemCallError(call: "spawn(\(executable)): too many descriptors or limits", errno: EINVAL)
@@ -119,64 +113,48 @@ public final class ChildProcess: Sendable {
         let argv = CStringArray([executable] + arguments)
         let envp = CStringArray(options.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
         defer { argv.free(); envp.free() }
-        var failedStep: UnsafePointer<CChar>? = nil
-        let pid = executable.withCString { path in
+        let spawned = executable.withCString { path in
             request.path = path
             request.argv = UnsafePointer(argv.pointers)
             request.envp = UnsafePointer(envp.pointers)
-            return rv_spawn(&request, &failedStep)
+            return Result { () throws(SystemCallError) in try Syscall.spawn(&request, executable: executable) }
         }
-        guard pid > 0 else {
-            let step = failedStep.map { String(cString: $0) } ?? "spawn"
-            throw SystemCallError(call: "\(step)(\(executable))", errno: errno)
-        }
-
+        let pid = try spawned.get()
         // Not reaped yet, so the pid cannot have been reused.
-        let pidfd = rv_pidfd_open(pid, 0)
-        guard pidfd >= 0 else {
-            let code = errno
-            kill(pid, SIGKILL)
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
-            throw SystemCallError(call: "pidfd_open", errno: code)
+        do {
+            return ChildProcess(pid: pid, handle: try ProcessDescriptor(pid: pid, isChild: true))
+        } catch {
+            Syscall.kill(pid, SIGKILL)
+            Syscall.reapBlocking(pid)
+            throw error
         }
-        try? Syscall.setCloseOnExec(pidfd, true)
-        return try ChildProcess(pid: pid, pidfd: pidfd)
     }
 
-    private init(pid: Int32, pidfd: Int32, loop: EventLoop = .shared) throws(SystemCallError) {
-        let watch = Watch()
+    private init(pid: Int32, handle: ProcessDescriptor) {
         self.pid = pid
-        self.pidfd = pidfd
-        self.loop = loop
-        self.watch = watch
-        self.registration = try loop.register(pidfd) { _ in
-            // The pidfd is readable: the process has exited. Reap it and tell every waiter.
-            guard let termination = Self.reap(pidfd, block: false) else { return }
-            let waiters = watch.state.withLock { state in
-                state.termination = termination
-                defer { state.waiters.removeAll() }
-                return state.waiters
-            }
-            for waiter in waiters { waiter.resume(returning: termination) }
-        }
+        self.handle = handle
     }
 
     /// How the process ended, once it has.
-    public var termination: Termination? {
-        watch.state.withLock { $0.termination }
-    }
+    public var termination: Termination? { handle.termination }
 
     /// Waits until the process exits and returns how.
-    public func waitForExit() async -> Termination {
-        await withCheckedContinuation { continuation in
-            let done = watch.state.withLock { state -> Termination? in
-                if let termination = state.termination { return termination }
-                state.waiters.append(continuation)
-                return nil
-            }
-            if let done { continuation.resume(returning: done) } else { loop.arm(registration, events: EPOLLIN.rawValue) }
+    ///
+    /// - Throws: `CancellationError` when the waiting task is cancelled (the process runs on).
+    public func waitForExit() async throws(CancellationError) -> Termination {
+        do {
+            // A child's exit is always known.
+            return try await handle.waitForExit()!
+        } catch {
+            throw CancellationError()
         }
+    }
+
+    /// Waits until the process exits, even when the waiting task is cancelled: for the
+    /// launcher, which must book every end.
+    package func waitForExitUncancellably() async -> Termination {
+        // A child's end is always known.
+        await handle.waitForExitUncancellably()!
     }
 
     /// The process and its descendants (a sandboxed service runs under bubblewrap, as its
@@ -197,11 +175,11 @@ public final class ChildProcess: Sendable {
 
     /// Resident memory of the whole process tree, in bytes (`/proc/PID/statm`), or `nil` once gone.
     public func residentBytes() -> UInt64? {
-        let page = UInt64(sysconf(Int32(_SC_PAGESIZE)))
+        let page = UInt64(Syscall.pageSize)
         var total: UInt64 = 0
         var found = false
         for pid in processTree() {
-            guard let fields = Self.readSmallFile("/proc/\(pid)/statm")?.split(separator: " "), fields.count > 1,
+            guard let fields = Self.procFile("/proc/\(pid)/statm")?.split(separator: " "), fields.count > 1,
                   let pages = UInt64(fields[1]) else { continue }
             total += pages * page
             found = true
@@ -210,70 +188,26 @@ public final class ChildProcess: Sendable {
     }
 
     private static func children(of pid: Int32) -> [Int32] {
-        guard let tasks = opendir("/proc/\(pid)/task") else { return [] }
-        defer { closedir(tasks) }
+        guard let tasks = try? Syscall.directoryEntries("/proc/\(pid)/task") else { return [] }
         var result: [Int32] = []
-        while let entry = readdir(tasks) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard Int32(name) != nil, let text = readSmallFile("/proc/\(pid)/task/\(name)/children") else { continue }
+        for task in tasks where Int32(task) != nil {
+            guard let text = procFile("/proc/\(pid)/task/\(task)/children") else { continue }
             result += text.split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
         }
         return result
     }
 
-    static func readSmallFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { Syscall.close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = read(fd, &buffer, buffer.count)
-        guard count >= 0 else { return nil }
-        return String(decoding: buffer[..<count], as: UTF8.self)
+    private static func procFile(_ path: String) -> String? {
+        Syscall.readSmallFile(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Sends `signal` through the pidfd (never to a reused pid). Does nothing once it has exited.
     public func send(signal: Int32) {
-        _ = rv_pidfd_send_signal(pidfd, signal, 0)
-    }
-
-    deinit {
-        loop.deregister(registration)
-        if watch.state.withLock({ $0.termination }) == nil {
-            // Nobody waited for it: do not leave a zombie or an orphan behind.
-            _ = rv_pidfd_send_signal(pidfd, SIGKILL, 0)
-            _ = Self.reap(pidfd, block: true)
-        }
-        Syscall.close(pidfd)
-    }
-
-    private static func reap(_ pidfd: Int32, block: Bool) -> Termination? {
-        var exited: Int32 = 0, code: Int32 = 0, status: Int32 = 0
-        while rv_waitid_pidfd(pidfd, block ? 1 : 0, &exited, &code, &status) != 0 {
-            if errno != EINTR { return nil }
-        }
-        guard exited != 0 else { return nil }
-        if code == rv_cld_exited { return .exited(status) }
-        return .killed(signal: status, coreDumped: code == rv_cld_dumped)
+        handle.send(signal: signal)
     }
 }
 
-/// How a process ended: a value, not an error.
-public enum Termination: Sendable, Hashable, CustomStringConvertible {
-    /// It called `exit(code)`.
-    case exited(Int32)
-    /// A signal ended it.
-    case killed(signal: Int32, coreDumped: Bool)
-
-    public var description: String {
-        switch self {
-        case .exited(let code): "exited with code \(code)"
-        case .killed(let signal, let dumped):
-            "killed by signal \(signal) (\(String(cString: strsignal(signal))))\(dumped ? ", core dumped" : "")"
-        }
-    }
-}
-
-/// A NULL-terminated `char *[]` for `posix_spawn`.
+/// A NULL-terminated `char *[]` for `rv_spawn`.
 private struct CStringArray {
     let pointers: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
 

@@ -1,4 +1,3 @@
-import Glibc
 import Logging
 import RemoteCore
 import Synchronization
@@ -67,30 +66,11 @@ public actor Launcher {
     private nonisolated let jobSink: AsyncStream<@Sendable () async -> Void>.Continuation
     private nonisolated let subscribers = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
     private nonisolated let nextSubscriber = Atomic<Int>(0)
-    private var records: [String: Record] = [:]
+    private var records: [String: ServiceRecordStateMachine<ServiceInstance>] = [:]
     /// Every connection made with ``connection(to:onRequest:onMessage:)`` (weakly), and whether
     /// the launcher has shut down; nonisolated, so a connection is known from its creation.
     private nonisolated let clients = Mutex<(shutDown: Bool, entries: [UInt64: WeakConnection])>((false, [:]))
     private var shutDown = false
-
-    private struct Record {
-        let manifest: ServiceManifest
-        var shared: ServiceInstance?
-        var perConnection: [UInt64: ServiceInstance] = [:]
-        var launching = false
-        var launchWaiters: [CheckedContinuation<Void, Never>] = []
-        var launches = 0
-        var crashes = 0
-        var consecutiveCrashes = 0
-        var lastCrash: ContinuousClock.Instant?
-        var lastLaunch: ContinuousClock.Instant?
-        var lastTermination: TerminationReason?
-        var invalidation: RemoteError?
-
-        init(manifest: ServiceManifest) { self.manifest = manifest }
-
-        var running: [ServiceInstance] { (shared.map { [$0] } ?? []) + perConnection.values }
-    }
 
     private struct WeakConnection {
         weak var connection: ServiceConnection?
@@ -142,7 +122,7 @@ public actor Launcher {
     /// A connection to the service `identifier`. Nothing starts until its first message.
     public nonisolated func connection(to identifier: String,
                                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
-                                       onMessage: @escaping Connection.MessageHandler = { _ in }) -> ServiceConnection {
+                                       onMessage: @escaping Connection.MessageHandler = { _, _ in }) -> ServiceConnection {
         let connection = ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
         let shutDown = clients.withLock { clients in
             if clients.shutDown { return true }
@@ -167,7 +147,7 @@ public actor Launcher {
                                              residentBytes: instance.process.residentBytes())
             }
             let state: ServiceStatus.State = if record?.invalidation != nil { .invalidated }
-                else if record?.launching == true { .launching }
+                else if record?.isLaunching == true { .launching }
                 else if processes.isEmpty { .notRunning } else { .running }
             return ServiceStatus(identifier: manifest.identifier, title: manifest.display.title, state: state,
                                  instances: manifest.instances, launches: record?.launches ?? 0, crashes: record?.crashes ?? 0,
@@ -199,6 +179,10 @@ public actor Launcher {
 
     /// The process `client` should talk to: the running one, or a new one (after the
     /// relaunch delay, if the last one crashed).
+    ///
+    /// - Throws: ``RemoteError``: `invalidated` when the service can never run (or the launcher
+    ///   shut down), `interrupted` when this launch failed, `cancelled` when the calling task was
+    ///   cancelled while it waited (for another client's launch, or the relaunch delay).
     func instance(for client: ServiceConnection) async throws(RemoteError) -> ServiceInstance {
         let identifier = client.identifier
         let owner = client.serial
@@ -206,50 +190,57 @@ public actor Launcher {
             if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
             if records[identifier] == nil {
                 switch registry.lookup(identifier) {
-                case .success(let manifest): records[identifier] = Record(manifest: manifest)
-                case .failure(let problem): throw RemoteError(.invalidated, "\(problem)")
+                case .success(let manifest):
+                    records[identifier] = ServiceRecordStateMachine(identifier: identifier, instances: manifest.instances, policy: policy)
+                case .failure(let problem):
+                    throw RemoteError(.invalidated, "\(problem)")
                 }
             }
-            let record = records[identifier]!
-            if let invalidation = record.invalidation { throw invalidation }
-            let current = record.manifest.instances == .shared ? record.shared : record.perConnection[owner]
-            if let current {
-                if current.isUsable { return current }
+            let waiter = Waiter<Void>()
+            switch records[identifier]!.instanceNeeded(by: owner, waiter: waiter) {
+            case .use(let instance):
+                return instance
+            case .fail(let error):
+                throw error
+            case .awaitEnd(let current):
                 // Dying: wait until it is reaped and accounted for, then decide again.
-                _ = await current.waitForEnd()
-                await Task.yield()
-                if records[identifier]?.shared === current || records[identifier]?.perConnection[owner] === current {
-                    accountFor(current, reason: current.ended!, owner: owner)
+                guard let reason = await current.waitForEnd() else {
+                    throw RemoteError(.cancelled, "cancelled while \(identifier) was ending")
                 }
-                continue
+                await Task.yield()
+                book(current, owner: owner, reason: reason)
+            case .awaitLaunch:
+                do {
+                    try await waiter.wait()
+                } catch {
+                    records[identifier]?.abandon(waiter)
+                    throw RemoteError(.cancelled, "cancelled while another client launched \(identifier)")
+                }
+            case .launch(let notBefore):
+                return try await launch(identifier, owner: owner, notBefore: notBefore)
             }
-            if record.launching {
-                await withCheckedContinuation { records[identifier]!.launchWaiters.append($0) }
-                continue
-            }
-            return try await launch(identifier, owner: owner)
         }
     }
 
-    private func launch(_ identifier: String, owner: UInt64) async throws(RemoteError) -> ServiceInstance {
-        records[identifier]!.launching = true
-        defer {
-            records[identifier]!.launching = false
-            let waiters = records[identifier]!.launchWaiters
-            records[identifier]!.launchWaiters.removeAll()
-            for waiter in waiters { waiter.resume() }
+    /// Launches a process of `identifier` for `owner`, once `notBefore` has passed.
+    private func launch(_ identifier: String, owner: UInt64, notBefore: ContinuousClock.Instant?) async throws(RemoteError) -> ServiceInstance {
+        do {
+            return try await launchProcess(identifier, owner: owner, notBefore: notBefore)
+        } catch {
+            // Every failure lets the waiters go: they ask again, and see an invalidation.
+            records[identifier]?.launchFailed().resumeAll(returning: ())
+            throw error
         }
-        let record = records[identifier]!
-        if record.consecutiveCrashes > 0, let lastCrash = record.lastCrash {
-            let exponent = min(record.consecutiveCrashes - 1, 20)
-            var delay = min(configuration.backoff * (1 << exponent), configuration.maximumBackoff)
-            delay = max(delay, configuration.minimumRelaunchInterval)
-            let due = lastCrash.advanced(by: delay)
-            if due > .now {
-                configuration.logger.info("relaunching \(identifier) in \(due - .now) (crash \(record.consecutiveCrashes) in a row)")
-                do { try await Task.sleep(until: due) } catch {
-                    throw RemoteError(.cancelled, "cancelled while waiting to relaunch \(identifier)")
-                }
+    }
+
+    private func launchProcess(_ identifier: String, owner: UInt64, notBefore: ContinuousClock.Instant?) async throws(RemoteError) -> ServiceInstance {
+        guard let manifest = registry.services[identifier] else { preconditionFailure("a record without a manifest") }
+        if let notBefore, notBefore > .now {
+            configuration.logger.info("relaunching \(identifier) in \(notBefore - .now) (crash \(records[identifier]?.consecutiveCrashes ?? 0) in a row)")
+            do {
+                try await EventLoop.shared.sleep(until: notBefore)
+            } catch {
+                throw RemoteError(.cancelled, "cancelled while waiting to relaunch \(identifier)")
             }
         }
         if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
@@ -257,33 +248,34 @@ public actor Launcher {
         let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
         let instance: ServiceInstance
         do {
-            instance = try await ServiceInstance.launch(record.manifest, sandbox: configuration.sandbox,
+            instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
                                                         logger: configuration.logger)
         } catch {
+            // A missing executable or sandbox can never work.
             if error.code == .invalidated { invalidate(identifier, error) }
             throw error
         }
-        if shutDown || records[identifier]?.invalidation != nil {
-            // Shut down or invalidated while it was starting: run and stop it here.
+        if shutDown {
+            // Shut down while it was starting: run and stop it here.
             await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
-            throw records[identifier]?.invalidation ?? RemoteError(.invalidated, "the launcher shut down")
+            throw RemoteError(.invalidated, "the launcher shut down")
         }
-        records[identifier]!.launches += 1
-        records[identifier]!.lastLaunch = .now
-        if record.manifest.instances == .shared {
-            records[identifier]!.shared = instance
-        } else {
-            records[identifier]!.perConnection[owner] = instance
+        switch records[identifier]!.launched(instance, owner: owner, now: .now) {
+        case .discard(let error, _):
+            // Invalidated while it was starting: run and stop it here.
+            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
+            throw error
+        case .run(let waiters):
+            waiters.resumeAll(returning: ())
         }
         let started = submit { [weak self] in
             let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
-            await self?.accountFor(instance, reason: reason, owner: owner)
+            await self?.book(instance, owner: owner, reason: reason)
         }
         guard started else {
             // run() was cancelled (its job stream ended before shutdown() ran): nobody will run it.
-            if records[identifier]?.shared === instance { records[identifier]?.shared = nil }
-            if records[identifier]?.perConnection[owner] === instance { records[identifier]?.perConnection[owner] = nil }
+            records[identifier]?.forget(instance, owner: owner)
             await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
             throw RemoteError(.invalidated, "the launcher is not running")
         }
@@ -293,33 +285,20 @@ public actor Launcher {
     }
 
     /// Books a process's end once: crash counting, crash-loop detection, events.
-    private func accountFor(_ instance: ServiceInstance, reason: TerminationReason, owner: UInt64) {
+    private func book(_ instance: ServiceInstance, owner: UInt64, reason: TerminationReason) {
         let identifier = instance.manifest.identifier
-        guard var record = records[identifier] else { return }
-        if record.shared === instance {
-            record.shared = nil
-        } else if record.perConnection[owner] === instance {
-            record.perConnection[owner] = nil
-        } else {
-            return  // already booked
-        }
-        record.lastTermination = reason
-        let now = ContinuousClock.now
-        if reason.isCrash {
-            record.crashes += 1
-            record.consecutiveCrashes = now - instance.launchedAt < configuration.stableAfter ? record.consecutiveCrashes + 1 : 1
-            record.lastCrash = now
-        } else {
-            record.consecutiveCrashes = 0
-        }
-        records[identifier] = record
+        guard let action = records[identifier]?.ended(instance, owner: owner, reason: reason, now: .now),
+              action != .alreadyBooked else { return }
         configuration.logger.info("\(identifier) (pid \(instance.process.pid)) ended: \(reason)")
         broadcast(.terminated(identifier: identifier, pid: instance.process.pid, reason: reason))
-        if reason.kind == .sandboxRefused {
-            invalidate(identifier, RemoteError(.invalidated, "\(identifier) cannot run: \(reason.detail)"))
-        } else if record.consecutiveCrashes >= configuration.crashLoopLimit {
-            invalidate(identifier, RemoteError(.invalidated, "crash loop: \(identifier) crashed \(record.consecutiveCrashes) times in a row, each within \(configuration.stableAfter) of its launch; last: \(reason.detail)"))
-        }
+        if case .bookedInvalidating(let error) = action { invalidate(identifier, error) }
+    }
+
+    /// The relaunch and crash-loop policy of every service.
+    private nonisolated var policy: ServiceRecordStateMachine<ServiceInstance>.Policy {
+        .init(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff,
+              minimumRelaunchInterval: configuration.minimumRelaunchInterval,
+              crashLoopLimit: configuration.crashLoopLimit, stableAfter: configuration.stableAfter)
     }
 
     /// Runs and stops a process nobody else will run (it is reaped before this returns).
@@ -329,9 +308,11 @@ public actor Launcher {
         _ = await ended
     }
 
+    /// The service can never launch again: logs and broadcasts it, and passes it to every
+    /// connection to the service.
     private func invalidate(_ identifier: String, _ error: RemoteError) {
-        guard records[identifier]?.invalidation == nil else { return }
-        records[identifier]?.invalidation = error
+        guard let waiters = records[identifier]?.invalidate(error) else { return }
+        waiters.resumeAll(returning: ())
         configuration.logger.error("\(identifier) is invalidated: \(error.reason)")
         broadcast(.invalidated(identifier: identifier, reason: error))
         for entry in clients.withLock({ Array($0.entries.values) }) {

@@ -27,7 +27,7 @@ final class OutputCapture: Sendable {
         self.logger = logger
     }
 
-    /// Reads until the service closes its end (it exited) or ``stop()``.
+    /// Reads until the service closes its end (it exited), ``stop()``, or the task is cancelled.
     ///
     /// One read per readiness: between reads the task waits on the event loop, so a service
     /// that floods its output cannot hold a thread of the host's cooperative pool.
@@ -38,9 +38,10 @@ final class OutputCapture: Sendable {
             guard let chunk else { continue }
             if chunk.isEmpty { break }
             if take(chunk) {
-                // Past the caps: drain at most a chunk per 10 ms. A flooding service then waits
-                // on its full pipe instead of keeping a core of the host busy reading it.
-                try? await Task.sleep(for: .milliseconds(10))
+                // Past the caps: drain at most a chunk per 10 ms (a rate, not a wait for
+                // something). A flooding service then waits on its full pipe instead of keeping
+                // a core of the host busy reading it.
+                do { try await EventLoop.shared.sleep(until: .now.advanced(by: Self.drainInterval)) } catch { break }
             }
         }
         let rest = state.withLock { state in
@@ -51,9 +52,13 @@ final class OutputCapture: Sendable {
         finished.open(())
     }
 
-    /// Waits until everything the process wrote has been read (end of file), or `deadline`.
+    /// Past the caps, at most one chunk is read per this interval.
+    static let drainInterval = Duration.milliseconds(10)
+
+    /// Waits until everything the process wrote has been read (end of file), `deadline`, or the
+    /// task's cancellation.
     func waitUntilRead(until deadline: ContinuousClock.Instant) async {
-        await finished.wait(until: deadline)
+        _ = await finished.value(before: deadline)
     }
 
     /// Stops reading (the process is gone but a grandchild may still hold the pipe).

@@ -1,4 +1,5 @@
 import Glibc
+import RemoteCore
 
 /// How the launcher confines services.
 public enum SandboxPolicy: Sendable, Hashable {
@@ -33,9 +34,9 @@ struct BubblewrapCommand {
         arguments += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
                       "--ro-bind", "/usr", "/usr"]
         for top in ["/bin", "/lib", "/lib64", "/sbin"] {
-            if let target = Self.symlinkTarget(top) {
+            if let target = Syscall.symbolicLinkTarget(top) {
                 arguments += ["--symlink", target, top]
-            } else if Self.isDirectory(top) {
+            } else if Syscall.isDirectory(top) {
                 arguments += ["--ro-bind", top, top]
             }
         }
@@ -56,7 +57,7 @@ struct BubblewrapCommand {
             // widen the sandbox to the host's files.
             if path == folder || path.hasPrefix(folder + "/") {
                 for library in Self.sharedLibraries(in: path) { bind(path + "/" + library) }
-            } else if Self.isDirectory(path), access(path + "/libswiftCore.so", R_OK) == 0,
+            } else if Syscall.isDirectory(path), (try? Syscall.checkAccess(path + "/libswiftCore.so", R_OK)) != nil,
                       !Self.forbidden.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) {
                 bind(path)
             }
@@ -83,13 +84,15 @@ struct BubblewrapCommand {
     /// Finds bubblewrap, or says how to get it.
     static func locate(_ path: String?) throws(RemoteError) -> String {
         if let path {
-            guard access(path, X_OK) == 0 else {
-                throw RemoteError(.invalidated, "bubblewrap is not executable at \(path) (\(String(cString: strerror(errno)))); install it with `apt-get install bubblewrap`, or launch unsandboxed with SandboxPolicy.unsandboxed (an explicit opt-in)")
+            do {
+                try Syscall.checkAccess(path, X_OK)
+            } catch {
+                throw RemoteError(.invalidated, "bubblewrap is not executable at \(path) (\(error.reason)); install it with `apt-get install bubblewrap`, or launch unsandboxed with SandboxPolicy.unsandboxed (an explicit opt-in)")
             }
             return path
         }
         let search = getenv("PATH").map { String(cString: $0) } ?? "/usr/bin:/bin"
-        for folder in search.split(separator: ":") where access("\(folder)/bwrap", X_OK) == 0 {
+        for folder in search.split(separator: ":") where (try? Syscall.checkAccess("\(folder)/bwrap", X_OK)) != nil {
             return "\(folder)/bwrap"
         }
         throw RemoteError(.invalidated, "bubblewrap (bwrap) is not installed (searched PATH=\(search)); install it with `apt-get install bubblewrap`, or launch unsandboxed with SandboxPolicy.unsandboxed (an explicit opt-in)")
@@ -104,28 +107,9 @@ struct BubblewrapCommand {
         return text
     }
 
-    private static func symlinkTarget(_ path: String) -> String? {
-        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
-        let length = buffer.withUnsafeMutableBufferPointer { raw in
-            raw.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, $0.count - 1) }
-        }
-        return length > 0 ? String(decoding: buffer[..<length], as: UTF8.self) : nil
-    }
-
-    private static func isDirectory(_ path: String) -> Bool {
-        var info = stat()
-        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
-    }
-
     private static func sharedLibraries(in folder: String) -> [String] {
-        guard let directory = opendir(folder) else { return [] }
-        defer { closedir(directory) }
-        var names: [String] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name.hasSuffix(".so") || name.contains(".so.") { names.append(name) }
-        }
-        return names.sorted()
+        let names = (try? Syscall.directoryEntries(folder)) ?? []
+        return names.filter { $0.hasSuffix(".so") || $0.contains(".so.") }.sorted()
     }
 }
 
@@ -133,14 +117,11 @@ struct BubblewrapCommand {
 /// loader looks for the libraries the sandbox must contain. Anything unexpected yields `[]`.
 enum ELFRunPath {
     static func entries(of path: String) -> [String] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return [] }
-        defer { close(fd) }
+        guard let file = try? Syscall.openForReading(path), Syscall.isRegularFile(file) else { return [] }
         func bytes(at offset: UInt64, count: Int) -> [UInt8]? {
             guard count > 0, count <= 1 << 20, offset < UInt64(Int.max) else { return nil }
-            var buffer = [UInt8](repeating: 0, count: count)
-            let read = pread(fd, &buffer, count, off_t(offset))
-            return read == count ? buffer : nil
+            guard let read = try? Syscall.read(file, count: count, at: Int(offset)), read.count == count else { return nil }
+            return read
         }
         func integer(_ data: [UInt8], _ offset: Int, _ size: Int) -> UInt64 {
             var value: UInt64 = 0

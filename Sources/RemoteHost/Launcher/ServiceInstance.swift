@@ -1,4 +1,3 @@
-import CProto
 import Glibc
 import Logging
 import RemoteCore
@@ -9,7 +8,7 @@ import Synchronization
 ///
 /// Clients do not talk on the control connection: each gets its own socket, sent to the
 /// service in a `remoteview.connect` message (``openChannel(configuration:onRequest:onMessage:)``).
-final class ServiceInstance: Sendable {
+final class ServiceInstance: LaunchedProcess {
     let manifest: ServiceManifest
     let process: ChildProcess
     let control: Connection
@@ -23,10 +22,10 @@ final class ServiceInstance: Sendable {
     private let state = Mutex(State())
     /// How the process ended, once it has been reaped and classified.
     private let ending = Latch<TerminationReason>()
+    /// The host's side of idle exit: the same clock the service keeps.
+    let idleClock: IdleClock
 
     private struct State {
-        var outstanding = 0
-        var lastActivity = ContinuousClock.now
         var clients = 0
         var stopping: TerminationReason?
         /// Reaped: its pid may belong to another process now.
@@ -44,6 +43,7 @@ final class ServiceInstance: Sendable {
         self.logger = logger
         self.hostIdentifier = hostIdentifier
         launchedAt = .now
+        idleClock = IdleClock(timeout: manifest.idleTimeout, now: launchedAt)
     }
 
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``.
@@ -71,15 +71,15 @@ final class ServiceInstance: Sendable {
             let pair = try SeqpacketSocket.pair()
             let output = try Syscall.pipe(), errors = try Syscall.pipe()
             var options = ChildProcess.Options()
-            options.descriptors = [-1, output.second.rawValue, errors.second.rawValue, pair.second.rawValue]
+            options.pass(output.second, as: 1)
+            options.pass(errors.second, as: 2)
+            options.pass(pair.second, as: 3)
             options.environment = environment
             options.deathSignal = SIGKILL
             options.newSession = sandbox == .unsandboxed  // bubblewrap's --new-session does it otherwise
             // Never above the host's own hard limit (setrlimit would refuse). CPU: SIGXCPU at the
             // soft limit (reported as "limit"), SIGKILL 5 s later if it ignores that.
-            var files = rlimit()
-            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-            let openFiles = min(UInt64(manifest.limits.openFiles), UInt64(files.rlim_max))
+            let openFiles = min(UInt64(manifest.limits.openFiles), Syscall.resourceLimit(Int32(RLIMIT_NOFILE.rawValue)).hard)
             options.limits = [
                 .init(resource: Int32(RLIMIT_NOFILE.rawValue), soft: openFiles),
                 .init(resource: Int32(RLIMIT_CPU.rawValue), soft: UInt64(manifest.limits.cpuSeconds), hard: UInt64(manifest.limits.cpuSeconds) + 5),
@@ -107,6 +107,7 @@ final class ServiceInstance: Sendable {
     /// returns how the process ended once it has been reaped.
     func run(idleGrace: Duration, stopGrace: Duration) async -> TerminationReason {
         let controlDone = Latch<Void>()
+        let process = self.process
         let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
             group.addTask {
                 var failure: RemoteError?
@@ -122,7 +123,7 @@ final class ServiceInstance: Sendable {
                     await self.stop(TerminationReason(kind: .protocolViolation, detail: failure!.reason), grace: stopGrace)
                 default:
                     // Without its main connection a service is unreachable: it must exit now.
-                    if await self.waitForEnd(until: .now.advanced(by: stopGrace)) == nil {
+                    if await self.ending.waitUncancellably(until: .now.advanced(by: stopGrace)) == nil {
                         let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0)\") on its main connection but did not exit" }
                             ?? "it closed its main connection but did not exit"
                         await self.stop(TerminationReason(kind: .protocolViolation, detail: detail), grace: stopGrace)
@@ -131,15 +132,16 @@ final class ServiceInstance: Sendable {
             }
             for capture in captures { group.addTask { await capture.run() } }
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
-            let termination = await process.waitForExit()
+            // Seen through even if the launcher's job is cancelled: every end must be booked.
+            let termination = await process.waitForExitUncancellably()
             state.withLock { $0.reaped = true }
             if !sandboxed {
                 // It led its own process group: whatever it left there goes with it.
-                kill(-process.pid, SIGKILL)
+                Syscall.kill(-process.pid, SIGKILL)
             }
             // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
             // if it never handshook, bubblewrap's complaint on stderr.
-            await controlDone.wait(until: .now.advanced(by: stopGrace))
+            _ = await controlDone.value(before: .now.advanced(by: stopGrace))
             if sandboxed, control.peer == nil, let errors = captures.last {
                 await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
             }
@@ -148,10 +150,12 @@ final class ServiceInstance: Sendable {
             ending.open(reason)
             await control.close(reason: "the service process ended")
             // The pipes reach EOF when the sandbox is gone; do not wait long on a stray grandchild.
-            EventLoop.shared.schedule(at: .now.advanced(by: .seconds(1))) { [weak self] in
-                for capture in self?.captures ?? [] { capture.stop() }
+            let captures = self.captures
+            let stray = EventLoop.shared.schedule(at: .now.advanced(by: .seconds(1))) {
+                for capture in captures { capture.stop() }
             }
-            group.cancelAll()
+            await group.waitForAll()
+            EventLoop.shared.cancel(stray)
             return reason
         }
         logger.info("service process ended: \(reason)")
@@ -195,9 +199,16 @@ final class ServiceInstance: Sendable {
     /// How it ended, once it has.
     var ended: TerminationReason? { ending.value }
 
-    /// Waits until the process has ended and returns how; `nil` if `deadline` comes first.
+    /// Waits until the process has ended and returns how; `nil` if `deadline` comes first, or
+    /// the waiting task is cancelled.
     func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
-        await ending.wait(until: deadline)
+        try? await ending.wait(until: deadline)
+    }
+
+    /// Like ``waitForEnd(until:)`` but seen through when the task is cancelled: the steps of
+    /// stopping must not be shortened into an immediate `SIGKILL`.
+    private func seeEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
+        await ending.waitUncancellably(until: deadline)
     }
 
     /// Ends the process: goodbye on the control connection (the service closes its clients and
@@ -209,24 +220,21 @@ final class ServiceInstance: Sendable {
             return true
         }
         guard first else {
-            _ = await waitForEnd()
+            _ = await seeEnd()
             return
         }
         logger.info("stopping: \(reason)")
         // Unsandboxed there is no pid namespace to take its children along: hold them by pidfd
         // now (one may have left the process group) and kill what is left once it has ended.
-        let descendants = sandboxed ? [] : process.processTree().dropFirst().map { rv_pidfd_open($0, 0) }.filter { $0 >= 0 }
+        let descendants = sandboxed ? [] : process.processTree().dropFirst().compactMap { try? ProcessDescriptor(pid: $0, isChild: false) }
         defer {
-            for pidfd in descendants {
-                _ = rv_pidfd_send_signal(pidfd, SIGKILL, 0)
-                close(pidfd)
-            }
+            for descendant in descendants { descendant.send(signal: SIGKILL) }
         }
         await control.close(reason: reason.detail)
-        if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
+        if await seeEnd(until: .now.advanced(by: grace)) != nil { return }
         // Reaped, only not yet classified: no signal may go to its (reusable) pid.
         if state.withLock({ $0.reaped }) {
-            _ = await waitForEnd()
+            _ = await seeEnd()
             return
         }
         // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
@@ -234,31 +242,32 @@ final class ServiceInstance: Sendable {
         // Unsandboxed, it leads its own session and process group: signal the group.
         let targets = sandboxed ? Array(tree.dropFirst(2)) : [-process.pid]
         logger.warning("did not exit within \(grace) of goodbye; sending SIGTERM")
-        for pid in targets where pid != 0 { kill(pid, SIGTERM) }
-        if await waitForEnd(until: .now.advanced(by: grace)) != nil { return }
+        for pid in targets where pid != 0 { Syscall.kill(pid, SIGTERM) }
+        if await seeEnd(until: .now.advanced(by: grace)) != nil { return }
         logger.warning("did not exit within \(grace) of SIGTERM; sending SIGKILL")
-        if !sandboxed, !state.withLock({ $0.reaped }) { kill(-process.pid, SIGKILL) }
+        if !sandboxed, !state.withLock({ $0.reaped }) { Syscall.kill(-process.pid, SIGKILL) }
         process.send(signal: SIGKILL)
-        _ = await waitForEnd()
+        _ = await seeEnd()
     }
 
     // MARK: clients and activity
 
-    /// A new connection to the service for one client, over its own socket pair.
+    /// A new connection to the service for one client, over its own socket pair. It does not
+    /// run yet: its owner routes the message families it handles, then runs it.
     func openChannel(configuration: Connection.Configuration, onRequest: @escaping Connection.RequestHandler,
-                     onMessage: @escaping Connection.MessageHandler,
-                     onSurface: @escaping Connection.SurfaceHandler) async throws(RemoteError) -> Connection {
+                     onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
         let connection: Connection, attachment: Attachment
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
             attachment = Attachment(pair.second)
-            connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
-                                        onSurface: onSurface)
+            connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")
         }
         do {
             try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
+        } catch where error.code == .cancelled {
+            throw error
         } catch {
             // The process is ending (it never handshook, or its main connection closed), or it
             // stopped reading its main connection: either way it is of no use. Say how it ended.
@@ -266,76 +275,50 @@ final class ServiceInstance: Sendable {
             // service that merely stopped reading it (the send timed out) is stopped here.
             let handledByRun = control.isClosed || error.code != .timeout
             var reason = handledByRun ? await waitForEnd() : await waitForEnd(until: .now.advanced(by: stopGrace))
+            if reason == nil && Task.isCancelled {
+                throw RemoteError(.cancelled, "cancelled while \(manifest.identifier) could not be reached: \(error.reason)")
+            }
             if reason == nil {
                 await stop(TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), grace: stopGrace)
                 reason = await waitForEnd()
             }
             throw RemoteError(.interrupted, "\(manifest.identifier) ended before it could be reached: \(reason.map { "\($0)" } ?? error.reason)")
         }
-        state.withLock { state in
-            state.clients += 1
-            state.lastActivity = .now
-        }
+        state.withLock { $0.clients += 1 }
+        idleClock.touch()
         return connection
     }
 
     /// A client's connection closed; returns how many are left.
     @discardableResult
     func closeChannel() -> Int {
-        state.withLock { state in
+        idleClock.touch()
+        return state.withLock { state in
             state.clients -= 1
-            state.lastActivity = .now
             return state.clients
         }
     }
 
-    /// A request started / ended (the idle clock).
-    func begin() {
-        state.withLock { state in
-            state.outstanding += 1
-            state.lastActivity = .now
-        }
-    }
-
-    func end() {
-        state.withLock { state in
-            state.outstanding -= 1
-            state.lastActivity = .now
-        }
-    }
-
-    /// Traffic other than requests (one-way messages).
-    func touch() {
-        state.withLock { $0.lastActivity = .now }
-    }
-
     /// When the service should exit if nothing happens, or `nil` while a request is outstanding.
     var idleDeadline: ContinuousClock.Instant? {
-        state.withLock { state in
-            state.outstanding > 0 || ending.value != nil ? nil : state.lastActivity.advanced(by: manifest.idleTimeout)
-        }
+        ending.value != nil ? nil : idleClock.deadline
     }
 
     var clientCount: Int { state.withLock { $0.clients } }
 
     /// The host's side of idle exit: a service that is still there `grace` after its idle
-    /// deadline is stopped.
+    /// deadline is stopped. Ends by itself when the process ends first.
     private func enforceIdleTimeout(grace: Duration, stopGrace: Duration) async {
-        while !Task.isCancelled {
-            let wait = state.withLock { state -> Duration? in
-                if state.stopping != nil || ending.value != nil { return nil }
-                if state.outstanding > 0 { return manifest.idleTimeout + grace }
-                let idleFor = ContinuousClock.now - state.lastActivity
-                return idleFor >= manifest.idleTimeout + grace ? .zero : manifest.idleTimeout + grace - idleFor
-            }
-            guard let wait else { return }
-            if wait == .zero {
-                await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"),
-                           grace: stopGrace)
-                return
-            }
-            try? await Task.sleep(for: wait)
+        let idle = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { (try? await self.idleClock.waitUntilIdle(grace: grace)) != nil }
+            group.addTask { _ = try? await self.ending.wait(); return false }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
         }
+        guard idle, state.withLock({ $0.stopping == nil }), ending.value == nil else { return }
+        await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"),
+                   grace: stopGrace)
     }
 }
 

@@ -19,7 +19,7 @@ public final class SpawnedService: Sendable {
     public init(executable: String, arguments: [String] = [], environment: [String: String] = [:],
                 hostIdentifier: String, configuration: ((inout Connection.Configuration) -> Void)? = nil,
                 onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
-                onMessage: @escaping Connection.MessageHandler = { _ in }) throws(SystemCallError) {
+                onMessage: @escaping Connection.MessageHandler = { _, _ in }) throws(SystemCallError) {
         let pair = try SeqpacketSocket.pair()
         let hostEnd = pair.first
         let serviceEnd = pair.second

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import RemoteCore
 
 /// What was wrong with one manifest: the file, the key (a dotted path such as
 /// `sandbox.readOnlyPaths[1]`, or `nil` for the whole file) and why.
@@ -91,22 +92,27 @@ public struct ServiceRegistry: Sendable {
         manifest.file = file
         manifest.executablePath = resolve(manifest.executable, against: folder)
         let fail = { (key: String, reason: String) in ManifestError(file: file, key: key, reason: reason, identifier: manifest.identifier) }
-        var info = stat()
-        guard stat(manifest.executablePath, &info) == 0 else {
-            throw fail("executable", "\(manifest.executablePath) cannot be used: \(String(cString: strerror(errno)))")
+        do {
+            _ = try Syscall.status(ofPath: manifest.executablePath)
+        } catch {
+            throw fail("executable", "\(manifest.executablePath) cannot be used: \(error.reason)")
         }
-        guard info.st_mode & S_IFMT == S_IFREG, access(manifest.executablePath, X_OK) == 0 else {
+        guard Syscall.isRegularFile(manifest.executablePath), (try? Syscall.checkAccess(manifest.executablePath, X_OK)) != nil else {
             throw fail("executable", "\(manifest.executablePath) is not an executable file")
         }
         if let icon = manifest.display.icon {
             let path = resolve(icon, against: folder)
-            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            guard Syscall.isRegularFile(path) else {
                 throw fail("display.icon", "\(path) is not a file")
             }
             manifest.iconPath = path
         }
-        for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() where stat(path, &info) != 0 {
-            throw fail("sandbox.readOnlyPaths[\(index)]", "\(path) cannot be bound: \(String(cString: strerror(errno)))")
+        for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
+            do {
+                _ = try Syscall.status(ofPath: path)
+            } catch {
+                throw fail("sandbox.readOnlyPaths[\(index)]", "\(path) cannot be bound: \(error.reason)")
+            }
         }
         return manifest
     }
@@ -131,37 +137,28 @@ public struct ServiceRegistry: Sendable {
     }
 
     private static func jsonFiles(in folder: String) throws(ManifestError) -> [String] {
-        guard let directory = opendir(folder) else {
-            throw ManifestError(file: folder, reason: "cannot read the manifest folder: \(String(cString: strerror(errno)))")
+        do {
+            return try Syscall.directoryEntries(folder).filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
+        } catch {
+            throw ManifestError(file: folder, reason: "cannot read the manifest folder: \(error.reason)")
         }
-        defer { closedir(directory) }
-        var names: [String] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name.hasSuffix(".json") && !name.hasPrefix(".") { names.append(name) }
-        }
-        return names.sorted()
     }
 
+    /// The file's bytes. Opened without blocking and checked to be a regular file first, so a
+    /// FIFO or a device where a manifest was expected cannot stall or flood the host.
     private static func read(_ file: String) throws(ManifestError) -> Data {
-        let fd = open(file, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw ManifestError(file: file, reason: "cannot open: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = Glibc.read(fd, &chunk, chunk.count)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw ManifestError(file: file, reason: "cannot read: \(String(cString: strerror(errno)))")
-            }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= maxManifestSize else {
-                throw ManifestError(file: file, reason: "larger than \(maxManifestSize) bytes")
-            }
+        let descriptor: OwnedFD
+        do { descriptor = try Syscall.openForReading(file) } catch {
+            throw ManifestError(file: file, reason: "cannot open: \(error.reason)")
         }
-        return Data(bytes)
+        guard Syscall.isRegularFile(descriptor) else { throw ManifestError(file: file, reason: "not a regular file") }
+        do {
+            return Data(try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file))
+        } catch where error.errno == EFBIG {
+            throw ManifestError(file: file, reason: "larger than \(maxManifestSize) bytes")
+        } catch {
+            throw ManifestError(file: file, reason: "cannot read: \(error.reason)")
+        }
     }
 
     /// The `identifier` a file declares, read leniently, so an invalid manifest can still be
@@ -215,9 +212,8 @@ public struct ServiceRegistry: Sendable {
     /// `path` made absolute against `folder` (and the working directory) with `.` and `..` removed.
     private static func resolve(_ path: String, against folder: String) -> String {
         var joined = path.hasPrefix("/") ? path : folder + "/" + path
-        if !joined.hasPrefix("/"), let cwd = getcwd(nil, 0) {
-            joined = String(cString: cwd) + "/" + joined
-            free(cwd)
+        if !joined.hasPrefix("/"), let cwd = try? Syscall.currentDirectory() {
+            joined = cwd + "/" + joined
         }
         var parts: [Substring] = []
         for part in joined.split(separator: "/") where part != "." {

@@ -14,7 +14,11 @@ import Synchronization
 ///
 /// The host copies each committed frame's damage into its own image, then hands the buffer
 /// back and allows the next frame; a service that breaks the surface rules is ended with the
-/// reason. When the service is relaunched, the new process gets the same size.
+/// reason. When the service is relaunched, the new process gets the same size, traits and focus.
+///
+/// The view attaches itself to its connection as a listener: the connection tells it when a
+/// channel to a (new) process opens, and the view routes that channel's surface messages to
+/// itself and replays what the process must know. The connection knows nothing of views.
 public final class RemoteView: Sendable {
     /// The connection whose service this view shows.
     public let connection: ServiceConnection
@@ -43,7 +47,7 @@ public final class RemoteView: Sendable {
         self.connection = connection
         self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
-        connection.attach(self)
+        connection.addListener(self)
     }
 
     deinit {
@@ -55,7 +59,7 @@ public final class RemoteView: Sendable {
     public func present(width: Int, height: Int, scalePermille: Int = 1000) async throws(RemoteError) {
         let size = SurfaceSize(width: width, height: height, scalePermille: scalePermille)
         if let problem = size.problem { throw RemoteError(.invalidArgument, problem) }
-        try await connection.sendSurface(.resize(size))
+        try await connection.withChannel { connection throws(RemoteError) in try await connection.send(.resize(size)) }
         // Kept for relaunches (after the send, so a first launch does not send it twice).
         state.withLock { $0.size = size }
     }
@@ -67,20 +71,12 @@ public final class RemoteView: Sendable {
     ///   sending on the connection throws.
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
-        try await connection.sendSurface(.input(event))
+        try await connection.withChannel { connection throws(RemoteError) in try await connection.send(event) }
         // Kept for relaunches, like the size.
         switch event {
         case .traits(let traits): state.withLock { $0.traits = traits }
         case .focus(let focused): state.withLock { $0.focused = focused }
         default: break
-        }
-    }
-
-    /// What a new process of the service is told after the size: the traits and focus the
-    /// host gave the view last.
-    var stateToReplay: [SurfaceMessage] {
-        state.withLock { state in
-            (state.traits.map { [SurfaceMessage.input(.traits($0))] } ?? []) + (state.focused.map { [.input(.focus($0))] } ?? [])
         }
     }
 
@@ -145,19 +141,8 @@ public final class RemoteView: Sendable {
         try state.withLock { $0.compositor }.withImage { try body(RemoteImage($0)) }
     }
 
-    /// The size given with ``present(width:height:scalePermille:)``.
-    var size: SurfaceSize? { state.withLock { $0.size } }
-
-    /// A new process serves the view: its buffers start afresh (the image stays until it draws).
-    func serviceChanged() {
-        state.withLock { state in
-            let image = state.compositor.image
-            state.compositor = SurfaceCompositor(keeping: image)
-        }
-    }
-
     /// Applies a surface message from the service; returns what to send back.
-    func receive(_ message: SurfaceMessage, attachments: [Attachment]) throws(RemoteError) -> [SurfaceMessage] {
+    private func receive(_ message: SurfaceMessage, attachments: [Attachment]) throws(RemoteError) -> [SurfaceMessage] {
         let compositor = state.withLock { $0.compositor }
         let damage = try compositor.receive(message, attachments: attachments)
         guard case .commit = message else { return [] }
@@ -168,17 +153,52 @@ public final class RemoteView: Sendable {
     /// With ``Presentation/manual``: the host has shown the last frame; its buffer goes back to
     /// the service and the next frame is allowed. Does nothing when no frame is waiting.
     public func framePresented() async throws(RemoteError) {
-        for message in state.withLock({ $0.compositor }).present() { try await connection.sendSurface(message) }
+        for message in state.withLock({ $0.compositor }).present() {
+            try await connection.withChannel { connection throws(RemoteError) in try await connection.send(message) }
+        }
     }
 }
 
-/// A read-only copy of what a service drew: premultiplied ARGB32 words (Cairo's format).
+extension RemoteView: ServiceChannelListener {
+    /// A new process serves the view: its buffers start afresh (the image stays until it draws),
+    /// and its surface messages come here.
+    package func channelWillRun(_ channel: ServiceChannel) {
+        state.withLock { state in
+            state.compositor = SurfaceCompositor(keeping: state.compositor.image)
+        }
+        let identifier = connection.identifier
+        channel.route(surface: { [weak self] message, attachments, context in
+            do throws(RemoteError) {
+                guard let self else { throw RemoteError(.protocolViolation, "\(message.name) but no remote view shows \(identifier)") }
+                for reply in try self.receive(message, attachments: attachments) {
+                    try? await context.connection.send(reply)
+                }
+            } catch {
+                // A broken surface rule ends the service, with the reason.
+                await channel.endService(violating: error.reason)
+            }
+        })
+    }
+
+    /// A view shown at a size before: the new process gets it too, and the traits and focus it
+    /// was given last, before anything else.
+    package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
+        let (size, traits, focused) = state.withLock { ($0.size, $0.traits, $0.focused) }
+        guard let size else { return }
+        try await channel.connection.send(.resize(size))
+        if let traits { try await channel.connection.send(.traits(traits)) }
+        if let focused { try await channel.connection.send(.focus(focused)) }
+    }
+}
+
+/// A read-only copy of what a service drew, as the host composited it: premultiplied ARGB32
+/// words (Cairo's format).
 public struct RemoteImage: Sendable, Equatable {
     public let width: Int
     public let height: Int
     private let pixels: [UInt32]
 
-    init(_ image: SurfaceCompositor.Image) {
+    init(_ image: CompositedImage) {
         width = image.width
         height = image.height
         pixels = image.pixels
@@ -187,7 +207,7 @@ public struct RemoteImage: Sendable, Equatable {
     /// An image of `width` × `height` whose pixel (x, y) is `pixel(x, y)`: premultiplied ARGB
     /// words (e.g. to make an item to share).
     public init(width: Int, height: Int, pixel: (_ x: Int, _ y: Int) -> UInt32) {
-        var image = SurfaceCompositor.Image(width: max(width, 0), height: max(height, 0))
+        var image = CompositedImage(width: max(width, 0), height: max(height, 0))
         for y in 0..<image.height { for x in 0..<image.width { image.pixels[y * image.width + x] = pixel(x, y) } }
         self.init(image)
     }
@@ -283,7 +303,7 @@ extension RemoteImage {
         let width = Int(cairo_image_surface_get_width(converted)), height = Int(cairo_image_surface_get_height(converted))
         let stride = Int(cairo_image_surface_get_stride(converted))
         let data = UnsafeRawPointer(cairo_image_surface_get_data(converted)!)
-        var image = SurfaceCompositor.Image(width: width, height: height)
+        var image = CompositedImage(width: width, height: height)
         for y in 0..<height {
             for x in 0..<width { image.pixels[y * width + x] = data.loadUnaligned(fromByteOffset: y * stride + x * 4, as: UInt32.self) }
         }

@@ -1,9 +1,25 @@
-import Glibc
 import RemoteCore
 import Synchronization
 
+/// The host's copy of what a service drew, composited from its commits: premultiplied ARGB32
+/// words, row after row. ``RemoteImage`` is the public, read-only face of it.
+package struct CompositedImage: Sendable, Equatable {
+    package var width: Int
+    package var height: Int
+    package var pixels: [UInt32]
+
+    package init(width: Int, height: Int) {
+        self.width = width
+        self.height = height
+        pixels = [UInt32](repeating: 0, count: width * height)
+    }
+
+    /// The word at (`x`, `y`).
+    package func pixel(x: Int, y: Int) -> UInt32 { pixels[y * width + x] }
+}
+
 /// The host's side of one service surface: the buffers the service attached, the image the host
-/// shows, and the rules a service must follow (design §6).
+/// shows, and the rules a service must follow (docs/Protocol.md, "Surfaces").
 ///
 /// A commit's damage is copied from the service's buffer into the host's own image at once, so
 /// the image never changes behind a reader's back. The buffer is released, and the next frame
@@ -11,28 +27,12 @@ import Synchronization
 /// and a commit before its frame_done is a flood. Every broken rule is a ``RemoteError``
 /// `protocolViolation` naming it; the caller ends the service.
 package final class SurfaceCompositor: Sendable {
-    /// The host's copy of what the service drew: premultiplied ARGB32 words, row after row.
-    package struct Image: Sendable, Equatable {
-        package var width: Int
-        package var height: Int
-        package var pixels: [UInt32]
-
-        package init(width: Int, height: Int) {
-            self.width = width
-            self.height = height
-            pixels = [UInt32](repeating: 0, count: width * height)
-        }
-
-        /// The word at (`x`, `y`).
-        package func pixel(x: Int, y: Int) -> UInt32 { pixels[y * width + x] }
-    }
-
     private struct State {
         var buffers: [UInt32: MappedBuffer] = [:]
         /// The committed frame and buffer the host holds until it presents them.
         var inFlight: (frame: UInt64, buffer: UInt32)?
         var lastFrame: UInt64?
-        var image = Image(width: 0, height: 0)
+        var image = CompositedImage(width: 0, height: 0)
         var preferredSize: (width: Int, height: Int)?
     }
 
@@ -44,15 +44,15 @@ package final class SurfaceCompositor: Sendable {
     package init() {}
 
     /// A compositor for a new process of the same view: no buffers, the image kept until it draws.
-    package init(keeping image: Image) {
+    package init(keeping image: CompositedImage) {
         state.withLock { $0.image = image }
     }
 
     /// The image as of the last commit.
-    package var image: Image { state.withLock { $0.image } }
+    package var image: CompositedImage { state.withLock { $0.image } }
 
     /// Runs `body` on the image while no commit can change it, without keeping a copy.
-    package func withImage<R>(_ body: (Image) throws -> R) rethrows -> R {
+    package func withImage<R>(_ body: (CompositedImage) throws -> R) rethrows -> R {
         try state.withLock { try body($0.image) }
     }
 
@@ -112,7 +112,7 @@ package final class SurfaceCompositor: Sendable {
         case .preferredSize(let width, let height):
             state.withLock { $0.preferredSize = (width, height) }
             return []
-        case .releaseBuffer, .frameDone, .resize, .input:
+        case .releaseBuffer, .frameDone, .resize:
             throw violation("\(message.name) is the host's to send")
         }
     }
@@ -137,12 +137,12 @@ package final class SurfaceCompositor: Sendable {
 
     /// Copies the damaged rows of `buffer` into `image` (resizing it, and damaging all of it,
     /// when the sizes differ). Every rect of `damage` is inside the buffer. Returns the rects copied.
-    private static func composite(_ buffer: MappedBuffer, damage: [PixelRect], into image: inout Image) -> [PixelRect] {
+    private static func composite(_ buffer: MappedBuffer, damage: [PixelRect], into image: inout CompositedImage) -> [PixelRect] {
         let layout = buffer.layout
         let whole = PixelRect(x: 0, y: 0, width: layout.width, height: layout.height)
         var rects: [PixelRect]
         if image.width != layout.width || image.height != layout.height {
-            image = Image(width: layout.width, height: layout.height)
+            image = CompositedImage(width: layout.width, height: layout.height)
             rects = [whole]
         } else {
             rects = damage.isEmpty ? [whole] : damage

@@ -1,5 +1,4 @@
 import CCairo
-import Glibc
 import RemoteCore
 
 /// One buffer a service draws into and the host reads: a memfd sized stride × height, sealed
@@ -11,7 +10,7 @@ import RemoteCore
 package final class SurfaceBuffer {
     package let layout: BufferDescription
     private let file: MemoryFile
-    private let base: UnsafeMutableRawPointer
+    private let mapping: MemoryMapping
     private let surface: OpaquePointer
 
     /// A new buffer `id` of `width` × `height` pixels.
@@ -23,19 +22,19 @@ package final class SurfaceBuffer {
             let file = try MemoryFile(name: "remoteview-surface-\(id)")
             try file.resize(to: layout.byteCount)
             try file.addSeals([.shrink, .grow])
-            base = try Syscall.mapShared(file.fd.rawValue, length: layout.byteCount, writable: true)
+            mapping = try file.map(length: layout.byteCount, writable: true)
             self.file = file
         } catch {
             throw RemoteError(.invalidArgument, "cannot make buffer \(id) (\(width)×\(height)): \(error)")
         }
-        surface = cairo_image_surface_create_for_data(base.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
+        surface = cairo_image_surface_create_for_data(mapping.base.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
                                                       Int32(width), Int32(height), Int32(stride))
         self.layout = layout
     }
 
     deinit {
+        // Cairo lets go of the pixels before the mapping (a stored property) goes.
         cairo_surface_destroy(surface)
-        Syscall.unmap(base, length: layout.byteCount)
     }
 
     /// A copy of the memfd, to attach to the `attach_buffer` message.
@@ -60,7 +59,7 @@ package final class SurfaceBuffer {
 
     /// The stored word at (`x`, `y`) (for tests and diagnostics).
     package func pixel(x: Int, y: Int) -> UInt32 {
-        base.loadUnaligned(fromByteOffset: y * layout.stride + x * 4, as: UInt32.self)
+        mapping.base.loadUnaligned(fromByteOffset: y * layout.stride + x * 4, as: UInt32.self)
     }
 }
 

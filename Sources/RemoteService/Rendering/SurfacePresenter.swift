@@ -1,7 +1,7 @@
 import RemoteCore
 import Synchronization
 
-/// The service's side of its surface: buffers, damage and pacing (design §6).
+/// The service's side of its surface: buffers, damage and pacing (docs/Protocol.md, "Surfaces").
 ///
 /// - **Double buffering**: frames go into whichever attached buffer the host has released; a new
 ///   one is made (and attached) only when none is free, so after two frames the service
@@ -12,6 +12,9 @@ import Synchronization
 ///   frame_done of the previous one.
 /// - **Size**: ``resize(to:)`` (from the host's resize) makes the next frame use buffers of the
 ///   new size; the old ones are destroyed as they come back.
+/// - **The host's pace**: ``frameInterval`` is the time between frame_dones while the service
+///   kept the host busy (it waited for each one): the display's frame interval for a host that
+///   presents at vsync.
 package final class SurfacePresenter: Sendable {
     /// Sends one surface message (with the buffer's memfd for attach_buffer).
     package typealias Send = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment]) async throws(RemoteError) -> Void
@@ -39,10 +42,15 @@ package final class SurfacePresenter: Sendable {
         /// Damage of each committed frame, newest last, while a buffer may still be that old.
         var history: [(frame: UInt64, damage: [PixelRect])] = []
         var inFlight = false
-        var frameWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Frames waiting for the frame_done of the one in flight.
+        var frameWaiters = WaiterQueue<Void>()
         /// A frame waiting for a buffer to come back (all of ``SurfacePresenter/maxBuffers`` are out).
-        var releaseWaiter: CheckedContinuation<Void, Never>?
+        var releaseWaiter: Waiter<Void>?
         var closed = false
+        /// When the last frame_done came, if a frame was waiting for it.
+        var lastBusyFrameDone: ContinuousClock.Instant?
+        /// The smoothed time between frame_dones the service waited for.
+        var frameInterval: Duration?
     }
 
     /// One frame being made: the buffer to draw into (released by the host, so nobody reads it
@@ -83,7 +91,7 @@ package final class SurfacePresenter: Sendable {
     /// Waits for the previous frame's frame_done, then picks a released buffer (or makes one)
     /// for a frame whose changed region is `damage` (`nil`: everything).
     nonisolated(nonsending) package func beginFrame(damage: [PixelRect]?) async throws(RemoteError) -> Frame {
-        await waitForFrameDone()
+        try await waitForFrameDone()
         while true {
             let frame = try state.withLock { (state) throws(RemoteError) -> Frame? in
                 try Self.hasBuffer(state) ? Self.plan(&state, damage: damage) : nil
@@ -91,13 +99,20 @@ package final class SurfacePresenter: Sendable {
             if let frame { return frame }
             // A host that says frame_done but keeps the buffers: wait for one to come back
             // rather than make buffers without end.
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state in
-                    if state.closed || Self.hasBuffer(state) { return true }
-                    state.releaseWaiter = continuation
-                    return false
+            let waiter = Waiter<Void>()
+            let ready = state.withLock { state in
+                if state.closed || Self.hasBuffer(state) { return true }
+                state.releaseWaiter = waiter
+                return false
+            }
+            if !ready {
+                do {
+                    try await waiter.wait(onAbandon: { [weak self] in
+                        self?.state.withLock { if $0.releaseWaiter === waiter { $0.releaseWaiter = nil } }
+                    })
+                } catch {
+                    throw RemoteError(.cancelled, "cancelled while waiting for the host to release a buffer")
                 }
-                if ready { continuation.resume() }
             }
         }
     }
@@ -172,7 +187,7 @@ package final class SurfacePresenter: Sendable {
             let stale = try state.withLock { (state) throws(RemoteError) -> UInt32? in
                 guard var slot = state.slots[id] else { throw RemoteError(.protocolViolation, "release_buffer of buffer \(id), which this service never attached") }
                 slot.released = true
-                defer { state.releaseWaiter.take()?.resume() }
+                defer { state.releaseWaiter.take()?.resume(returning: ()) }
                 // A buffer of an old size is not reused: destroy it.
                 if slot.buffer.layout.width != state.width || slot.buffer.layout.height != state.height {
                     state.slots[id] = nil
@@ -183,18 +198,27 @@ package final class SurfacePresenter: Sendable {
             }
             if let stale { try await send(.destroyBuffer(stale), []) }
         case .frameDone:
+            let now = ContinuousClock.now
             let waiters = state.withLock { state in
                 state.inFlight = false
-                defer { state.frameWaiters.removeAll() }
-                return state.frameWaiters
+                let waiters = state.frameWaiters.takeAll()
+                guard !waiters.isEmpty else {
+                    state.lastBusyFrameDone = nil
+                    return waiters
+                }
+                // The service was ready before the host: this interval is the host's pace.
+                if let last = state.lastBusyFrameDone {
+                    let interval = min(max(now - last, Self.frameIntervalRange.lowerBound), Self.frameIntervalRange.upperBound)
+                    state.frameInterval = state.frameInterval.map { ($0 * 3 + interval) / 4 } ?? interval
+                }
+                state.lastBusyFrameDone = now
+                return waiters
             }
-            for waiter in waiters { waiter.resume() }
+            waiters.resumeAll(returning: ())
         case .resize(let size):
             try await resize(to: size)
         case .attachBuffer, .commit, .destroyBuffer, .preferredSize:
             throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
-        case .input:
-            throw RemoteError(.protocolViolation, "\(message.name) is input, not a surface message")
         }
     }
 
@@ -220,24 +244,38 @@ package final class SurfacePresenter: Sendable {
         let (waiters, releaseWaiter) = state.withLock { state in
             state.closed = true
             state.inFlight = false
-            defer { state.frameWaiters.removeAll() }
-            return (state.frameWaiters, state.releaseWaiter.take())
+            return (state.frameWaiters.takeAll(), state.releaseWaiter.take())
         }
-        for waiter in waiters { waiter.resume() }
-        releaseWaiter?.resume()
+        waiters.resumeAll(returning: ())
+        releaseWaiter?.resume(returning: ())
     }
 
-    /// Returns once no frame is in flight (the host's frame_done of the last one came).
-    nonisolated(nonsending) package func waitUntilReady() async { await waitForFrameDone() }
+    /// The interval between frames the host allows when the service keeps it busy (its
+    /// display's pace, for a host that presents at vsync); a 60 Hz display's until measured.
+    package var frameInterval: Duration {
+        state.withLock { $0.frameInterval } ?? .seconds(1) / 60
+    }
 
-    nonisolated(nonsending) private func waitForFrameDone() async {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state in
-                if !state.inFlight || state.closed { return true }
-                state.frameWaiters.append(continuation)
-                return false
-            }
-            if ready { continuation.resume() }
+    /// The range ``frameInterval`` is kept in (240 Hz to 30 Hz).
+    static let frameIntervalRange = (Duration.seconds(1) / 240)...(Duration.seconds(1) / 30)
+
+    /// Returns once no frame is in flight (the host's frame_done of the last one came).
+    ///
+    /// - Throws: ``RemoteError`` `cancelled` when the waiting task is cancelled.
+    nonisolated(nonsending) package func waitUntilReady() async throws(RemoteError) { try await waitForFrameDone() }
+
+    nonisolated(nonsending) private func waitForFrameDone() async throws(RemoteError) {
+        let waiter = Waiter<Void>()
+        let ready = state.withLock { state in
+            if !state.inFlight || state.closed { return true }
+            state.frameWaiters.append(waiter)
+            return false
+        }
+        if ready { return }
+        do {
+            try await waiter.wait(onAbandon: { [weak self] in self?.state.withLock { $0.frameWaiters.remove(waiter) } })
+        } catch {
+            throw RemoteError(.cancelled, "cancelled while waiting for the host's frame_done")
         }
     }
 }

@@ -1,15 +1,15 @@
 import Synchronization
 
-/// One host connection's presentation of the service's UI: made when the connection opens,
-/// it makes the view controller at the host's first size, then draws frames as the tree is
-/// damaged, one at a time (the presenter paces them by the host's frame_done), and routes the
-/// host's input into the tree.
+/// One host connection's presentation of the service's UI: made with the connection, it makes
+/// the view controller at the host's first size, then draws frames as the tree is damaged, one
+/// at a time (the presenter paces them by the host's frame_done), and routes the host's input
+/// into the tree.
+///
+/// The connection routes its surface and input families here; the surface keeps no reference
+/// to the connection (each message brings its context), so nothing needs setting up twice.
 @MainActor
 final class ViewSurface {
     private let makeController: @MainActor () -> ViewController
-    /// The connection, once made (the surface is made before it); cleared at ``close()`` so
-    /// that the connection's handlers, which hold this surface, do not keep it alive.
-    nonisolated let connection = Mutex<Connection?>(nil)
     /// Whether a controller exists to offer requests and messages to (readable off the main
     /// actor, so a service's requests do not hop to it for nothing).
     nonisolated let hasController = Atomic<Bool>(false)
@@ -20,39 +20,30 @@ final class ViewSurface {
     /// frame_done need nothing else, so they reach it without a hop to the main actor and back.
     private nonisolated let sharedPresenter = Mutex<SurfacePresenter?>(nil)
     private(set) var root: ServiceRoot?
-    private var waiter: CheckedContinuation<Void, Never>?
+    /// Wakes the render loop when it waits for work.
+    private var wakeUp: Waiter<Void>?
     private var closed = false
     private var appeared = false
-    /// Requests waiting for the view to have committed everything pending, by ticket.
-    private var settleWaiters: [Int: CheckedContinuation<Void, Never>] = [:]
-    private var nextTicket = 0
+    /// Requests waiting for the view to have committed everything pending.
+    private var settleWaiters = WaiterQueue<Void>()
 
     nonisolated init(makeController: @escaping @MainActor () -> ViewController) {
         self.makeController = makeController
     }
 
-    /// Sends a surface message on the connection, while there is one.
-    private nonisolated var send: SurfacePresenter.Send {
-        { [weak self] message, attachments throws(RemoteError) in
-            guard let current = self?.connection.withLock({ $0 }) else { throw RemoteError(.invalidated, "the connection is gone") }
-            try await current.send(message, attachments: attachments)
-        }
-    }
-
-    /// Applies a message about the view from the host: size and pacing, or input. Pacing
-    /// (release_buffer, frame_done) goes straight to the presenter, on the caller's executor.
-    nonisolated func receiveOnAnyThread(_ message: SurfaceMessage) async throws(RemoteError) {
+    /// Applies a surface message from the host: size and pacing. Pacing (release_buffer,
+    /// frame_done) goes straight to the presenter, on the caller's executor.
+    nonisolated func receive(_ message: SurfaceMessage, _ context: ConnectionContext) async throws(RemoteError) {
         switch message {
         case .releaseBuffer, .frameDone:
             if let presenter = sharedPresenter.withLock({ $0 }) { return try await presenter.receive(message) }
         default:
             break
         }
-        try await receive(message)
+        try await apply(message, on: context.connection)
     }
 
-    /// Applies a message about the view from the host: size and pacing, or input.
-    func receive(_ message: SurfaceMessage) async throws(RemoteError) {
+    private func apply(_ message: SurfaceMessage, on connection: Connection) async throws(RemoteError) {
         guard !closed else { return }
         switch message {
         case .resize(let size):
@@ -61,19 +52,11 @@ final class ViewSurface {
             if let presenter {
                 try await presenter.resize(to: size)
             } else {
-                presenter = SurfacePresenter(width: width, height: height, send: send)
+                presenter = SurfacePresenter(width: width, height: height, send: Self.sender(on: connection))
             }
             guard !closed else { return }
-            ensureRoot().resize(to: Size(width: Double(size.width), height: Double(size.height)), scale: scale)
+            ensureRoot(on: connection).resize(to: Size(width: Double(size.width), height: Double(size.height)), scale: scale)
             resume()  // the render loop may be waiting for its first root and size
-        case .input(let event):
-            // Traits may come before the first size (they are applied when the view is made);
-            // other input before it has nothing to reach, and is dropped.
-            if case .traits = event {
-                ensureRoot().deliver(event)
-            } else if let root, presenter != nil {
-                root.deliver(event)
-            }
         default:
             guard let presenter else {
                 throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
@@ -82,11 +65,31 @@ final class ViewSurface {
         }
     }
 
-    private func ensureRoot() -> ServiceRoot {
+    /// Applies the host's input. Traits may come before the first size (they are applied when
+    /// the view is made); other input before it has nothing to reach, and is dropped.
+    func deliver(_ event: InputEvent, _ context: ConnectionContext) {
+        guard !closed else { return }
+        if case .traits = event {
+            ensureRoot(on: context.connection).deliver(event)
+        } else if let root, presenter != nil {
+            root.deliver(event)
+        }
+    }
+
+    /// Sends surface messages on `connection` while it exists (the presenter and the root must
+    /// not keep it alive: it holds them through its routes).
+    private nonisolated static func sender(on connection: Connection) -> SurfacePresenter.Send {
+        { [weak connection] message, attachments throws(RemoteError) in
+            guard let connection else { throw RemoteError(.invalidated, "the connection is gone") }
+            try await connection.send(message, attachments: attachments)
+        }
+    }
+
+    private func ensureRoot(on connection: Connection) -> ServiceRoot {
         if let root { return root }
-        let root = ServiceRoot(controller: makeController(), connection: connection.withLock { $0 })
+        let root = ServiceRoot(controller: makeController(), connection: connection)
         root.wake = { [weak self] in self?.resume() }
-        let send = self.send
+        let send = Self.sender(on: connection)
         root.preferredSizeSink = { size in
             let width = min(max(Int(size.width.isFinite ? size.width.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             let height = min(max(Int(size.height.isFinite ? size.height.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
@@ -110,24 +113,25 @@ final class ViewSurface {
         return try await root.controller.handleRequest(request)
     }
 
-    /// Draws frames until ``close()`` (or until a frame cannot be made: then it closes).
+    /// Draws frames until ``close()``, until a frame cannot be made (then it closes), or until
+    /// the task is cancelled.
     func run() async {
-        while !closed {
+        while !closed && !Task.isCancelled {
             guard let root, let presenter, root.needsFrame else {
                 // Everything pending is committed.
                 resumeSettled()
-                await withCheckedContinuation { waiter = $0 }
+                await sleep(until: nil)
                 continue
             }
             // Frames follow the host's frame_done: animations step once per frame it allows.
-            await presenter.waitUntilReady()
+            do { try await presenter.waitUntilReady() } catch { break }
             if closed { break }
             let size = presenter.size
             let damage = root.prepareFrame(at: .now, clippedTo: PixelRect(x: 0, y: 0, width: size.width, height: size.height))
             if let damage, damage.isEmpty {
                 // Laid out or animated with nothing visible changing: no frame, so no
-                // frame_done to pace the next step; a display's frame interval does instead.
-                if root.needsFrame { try? await Task.sleep(for: .milliseconds(16)) }
+                // frame_done to pace the next step; the host's own frame interval does instead.
+                if root.needsFrame { await sleep(until: .now.advanced(by: presenter.frameInterval)) }
                 continue
             }
             do {
@@ -135,44 +139,43 @@ final class ViewSurface {
                 frame.draw { context in root.draw(in: context, dirty: frame.redraw) }
                 try await presenter.commit(frame)
             } catch {
-                close()
-                return
+                break
             }
             if !appeared {
                 appeared = true
                 root.controller.viewDidAppear()
             }
         }
+        close()
+    }
+
+    /// Waits until woken (new damage, a size, the end), or until `deadline`.
+    private func sleep(until deadline: ContinuousClock.Instant?) async {
+        let waiter = Waiter<Void>()
+        wakeUp = waiter
+        _ = try? await waiter.wait(until: deadline)
+        if wakeUp === waiter { wakeUp = nil }
     }
 
     /// Returns once the view has committed everything pending (at once when nothing is shown),
     /// or when the request is cancelled.
     func settle() async {
-        guard !closed, let root, root.needsFrame || waiter == nil else { return }
-        let ticket = nextTicket
-        nextTicket += 1
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                if Task.isCancelled || closed { return continuation.resume() }
-                settleWaiters[ticket] = continuation
-            }
-        } onCancel: {
-            Task { @MainActor [weak self] in self?.settleWaiters.removeValue(forKey: ticket)?.resume() }
-        }
+        guard !closed, let root, root.needsFrame || wakeUp == nil else { return }
+        let waiter = Waiter<Void>()
+        settleWaiters.append(waiter)
+        do { try await waiter.wait() } catch { settleWaiters.remove(waiter) }
     }
 
     private func resumeSettled() {
-        let waiters = settleWaiters.values
-        settleWaiters.removeAll()
-        for waiter in waiters { waiter.resume() }
+        settleWaiters.takeAll().resumeAll(returning: ())
     }
 
     private func resume() {
-        waiter.take()?.resume()
+        wakeUp.take()?.resume(returning: ())
     }
 
-    /// Ends the render loop; the controller's view disappears; the surface lets go of the
-    /// connection, its buffers and its view tree.
+    /// Ends the render loop; the controller's view disappears; the surface lets go of its
+    /// buffers and its view tree.
     func close() {
         guard !closed else { return }
         closed = true
@@ -184,6 +187,5 @@ final class ViewSurface {
         appeared = false
         root = nil
         hasController.store(false, ordering: .releasing)
-        connection.withLock { $0 = nil }
     }
 }

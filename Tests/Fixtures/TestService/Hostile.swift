@@ -132,15 +132,11 @@ enum TalkBack {
     /// Set when the process must stay after fd 3 closed.
     static let lingering = Atomic<Bool>(false)
 
-    final class Box: Sendable {
-        let connection = Mutex<Connection?>(nil)
-    }
-
     static func run() async -> Never {
         let control: Connection
         do {
             control = try Connection(socket: OwnedFD(adopting: 3), configuration: configuration,
-                                     onMessage: { message in accept(message) })
+                                     onMessage: { message, _ in accept(message) })
         } catch {
             exit(70)
         }
@@ -186,12 +182,9 @@ enum TalkBack {
     static func accept(_ message: ServiceMessage) {
         guard message.type == FrameworkMessage.connect, message.attachments.count == 1,
               let socket = message.attachments[0].take() else { return }
-        let box = Box()
-        guard let client = try? Connection(socket: socket, configuration: configuration, onRequest: { request in
-            guard let client = box.connection.withLock({ $0 }) else { throw ServiceFailure(domain: "test", code: 1, message: "not ready") }
-            return try await serve(request, on: client)
+        guard let client = try? Connection(socket: socket, configuration: configuration, onRequest: { request, context in
+            try await serve(request, on: context.connection)
         }) else { return }
-        box.connection.withLock { $0 = client }
         connections.withLock { $0.append(client) }
         Task { try? await client.run() }
     }

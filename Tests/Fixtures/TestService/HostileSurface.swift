@@ -43,7 +43,7 @@ enum HostileSurface {
         do {
             switch try SocketActivation.takeSocket() {
             case .connected(let socket):
-                control = try Connection(socket: socket, configuration: configuration, onMessage: { accept($0, mode) })
+                control = try Connection(socket: socket, configuration: configuration, onMessage: { message, _ in accept(message, mode) })
             case .listening:
                 exit(70)
             }
@@ -60,21 +60,27 @@ enum HostileSurface {
         guard message.type == FrameworkMessage.connect, message.attachments.count == 1,
               let socket = message.attachments[0].take() else { return }
         // A second descriptor of the socket, for the packet the codec will not encode.
-        let raw = mode == .stride ? try? Attachment(duplicating: socket) : nil
+        var raw: RawSocket?
+        if mode == .stride, let copy = try? socket.duplicate() { raw = RawSocket(copy) }
         let client = Client(mode: mode, raw: raw)
         guard let connection = try? Connection(socket: socket, configuration: configuration,
-                                               onRequest: { request in try await client.serve(request) },
-                                               onMessage: { _ in },
-                                               onSurface: { message, _ in client.receive(message) }) else { return }
-        client.connection.withLock { $0 = connection }
+                                               onRequest: { request, _ in try await client.serve(request) }) else { return }
+        connection.route(surface: { message, _, context in client.receive(message, on: context.connection) })
         Task { try? await connection.run() }
+    }
+
+    /// A socket the fixture writes raw packets to.
+    final class RawSocket: Sendable {
+        let socket: OwnedFD
+        init(_ socket: consuming OwnedFD) { self.socket = socket }
     }
 
     /// One client connection and its script.
     final class Client: Sendable {
         let mode: Mode
-        let raw: Attachment?
-        let connection = Mutex<Connection?>(nil)
+        let raw: RawSocket?
+        /// The connection the script sends on (the one its first resize came on).
+        private let connection = Mutex<Connection?>(nil)
         /// The script, started by the host's first resize.
         private let script = Mutex<Task<String, Never>?>(nil)
         /// release_buffer and frame_done from the host, in order (the script is the one reader).
@@ -84,7 +90,7 @@ enum HostileSurface {
         private let proceed: AsyncStream<Void>
         private let proceedSink: AsyncStream<Void>.Continuation
 
-        init(mode: Mode, raw: Attachment?) {
+        init(mode: Mode, raw: RawSocket?) {
             self.mode = mode
             self.raw = raw
             (fromHost, fromHostSink) = AsyncStream.makeStream()
@@ -92,13 +98,14 @@ enum HostileSurface {
         }
 
         /// A surface message from the host: the first resize starts the script.
-        func receive(_ message: SurfaceMessage) {
+        func receive(_ message: SurfaceMessage, on connection: Connection) {
             guard case .resize(let size) = message else {
                 fromHostSink.yield(message)
                 return
             }
             script.withLock { script in
                 guard script == nil else { return }
+                self.connection.withLock { $0 = connection }
                 let (width, height) = size.pixels
                 script = Task { await self.run(width: width, height: height) }
             }
@@ -145,7 +152,7 @@ enum HostileSurface {
                 let file = try MemoryFile(name: "hostile-stride")
                 try file.resize(to: layout.byteCount)
                 try file.addSeals([.shrink, .grow])
-                guard let socket = raw?.descriptor else { return "no socket to send on" }
+                guard let socket = raw?.socket.rawValue else { return "no socket to send on" }
                 let sent = HostileSurface.sendRaw(HostileSurface.attachBufferPacket(layout), with: file.fd.rawValue, on: socket)
                 return sent.map { "sendmsg failed: \($0)" } ?? "sent attach_buffer with stride \(layout.stride)"
             case .damage:

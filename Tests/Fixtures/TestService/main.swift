@@ -53,7 +53,7 @@ func openMemoryFiles() -> [String] {
     return names
 }
 
-func serve(_ request: ServiceMessage) async throws -> ServiceMessage {
+func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws -> ServiceMessage {
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE 1
-#include "CProto.h"
+#include "CRemoteViewLinux.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -1,0 +1,78 @@
+// CRemoteViewLinux: thin C shims for the Linux calls Swift cannot make directly (like swift-nio's
+// CNIOLinux). Every shim is a plain function or constant, prefixed `rv_`, with no logic beyond
+// what Swift cannot express (function-like macros, _GNU_SOURCE-only declarations, raw
+// syscalls). Only RemoteCore/System calls them.
+#ifndef REMOTEVIEW_CREMOTEVIEWLINUX_H
+#define REMOTEVIEW_CREMOTEVIEWLINUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+// MARK: SCM_RIGHTS ancillary data (CMSG_* are macros)
+
+/// `CMSG_SPACE(length)`.
+size_t rv_cmsg_space(size_t length);
+/// `CMSG_LEN(length)`.
+size_t rv_cmsg_len(size_t length);
+/// `CMSG_FIRSTHDR(message)`.
+struct cmsghdr *_Nullable rv_cmsg_firsthdr(const struct msghdr *_Nonnull message);
+/// `CMSG_NXTHDR(message, header)`.
+struct cmsghdr *_Nullable rv_cmsg_nxthdr(const struct msghdr *_Nonnull message, const struct cmsghdr *_Nonnull header);
+/// `CMSG_DATA(header)`.
+unsigned char *_Nonnull rv_cmsg_data(const struct cmsghdr *_Nonnull header);
+
+/// `MSG_CMSG_CLOEXEC` (Linux-only flag).
+extern const int rv_msg_cmsg_cloexec;
+
+/// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)` (accept4 needs _GNU_SOURCE).
+int rv_accept_cloexec_nonblock(int fd);
+
+/// `pipe2(fds, O_CLOEXEC)` (pipe2 needs _GNU_SOURCE).
+int rv_pipe_cloexec(int fds[_Nonnull 2]);
+
+// MARK: memfd and seals (need _GNU_SOURCE)
+
+/// `memfd_create(name, flags)`.
+int rv_memfd_create(const char *_Nonnull name, unsigned int flags);
+extern const unsigned int rv_mfd_cloexec;
+extern const unsigned int rv_mfd_allow_sealing;
+extern const int rv_f_add_seals;
+extern const int rv_f_get_seals;
+extern const int rv_f_seal_seal;
+extern const int rv_f_seal_shrink;
+extern const int rv_f_seal_grow;
+extern const int rv_f_seal_write;
+/// `fcntl(fd, command, argument)` with an int argument (fcntl is variadic).
+int rv_fcntl_int(int fd, int command, int argument);
+
+// MARK: threads
+
+/// `pthread_setname_np(pthread_self(), name)` (needs _GNU_SOURCE): names the calling thread
+/// for `top -H`, `perf` and debuggers (at most 15 bytes).
+int rv_name_this_thread(const char *_Nonnull name);
+
+// MARK: processes
+
+/// `syscall(SYS_pidfd_open, pid, flags)`.
+int rv_pidfd_open(pid_t pid, unsigned int flags);
+/// `syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, flags)`.
+int rv_pidfd_send_signal(int pidfd, int signal, unsigned int flags);
+/// `waitid(P_PIDFD, pidfd, ...)`: collects the exit of the process behind `pidfd`, waiting for
+/// it when `block` is non-zero (else `WNOHANG`). Returns 0 and sets `*exited` to 1 with `*code`/`*status` (si_code / si_status)
+/// when it has exited, 0 with `*exited` = 0 when it is still running, -1 with errno otherwise.
+int rv_waitid_pidfd(int pidfd, int block, int *_Nonnull exited, int *_Nonnull code, int *_Nonnull status);
+/// `CLD_EXITED`, `CLD_KILLED`, `CLD_DUMPED` for the `code` above.
+extern const int rv_cld_exited;
+extern const int rv_cld_killed;
+extern const int rv_cld_dumped;
+
+// MARK: stdio
+
+/// Makes stdout line-buffered (Swift 6 cannot name the global `stdout`).
+void rv_stdout_line_buffered(void);
+
+#endif

@@ -1,0 +1,650 @@
+/// The life of one ``Connection`` as a value: its phase, who waits for what, and what the
+/// connection must do next. No socket, no thread, no clock.
+///
+/// Like async-http-client's `HTTP1ConnectionStateMachine`: the ``Connection`` holds the machine
+/// under its lock, feeds it one event at a time (`mutating func`), and performs the returned
+/// action outside the lock: send, fail these waiters, cancel those handlers. Each state carries
+/// exactly the data valid in it. An event that cannot happen in a state is a `preconditionFailure`
+/// naming the state: it is a bug in `Connection`, never something a peer can cause.
+///
+/// ```
+/// idle ──run──▶ handshaking ──peer's handshake──▶ open
+///   │              │  (ours sent: senders go)      │
+///   └──close──▶ closing ◀──close / peer's goodbye──┘
+///                  │
+///   read loop ended (any state but idle) ──▶ closed
+/// ```
+package struct ConnectionStateMachine: Sendable {
+    /// A task running a handler for one of the peer's requests.
+    package typealias Handler = Task<Void, Never>
+    /// What a requester waits for: the reply (or failure, or pong) envelope, or why none came.
+    package typealias ReplyWaiter = Waiter<Result<Envelope, RemoteError>>
+
+    /// A request this side sent and awaits an answer to.
+    package struct Outgoing: Sendable {
+        /// Whether the answer must be a pong (the request was a ping).
+        package var expectsPong: Bool
+        package var waiter: ReplyWaiter
+    }
+
+    /// Callers waiting before the connection is open: to send (until this side's handshake is
+    /// on the wire) and for the peer's handshake.
+    private struct Queued {
+        var senders = WaiterQueue<Result<Void, RemoteError>>()
+        var openers = WaiterQueue<Result<Handshake, RemoteError>>()
+
+        mutating func takeAll() -> Failures {
+            Failures(senders: senders.takeAll(), openers: openers.takeAll())
+        }
+    }
+
+    private struct Handshaking {
+        var queued: Queued
+        /// Whether this side's handshake is on the wire (messages may follow it).
+        var sent = false
+        var outgoing: [UInt64: Outgoing] = [:]
+        var refusal: ProtocolErrorCode?
+    }
+
+    private struct Open {
+        var peer: Handshake
+        var outgoing: [UInt64: Outgoing]
+        /// The peer's requests being handled; `nil` until the handler's task is known.
+        var incoming: [UInt64: Handler?] = [:]
+        var refusal: ProtocolErrorCode?
+    }
+
+    private struct Closing {
+        /// This side asked to close (``Connection/close(reason:)``).
+        var local: Bool
+        var peer: Handshake?
+        /// The peer's goodbye, if it said one.
+        var goodbye: String?
+        /// Handlers still running; ``readLoopEnded(_:)`` cancels and awaits them.
+        var incoming: [UInt64: Handler?]
+        var refusal: ProtocolErrorCode?
+
+        /// Why nothing more can be sent.
+        var unusable: RemoteError {
+            RemoteError(.invalidated, local ? "the connection is closing" : "the connection is closed")
+        }
+    }
+
+    private struct Closed {
+        var outcome: RemoteError?
+        var peer: Handshake?
+        var goodbye: String?
+
+        var unusable: RemoteError {
+            outcome ?? RemoteError(.invalidated, "the connection is closed")
+        }
+    }
+
+    private enum State {
+        case idle(Queued)
+        case handshaking(Handshaking)
+        case open(Open)
+        case closing(Closing)
+        case closed(Closed)
+        /// Only while an event changes the state (no copy-on-write of the associated data).
+        case modifying
+    }
+
+    private var state: State = .idle(Queued())
+
+    package init() {}
+
+    // MARK: actions
+
+    /// Waiters to fail because the connection can no longer carry what they wait for.
+    package struct Failures: Sendable {
+        package var senders: [Waiter<Result<Void, RemoteError>>] = []
+        package var openers: [Waiter<Result<Handshake, RemoteError>>] = []
+        package var requests: [ReplyWaiter] = []
+
+        package var isEmpty: Bool { senders.isEmpty && openers.isEmpty && requests.isEmpty }
+
+        /// Fails each waiter with `error`.
+        package func fail(with error: RemoteError) {
+            senders.resumeAll(returning: .failure(error))
+            openers.resumeAll(returning: .failure(error))
+            requests.resumeAll(returning: .failure(error))
+        }
+    }
+
+    /// What ``run()`` leads to.
+    package enum RunAction: Equatable, Sendable {
+        /// Send this side's handshake, then read.
+        case handshake
+        /// The connection was closed before it ran: nothing to send; end at once.
+        case finish
+    }
+
+    /// What the peer's handshake leads to.
+    package enum HandshakeAction: Sendable {
+        /// Open: resume these callers with the peer's handshake.
+        case open([Waiter<Result<Handshake, RemoteError>>])
+        /// Refuse the peer: the read loop ends with this violation.
+        case refuse(RemoteError)
+        /// This side is closing already: read on until the end.
+        case ignore
+    }
+
+    /// Whether a caller may send now.
+    package enum Readiness<Value: Sendable>: Sendable {
+        case ready(Value)
+        case failed(RemoteError)
+        /// The waiter is queued; await it.
+        case wait
+    }
+
+    /// What an answer (reply, failure or pong) to request `id` leads to.
+    package enum AnswerAction: Sendable {
+        /// Resume the requester.
+        case deliver(ReplyWaiter)
+        /// An answer to a request that timed out or was cancelled: dropped.
+        case drop
+        /// The answer is of the wrong kind: the read loop ends with this violation.
+        case violation(RemoteError)
+    }
+
+    /// What a request from the peer leads to.
+    package enum IncomingAction: Equatable, Sendable {
+        /// Start its handler.
+        case start
+        /// This side is closing: do not start it.
+        case ignore
+    }
+
+    /// What ``close()`` leads to.
+    package enum CloseAction: Sendable {
+        /// Already closing or closed.
+        case none
+        /// Say goodbye first when `sayGoodbye` (only after both handshakes), fail `failures`,
+        /// and close the transport.
+        case close(sayGoodbye: Bool, failures: Failures)
+    }
+
+    /// How the connection ends, once its read loop has.
+    package struct Ending: Sendable {
+        /// `nil`: closed in order (by either side).
+        package var outcome: RemoteError?
+        /// Tell the peer it broke the protocol, with this code, before closing.
+        package var protocolError: ProtocolErrorCode?
+        /// Fail these waiters (with ``failure``).
+        package var failures: Failures
+        /// The error the remaining waiters fail with.
+        package var failure: RemoteError
+        /// Cancel these handlers and wait for them.
+        package var handlers: [Handler]
+    }
+
+    // MARK: events
+
+    /// ``Connection/run()`` began.
+    package mutating func run() -> RunAction {
+        switch state {
+        case .idle(let queued):
+            state = .handshaking(Handshaking(queued: queued))
+            return .handshake
+        case .closing:
+            return .finish
+        case .handshaking, .open, .closed:
+            preconditionFailure("Connection.run() called twice (state: \(phase))")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.run() while modifying")
+        }
+    }
+
+    /// This side's handshake is on the wire; returns the senders to let go.
+    package mutating func handshakeSent() -> [Waiter<Result<Void, RemoteError>>] {
+        switch state {
+        case .handshaking(var handshaking):
+            state = .modifying
+            handshaking.sent = true
+            let senders = handshaking.queued.senders.takeAll()
+            state = .handshaking(handshaking)
+            return senders
+        case .closing:
+            return []
+        case .idle, .open, .closed:
+            preconditionFailure("handshake sent in state \(phase)")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.handshakeSent() while modifying")
+        }
+    }
+
+    /// The peer's handshake arrived; `ours` is this side's.
+    package mutating func handshakeReceived(_ theirs: Handshake, ours: Handshake) -> HandshakeAction {
+        switch state {
+        case .handshaking(var handshaking):
+            if theirs.protocolVersion != ours.protocolVersion {
+                handshaking.refusal = .versionMismatch
+                state = .handshaking(handshaking)
+                return .refuse(RemoteError(.protocolViolation, "protocol version mismatch: this \(ours.role) speaks version \(ours.protocolVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks version \(theirs.protocolVersion)"))
+            }
+            if theirs.role == ours.role {
+                handshaking.refusal = .role
+                state = .handshaking(handshaking)
+                return .refuse(RemoteError(.protocolViolation, "both peers claim to be the \(ours.role)"))
+            }
+            state = .modifying
+            let openers = handshaking.queued.openers.takeAll()
+            // Senders were let go when ours was sent (it precedes reading theirs).
+            precondition(handshaking.queued.senders.isEmpty, "senders still queued after this side's handshake was sent")
+            state = .open(Open(peer: theirs, outgoing: handshaking.outgoing, refusal: handshaking.refusal))
+            return .open(openers)
+        case .closing:
+            return .ignore
+        case .idle, .open, .closed:
+            preconditionFailure("the peer's handshake in state \(phase)")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.handshakeReceived() while modifying")
+        }
+    }
+
+    /// This side refuses the peer (it is told with `code` when the read loop ends).
+    package mutating func refuse(_ code: ProtocolErrorCode) {
+        switch state {
+        case .handshaking(var handshaking):
+            handshaking.refusal = code
+            state = .handshaking(handshaking)
+        case .open(var open):
+            state = .modifying
+            open.refusal = code
+            state = .open(open)
+        case .closing(var closing):
+            state = .modifying
+            closing.refusal = code
+            state = .closing(closing)
+        case .idle, .closed:
+            preconditionFailure("a refusal in state \(phase)")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.refuse() while modifying")
+        }
+    }
+
+    /// A caller wants to send: ready once this side's handshake is sent; otherwise `waiter` is
+    /// queued (await it).
+    package mutating func sendability(_ waiter: Waiter<Result<Void, RemoteError>>) -> Readiness<Void> {
+        switch state {
+        case .idle(var queued):
+            state = .modifying
+            queued.senders.append(waiter)
+            state = .idle(queued)
+            return .wait
+        case .handshaking(var handshaking):
+            if handshaking.sent { return .ready(()) }
+            state = .modifying
+            handshaking.queued.senders.append(waiter)
+            state = .handshaking(handshaking)
+            return .wait
+        case .open:
+            return .ready(())
+        case .closing(let closing):
+            return .failed(closing.unusable)
+        case .closed(let closed):
+            return .failed(closed.unusable)
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.sendability() while modifying")
+        }
+    }
+
+    /// Whether a caller may send now, without queueing: `nil` means it must wait.
+    package func canSend() -> Result<Void, RemoteError>? {
+        switch state {
+        case .idle: nil
+        case .handshaking(let handshaking): handshaking.sent ? .success(()) : nil
+        case .open: .success(())
+        case .closing(let closing): .failure(closing.unusable)
+        case .closed(let closed): .failure(closed.unusable)
+        case .modifying: preconditionFailure("ConnectionStateMachine.canSend() while modifying")
+        }
+    }
+
+    /// A caller waits for the peer's handshake; `waiter` is queued unless it is known.
+    package mutating func openness(_ waiter: Waiter<Result<Handshake, RemoteError>>) -> Readiness<Handshake> {
+        switch state {
+        case .idle(var queued):
+            state = .modifying
+            queued.openers.append(waiter)
+            state = .idle(queued)
+            return .wait
+        case .handshaking(var handshaking):
+            state = .modifying
+            handshaking.queued.openers.append(waiter)
+            state = .handshaking(handshaking)
+            return .wait
+        case .open(let open):
+            return .ready(open.peer)
+        case .closing(let closing):
+            return .failed(closing.unusable)
+        case .closed(let closed):
+            return .failed(closed.unusable)
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.openness() while modifying")
+        }
+    }
+
+    /// A caller that queued `waiter` gave up (cancelled): forget it.
+    package mutating func abandon(sender waiter: Waiter<Result<Void, RemoteError>>) {
+        switch state {
+        case .idle(var queued):
+            state = .modifying
+            queued.senders.remove(waiter)
+            state = .idle(queued)
+        case .handshaking(var handshaking):
+            state = .modifying
+            handshaking.queued.senders.remove(waiter)
+            state = .handshaking(handshaking)
+        case .open, .closing, .closed:
+            break  // it was let go or failed already
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.abandon() while modifying")
+        }
+    }
+
+    /// A caller that queued `waiter` for the peer's handshake gave up (cancelled): forget it.
+    package mutating func abandon(opener waiter: Waiter<Result<Handshake, RemoteError>>) {
+        switch state {
+        case .idle(var queued):
+            state = .modifying
+            queued.openers.remove(waiter)
+            state = .idle(queued)
+        case .handshaking(var handshaking):
+            state = .modifying
+            handshaking.queued.openers.remove(waiter)
+            state = .handshaking(handshaking)
+        case .open, .closing, .closed:
+            break
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.abandon() while modifying")
+        }
+    }
+
+    /// This side sends request `id` (a ping when `expectsPong`); its answer goes to `waiter`.
+    /// Fails when the connection is closing or closed.
+    package mutating func requestSent(_ id: UInt64, expectsPong: Bool, waiter: ReplyWaiter) -> Result<Void, RemoteError> {
+        switch state {
+        case .handshaking(var handshaking):
+            precondition(handshaking.sent, "a request before this side's handshake")
+            state = .modifying
+            handshaking.outgoing[id] = Outgoing(expectsPong: expectsPong, waiter: waiter)
+            state = .handshaking(handshaking)
+            return .success(())
+        case .open(var open):
+            state = .modifying
+            open.outgoing[id] = Outgoing(expectsPong: expectsPong, waiter: waiter)
+            state = .open(open)
+            return .success(())
+        case .closing(let closing):
+            return .failure(closing.unusable)
+        case .closed(let closed):
+            return .failure(closed.unusable)
+        case .idle:
+            preconditionFailure("a request in state idle: callers wait until this side's handshake is sent")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.requestSent() while modifying")
+        }
+    }
+
+    /// Request `id` needs no answer any more (it timed out, was cancelled, or could not be sent).
+    package mutating func requestEnded(_ id: UInt64) {
+        switch state {
+        case .handshaking(var handshaking):
+            state = .modifying
+            handshaking.outgoing[id] = nil
+            state = .handshaking(handshaking)
+        case .open(var open):
+            state = .modifying
+            open.outgoing[id] = nil
+            state = .open(open)
+        case .idle, .closing, .closed:
+            break  // failed with the rest already
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.requestEnded() while modifying")
+        }
+    }
+
+    /// An answer to request `replyTo` arrived: a pong when `isPong`, else a reply or failure.
+    package mutating func answerReceived(to replyTo: UInt64, isPong: Bool, kind: String) -> AnswerAction {
+        switch state {
+        case .open(var open):
+            guard let outgoing = open.outgoing[replyTo] else { return .drop }
+            guard outgoing.expectsPong == isPong else {
+                return .violation(RemoteError(.protocolViolation, "\(kind) answers envelope \(replyTo), which expects \(outgoing.expectsPong ? "a pong" : "a reply or failure")"))
+            }
+            state = .modifying
+            open.outgoing[replyTo] = nil
+            state = .open(open)
+            return .deliver(outgoing.waiter)
+        case .closing:
+            return .drop  // every request was failed when closing began
+        case .idle, .handshaking, .closed:
+            preconditionFailure("an answer in state \(phase): answers are read only once open")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.answerReceived() while modifying")
+        }
+    }
+
+    /// The peer sent request `id`; at most `limit` may be outstanding.
+    package mutating func requestReceived(_ id: UInt64, limit: Int) -> Result<IncomingAction, RemoteError> {
+        switch state {
+        case .open(var open):
+            guard open.incoming[id] == nil else {
+                return .failure(RemoteError(.protocolViolation, "request id \(id) is already outstanding"))
+            }
+            guard open.incoming.count < limit else {
+                return .failure(RemoteError(.protocolViolation, "more than \(limit) requests outstanding at once"))
+            }
+            state = .modifying
+            open.incoming[id] = .some(nil)
+            state = .open(open)
+            return .success(.start)
+        case .closing:
+            return .success(.ignore)
+        case .idle, .handshaking, .closed:
+            preconditionFailure("a request from the peer in state \(phase): requests are read only once open")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.requestReceived() while modifying")
+        }
+    }
+
+    /// The handler of request `id` runs as `task` (unless it has finished already).
+    package mutating func handlerStarted(_ id: UInt64, task: Handler) {
+        switch state {
+        case .open(var open):
+            guard open.incoming[id] != nil else { return }  // finished before this
+            state = .modifying
+            open.incoming[id] = task
+            state = .open(open)
+        case .closing(var closing):
+            guard closing.incoming[id] != nil else { return }
+            state = .modifying
+            closing.incoming[id] = task
+            state = .closing(closing)
+        case .closed:
+            break  // ended, and every handler known then was awaited; this one ends by itself
+        case .idle, .handshaking:
+            preconditionFailure("a handler started in state \(phase)")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.handlerStarted() while modifying")
+        }
+    }
+
+    /// The handler of request `id` is done.
+    package mutating func handlerFinished(_ id: UInt64) {
+        switch state {
+        case .open(var open):
+            state = .modifying
+            open.incoming[id] = nil
+            state = .open(open)
+        case .closing(var closing):
+            state = .modifying
+            closing.incoming[id] = nil
+            state = .closing(closing)
+        case .closed, .idle, .handshaking:
+            break
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.handlerFinished() while modifying")
+        }
+    }
+
+    /// The peer cancelled its request `id`; returns the handler to cancel, if it runs.
+    package func cancelReceived(_ id: UInt64) -> Handler? {
+        switch state {
+        case .open(let open): open.incoming[id] ?? nil
+        case .closing(let closing): closing.incoming[id] ?? nil
+        case .idle, .handshaking, .closed: nil
+        case .modifying: preconditionFailure("ConnectionStateMachine.cancelReceived() while modifying")
+        }
+    }
+
+    /// The peer said goodbye: returns what to fail (with *interrupted*); the read loop stops.
+    package mutating func goodbyeReceived(_ reason: String) -> Failures {
+        switch state {
+        case .open(let open):
+            state = .closing(Closing(local: false, peer: open.peer, goodbye: reason, incoming: open.incoming, refusal: open.refusal))
+            return Failures(requests: open.outgoing.values.map(\.waiter))
+        case .closing(var closing):
+            state = .modifying
+            closing.goodbye = reason
+            state = .closing(closing)
+            return Failures()
+        case .idle, .handshaking, .closed:
+            preconditionFailure("a goodbye in state \(phase): messages are read only once open")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.goodbyeReceived() while modifying")
+        }
+    }
+
+    /// This side closes (``Connection/close(reason:)``).
+    package mutating func close() -> CloseAction {
+        switch state {
+        case .idle(var queued):
+            state = .closing(Closing(local: true, peer: nil, goodbye: nil, incoming: [:], refusal: nil))
+            return .close(sayGoodbye: false, failures: queued.takeAll())
+        case .handshaking(var handshaking):
+            var failures = handshaking.queued.takeAll()
+            failures.requests = handshaking.outgoing.values.map(\.waiter)
+            state = .closing(Closing(local: true, peer: nil, goodbye: nil, incoming: [:], refusal: handshaking.refusal))
+            return .close(sayGoodbye: false, failures: failures)
+        case .open(let open):
+            state = .closing(Closing(local: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal))
+            return .close(sayGoodbye: true, failures: Failures(requests: open.outgoing.values.map(\.waiter)))
+        case .closing(var closing):
+            guard !closing.local else { return .none }
+            // The peer said goodbye and the read loop is ending: this side's close makes no difference.
+            state = .modifying
+            closing.local = true
+            state = .closing(closing)
+            return .none
+        case .closed:
+            return .none
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.close() while modifying")
+        }
+    }
+
+    /// The read loop ended: with `error`, or `nil` at the peer's end of file (or after a goodbye).
+    package mutating func readLoopEnded(_ error: RemoteError?) -> Ending {
+        switch state {
+        case .handshaking(var handshaking):
+            let outcome = error ?? RemoteError(.interrupted, "the peer closed the connection before its handshake (it may have crashed at start-up)")
+            var failures = handshaking.queued.takeAll()
+            failures.requests = handshaking.outgoing.values.map(\.waiter)
+            state = .closed(Closed(outcome: outcome, peer: nil, goodbye: nil))
+            return Ending(outcome: outcome, protocolError: Self.complaint(outcome, handshaking.refusal), failures: failures,
+                          failure: Self.failure(for: outcome), handlers: [])
+        case .open(let open):
+            let outcome = error ?? RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)")
+            state = .closed(Closed(outcome: outcome, peer: open.peer, goodbye: nil))
+            return Ending(outcome: outcome, protocolError: Self.complaint(outcome, open.refusal),
+                          failures: Failures(requests: open.outgoing.values.map(\.waiter)),
+                          failure: Self.failure(for: outcome), handlers: open.incoming.values.compactMap { $0 })
+        case .closing(let closing):
+            // Closed in order, by this side or by the peer's goodbye: whatever the read loop saw last.
+            state = .closed(Closed(outcome: nil, peer: closing.peer, goodbye: closing.goodbye))
+            return Ending(outcome: nil, protocolError: nil, failures: Failures(), failure: Self.failure(for: nil),
+                          handlers: closing.incoming.values.compactMap { $0 })
+        case .idle, .closed:
+            preconditionFailure("the read loop ended in state \(phase)")
+        case .modifying:
+            preconditionFailure("ConnectionStateMachine.readLoopEnded() while modifying")
+        }
+    }
+
+    /// What the peer is told when the read loop ends with `outcome`: the refusal's code for a
+    /// violation this side found (malformed unless a code was given).
+    private static func complaint(_ outcome: RemoteError, _ refusal: ProtocolErrorCode?) -> ProtocolErrorCode? {
+        outcome.code == .protocolViolation ? refusal ?? .malformed : nil
+    }
+
+    /// What waiters left at the end fail with. A request sent behind this side's handshake to a
+    /// peer that never answered it did not time out itself: the connection failed under it
+    /// (XPC's "interrupted").
+    private static func failure(for outcome: RemoteError?) -> RemoteError {
+        guard let outcome else { return RemoteError(.invalidated, "the connection is closed") }
+        return outcome.code == .timeout ? RemoteError(.interrupted, outcome.reason) : outcome
+    }
+
+    // MARK: queries
+
+    /// The peer's handshake, once it has arrived (and still after the connection closed).
+    package var peer: Handshake? {
+        switch state {
+        case .open(let open): open.peer
+        case .closing(let closing): closing.peer
+        case .closed(let closed): closed.peer
+        case .idle, .handshaking: nil
+        case .modifying: preconditionFailure("ConnectionStateMachine.peer while modifying")
+        }
+    }
+
+    /// The reason the peer gave in its goodbye, once it gave one.
+    package var goodbyeReason: String? {
+        switch state {
+        case .closing(let closing): closing.goodbye
+        case .closed(let closed): closed.goodbye
+        case .idle, .handshaking, .open: nil
+        case .modifying: preconditionFailure("ConnectionStateMachine.goodbyeReason while modifying")
+        }
+    }
+
+    /// Whether the connection is closing or closed.
+    package var isClosed: Bool {
+        switch state {
+        case .closing, .closed: true
+        case .idle, .handshaking, .open: false
+        case .modifying: preconditionFailure("ConnectionStateMachine.isClosed while modifying")
+        }
+    }
+
+    /// Whether the connection has not started running (handlers may still be routed).
+    package var isIdle: Bool {
+        if case .idle = state { true } else { false }
+    }
+
+    /// The phase, for messages and tests: `idle`, `handshaking`, `open`, `closing`, `closed`.
+    package var phase: String {
+        switch state {
+        case .idle: "idle"
+        case .handshaking(let handshaking): handshaking.sent ? "handshaking (ours sent)" : "handshaking"
+        case .open: "open"
+        case .closing(let closing): closing.local ? "closing" : "closing (peer said goodbye)"
+        case .closed: "closed"
+        case .modifying: "modifying"
+        }
+    }
+
+    /// How many of this side's requests await an answer, and how many of the peer's are handled.
+    package var outstanding: (outgoing: Int, incoming: Int) {
+        switch state {
+        case .handshaking(let handshaking): (handshaking.outgoing.count, 0)
+        case .open(let open): (open.outgoing.count, open.incoming.count)
+        case .closing(let closing): (0, closing.incoming.count)
+        case .idle, .closed: (0, 0)
+        case .modifying: preconditionFailure("ConnectionStateMachine.outstanding while modifying")
+        }
+    }
+}

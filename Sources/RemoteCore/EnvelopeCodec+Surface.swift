@@ -1,0 +1,114 @@
+import CProto
+
+/// The surface family (fields 100–106): a service's buffers and frames, the host's size and
+/// pacing. See `docs/Protocol.md`, "Surfaces".
+extension EnvelopeCodec {
+    /// The surface body of `e`, validated; `nil` when `e` carries another family.
+    static func decodeSurface(_ e: Remoteview__Envelope) throws(RemoteError) -> Envelope.Body? {
+        switch e.body_case {
+        case REMOTEVIEW__ENVELOPE__BODY_ATTACH_BUFFER:
+            let a = e.attach_buffer.pointee
+            guard a.format == REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED else {
+                throw violation("attach_buffer of buffer \(a.buffer_id) has pixel format \(a.format.rawValue), not ARGB8888_PREMULTIPLIED (1)")
+            }
+            return try surface(.attachBuffer(BufferDescription(id: a.buffer_id, width: Int(a.width), height: Int(a.height),
+                                                                stride: Int(a.stride))))
+        case REMOTEVIEW__ENVELOPE__BODY_COMMIT:
+            let c = e.commit.pointee
+            // The count is checked before the rects are read (protobuf-c already bounded them by the packet).
+            guard c.n_damage <= SurfaceLimits.maxDamageRects else {
+                throw violation("commit of buffer \(c.buffer_id) has \(c.n_damage) damage rects; at most \(SurfaceLimits.maxDamageRects)")
+            }
+            let damage = (0..<c.n_damage).map { index in
+                let r = c.damage[index]!.pointee
+                return PixelRect(x: Int(r.x), y: Int(r.y), width: Int(r.width), height: Int(r.height))
+            }
+            return try surface(.commit(bufferID: c.buffer_id, damage: damage, frame: c.frame))
+        case REMOTEVIEW__ENVELOPE__BODY_RELEASE_BUFFER:
+            return try surface(.releaseBuffer(e.release_buffer.pointee.buffer_id))
+        case REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE:
+            return try surface(.frameDone(frame: e.frame_done.pointee.frame))
+        case REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER:
+            return try surface(.destroyBuffer(e.destroy_buffer.pointee.buffer_id))
+        case REMOTEVIEW__ENVELOPE__BODY_RESIZE:
+            let r = e.resize.pointee
+            return try surface(.resize(SurfaceSize(width: Int(r.width), height: Int(r.height), scalePermille: Int(r.scale_permille))))
+        case REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE:
+            let p = e.preferred_size.pointee
+            return try surface(.preferredSize(width: Int(p.width), height: Int(p.height)))
+        default:
+            return nil
+        }
+    }
+
+    /// A surface body, once its values are known to be possible.
+    private static func surface(_ message: SurfaceMessage) throws(RemoteError) -> Envelope.Body {
+        if let problem = message.problem { throw violation(problem) }
+        return .surface(message)
+    }
+}
+
+extension CArena {
+    /// Fills `e`'s body with a surface message (already validated, so every value fits its field).
+    func encode(_ surface: SurfaceMessage, into e: inout Remoteview__Envelope) {
+        switch surface {
+        case .attachBuffer(let buffer):
+            let a = message(Remoteview__AttachBuffer.self, remoteview__attach_buffer__init)
+            a.pointee.buffer_id = buffer.id
+            a.pointee.width = UInt32(buffer.width)
+            a.pointee.height = UInt32(buffer.height)
+            a.pointee.stride = UInt32(buffer.stride)
+            a.pointee.format = REMOTEVIEW__PIXEL_FORMAT__PIXEL_FORMAT_ARGB8888_PREMULTIPLIED
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_ATTACH_BUFFER
+            e.attach_buffer = a
+        case .commit(let bufferID, let damage, let frame):
+            let c = message(Remoteview__Commit.self, remoteview__commit__init)
+            c.pointee.buffer_id = bufferID
+            c.pointee.frame = frame
+            if !damage.isEmpty {
+                let rects = allocate(MemoryLayout<UnsafeMutablePointer<Remoteview__Rect>?>.stride * damage.count)
+                    .bindMemory(to: UnsafeMutablePointer<Remoteview__Rect>?.self, capacity: damage.count)
+                for (index, rect) in damage.enumerated() {
+                    let r = message(Remoteview__Rect.self, remoteview__rect__init)
+                    r.pointee.x = Int32(rect.x)
+                    r.pointee.y = Int32(rect.y)
+                    r.pointee.width = UInt32(rect.width)
+                    r.pointee.height = UInt32(rect.height)
+                    rects[index] = r
+                }
+                c.pointee.n_damage = damage.count
+                c.pointee.damage = rects
+            }
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_COMMIT
+            e.commit = c
+        case .releaseBuffer(let id):
+            let r = message(Remoteview__ReleaseBuffer.self, remoteview__release_buffer__init)
+            r.pointee.buffer_id = id
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RELEASE_BUFFER
+            e.release_buffer = r
+        case .frameDone(let frame):
+            let f = message(Remoteview__FrameDone.self, remoteview__frame_done__init)
+            f.pointee.frame = frame
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FRAME_DONE
+            e.frame_done = f
+        case .destroyBuffer(let id):
+            let d = message(Remoteview__DestroyBuffer.self, remoteview__destroy_buffer__init)
+            d.pointee.buffer_id = id
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER
+            e.destroy_buffer = d
+        case .resize(let size):
+            let r = message(Remoteview__Resize.self, remoteview__resize__init)
+            r.pointee.width = UInt32(size.width)
+            r.pointee.height = UInt32(size.height)
+            r.pointee.scale_permille = UInt32(size.scalePermille)
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RESIZE
+            e.resize = r
+        case .preferredSize(let width, let height):
+            let p = message(Remoteview__PreferredSize.self, remoteview__preferred_size__init)
+            p.pointee.width = UInt32(width)
+            p.pointee.height = UInt32(height)
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE
+            e.preferred_size = p
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import CCairo
+import Glibc
+
+extension GraphicsContext {
+    /// Paints `color` over `rect` (blending with what is there).
+    public func fill(_ rect: Rect, with color: Color) {
+        cairo_save(cairo)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_rectangle(cairo, rect.minX, rect.minY, rect.width, rect.height)
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Paints `color` over `rect` with corners of `radius`.
+    public func fillRoundedRect(_ rect: Rect, radius: Double, with color: Color) {
+        cairo_save(cairo)
+        roundedRectPath(rect, radius: radius)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Outlines `rect` (with corners of `radius`) with a line `width` points wide, inside it.
+    public func strokeRoundedRect(_ rect: Rect, radius: Double = 0, width: Double = 1, color: Color) {
+        cairo_save(cairo)
+        roundedRectPath(rect.inset(by: EdgeInsets(all: width / 2)), radius: max(0, radius - width / 2))
+        cairo_set_line_width(cairo, width)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_stroke(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// A straight line.
+    public func strokeLine(from start: Point, to end: Point, width: Double = 1, color: Color) {
+        cairo_save(cairo)
+        cairo_move_to(cairo, start.x, start.y)
+        cairo_line_to(cairo, end.x, end.y)
+        cairo_set_line_width(cairo, width)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_stroke(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Paints an ellipse filling `rect`.
+    public func fillEllipse(in rect: Rect, with color: Color) {
+        guard !rect.isEmpty else { return }
+        cairo_save(cairo)
+        cairo_translate(cairo, rect.midX, rect.midY)
+        cairo_scale(cairo, rect.width / 2, rect.height / 2)
+        cairo_arc(cairo, 0, 0, 1, 0, 2 * Double.pi)
+        cairo_restore(cairo)
+        cairo_save(cairo)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Draws one line of `text` with its baseline starting at `point`.
+    public func draw(_ text: String, at point: Point, font: Font, color: Color) {
+        guard !text.isEmpty else { return }
+        cairo_save(cairo)
+        font.apply(to: cairo)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_move_to(cairo, point.x, point.y)
+        cairo_show_text(cairo, text)
+        cairo_restore(cairo)
+    }
+
+    /// Draws `image` scaled to fill `rect`.
+    public func draw(_ image: Bitmap, in rect: Rect) {
+        guard !rect.isEmpty, image.width > 0, image.height > 0 else { return }
+        cairo_save(cairo)
+        cairo_translate(cairo, rect.minX, rect.minY)
+        cairo_scale(cairo, rect.width / Double(image.width), rect.height / Double(image.height))
+        cairo_set_source_surface(cairo, image.surface, 0, 0)
+        cairo_pattern_set_filter(cairo_get_source(cairo), CAIRO_FILTER_GOOD)
+        cairo_rectangle(cairo, 0, 0, Double(image.width), Double(image.height))
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    /// Runs `body` and then puts back the transform and clip as they were.
+    public func withSavedState(_ body: () -> Void) {
+        cairo_save(cairo)
+        body()
+        cairo_restore(cairo)
+    }
+
+    /// Moves the origin by (`x`, `y`) points.
+    public func translate(x: Double, y: Double) { cairo_translate(cairo, x, y) }
+
+    /// Scales what follows by `factor` (points to pixels, for the toolkit).
+    func scale(by factor: Double) { cairo_scale(cairo, factor, factor) }
+
+    /// Limits what follows to `rect` (with corners of `radius`).
+    public func clip(to rect: Rect, radius: Double = 0) {
+        roundedRectPath(rect, radius: radius)
+        cairo_clip(cairo)
+    }
+
+    /// Replaces everything in `rect` (alpha included) with `color`.
+    func clear(_ rect: Rect, to color: Color) {
+        cairo_save(cairo)
+        cairo_set_operator(cairo, CAIRO_OPERATOR_SOURCE)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_rectangle(cairo, rect.minX, rect.minY, rect.width, rect.height)
+        cairo_fill(cairo)
+        cairo_restore(cairo)
+    }
+
+    private func roundedRectPath(_ rect: Rect, radius: Double) {
+        let r = min(max(radius, 0), rect.width / 2, rect.height / 2)
+        guard r > 0 else {
+            cairo_rectangle(cairo, rect.minX, rect.minY, rect.width, rect.height)
+            return
+        }
+        cairo_new_sub_path(cairo)
+        cairo_arc(cairo, rect.maxX - r, rect.minY + r, r, -Double.pi / 2, 0)
+        cairo_arc(cairo, rect.maxX - r, rect.maxY - r, r, 0, Double.pi / 2)
+        cairo_arc(cairo, rect.minX + r, rect.maxY - r, r, Double.pi / 2, Double.pi)
+        cairo_arc(cairo, rect.minX + r, rect.minY + r, r, Double.pi, 3 * Double.pi / 2)
+        cairo_close_path(cairo)
+    }
+}
