@@ -98,7 +98,7 @@ let package = Package(
         // Deadlines and fd/process leak checks shared by the test targets.
         .target(
             name: "RemoteTestSupport",
-            dependencies: ["RemoteCore", "CRemoteViewLinux"],
+            dependencies: ["RemoteCore", "RemoteHost", "CRemoteViewLinux", .product(name: "Logging", package: "swift-log")],
             path: "Tests/Support"
         ),
         .testTarget(

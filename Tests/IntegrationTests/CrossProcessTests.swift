@@ -8,14 +8,6 @@ import Testing
 @Suite("Across processes")
 struct CrossProcessTests {
     /// The fixture, built next to the test bundle.
-    static let fixture: String = {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        let path = String(decoding: buffer[..<max(length, 0)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        let directory = path.split(separator: "/").dropLast().joined(separator: "/")
-        return "/" + directory + "/remoteview-test-service"
-    }()
-
     /// Waits until `connection` has ended (the hostile fixtures end it themselves).
     static func untilClosed(_ connection: Connection) async {
         for await event in connection.events {
@@ -27,9 +19,9 @@ struct CrossProcessTests {
     /// connection and the process ended.
     func withService<R: Sendable>(_ mode: String = "serve",
                                   _ body: @escaping @Sendable (Connection, ChildProcess) async throws -> R) async throws -> (R, RemoteError?, Termination) {
-        #expect(access(Self.fixture, X_OK) == 0, "fixture missing at \(Self.fixture): build with swift build --build-tests")
+        #expect(access(testServiceExecutable, X_OK) == 0, "fixture missing at \(testServiceExecutable): build with swift build --build-tests")
         let outcome = try await withoutLeaks(within: .seconds(20)) {
-            let service = try SpawnedService(executable: Self.fixture, arguments: [mode], hostIdentifier: "com.example.tests")
+            let service = try SpawnedService(executable: testServiceExecutable, arguments: [mode], hostIdentifier: "com.example.tests")
             let connection = service.connection
             let (result, error) = try await withThrowingTaskGroup(of: RemoteError?.self) { group -> (R, RemoteError?) in
                 group.addTask {

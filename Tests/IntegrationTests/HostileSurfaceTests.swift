@@ -40,12 +40,12 @@ struct HostileSurfaceTests {
         let manifests = ["good.json": ServiceFolder.manifest(identifier: Self.good),
                          "neighbour.json": ServiceFolder.manifest(identifier: Self.neighbour, mode: "view"),
                          "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-" + mode)]
-        try await LauncherTests().withServices(manifests, within: .seconds(30)) { launcher, _ in
+        try await withServices(manifests, within: .seconds(30)) { launcher, _ in
             let events = launcher.events()
             let good = launcher.connection(to: Self.good)
             let neighbour = RemoteView(connection: launcher.connection(to: Self.neighbour))
             try await neighbour.present(width: 32, height: 24)
-            #expect(try await RemoteViewTests.nextDamage(neighbour) == [PixelRect(x: 0, y: 0, width: 32, height: 24)])
+            #expect(try await nextDamage(neighbour) == [PixelRect(x: 0, y: 0, width: 32, height: 24)])
             let hostile = RemoteView(connection: launcher.connection(to: Self.hostile), presentation: presentation)
             try await hostile.present(width: Self.width, height: Self.height)
             try await body(Scene(launcher: launcher, events: events, good: good, neighbour: neighbour, hostile: hostile))
@@ -58,11 +58,11 @@ struct HostileSurfaceTests {
     /// and its connection reports the reason; the good service and view carry on.
     static func expectViolation(_ scene: Scene, _ words: [String],
                                 sourceLocation: SourceLocation = #_sourceLocation) async throws {
-        let (pid, reason) = try await HostileLauncherTests.termination(of: hostile, in: scene.events)
+        let (pid, reason) = try await termination(of: hostile, in: scene.events)
         #expect(reason.kind == .protocolViolation, "\(reason)", sourceLocation: sourceLocation)
         for word in words { #expect(reason.detail.contains(word), "\(reason)", sourceLocation: sourceLocation) }
         #expect(!childProcesses().contains(pid), "the hostile process is reaped", sourceLocation: sourceLocation)
-        let event = try await HostileLauncherTests.nextEvent(of: scene.hostile.connection)
+        let event = try await nextEvent(of: scene.hostile.connection)
         if case .interrupted(let error) = event {
             for word in words { #expect(error.reason.contains(word), "\(error)", sourceLocation: sourceLocation) }
         } else {
@@ -77,7 +77,7 @@ struct HostileSurfaceTests {
     static func expectNeighboursFine(_ scene: Scene, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         #expect(try await scene.good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine", sourceLocation: sourceLocation)
         _ = try await scene.neighbour.connection.request(ServiceMessage(type: "paint", text: "ff0000 3 4 5 6"))
-        #expect(try await RemoteViewTests.nextDamage(scene.neighbour) == [PixelRect(x: 3, y: 4, width: 5, height: 6)],
+        #expect(try await nextDamage(scene.neighbour) == [PixelRect(x: 3, y: 4, width: 5, height: 6)],
                 sourceLocation: sourceLocation)
         let image = scene.neighbour.image
         #expect(image.pixel(x: 3, y: 4) == red && image.pixel(x: 7, y: 9) == red, sourceLocation: sourceLocation)
@@ -124,7 +124,7 @@ struct HostileSurfaceTests {
     @Test("a damage rect outside the buffer: ended as a protocol violation naming the rect and the buffer's size; the frame before it stays shown, unchanged")
     func damageOutOfBounds() async throws {
         try await withHostileView("damage") { scene in
-            #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole], "its good first frame")
+            #expect(try await nextDamage(scene.hostile) == [Self.whole], "its good first frame")
             try await Self.expectViolation(scene, ["commit of buffer 1: damage rect 0 (10×10 at (60, 0)) is outside the buffer (64×48)"])
             #expect(Self.isFilled(scene.hostile, with: Self.green), "nothing of the refused frame was copied")
         }
@@ -159,14 +159,14 @@ struct HostileSurfaceTests {
 
     @Test("a host that presents manually: frame_done goes out only when it says the frame was shown, and a patient service is never refused")
     func manualPresentation() async throws {
-        try await LauncherTests().withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+        try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
             let view = RemoteView(connection: launcher.connection(to: "com.example.test"), presentation: .manual)
             try await view.present(width: 16, height: 16)
-            #expect(try await RemoteViewTests.nextDamage(view) == [PixelRect(x: 0, y: 0, width: 16, height: 16)])
+            #expect(try await nextDamage(view) == [PixelRect(x: 0, y: 0, width: 16, height: 16)])
             for index in 0..<5 {
                 _ = try await view.connection.request(ServiceMessage(type: "paint", text: "ff0000 \(index) 0 1 1"))
                 try await view.framePresented()
-                #expect(try await RemoteViewTests.nextDamage(view) == [PixelRect(x: index, y: 0, width: 1, height: 1)])
+                #expect(try await nextDamage(view) == [PixelRect(x: index, y: 0, width: 1, height: 1)])
             }
             #expect(view.image.pixel(x: 4, y: 0) == Self.red)
             let status = try #require(await launcher.status().first)
@@ -179,13 +179,13 @@ struct HostileSurfaceTests {
     @Test("a service that tries to truncate (and grow) its sealed buffer after attaching it, and again after the host read it: every ftruncate fails with EPERM, the host shows both frames exactly (no SIGBUS), and the service carries on")
     func truncateAfterAttach() async throws {
         try await withHostileView("truncate") { scene in
-            #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole])
+            #expect(try await nextDamage(scene.hostile) == [Self.whole])
             #expect(Self.isFilled(scene.hostile, with: Self.green), "frame 1, read after the first attempts")
             // Lets the service try again and draw frame 2; the reply says what each ftruncate did.
             let report = try await scene.hostile.connection.request(ServiceMessage(type: "next")).text
             let attempts = "shrink to 0: EPERM, shrink to 6144: EPERM, grow to 24576: EPERM"
             #expect(report == "after attach: \(attempts); after frame 1: \(attempts); size 12288")
-            #expect(try await RemoteViewTests.nextDamage(scene.hostile) == [Self.whole])
+            #expect(try await nextDamage(scene.hostile) == [Self.whole])
             #expect(Self.isFilled(scene.hostile, with: Self.magenta), "frame 2, read after the second attempts")
             #expect(try await scene.hostile.connection.request(ServiceMessage(type: "echo", text: "alive")).text == "alive")
             let status = try #require(await scene.launcher.status().first { $0.identifier == Self.hostile })

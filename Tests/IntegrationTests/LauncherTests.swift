@@ -10,29 +10,6 @@ import Testing
 /// bubblewrap from manifests the tests write. Every test checks for leaked fds and children.
 @Suite("Launcher", .serialized)
 struct LauncherTests {
-    /// Launcher settings that keep the tests fast: short backoff and grace periods.
-    static func fastConfiguration(_ logger: Logger? = nil) -> Launcher.Configuration {
-        var quiet = Logger(label: "tests")
-        quiet.logLevel = .warning
-        return Launcher.Configuration(hostIdentifier: "com.example.tests", backoff: .milliseconds(20),
-                               minimumRelaunchInterval: .milliseconds(10), crashLoopLimit: 3,
-                               stopGracePeriod: .milliseconds(500), idleGracePeriod: .milliseconds(300), logger: logger ?? quiet)
-    }
-
-    /// Writes `manifests` into a fresh folder, runs a launcher over it for `body`, removes the
-    /// folder, and checks that nothing leaked.
-    @discardableResult
-    func withServices<R: Sendable>(_ manifests: [String: String], within deadline: Duration = .seconds(20),
-                                   configuration: Launcher.Configuration = fastConfiguration(),
-                                   _ body: @escaping @Sendable (Launcher, ServiceFolder) async throws -> R) async throws -> R {
-        let folder = try ServiceFolder(manifests)
-        defer { folder.remove() }
-        return try await withoutLeaks(within: deadline) {
-            try await withLauncher(registry: ServiceRegistry(scanning: [folder.path]), configuration: configuration) { launcher in
-                try await body(launcher, folder)
-            }
-        }
-    }
 
     @Test("nothing starts until the first message; then the service runs sandboxed and answers")
     func launchOnFirstMessage() async throws {
@@ -100,7 +77,7 @@ struct LauncherTests {
             let connection = launcher.connection(to: "com.example.test")
             _ = try await connection.request(ServiceMessage(type: "echo", text: "one"))
             let first = try #require(connection.processIdentifier)
-            let reason = try #require(await Self.termination(of: first, in: events))
+            let reason = try await termination(of: first, in: events)
             #expect(reason.kind == .idleExit)
             #expect(reason.detail.contains("exited by itself"))
             #expect(!childProcesses().contains(first), "the idle process is reaped")
@@ -119,7 +96,7 @@ struct LauncherTests {
             let connection = launcher.connection(to: "com.example.test")
             _ = try await connection.request(ServiceMessage(type: "echo"))
             let pid = try #require(connection.processIdentifier)
-            let reason = try #require(await Self.termination(of: pid, in: events))
+            let reason = try await termination(of: pid, in: events)
             #expect(reason.kind == .idleExit)
             #expect(reason.detail.contains("stopped by the host"))
         }
@@ -205,7 +182,7 @@ struct LauncherTests {
 
     @Test("bubblewrap missing: invalidated with what to do, never an unsandboxed fallback")
     func bubblewrapMissing() async throws {
-        var configuration = Self.fastConfiguration()
+        var configuration = fastLauncherConfiguration()
         configuration.sandbox = .bubblewrap(path: "/nonexistent/bwrap")
         try await withServices(["test.json": ServiceFolder.manifest()], configuration: configuration) { launcher, _ in
             let connection = launcher.connection(to: "com.example.test")
@@ -248,7 +225,7 @@ struct LauncherTests {
             _ = try await polite.request(ServiceMessage(type: "echo"))
             let politePid = try #require(polite.processIdentifier)
             await polite.invalidate()
-            let politeEnd = try #require(await Self.termination(of: politePid, in: events))
+            let politeEnd = try await termination(of: politePid, in: events)
             #expect(politeEnd.kind == .stopped && politeEnd.exitCode == 0, "\(politeEnd)")
             let error = await #expect(throws: RemoteError.self) { try await polite.request(ServiceMessage(type: "echo")) }
             #expect(error?.code == .invalidated)
@@ -257,7 +234,7 @@ struct LauncherTests {
             _ = try await stubborn.request(ServiceMessage(type: "echo"))
             let stubbornPid = try #require(stubborn.processIdentifier)
             await stubborn.invalidate()
-            let stubbornEnd = try #require(await Self.termination(of: stubbornPid, in: events))
+            let stubbornEnd = try await termination(of: stubbornPid, in: events)
             #expect(stubbornEnd.kind == .stopped && stubbornEnd.signal == SIGKILL, "\(stubbornEnd)")
         }
     }
@@ -336,13 +313,13 @@ struct LauncherTests {
     func outputCaptured() async throws {
         let records = LogRecords()
         let logger = Logger(label: "tests") { _ in records.handler() }
-        try await withServices(["test.json": ServiceFolder.manifest()], configuration: Self.fastConfiguration(logger)) { launcher, _ in
+        try await withServices(["test.json": ServiceFolder.manifest()], configuration: fastLauncherConfiguration(logger)) { launcher, _ in
             let events = launcher.events()
             let connection = launcher.connection(to: "com.example.test")
             _ = try await connection.request(ServiceMessage(type: "print", text: "marker-42"))
             let pid = try #require(connection.processIdentifier)
             await connection.invalidate()
-            _ = await Self.termination(of: pid, in: events)
+            _ = try await termination(of: pid, in: events)
         }
         let lines = records.lines.filter { $0.message.contains("marker-42") }
         #expect(lines.map(\.message).sorted() == ["err: marker-42", "out: marker-42"])
@@ -357,7 +334,7 @@ struct LauncherTests {
             let output = try Syscall.pipe()
             var options = ChildProcess.Options()
             options.pass(output.second, as: 1)
-            let host = try ChildProcess.start(executable: CrossProcessTests.fixture.replacing("remoteview-test-service", with: "remoteview-test-host"),
+            let host = try ChildProcess.start(executable: testHostExecutable,
                                               arguments: [folder.path, "com.example.test"], options: options)
             let reader = try ReadableDescriptor(output.first)
             var line: [UInt8] = []
@@ -380,14 +357,6 @@ struct LauncherTests {
 
     // MARK: helpers
 
-    /// The termination of `pid` from `events`.
-    static func termination(of pid: Int32, in events: AsyncStream<LauncherEvent>) async -> TerminationReason? {
-        for await event in events {
-            if case .terminated(_, pid, let reason) = event { return reason }
-        }
-        return nil
-    }
-
     /// This process's network interfaces, sorted, comma-separated.
     static func interfaces() -> String {
         var names: [String] = []
@@ -400,63 +369,5 @@ struct LauncherTests {
             if_freenameindex(list)
         }
         return names.sorted().joined(separator: ",")
-    }
-}
-
-/// A temporary folder of manifests for the fixture service.
-struct ServiceFolder: Sendable {
-    let folder: TemporaryFolder
-    var path: String { folder.path }
-
-    init(_ manifests: [String: String]) throws {
-        folder = try TemporaryFolder("remoteview-services")
-        for (name, json) in manifests { try folder.write(name, json) }
-    }
-
-    func remove() { folder.remove() }
-
-    /// A manifest for the fixture service in `mode`.
-    static func manifest(identifier: String = "com.example.test", mode: String = "serve", idleTimeout: Double = 30,
-                         extra: String? = nil) -> String {
-        """
-        {
-          "identifier": "\(identifier)",
-          "executable": "\(CrossProcessTests.fixture)",
-          "arguments": ["\(mode)"],
-          "display": { "title": "Test service" },
-          "idleTimeout": \(idleTimeout)\(extra.map { ",\n  " + $0 } ?? "")
-        }
-        """
-    }
-}
-
-/// Log lines captured by a test's logger.
-final class LogRecords: Sendable {
-    struct Line: Sendable {
-        var message: String
-        var metadata: [String: String]
-    }
-
-    private let storage = Mutex<[Line]>([])
-    var lines: [Line] { storage.withLock { $0 } }
-
-    func handler() -> some LogHandler { Handler(records: self) }
-
-    fileprivate func append(_ line: Line) { storage.withLock { $0.append(line) } }
-
-    private struct Handler: LogHandler {
-        let records: LogRecords
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
-            records.append(Line(message: "\(event.message)", metadata: merged.mapValues { "\($0)" }))
-        }
     }
 }

@@ -17,7 +17,7 @@ struct RemoteViewInputTests {
     /// A presented "ui" screen, its first frame drawn.
     static func withScreen(width: Int = width, height: Int = height,
                            _ body: @escaping @Sendable (RemoteView, Screen) async throws -> Void) async throws {
-        try await LauncherTests().withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
+        try await withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
             let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
             try await view.present(width: width, height: height)
             let screen = Screen(view: view)
@@ -65,7 +65,7 @@ struct RemoteViewInputTests {
 
         /// The next frame's damage (recorded in ``damage``).
         func nextDamage() async throws -> [PixelRect] {
-            let damage = try await RemoteViewTests.nextDamage(view)
+            let damage = try await RemoteTestSupport.nextDamage(view)
             self.damage.seen.withLock { $0.append(damage) }
             return damage
         }
@@ -243,7 +243,7 @@ struct RemoteViewInputTests {
 
     @Test("a relaunched service gets the size, the traits and the focus the host gave the view")
     func relaunchKeepsTraits() async throws {
-        try await LauncherTests().withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
+        try await withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
             let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
             try await view.present(width: Self.width, height: Self.height)
             try await view.setTraits(Traits(style: .dark))

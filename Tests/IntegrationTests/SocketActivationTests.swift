@@ -56,7 +56,7 @@ struct SocketActivationTests {
         defer { folder.remove() }
         let path = folder.path + "/echo.sock"
         try await withoutLeaks(within: .seconds(20)) {
-            let (activator, log) = try await Self.activate(path, ["--accept", CrossProcessTests.fixture, "serve"])
+            let (activator, log) = try await Self.activate(path, ["--accept", testServiceExecutable, "serve"])
             async let drained: Void = Self.drain(log)
             #expect(try await Self.echo(at: path, "first") == "first")
             #expect(try await Self.echo(at: path, "second") == "second")
@@ -72,7 +72,7 @@ struct SocketActivationTests {
         defer { folder.remove() }
         let path = folder.path + "/echo.sock"
         try await withoutLeaks(within: .seconds(20)) {
-            let (service, log) = try await Self.activate(path, ["--setenv=REMOTEVIEW_IDLE_TIMEOUT=0.3", CrossProcessTests.fixture, "serve"])
+            let (service, log) = try await Self.activate(path, ["--setenv=REMOTEVIEW_IDLE_TIMEOUT=0.3", testServiceExecutable, "serve"])
             async let drained: Void = Self.drain(log)
             #expect(try await Self.echo(at: path, "one") == "one")
             #expect(try await Self.echo(at: path, "two") == "two")

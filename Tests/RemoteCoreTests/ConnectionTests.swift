@@ -7,9 +7,6 @@ import Testing
 /// Tier 2: two connections over a real socketpair inside this process.
 @Suite("Connection over a socketpair")
 struct ConnectionTests {
-    static let host = Connection.Configuration(role: .host, identifier: "com.example.host")
-    static let service = Connection.Configuration(role: .service, identifier: "com.example.service", capabilities: ["echo"])
-
     /// A host connection and a service connection on the two ends of a socketpair, both running
     /// while `body` uses the host side; checks that nothing leaked afterwards.
     func withPair<R: Sendable>(onRequest: @escaping Connection.RequestHandler = { message, _ in message },
@@ -18,8 +15,8 @@ struct ConnectionTests {
         let result = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
-            let host = try Connection(socket: hostEnd, configuration: Self.host)
-            let service = try Connection(socket: pair.second, configuration: Self.service,
+            let host = try Connection(socket: hostEnd, configuration: .testHost)
+            let service = try Connection(socket: pair.second, configuration: .testService,
                                          onRequest: onRequest, onMessage: onMessage)
             return try await withThrowingTaskGroup(of: R?.self) { group in
                 group.addTask { try await service.run(); return nil }
@@ -48,24 +45,34 @@ struct ConnectionTests {
         }
     }
 
-    @Test("concurrent requests are matched to their replies by id")
+    @Test("concurrent requests are matched to their replies by id, whatever order the replies come in")
     func concurrentRequests() async throws {
+        // Each handler waits for the next request's to finish, so the replies go out in the
+        // reverse of the requests' order: no sleeping, and the order certainly changes.
+        let count = 20
+        let finished = (0..<count).map { _ in Latch<Void>() }
+        final class Answers: Sendable { let order = Mutex<[Int]>([]) }
+        let answered = Answers()
         try await withPair(onRequest: { message, _ in
-            // Reply out of order: later requests finish first.
-            let delay = 20 - Int(message.text ?? "0")!
-            try await Task.sleep(for: .milliseconds(delay))
+            let index = Int(message.text ?? "0")!
+            if index + 1 < count { try await finished[index + 1].wait() }
+            finished[index].open(())
             return message
         }) { host, _ in
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for index in 0..<20 {
+                for index in 0..<count {
                     group.addTask {
                         let reply = try await host.request(ServiceMessage(type: "n", text: String(index)))
                         #expect(reply.text == String(index))
+                        answered.order.withLock { $0.append(index) }
                     }
                 }
                 try await group.waitForAll()
             }
         }
+        let order = answered.order.withLock { $0 }
+        #expect(Set(order) == Set(0..<count))
+        #expect(order.first == count - 1 && order.last == 0, "the replies came out of order: \(order)")
     }
 
     @Test("a memfd attached to a request arrives sealed with its contents; one comes back in the reply")
@@ -185,7 +192,7 @@ struct HostileConnectionTests {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
             let peer = try SeqpacketSocket(pair.second)
-            let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+            let host = try Connection(socket: hostEnd, configuration: Connection.Configuration.testHost)
             var error: RemoteError?
             do {
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -287,7 +294,7 @@ struct HostileConnectionTests {
         let outcome = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
-            var configuration = ConnectionTests.host
+            var configuration = Connection.Configuration.testHost
             configuration.handshakeTimeout = .milliseconds(100)
             let host = try Connection(socket: hostEnd, configuration: configuration)
             let peer = pair.second
@@ -305,7 +312,7 @@ struct HostileConnectionTests {
             let peer = pair.second
             let transport = try SeqpacketSocket(pair.first, sendTimeout: .milliseconds(100))
             try rawSend(peer.rawValue, Self.handshake())
-            let host = Connection(transport: transport, configuration: ConnectionTests.host)
+            let host = Connection(transport: transport, configuration: Connection.Configuration.testHost)
             return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
                 group.addTask { try? await host.run() }
                 defer { transport.close() }
@@ -327,7 +334,7 @@ struct HostileConnectionTests {
             let hostEnd = pair.first
             let peer = try SeqpacketSocket(pair.second)
             try rawSend(peer.fd, Self.handshake())
-            let host = try Connection(socket: hostEnd, configuration: ConnectionTests.host)
+            let host = try Connection(socket: hostEnd, configuration: Connection.Configuration.testHost)
             return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
                 group.addTask { try? await host.run() }
                 let request = Task { try await host.request(ServiceMessage(type: "never answered")) }

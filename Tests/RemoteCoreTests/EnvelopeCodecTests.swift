@@ -3,6 +3,7 @@
 // truncated, random and mutated packets.
 @testable import RemoteCore
 import Glibc
+import RemoteTestSupport
 import Testing
 
 // Swift Testing has an `Attachment` type of its own; in this file the word means a file descriptor.
@@ -731,19 +732,7 @@ private struct EnvelopeCodecAttachmentLifetimeTests {
 
     /// How many of this process's fds are memfds called `name`.
     private func memoryFiles(named name: String) -> Int {
-        guard let directory = opendir("/proc/self/fd") else { return -1 }
-        defer { closedir(directory) }
-        var count = 0
-        while let entry = readdir(directory) {
-            let fd = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            var target = [CChar](repeating: 0, count: 256)
-            let length = readlink("/proc/self/fd/\(fd)", &target, target.count - 1)
-            guard length > 0 else { continue }
-            if String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self).contains("memfd:\(name) ") {
-                count += 1
-            }
-        }
-        return count
+        openDescriptorTargets().values.filter { $0.contains("memfd:\(name) ") }.count
     }
 }
 

@@ -122,7 +122,7 @@ struct SurfaceConnectionTests {
         let received = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let box = Received()
-            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: ConnectionTests.host)
+            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: .testHost)
             host.route(surface: { message, attachments, _ in
                 box.append("\(message.name) fds=\(attachments.count)")
                 if message.name == "preferred_size" { box.finish() }
@@ -169,7 +169,7 @@ struct SurfaceConnectionTests {
         }
         let error = try await withoutLeaks { () -> RemoteError? in
             let pair = try SeqpacketSocket.pair()
-            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: ConnectionTests.host)
+            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: .testHost)
             let raw = try SeqpacketSocket(pair.second)
             try await raw.send(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.rude"))))
             try await raw.send(Envelope(id: 2, body: .surface(.preferredSize(width: 1, height: 1))))

@@ -7,13 +7,7 @@ import Testing
 @Suite("Sandbox command")
 struct SandboxTests {
     /// This test binary: a dynamically linked Swift executable with a RUNPATH.
-    static let ownExecutable: String = {
-        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
-        let length = buffer.withUnsafeMutableBufferPointer { raw in
-            raw.withMemoryRebound(to: CChar.self) { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
-        }
-        return String(decoding: buffer[..<max(length, 0)], as: UTF8.self)
-    }()
+    static let ownExecutable = Syscall.symbolicLinkTarget("/proc/self/exe") ?? ""
 
     static func manifest(_ json: String = "") throws -> ServiceManifest {
         let folder = try TemporaryFolder("remoteview-sandbox")

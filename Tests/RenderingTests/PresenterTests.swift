@@ -170,6 +170,31 @@ struct PresenterTests {
         }
     }
 
+    @Test("a frame waiting for the host's frame_done, and one waiting for a buffer to come back, are cancelled")
+    func cancelled() async throws {
+        try await withoutLeaks {
+            // A host that answers nothing unless the test says so.
+            let presenter = SurfacePresenter(width: 8, height: 8) { _, _ throws(RemoteError) in }
+            try await presenter.present(damage: nil) { _ in }
+            let waitingForFrameDone = Task.immediate { try await presenter.present(damage: nil) { _ in } }
+            waitingForFrameDone.cancel()
+            let first = await #expect(throws: RemoteError.self) { try await waitingForFrameDone.value }
+            #expect(first?.code == .cancelled && first?.reason.contains("frame_done") == true, "\(String(describing: first))")
+            // Frame done for each frame, but no buffer back: after three buffers, a frame waits for one.
+            for frame in 1...2 {
+                try await presenter.receive(.frameDone(frame: UInt64(frame)))
+                try await presenter.present(damage: nil) { _ in }
+            }
+            try await presenter.receive(.frameDone(frame: 3))
+            #expect(presenter.bufferCount == SurfacePresenter.maxBuffers)
+            let waitingForBuffer = Task.immediate { try await presenter.present(damage: nil) { _ in } }
+            waitingForBuffer.cancel()
+            let second = await #expect(throws: RemoteError.self) { try await waitingForBuffer.value }
+            #expect(second?.code == .cancelled && second?.reason.contains("release a buffer") == true, "\(String(describing: second))")
+            presenter.close()
+        }
+    }
+
     @Test("after a resize the next frame uses buffers of the new size and the old ones are destroyed")
     func resized() async throws {
         try await withSurface(width: 32, height: 32) { presenter, compositor, frames, _ in

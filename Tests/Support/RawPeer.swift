@@ -29,3 +29,10 @@ public func rawSend(_ fd: Int32, _ bytes: [UInt8], fds: [Int32] = []) throws {
     }
     if result < 0 { throw SystemCallError(call: "sendmsg (test)", errno: errno) }
 }
+
+extension Connection.Configuration {
+    /// A host side for connection tests.
+    public static let testHost = Connection.Configuration(role: .host, identifier: "com.example.host")
+    /// A service side for connection tests (it says it can echo).
+    public static let testService = Connection.Configuration(role: .service, identifier: "com.example.service", capabilities: ["echo"])
+}

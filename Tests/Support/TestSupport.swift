@@ -29,32 +29,29 @@ public func withDeadline<R: Sendable>(_ deadline: Duration = .seconds(10), _ wha
     }
 }
 
-/// The fd numbers open in this process.
-public func openDescriptors() -> Set<Int32> {
-    guard let directory = opendir("/proc/self/fd") else { return [] }
-    defer { closedir(directory) }
-    let own = dirfd(directory)
-    var result: Set<Int32> = []
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if let fd = Int32(name), fd != own { result.insert(fd) }
+/// The fd numbers open in this process, with what each one is (its `/proc/self/fd` link).
+public func openDescriptorTargets() -> [Int32: String] {
+    var result: [Int32: String] = [:]
+    for name in (try? Syscall.directoryEntries("/proc/self/fd")) ?? [] {
+        // The folder's own descriptor is gone by now: its link no longer resolves.
+        guard let fd = Int32(name), let target = Syscall.symbolicLinkTarget("/proc/self/fd/\(name)") else { continue }
+        result[fd] = target
     }
     return result
+}
+
+/// The fd numbers open in this process.
+public func openDescriptors() -> Set<Int32> {
+    Set(openDescriptorTargets().keys)
 }
 
 /// Pids of this process's living (or unreaped) children.
 public func childProcesses() -> Set<Int32> {
     var result: Set<Int32> = []
-    guard let tasks = opendir("/proc/self/task") else { return [] }
-    defer { closedir(tasks) }
-    while let entry = readdir(tasks) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        guard Int32(name) != nil, let file = fopen("/proc/self/task/\(name)/children", "r") else { continue }
-        defer { fclose(file) }
-        var buffer = [CChar](repeating: 0, count: 4096)
-        while fgets(&buffer, Int32(buffer.count), file) != nil {
-            let line = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            for word in line.split(whereSeparator: \.isWhitespace) { if let pid = Int32(word) { result.insert(pid) } }
+    for task in (try? Syscall.directoryEntries("/proc/self/task")) ?? [] where Int32(task) != nil {
+        guard let text = Syscall.readSmallFile("/proc/self/task/\(task)/children", limit: 1 << 16) else { continue }
+        for word in String(decoding: text, as: UTF8.self).split(whereSeparator: \.isWhitespace) {
+            if let pid = Int32(word) { result.insert(pid) }
         }
     }
     return result
@@ -71,9 +68,7 @@ public struct Leaks: Equatable, CustomStringConvertible {
     }
 
     static func target(of fd: Int32) -> String {
-        var buffer = [CChar](repeating: 0, count: 512)
-        let length = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        return length > 0 ? String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+        Syscall.symbolicLinkTarget("/proc/self/fd/\(fd)") ?? "?"
     }
 }
 
@@ -130,12 +125,7 @@ public struct TemporaryFolder: Sendable {
 
     /// Deletes the folder and the files in it.
     public func remove() {
-        guard let directory = opendir(path) else { return }
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { unlink(path + "/" + name) }
-        }
-        closedir(directory)
+        for name in (try? Syscall.directoryEntries(path)) ?? [] { unlink(path + "/" + name) }
         rmdir(path)
     }
 }

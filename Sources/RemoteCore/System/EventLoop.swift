@@ -131,6 +131,12 @@ package final class EventLoop: TaskExecutor, Sendable {
         schedule(at: .now, action)
     }
 
+    /// How many timers are scheduled and not yet fired or cancelled (for tests and diagnostics:
+    /// a wait that ended must leave none behind).
+    package var scheduledTimers: Int {
+        state.withLock { $0.timerActions.count }
+    }
+
     /// Cancels a timer; does nothing if it already fired.
     package func cancel(_ timer: TimerID) {
         state.withLock { state in

@@ -134,6 +134,7 @@ final class ServiceInstance: LaunchedProcess {
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             // Seen through even if the launcher's job is cancelled: every end must be booked.
             let termination = await process.waitForExitUncancellably()
+            let uptime = ContinuousClock.now - launchedAt
             state.withLock { $0.reaped = true }
             if !sandboxed {
                 // It led its own process group: whatever it left there goes with it.
@@ -145,7 +146,8 @@ final class ServiceInstance: LaunchedProcess {
             if sandboxed, control.peer == nil, let errors = captures.last {
                 await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
             }
-            let reason = classify(termination)
+            var reason = classify(termination)
+            reason.uptime = uptime.inSeconds
             // Published before the tasks above finish: a stop() in one of them waits for it.
             ending.open(reason)
             await control.close(reason: "the service process ended")

@@ -32,6 +32,9 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
     /// Whether this counts towards the crash-loop limit: killed, over a limit, a protocol
     /// violation, a non-zero exit, or any exit before the handshake.
     public var isCrash: Bool
+    /// How long the process ran, in seconds: from its launch until the launcher reaped it
+    /// (`nil` for an ending the launcher did not time).
+    public var uptime: Double?
 
     public init(kind: Kind, detail: String, exitCode: Int32? = nil, signal: Int32? = nil, isCrash: Bool? = nil) {
         self.kind = kind

@@ -39,18 +39,10 @@ final class Cancellations: Sendable {
 
 /// The names of the memfds this process has open ("/memfd:NAME (deleted)" links).
 func openMemoryFiles() -> [String] {
-    guard let directory = opendir("/proc/self/fd") else { return [] }
-    defer { closedir(directory) }
-    var names: [String] = []
-    while let entry = readdir(directory) {
-        let fd = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        var buffer = [CChar](repeating: 0, count: 512)
-        let length = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard length > 0 else { continue }
-        let target = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if target.hasPrefix("/memfd:") { names.append(String(target.dropFirst(7).prefix { $0 != " " })) }
-    }
-    return names
+    let descriptors = (try? Syscall.directoryEntries("/proc/self/fd")) ?? []
+    return descriptors.compactMap { Syscall.symbolicLinkTarget("/proc/self/fd/\($0)") }
+        .filter { $0.hasPrefix("/memfd:") }
+        .map { String($0.dropFirst(7).prefix { $0 != " " }) }
 }
 
 func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws -> ServiceMessage {
