@@ -4,7 +4,10 @@ SHELL := /bin/bash
 
 BUILD_LOG := .build/make-test-build.log
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
+
+# The libraries whose DocC catalogs `make docs` builds (and `make test` checks).
+DOC_TARGETS := RemoteCore RemoteHost RemoteService
 
 # make demo ARGS="..."
 demo:
@@ -26,6 +29,18 @@ test:
 	fi
 # Serial: the tests count this process's fds and children to catch leaks.
 	swift test --skip-build --no-parallel --disable-xctest
+	$(MAKE) --no-print-directory docs
+
+# Each library's documentation (DocC, through swift-docc-plugin) into .build/docs/TARGET;
+# any warning fails, an unresolved symbol link or an undocumented parameter among them.
+docs:
+	@mkdir -p .build/docs
+	@for target in $(DOC_TARGETS); do \
+	  echo "documentation: $$target"; \
+	  swift package --disable-sandbox generate-documentation --target $$target --warnings-as-errors \
+	    --output-path .build/docs/$$target >.build/docs-$$target.log 2>&1 \
+	    || { grep -E -A4 '^(warning|error):' .build/docs-$$target.log; echo "error: the documentation of $$target does not build (log: .build/docs-$$target.log)"; exit 1; }; \
+	done
 
 # Every benchmark figure next to its baseline, in one run (release build; see Benchmarks/).
 # make bench ARGS="--json"

@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
 //
-// RemoteView's benchmarks (design §13), a package of its own so that the main package's build
-// (and CI) stays lean. `swift run -c release remoteview-bench` runs every figure next to its
+// RemoteView's benchmarks (what each figure is and its target: docs/Benchmarks.md), a package of
+// its own so that the main package's build (and CI) stays lean. `swift run -c release remoteview-bench` runs every figure next to its
 // baseline, measured in the same run, and prints a table (or --json).
 import PackageDescription
 

@@ -17,8 +17,8 @@ import Synchronization
 /// Everything the peer sends is validated before a handler sees it; a protocol violation
 /// ends the connection with a ``RemoteError`` whose reason says what was wrong.
 ///
-/// The connection's life is a ``ConnectionStateMachine`` value held under one lock; this class
-/// does the I/O the machine asks for.
+/// The connection's life is a state machine value (`ConnectionStateMachine`, see
+/// `docs/Architecture.md`) held under one lock; this class does the I/O the machine asks for.
 public final class Connection: Sendable {
     /// Who this side is and how long it waits.
     public struct Configuration: Sendable {
@@ -256,7 +256,9 @@ public final class Connection: Sendable {
 
     /// Sends `message` as a request and waits for the peer's reply.
     ///
-    /// - Parameter timeout: How long to wait for the reply; `nil` uses the configuration's default.
+    /// - Parameters:
+    ///   - message: The request: its type, payload and attachments.
+    ///   - timeout: How long to wait for the reply; `nil` uses the configuration's default.
     /// - Throws: ``RemoteError``: `timeout` at the deadline and `cancelled` when the calling task
     ///   is cancelled (the peer is sent a cancel either way), `remoteError` with the peer's
     ///   ``ServiceFailure``, `interrupted`/`invalidated`/`protocolViolation` when the connection ends.

@@ -12,15 +12,15 @@ import Synchronization
 /// ```
 ///
 /// - ``Event/interrupted(_:)``: the service died (or broke the protocol and was ended);
-///   requests outstanding at that moment failed with ``RemoteError/Code/interrupted``. The next
+///   requests outstanding at that moment failed with `RemoteError.Code.interrupted`. The next
 ///   message relaunches it.
 /// - ``Event/invalidated(_:)``: the connection can never work (unknown service, invalid
 ///   manifest, sandbox refused, crash loop, ``invalidate()``, launcher shut down). Always the
-///   last event; every call from then on throws ``RemoteError/Code/invalidated``.
+///   last event; every call from then on throws `RemoteError.Code.invalidated`.
 ///
-/// Each process it talks to is reached over a channel of its own (a ``Connection``). What
+/// Each process it talks to is reached over a channel of its own (a `Connection`). What
 /// rides on a channel besides requests and messages (a remote view's surface, a share) is
-/// added by listeners (``ServiceChannelListener``) that hear when a channel opens; the
+/// added by listeners (`ServiceChannelListener`) that hear when a channel opens; the
 /// connection itself knows nothing of them.
 public final class ServiceConnection: Sendable {
     /// Lifecycle events, in order. ``events`` finishes after ``invalidated(_:)``.
@@ -92,7 +92,7 @@ public final class ServiceConnection: Sendable {
 
     /// Sends `message` as a request and waits for the reply, launching the service if needed.
     ///
-    /// - Throws: ``RemoteError``: `interrupted` if the service died first, `invalidated` if it
+    /// - Throws: `RemoteError`: `interrupted` if the service died first, `invalidated` if it
     ///   can never be reached, `timeout`, `cancelled`, `remoteError` (the service's own failure),
     ///   `protocolViolation`.
     public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {

@@ -30,7 +30,7 @@ public enum ServiceMain {
     /// The environment variable carrying the idle timeout in seconds.
     public static let idleTimeoutVariable = FrameworkMessage.idleTimeoutVariable
 
-    /// How a ``run(identifier:capabilities:onRequest:onMessage:)`` ended without an error.
+    /// How a ``run(identifier:capabilities:viewController:onRequest:onMessage:)`` ended without an error.
     public enum Ending: Sendable, Equatable {
         /// The host closed the connection in order.
         case closed
@@ -40,12 +40,17 @@ public enum ServiceMain {
 
     /// Serves the socket the host passed until the host closes it or the service is idle.
     ///
-    /// - Throws: ``RemoteError`` when no usable socket was passed, the host broke the protocol,
+    /// - Throws: `RemoteError` when no usable socket was passed, the host broke the protocol,
     ///   or it vanished.
     ///
-    /// - Parameter viewController: Makes the controller of what the service shows, once for
-    ///   each host connection that presents it (see ``ViewController``); `nil` for a service
-    ///   without a UI.
+    /// - Parameters:
+    ///   - identifier: The service's reverse-DNS identifier (its manifest's), sent in handshakes.
+    ///   - capabilities: Optional features the service announces in its handshakes.
+    ///   - viewController: Makes the controller of what the service shows, once for each host
+    ///     connection that presents it (see ``ViewController``); `nil` for a service without a UI.
+    ///   - onRequest: Answers the hosts' requests the view controller leaves (with the message
+    ///     and its `ConnectionContext`).
+    ///   - onMessage: Receives the hosts' one-way messages the view controller leaves.
     @discardableResult
     public static func run(identifier: String, capabilities: [String] = [],
                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
@@ -66,7 +71,7 @@ public enum ServiceMain {
         }
     }
 
-    /// ``run(identifier:capabilities:onRequest:onMessage:)``, then exits the process: status 0
+    /// ``run(identifier:capabilities:viewController:onRequest:onMessage:)``, then exits the process: status 0
     /// after an orderly close or an idle exit, 1 (with the reason on stderr) otherwise.
     public static func exit(serving identifier: String, capabilities: [String] = [],
                             viewController: (@MainActor @Sendable () -> ViewController)? = nil,

@@ -82,7 +82,7 @@ final class StreamController: ViewController {
     }
 }
 
-await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamController() }, onRequest: { request in
+await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamController() }, onRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
@@ -94,6 +94,6 @@ await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamCon
     default:
         throw ServiceFailure(domain: "bench", code: 404, message: "unknown request \(request.type)")
     }
-}, onMessage: { _ in
+}, onMessage: { _, _ in
     received.add(1, ordering: .relaxed)
 })

@@ -14,7 +14,7 @@ struct Row: Codable, Sendable {
     var baselineValue: Stats
     /// What to show instead of `baselineValue`, likewise.
     var baselineSummary: String? = nil
-    /// How the two compare, and the target (design §13).
+    /// How the two compare, and the target (docs/Benchmarks.md).
     var ratio: Double
     var ratioMeaning: String
     var target: String

@@ -240,7 +240,7 @@ struct  Remoteview__Envelope
      */
     Remoteview__Cancel *cancel;
     /*
-     * Surfaces (design §6): how a service's pixels reach the host.
+     * Surfaces (docs/Protocol.md, "Surfaces"): how a service's pixels reach the host.
      */
     /*
      * service -> host, fds: 1 (the buffer's sealed memfd).
@@ -271,7 +271,7 @@ struct  Remoteview__Envelope
      */
     Remoteview__PreferredSize *preferred_size;
     /*
-     * Input (design §7): host -> service, fds: 0, all of them. Coordinates are the view's points.
+     * Input (docs/Protocol.md, "Input"): host -> service, fds: 0, all of them. Coordinates are the view's points.
      */
     /*
      * A pointer went down, up, moved or scrolled.

@@ -60,7 +60,7 @@ public final class ChildProcess: Sendable {
     /// Starts `executable` with `socket` as its fd 3 and `LISTEN_FDS=1` (the socket-activation
     /// convention), stdin/stdout/stderr on `/dev/null`, from the calling thread.
     ///
-    /// - Throws: ``SystemCallError`` naming the step that failed (e.g. `execve` with `ENOENT`).
+    /// - Throws: `SystemCallError` naming the step that failed (e.g. `execve` with `ENOENT`).
     public static func spawn(executable: String, arguments: [String] = [], environment: [String: String] = [:],
                              socket: borrowing OwnedFD) throws(SystemCallError) -> ChildProcess {
         var options = Options()

@@ -180,7 +180,7 @@ public actor Launcher {
     /// The process `client` should talk to: the running one, or a new one (after the
     /// relaunch delay, if the last one crashed).
     ///
-    /// - Throws: ``RemoteError``: `invalidated` when the service can never run (or the launcher
+    /// - Throws: `RemoteError`: `invalidated` when the service can never run (or the launcher
     ///   shut down), `interrupted` when this launch failed, `cancelled` when the calling task was
     ///   cancelled while it waited (for another client's launch, or the relaunch delay).
     func instance(for client: ServiceConnection) async throws(RemoteError) -> ServiceInstance {

@@ -67,7 +67,7 @@ public final class RemoteView: Sendable {
     /// Sends input to the service (launching it if needed). Pointer coordinates are in the
     /// view's points.
     ///
-    /// - Throws: ``RemoteError`` `invalidArgument` for an impossible event (named), or what
+    /// - Throws: `RemoteError` `invalidArgument` for an impossible event (named), or what
     ///   sending on the connection throws.
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
@@ -237,7 +237,7 @@ public struct RemoteImage: Sendable, Equatable {
 extension RemoteImage {
     /// Writes the image as a PNG (with Cairo) to `path`.
     ///
-    /// - Throws: ``RemoteError`` `invalidArgument` naming the path and Cairo's reason.
+    /// - Throws: `RemoteError` `invalidArgument` naming the path and Cairo's reason.
     public func writePNG(to path: String) throws(RemoteError) {
         guard width > 0, height > 0 else { throw RemoteError(.invalidArgument, "an empty image cannot be written to \(path)") }
         var words = pixels
@@ -254,7 +254,7 @@ extension RemoteImage {
 
     /// The image encoded as PNG (with Cairo).
     ///
-    /// - Throws: ``RemoteError`` `invalidArgument` with Cairo's reason.
+    /// - Throws: `RemoteError` `invalidArgument` with Cairo's reason.
     public func pngData() throws(RemoteError) -> [UInt8] {
         guard width > 0, height > 0 else { throw RemoteError(.invalidArgument, "an empty image cannot be encoded") }
         final class Sink {

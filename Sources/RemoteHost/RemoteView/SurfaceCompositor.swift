@@ -24,7 +24,7 @@ package struct CompositedImage: Sendable, Equatable {
 /// A commit's damage is copied from the service's buffer into the host's own image at once, so
 /// the image never changes behind a reader's back. The buffer is released, and the next frame
 /// allowed, only when the host ``present()``s the frame: a service may have one frame in flight,
-/// and a commit before its frame_done is a flood. Every broken rule is a ``RemoteError``
+/// and a commit before its frame_done is a flood. Every broken rule is a `RemoteError`
 /// `protocolViolation` naming it; the caller ends the service.
 package final class SurfaceCompositor: Sendable {
     private struct State {

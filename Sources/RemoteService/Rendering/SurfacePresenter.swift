@@ -261,7 +261,7 @@ package final class SurfacePresenter: Sendable {
 
     /// Returns once no frame is in flight (the host's frame_done of the last one came).
     ///
-    /// - Throws: ``RemoteError`` `cancelled` when the waiting task is cancelled.
+    /// - Throws: `RemoteError` `cancelled` when the waiting task is cancelled.
     nonisolated(nonsending) package func waitUntilReady() async throws(RemoteError) { try await waitForFrameDone() }
 
     nonisolated(nonsending) private func waitForFrameDone() async throws(RemoteError) {

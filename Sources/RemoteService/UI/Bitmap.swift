@@ -23,14 +23,14 @@ public final class Bitmap: @unchecked Sendable {
 
     /// Reads the PNG at `path`.
     ///
-    /// - Throws: ``RemoteError`` `invalidArgument` naming the path and what was wrong.
+    /// - Throws: `RemoteError` `invalidArgument` naming the path and what was wrong.
     public convenience init(contentsOfPNG path: String) throws(RemoteError) {
         try self.init(checking: cairo_image_surface_create_from_png(path), path)
     }
 
     /// Decodes PNG bytes (e.g. a shared item's contents).
     ///
-    /// - Throws: ``RemoteError`` `invalidArgument` when the bytes are not a PNG Cairo can read.
+    /// - Throws: `RemoteError` `invalidArgument` when the bytes are not a PNG Cairo can read.
     public convenience init(pngData: [UInt8]) throws(RemoteError) {
         final class Reader {
             let bytes: [UInt8]

@@ -1,5 +1,5 @@
 /// Geometry in points, the unit views are laid out in. A view's points become pixels at the
-/// host's scale (``Traits`` and the host's resize decide it); drawing code never sees pixels.
+/// host's scale (`Traits` and the host's resize decide it); drawing code never sees pixels.
 
 /// A point, in points.
 public struct Point: Sendable, Hashable, CustomStringConvertible {

@@ -10,7 +10,7 @@
 /// final class CounterController: ViewController {
 ///     let label = Label(text: "0")
 ///     override func viewDidLoad() {
-///         let button = Button(title: "Add") { [unowned self] _ in count += 1 }
+///         let button = Button(title: "Add") { [unowned self] _ in label.text = String(Int(label.text)! + 1) }
 ///         view.addSubview(StackView(axis: .vertical, arrangedSubviews: [label, button]))
 ///     }
 /// }
