@@ -201,7 +201,8 @@ final class ServiceRuntime: Sendable {
             for await connection in newConnections where connection !== primary {
                 group.addTask { await self.serveSecondary(connection) }
             }
-            group.cancelAll()
+            // Ending: every connection is being closed and the idle clock is stopped, so the
+            // tasks end by themselves (cancelling them would cut their goodbyes short).
             await group.waitForAll()
             let ending = state.withLock { $0.ending } ?? .closed
             return ending == .idle ? .success(.idle) : result.withLock { $0 }
@@ -233,7 +234,6 @@ final class ServiceRuntime: Sendable {
                 }
             }
             listener.stop()
-            group.cancelAll()
         }
         return .idle
     }
@@ -264,11 +264,12 @@ final class ServiceRuntime: Sendable {
         try outcome.get()
     }
 
-    /// Ends the service once its idle clock says so (with no idle timeout, never).
+    /// Ends the service once its idle clock says so (with no idle timeout, never); returns
+    /// when the clock stops (the service ends otherwise).
     private func addIdleWatcher(to group: inout TaskGroup<Void>, stopping listener: ReadableDescriptor? = nil) {
         guard let idleClock else { return }
         group.addTask {
-            do { try await idleClock.waitUntilIdle() } catch { return }  // cancelled: the service is ending anyway
+            guard (try? await idleClock.waitUntilIdle()) == true else { return }
             listener?.stop()
             await self.end(.idle, reason: FrameworkMessage.idleExitReason)
         }
@@ -282,6 +283,7 @@ final class ServiceRuntime: Sendable {
             return true
         }
         guard first else { return }
+        idleClock?.stop()
         // Stop taking connections first, then close what is there: one that slips in between
         // is either in the list below or refused by the finished stream (see deliver).
         newConnectionSink.finish()

@@ -182,23 +182,10 @@ struct SurfaceConnectionTests {
 
 /// Lines a handler saw, and a way to wait for the last one.
 private final class Received: Sendable {
-    private let state = Mutex<(lines: [String], finished: Bool, waiter: CheckedContinuation<Void, Never>?)>(([], false, nil))
-    var lines: [String] { state.withLock { $0.lines } }
-    func append(_ line: String) { state.withLock { $0.lines.append(line) } }
-    func finish() {
-        state.withLock { state in
-            state.finished = true
-            return state.waiter.take()
-        }?.resume()
-    }
-    func done() async {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state in
-                if state.finished { return true }
-                state.waiter = continuation
-                return false
-            }
-            if ready { continuation.resume() }
-        }
-    }
+    private let seen = Mutex<[String]>([])
+    private let finished = Latch<Void>()
+    var lines: [String] { seen.withLock { $0 } }
+    func append(_ line: String) { seen.withLock { $0.append(line) } }
+    func finish() { finished.open(()) }
+    func done() async { _ = try? await finished.wait() }  // bounded by the test's deadline
 }

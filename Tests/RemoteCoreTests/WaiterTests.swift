@@ -136,7 +136,7 @@ struct IdleClockTests {
             clock.begin()
             clock.begin()
             #expect(clock.deadline == nil, "no deadline while work is outstanding")
-            let idle = Task { try await clock.waitUntilIdle(); return ended.load(ordering: .acquiring) }
+            let idle = Task { try await clock.waitUntilIdle() && ended.load(ordering: .acquiring) }
             clock.end()
             #expect(clock.deadline == nil)
             ended.store(true, ordering: .releasing)
@@ -156,8 +156,23 @@ struct IdleClockTests {
         #expect(clock.deadline! > start.advanced(by: .seconds(10)))
         let short = IdleClock(timeout: .milliseconds(10))
         let before = ContinuousClock.now
-        try await short.waitUntilIdle(grace: .milliseconds(20))
-        #expect(ContinuousClock.now >= before.advanced(by: .milliseconds(30)))
+        #expect(try await short.waitUntilIdle(grace: .milliseconds(20)))
+        #expect(ContinuousClock.now >= before.advanced(by: .milliseconds(30)), "a timer never fires early")
+    }
+
+    @Test("stopping the clock ends every wait, busy or quiet, with false, and leaves no timer")
+    func stopped() async throws {
+        let timers = EventLoop.shared.scheduledTimers
+        let quietClock = IdleClock(timeout: .seconds(3600)), busyClock = IdleClock(timeout: .seconds(3600))
+        busyClock.begin()
+        let quiet = Task.immediate { try await quietClock.waitUntilIdle() }
+        let busy = Task.immediate { try await busyClock.waitUntilIdle() }
+        quietClock.stop()
+        busyClock.stop()
+        #expect(try await quiet.value == false)
+        #expect(try await busy.value == false)
+        #expect(try await quietClock.waitUntilIdle() == false, "and every later wait")
+        #expect(EventLoop.shared.scheduledTimers == timers)
     }
 
     @Test("a wait for idle is cancellable, while busy and while quiet, and leaves no timer")

@@ -14,26 +14,23 @@ struct PresenterTests {
 
     /// Counts composited frames and lets a test wait for the n-th.
     final class Frames: Sendable {
-        private let state = Mutex<(count: Int, waiters: [(Int, CheckedContinuation<Void, Never>)])>((0, []))
+        private let state = Mutex<(count: Int, waiters: [(Int, Waiter<Void>)])>((0, []))
         func composited() {
-            let ready = state.withLock { state in
+            state.withLock { state -> [Waiter<Void>] in
                 state.count += 1
                 let count = state.count
-                let ready = state.waiters.filter { $0.0 <= count }.map(\.1)
-                state.waiters.removeAll { $0.0 <= count }
-                return ready
-            }
-            for waiter in ready { waiter.resume() }
+                defer { state.waiters.removeAll { $0.0 <= count } }
+                return state.waiters.filter { $0.0 <= count }.map(\.1)
+            }.resumeAll(returning: ())
         }
         func wait(for count: Int) async {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state in
-                    if state.count >= count { return true }
-                    state.waiters.append((count, continuation))
-                    return false
-                }
-                if ready { continuation.resume() }
+            let waiter = Waiter<Void>()
+            let waits = state.withLock { state in
+                if state.count >= count { return false }
+                state.waiters.append((count, waiter))
+                return true
             }
+            if waits { try? await waiter.wait() }  // bounded by the test's deadline
         }
     }
 

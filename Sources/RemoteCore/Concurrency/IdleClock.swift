@@ -6,7 +6,8 @@ import Synchronization
 ///
 /// Work in flight is counted with ``begin()`` and ``end()`` (an outstanding request, an open
 /// connection of a listening service); other traffic moves the clock with ``touch()``. Waiting
-/// uses timers of the ``EventLoop``: one per idle period while quiet, none while busy.
+/// uses a timer of the ``EventLoop`` per quiet period and none while busy; ``stop()`` ends the
+/// waits when what the clock watches has ended, so nobody has to be cancelled.
 package final class IdleClock: Sendable {
     /// How long the service must be idle.
     package let timeout: Duration
@@ -15,8 +16,9 @@ package final class IdleClock: Sendable {
     private struct State {
         var outstanding = 0
         var lastActivity: ContinuousClock.Instant
-        /// Woken when the last outstanding work ends.
-        var quiet = WaiterQueue<Void>()
+        var stopped = false
+        /// Woken when the last outstanding work ends, and by ``IdleClock/stop()``.
+        var waiters = WaiterQueue<Void>()
     }
 
     package init(timeout: Duration, now: ContinuousClock.Instant = .now) {
@@ -38,7 +40,7 @@ package final class IdleClock: Sendable {
             precondition(state.outstanding > 0, "IdleClock.end() without begin()")
             state.outstanding -= 1
             state.lastActivity = .now
-            return state.outstanding == 0 ? state.quiet.takeAll() : []
+            return state.outstanding == 0 ? state.waiters.takeAll() : []
         }
         waiters.resumeAll(returning: ())
     }
@@ -48,34 +50,55 @@ package final class IdleClock: Sendable {
         state.withLock { $0.lastActivity = .now }
     }
 
+    /// What the clock watches has ended: every wait returns `false`, now and later.
+    package func stop() {
+        state.withLock { state in
+            state.stopped = true
+            return state.waiters.takeAll()
+        }.resumeAll(returning: ())
+    }
+
     /// When the service becomes idle if nothing happens, or `nil` while work is outstanding.
     package var deadline: ContinuousClock.Instant? {
         state.withLock { $0.outstanding > 0 ? nil : $0.lastActivity.advanced(by: timeout) }
     }
 
-    /// Returns once the service has been idle for ``timeout`` plus `grace`.
+    /// What a wait for idleness does next.
+    private enum Next {
+        case idle
+        case stopped
+        /// Wait until woken, or until the deadline (none while work is outstanding).
+        case wait(until: ContinuousClock.Instant?)
+    }
+
+    /// Waits until the service has been idle for ``timeout`` plus `grace`: `true`; `false` once
+    /// the clock is stopped.
     ///
     /// - Throws: ``WaitError/cancelled`` when the calling task is cancelled.
-    package func waitUntilIdle(grace: Duration = .zero) async throws(WaitError) {
+    package func waitUntilIdle(grace: Duration = .zero) async throws(WaitError) -> Bool {
         while true {
             let waiter = Waiter<Void>()
-            let due = state.withLock { state -> ContinuousClock.Instant? in
-                if state.outstanding > 0 {
-                    state.quiet.append(waiter)
-                    return nil
+            let next = state.withLock { state -> Next in
+                if state.stopped { return .stopped }
+                let due = state.outstanding > 0 ? nil : state.lastActivity.advanced(by: timeout + grace)
+                if let due, due <= .now { return .idle }
+                state.waiters.append(waiter)
+                return .wait(until: due)
+            }
+            switch next {
+            case .idle:
+                return true
+            case .stopped:
+                return false
+            case .wait(let due):
+                do {
+                    try await waiter.wait(until: due, onAbandon: { [weak self] in
+                        self?.state.withLock { $0.waiters.remove(waiter) }
+                    })
+                } catch .deadlinePassed {
+                    // Due, unless there was traffic meanwhile: look again.
                 }
-                return state.lastActivity.advanced(by: timeout + grace)
             }
-            guard let due else {
-                try await waiter.wait(onAbandon: { [weak self] in self?.state.withLock { $0.quiet.remove(waiter) } })
-                continue
-            }
-            if due <= .now {
-                // Idle long enough, unless work started in between.
-                if state.withLock({ $0.outstanding == 0 && $0.lastActivity.advanced(by: timeout + grace) <= .now }) { return }
-                continue
-            }
-            try await EventLoop.shared.sleep(until: due)
         }
     }
 }

@@ -30,13 +30,7 @@ package final class Latch<Value: Sendable>: Sendable {
     /// - Throws: ``WaitError`` when `deadline` passes or the task is cancelled first.
     nonisolated(nonsending) package func wait(until deadline: ContinuousClock.Instant? = nil) async throws(WaitError) -> Value {
         let waiter = Waiter<Value>()
-        if let value = state.withLock({ state -> Value? in
-            if let value = state.value { return value }
-            state.waiters.append(waiter)
-            return nil
-        }) {
-            return value
-        }
+        if let value = valueOrEnqueue(waiter) { return value }
         return try await waiter.wait(until: deadline, onAbandon: { [weak self] in
             self?.state.withLock { $0.waiters.remove(waiter) }
         })
@@ -48,16 +42,20 @@ package final class Latch<Value: Sendable>: Sendable {
     /// - Returns: The value, or `nil` when `deadline` passes first.
     nonisolated(nonsending) package func waitUncancellably(until deadline: ContinuousClock.Instant? = nil) async -> Value? {
         let waiter = Waiter<Value>()
-        if let value = state.withLock({ state -> Value? in
-            if let value = state.value { return value }
-            state.waiters.append(waiter)
-            return nil
-        }) {
-            return value
-        }
+        if let value = valueOrEnqueue(waiter) { return value }
         let value = await waiter.waitUncancellably(until: deadline)
         if value == nil { state.withLock { $0.waiters.remove(waiter) } }
         return value
+    }
+
+    /// The value if it has arrived; otherwise `waiter` is queued for it (under one lock, so the
+    /// value cannot slip in between).
+    private func valueOrEnqueue(_ waiter: Waiter<Value>) -> Value? {
+        state.withLock { state -> Value? in
+            if let value = state.value { return value }
+            state.waiters.append(waiter)
+            return nil
+        }
     }
 
     /// The value, or `nil` when `deadline` passes (or the task is cancelled) first.

@@ -135,6 +135,7 @@ final class ServiceInstance: LaunchedProcess {
             // Seen through even if the launcher's job is cancelled: every end must be booked.
             let termination = await process.waitForExitUncancellably()
             let uptime = ContinuousClock.now - launchedAt
+            idleClock.stop()
             state.withLock { $0.reaped = true }
             if !sandboxed {
                 // It led its own process group: whatever it left there goes with it.
@@ -309,16 +310,10 @@ final class ServiceInstance: LaunchedProcess {
     var clientCount: Int { state.withLock { $0.clients } }
 
     /// The host's side of idle exit: a service that is still there `grace` after its idle
-    /// deadline is stopped. Ends by itself when the process ends first.
+    /// deadline is stopped. Ends by itself when the process ends first (its clock stops).
     private func enforceIdleTimeout(grace: Duration, stopGrace: Duration) async {
-        let idle = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { (try? await self.idleClock.waitUntilIdle(grace: grace)) != nil }
-            group.addTask { _ = try? await self.ending.wait(); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
-        guard idle, state.withLock({ $0.stopping == nil }), ending.value == nil else { return }
+        guard (try? await idleClock.waitUntilIdle(grace: grace)) == true,
+              state.withLock({ $0.stopping == nil }), ending.value == nil else { return }
         await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"),
                    grace: stopGrace)
     }

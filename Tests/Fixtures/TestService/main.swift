@@ -8,32 +8,30 @@ import Synchronization
 let cancellations = Cancellations()
 
 final class Cancellations: Sendable {
-    private let state = Mutex<(count: Int, waiters: [(Int, CheckedContinuation<Void, Never>)])>((0, []))
+    private let state = Mutex<(count: Int, waiters: [(Int, Waiter<Void>)])>((0, []))
 
     func record() {
-        let ready = state.withLock { state in
+        state.withLock { state -> [Waiter<Void>] in
             state.count += 1
             let count = state.count
             defer { state.waiters.removeAll { $0.0 <= count } }
             return state.waiters.filter { $0.0 <= count }.map(\.1)
-        }
-        for waiter in ready { waiter.resume() }
+        }.resumeAll(returning: ())
     }
 
     var value: Int { state.withLock { $0.count } }
 
-    /// Returns once `count` cancellations were seen. A cancel message and the next request are
-    /// read in order, but the cancelled handler notices (and records) on its own task, which
-    /// may run after the next request's handler has started.
+    /// Returns once `count` cancellations were seen (or the waiting request is cancelled). A
+    /// cancel message and the next request are read in order, but the cancelled handler notices
+    /// (and records) on its own task, which may run after the next request's handler has started.
     func wait(forAtLeast count: Int) async {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state in
-                if state.count >= count { return true }
-                state.waiters.append((count, continuation))
-                return false
-            }
-            if ready { continuation.resume() }
+        let waiter = Waiter<Void>()
+        let waits = state.withLock { state in
+            if state.count >= count { return false }
+            state.waiters.append((count, waiter))
+            return true
         }
+        if waits { try? await waiter.wait() }
     }
 }
 
