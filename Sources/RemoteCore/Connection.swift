@@ -78,8 +78,8 @@ public final class Connection: Sendable {
     private let logger: Logger
     private let nextID = Atomic<UInt64>(1)
     private let machine = Mutex(ConnectionStateMachine())
-    /// Who handles the message families beyond requests and messages; fixed once running, and
-    /// let go when the connection ends (they often hold the connection).
+    /// Who handles the message families beyond requests and messages; let go when the
+    /// connection ends (they often hold the connection).
     private let routes = Mutex(Routes())
 
     /// The handlers of the message families the connection routes to others.
@@ -127,17 +127,16 @@ public final class Connection: Sendable {
         throw ServiceFailure(domain: "RemoteView", code: 1, message: "no handler for request \"\(message.type)\"")
     }
 
-    /// Routes the surface family (`attach_buffer` … `preferred_size`) to `handler`. Call before
-    /// ``run()``; without a route, a surface message is a protocol violation.
+    /// Routes the surface family (`attach_buffer` … `preferred_size`) to `handler`, from now
+    /// on; without a route, a surface message is a protocol violation. Route before the peer can
+    /// send the family (before ``run()``, or before asking the peer for it).
     package func route(surface handler: @escaping SurfaceHandler) {
-        precondition(machine.withLock { $0.isIdle }, "Connection.route(surface:) after run()")
         routes.withLock { $0.surface = handler }
     }
 
-    /// Routes the input family (`pointer` … `traits`) to `handler`. Call before ``run()``;
-    /// without a route, input is a protocol violation.
+    /// Routes the input family (`pointer` … `traits`) to `handler`, from now on; without a
+    /// route, input is a protocol violation.
     package func route(input handler: @escaping InputHandler) {
-        precondition(machine.withLock { $0.isIdle }, "Connection.route(input:) after run()")
         routes.withLock { $0.input = handler }
     }
 
@@ -186,11 +185,10 @@ public final class Connection: Sendable {
         if action == .handshake {
             do {
                 let peer = try await handshake()
-                let routes = self.routes.withLock { $0 }
                 let context = ConnectionContext(connection: self, peer: peer, logger: logger)
                 var turn = 0
                 while let envelope = try await transport.receive() {
-                    guard try await dispatch(envelope, context, routes) else { break }
+                    guard try await dispatch(envelope, context) else { break }
                     turn += 1
                     if turn == Self.envelopesPerTurn {
                         turn = 0
@@ -436,7 +434,7 @@ public final class Connection: Sendable {
     }
 
     /// Handles one envelope from the peer; `false` once the conversation is over (a goodbye).
-    nonisolated(nonsending) private func dispatch(_ envelope: Envelope, _ context: ConnectionContext, _ routes: Routes) async throws(RemoteError) -> Bool {
+    nonisolated(nonsending) private func dispatch(_ envelope: Envelope, _ context: ConnectionContext) async throws(RemoteError) -> Bool {
         switch envelope.body {
         case .handshake:
             throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
@@ -469,7 +467,7 @@ public final class Connection: Sendable {
             guard message.sender != configuration.role else {
                 throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
             }
-            guard let handler = routes.surface else {
+            guard let handler = routes.withLock({ $0.surface }) else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
             }
             await handler(message, envelope.attachments, context)
@@ -477,7 +475,7 @@ public final class Connection: Sendable {
             guard configuration.role == .service else {
                 throw refuse(.unexpected, "\(event.name) is input, which only the host sends, and this side is the host")
             }
-            guard let handler = routes.input else {
+            guard let handler = routes.withLock({ $0.input }) else {
                 throw refuse(.unexpected, "\(event.name) on a connection that carries no view")
             }
             await handler(event, context)

@@ -42,8 +42,9 @@ public final class ServiceConnection: Sendable {
     private let onMessage: Connection.MessageHandler
     private let eventSink: AsyncStream<Event>.Continuation
     private let machine = Mutex(ServiceConnectionStateMachine<Channel>())
-    /// Who hears about new channels (weakly: they own this connection).
-    private let listeners = Mutex<[WeakListener]>([])
+    /// Who hears about new channels (weakly: they own this connection), and the last channel
+    /// they were told about (a listener added later hears about it at once).
+    private let listeners = Mutex<(entries: [WeakListener], announced: Channel?)>(([], nil))
 
     /// One connection to one process of the service.
     final class Channel: Sendable {
@@ -79,12 +80,17 @@ public final class ServiceConnection: Sendable {
         return channel.instance.process.pid
     }
 
-    /// Attaches `listener`: it hears about every channel opened from now on (a libwayland
-    /// listener attached to its object). Held weakly.
+    /// Attaches `listener` (a libwayland listener attached to its object), held weakly: it
+    /// hears about every channel opened from now on, and about the channel open now, if any
+    /// (``ServiceChannelListener/channelWillRun(_:)`` at once; there is nothing to replay yet).
     package func addListener(_ listener: any ServiceChannelListener) {
-        listeners.withLock { listeners in
-            listeners.removeAll { $0.listener == nil }
-            listeners.append(WeakListener(listener: listener))
+        let open = listeners.withLock { listeners -> Channel? in
+            listeners.entries.removeAll { $0.listener == nil }
+            listeners.entries.append(WeakListener(listener: listener))
+            return listeners.announced
+        }
+        if let open, open.isUsable {
+            listener.channelWillRun(ServiceChannel(connection: open.connection, instance: open.instance))
         }
     }
 
@@ -265,7 +271,12 @@ public final class ServiceConnection: Sendable {
             connection = try await open(instance)
         }
         let channel = Channel(instance: instance, connection: connection)
-        let attached = listeners.withLock { $0.compactMap(\.listener) }
+        // Under the listeners' lock, so that a listener added meanwhile hears about it either here
+        // or in addListener.
+        let attached = listeners.withLock { listeners in
+            listeners.announced = channel
+            return listeners.entries.compactMap(\.listener)
+        }
         let opened = ServiceChannel(connection: connection, instance: instance)
         for listener in attached { listener.channelWillRun(opened) }
         // Current before it runs, so that however soon it ends, serve() reports it.
@@ -308,6 +319,7 @@ public final class ServiceConnection: Sendable {
             failure = error
         }
         channel.instance.closeChannel()
+        listeners.withLock { if $0.announced === channel { $0.announced = nil } }
         guard machine.withLock({ $0.channelEnded(channel) }) else { return }
         await report(failure, of: channel)
         if let announce = machine.withLock({ $0.reportEnded() }) { announceInvalidation(announce) }

@@ -38,6 +38,21 @@ struct RemoteViewTests {
         }
     }
 
+    @Test("a view made for a connection whose service already runs shows it (it hears about the open channel)")
+    func viewOnRunningConnection() async throws {
+        try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "first")).text == "first")
+            let pid = connection.processIdentifier
+            let view = RemoteView(connection: connection)
+            try await view.present(width: 24, height: 16)
+            #expect(try await nextDamage(view) == [PixelRect(x: 0, y: 0, width: 24, height: 16)])
+            #expect(view.image.pixel(x: 12, y: 8) == Self.blue)
+            #expect(connection.processIdentifier == pid, "the same process, not a relaunch")
+            #expect(await launcher.status().first?.launches == 1)
+        }
+    }
+
     @Test("a relaunched service draws again at the size the view was given")
     func relaunchKeepsSize() async throws {
         try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in

@@ -72,7 +72,7 @@ struct CancellationTests {
             let transport = try SeqpacketSocket(pair.first, sendTimeout: .seconds(3600))
             try rawSend(pair.second.rawValue, EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.stalled")))))
             let host = Connection(transport: transport, configuration: .testHost)
-            return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
+            return await withTaskGroup(of: Void.self) { group -> RemoteError? in
                 group.addTask { try? await host.run() }
                 var events = host.events.makeAsyncIterator()
                 guard case .connected = await events.next() else { Issue.record("expected connected"); return nil }
