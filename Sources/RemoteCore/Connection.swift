@@ -129,15 +129,25 @@ public final class Connection: Sendable {
 
     /// Routes the surface family (`attach_buffer` … `preferred_size`) to `handler`, from now
     /// on; without a route, a surface message is a protocol violation. Route before the peer can
-    /// send the family (before ``run()``, or before asking the peer for it).
+    /// send the family (before ``run()``, or before asking the peer for it). Does nothing once
+    /// the connection is closing: routes are let go then.
     package func route(surface handler: @escaping SurfaceHandler) {
-        routes.withLock { $0.surface = handler }
+        setRoute { $0.surface = handler }
     }
 
     /// Routes the input family (`pointer` … `traits`) to `handler`, from now on; without a
-    /// route, input is a protocol violation.
+    /// route, input is a protocol violation. Does nothing once the connection is closing.
     package func route(input handler: @escaping InputHandler) {
-        routes.withLock { $0.input = handler }
+        setRoute { $0.input = handler }
+    }
+
+    /// Changes the routes unless the connection is closing (checked under the routes' lock, which
+    /// ``close(reason:)`` takes after the machine's, so a route set meanwhile is let go there).
+    private func setRoute(_ change: (inout Routes) -> Void) {
+        routes.withLock { routes in
+            if machine.withLock({ $0.isClosed }) { return }
+            change(&routes)
+        }
     }
 
     /// The peer's handshake, once it has arrived (and still after the connection closed).
@@ -244,6 +254,9 @@ public final class Connection: Sendable {
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
         guard case .close(let sayGoodbye, let failures) = machine.withLock({ $0.close() }) else { return }
+        // What the routes hold often holds this connection; a connection that never runs would
+        // keep them for ever (a running one lets them go at its end too).
+        routes.withLock { $0 = Routes() }
         // Nothing but a handshake may come first, so a goodbye only follows one.
         if sayGoodbye { await sendBestEffort(.goodbye(reason: reason)) }
         failures.fail(with: RemoteError(.invalidated, "the connection was closed: \(reason)"))
@@ -322,13 +335,11 @@ public final class Connection: Sendable {
         }
         let result: Result<Envelope, RemoteError>
         do throws(WaitError) {
-            result = try await waiter.wait(until: timeout.map { .now.advanced(by: $0) }, loop: loop, onAbandon: { [weak self] in
-                self?.machine.withLock { $0.requestEnded(id) }
-            })
-        } catch .deadlinePassed {
-            result = .failure(RemoteError(.timeout, "no reply to \(what) within \(timeout!)"))
+            result = try await waiter.wait(until: timeout.map { .now.advanced(by: $0) }, loop: loop)
         } catch {
-            result = .failure(RemoteError(.cancelled, "\(what) was cancelled"))
+            machine.withLock { $0.requestEnded(id) }
+            result = .failure(error == .deadlinePassed ? RemoteError(.timeout, "no reply to \(what) within \(timeout!)")
+                                                       : RemoteError(.cancelled, "\(what) was cancelled"))
         }
         switch result {
         case .success(let envelope):
@@ -382,7 +393,7 @@ public final class Connection: Sendable {
         case .refuse(let violation):
             throw violation
         case .ignore:
-            break
+            eventSink.yield(.connected(theirs))  // as when open: the handshake did complete
         }
         return theirs
     }

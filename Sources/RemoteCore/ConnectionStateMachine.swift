@@ -57,6 +57,8 @@ package struct ConnectionStateMachine: Sendable {
     private struct Closing {
         /// This side asked to close (``Connection/close(reason:)``).
         var local: Bool
+        /// Whether ``Connection/run()`` began (else it ends at once when it does).
+        var ran: Bool
         var peer: Handshake?
         /// The peer's goodbye, if it said one.
         var goodbye: String?
@@ -126,7 +128,7 @@ package struct ConnectionStateMachine: Sendable {
         case open([Waiter<Result<Handshake, RemoteError>>])
         /// Refuse the peer: the read loop ends with this violation.
         case refuse(RemoteError)
-        /// This side is closing already: read on until the end.
+        /// This side is closing already: the peer is recorded; read on until the end.
         case ignore
     }
 
@@ -187,9 +189,12 @@ package struct ConnectionStateMachine: Sendable {
         case .idle(let queued):
             state = .handshaking(Handshaking(queued: queued))
             return .handshake
-        case .closing:
+        case .closing(var closing) where !closing.ran:
+            state = .modifying
+            closing.ran = true
+            state = .closing(closing)
             return .finish
-        case .handshaking, .open, .closed:
+        case .closing, .handshaking, .open, .closed:
             preconditionFailure("Connection.run() called twice (state: \(phase))")
         case .modifying:
             preconditionFailure("ConnectionStateMachine.run() while modifying")
@@ -234,7 +239,11 @@ package struct ConnectionStateMachine: Sendable {
             precondition(handshaking.queued.senders.isEmpty, "senders still queued after this side's handshake was sent")
             state = .open(Open(peer: theirs, outgoing: handshaking.outgoing, refusal: handshaking.refusal))
             return .open(openers)
-        case .closing:
+        case .closing(var closing):
+            // Closing already (its callers failed then): the peer is known, nothing opens.
+            state = .modifying
+            closing.peer = closing.peer ?? theirs
+            state = .closing(closing)
             return .ignore
         case .idle, .open, .closed:
             preconditionFailure("the peer's handshake in state \(phase)")
@@ -504,7 +513,7 @@ package struct ConnectionStateMachine: Sendable {
     package mutating func goodbyeReceived(_ reason: String) -> Failures {
         switch state {
         case .open(let open):
-            state = .closing(Closing(local: false, peer: open.peer, goodbye: reason, incoming: open.incoming, refusal: open.refusal))
+            state = .closing(Closing(local: false, ran: true, peer: open.peer, goodbye: reason, incoming: open.incoming, refusal: open.refusal))
             return Failures(requests: open.outgoing.values.map(\.waiter))
         case .closing(var closing):
             state = .modifying
@@ -522,15 +531,15 @@ package struct ConnectionStateMachine: Sendable {
     package mutating func close() -> CloseAction {
         switch state {
         case .idle(var queued):
-            state = .closing(Closing(local: true, peer: nil, goodbye: nil, incoming: [:], refusal: nil))
+            state = .closing(Closing(local: true, ran: false, peer: nil, goodbye: nil, incoming: [:], refusal: nil))
             return .close(sayGoodbye: false, failures: queued.takeAll())
         case .handshaking(var handshaking):
             var failures = handshaking.queued.takeAll()
             failures.requests = handshaking.outgoing.values.map(\.waiter)
-            state = .closing(Closing(local: true, peer: nil, goodbye: nil, incoming: [:], refusal: handshaking.refusal))
+            state = .closing(Closing(local: true, ran: true, peer: nil, goodbye: nil, incoming: [:], refusal: handshaking.refusal))
             return .close(sayGoodbye: false, failures: failures)
         case .open(let open):
-            state = .closing(Closing(local: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal))
+            state = .closing(Closing(local: true, ran: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal))
             return .close(sayGoodbye: true, failures: Failures(requests: open.outgoing.values.map(\.waiter)))
         case .closing(var closing):
             guard !closing.local else { return .none }

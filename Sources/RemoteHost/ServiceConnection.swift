@@ -219,13 +219,12 @@ public final class ServiceConnection: Sendable {
     /// concurrent callers wait for it.
     private func currentChannel() async throws(RemoteError) -> Channel {
         while true {
-            let waiter = Waiter<Void>()
-            switch machine.withLock({ $0.channelNeeded(waiter, isUsable: \.isUsable) }) {
+            switch machine.withLock({ $0.channelNeeded(isUsable: \.isUsable) }) {
             case .use(let channel):
                 return channel
             case .fail(let error):
                 throw error
-            case .wait:
+            case .wait(let waiter):
                 do {
                     try await waiter.wait(onAbandon: { [weak self] in self?.machine.withLock { $0.abandon(waiter) } })
                 } catch {
@@ -281,21 +280,38 @@ public final class ServiceConnection: Sendable {
         for listener in attached { listener.channelWillRun(opened) }
         // Current before it runs, so that however soon it ends, serve() reports it.
         if case .refuse(let invalidation) = machine.withLock({ $0.connected(channel) }) {
-            await connection.close(reason: "invalidated")
+            await discard(channel, reason: "invalidated")
             if instance.closeChannel() == 0 || instance.manifest.instances == .perConnection {
                 await instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: instance.stopGrace)
             }
             throw invalidation
         }
         guard launcher.submit({ await self.serve(channel) }) else {
-            _ = machine.withLock { $0.channelEnded(channel) }
+            // Nobody will run it: its end is no news, and nothing of it may stay behind.
+            if machine.withLock({ $0.channelEnded(channel) }), let announce = machine.withLock({ $0.reportEnded() }) {
+                announceInvalidation(announce)
+            }
+            await discard(channel, reason: "the launcher shut down")
             instance.closeChannel()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
         // What a new process must know comes before any caller's message: the listeners send
-        // it (a remote view's size, traits and focus) before the waiting callers go.
-        for listener in attached { try await listener.channelDidOpen(opened) }
+        // it (a remote view's size, traits and focus) before the waiting callers go. If that
+        // fails (the caller was cancelled, the process went), the channel is closed, so that the
+        // next caller makes one that was told.
+        do {
+            for listener in attached { try await listener.channelDidOpen(opened) }
+        } catch {
+            await channel.connection.close(reason: "it could not be told what a new process must know: \(error.reason)")
+            throw normalized(error)
+        }
         return channel
+    }
+
+    /// Closes a channel that never ran, and forgets it as the one the listeners heard of.
+    private func discard(_ channel: Channel, reason: String) async {
+        listeners.withLock { if $0.announced === channel { $0.announced = nil } }
+        await channel.connection.close(reason: reason)
     }
 
     /// A new connection to `instance`, not running yet.
@@ -361,7 +377,10 @@ package protocol ServiceChannelListener: AnyObject, Sendable {
     func channelWillRun(_ channel: ServiceChannel)
 
     /// The channel runs: send what a new process must know before anything else (a view's
-    /// size, traits and focus). Callers waiting for the channel go once every listener returned.
+    /// size, traits and focus), on `channel.connection` (not ``ServiceConnection/withChannel(_:)``,
+    /// which would wait for this very connect attempt). Callers waiting for the channel go once
+    /// every listener returned; if one throws, the channel is closed and the next caller makes
+    /// another.
     func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError)
 }
 

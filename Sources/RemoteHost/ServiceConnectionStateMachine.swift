@@ -51,8 +51,8 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
     package enum NextStep {
         case use(Channel)
         case fail(RemoteError)
-        /// Another caller connects: the waiter passed in is queued; await it, then ask again.
-        case wait
+        /// Another caller connects: await this waiter (queued for that attempt), then ask again.
+        case wait(Waiter<Void>)
         /// Connect, then report with ``connected(_:)`` (when a channel was made) and, in any
         /// case, ``connectEnded()``.
         case connect
@@ -78,7 +78,7 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
     // MARK: events
 
     /// A caller needs a channel; `isUsable` says whether the current one still serves.
-    package mutating func channelNeeded(_ waiter: Waiter<Void>, isUsable: (Channel) -> Bool) -> NextStep {
+    package mutating func channelNeeded(isUsable: (Channel) -> Bool) -> NextStep {
         switch state {
         case .invalidated(let error, _, _):
             return .fail(error)
@@ -93,9 +93,10 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
             return .connect
         case .connecting(var connecting):
             state = .modifying
+            let waiter = Waiter<Void>()
             connecting.waiters.append(waiter)
             state = .connecting(connecting)
-            return .wait
+            return .wait(waiter)
         case .modifying:
             preconditionFailure("ServiceConnectionStateMachine.channelNeeded() while modifying")
         }

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import RemoteHost
 import RemoteTestSupport
 import Testing
@@ -65,6 +66,65 @@ struct LauncherCancellationTests {
             #expect(process.termination == nil)
             process.send(signal: SIGKILL)
             #expect(try await process.waitForExit() == .killed(signal: SIGKILL, coreDumped: false))
+        }
+    }
+}
+
+/// Cancelling the task that runs a launcher shuts it down in order, and a channel whose
+/// listeners could not tell the new process what it must know is not used.
+@Suite("Cancelling a launcher; failed replays", .serialized)
+struct LauncherShutdownTests {
+    @Test("cancelling Launcher.run(), with a launch in flight, stops every service in order and invalidates every connection")
+    func runCancelled() async throws {
+        let folder = try ServiceFolder(["test.json": ServiceFolder.manifest(), "other.json": ServiceFolder.manifest(identifier: "com.example.other")])
+        defer { folder.remove() }
+        try await withoutLeaks(within: .seconds(20)) {
+            let launcher = Launcher(registry: ServiceRegistry(scanning: [folder.path]), configuration: fastLauncherConfiguration())
+            let events = launcher.events()
+            let running = Task { await launcher.run() }
+            let connection = launcher.connection(to: "com.example.test"), other = launcher.connection(to: "com.example.other")
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let pid = try #require(connection.processIdentifier)
+            let launching = Task.immediate { try? await other.request(ServiceMessage(type: "echo")) }
+            running.cancel()
+            await running.value  // returns once everything is reaped
+            _ = await launching.value
+            let reason = try await termination(of: pid, in: events)
+            #expect(reason.kind == .stopped && reason.exitCode == 0, "stopped in order (goodbye, then it exited): \(reason)")
+            for client in [connection, other] {
+                var last: ServiceConnection.Event?
+                for await event in client.events { last = event }
+                guard case .invalidated(let error)? = last else { Issue.record("expected invalidated last, got \(String(describing: last))"); continue }
+                #expect(error.reason.contains("shut down"), "\(error)")
+            }
+        }
+    }
+
+    /// A listener whose first replay fails (as a cancelled caller's would).
+    final class FailingFirstReplay: ServiceChannelListener {
+        let opened = Mutex(0)
+        func channelWillRun(_ channel: ServiceChannel) {}
+        func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
+            let count = opened.withLock { count in
+                count += 1
+                return count
+            }
+            if count == 1 { throw RemoteError(.cancelled, "the first replay is cut short") }
+        }
+    }
+
+    @Test("a channel whose listener fails to tell the new process what it must know is closed; the next caller makes one that is told")
+    func failedReplay() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let listener = FailingFirstReplay()
+            connection.addListener(listener)
+            let first = await requestError(connection, ServiceMessage(type: "echo"))
+            #expect(first?.code == .cancelled, "\(String(describing: first))")
+            let reply = try await connection.request(ServiceMessage(type: "echo", text: "told"))
+            #expect(reply.text == "told")
+            #expect(listener.opened.withLock { $0 } == 2, "a new channel, told this time")
+            #expect(await launcher.status().first?.launches == 1, "the same process: only the channel was replaced")
         }
     }
 }

@@ -189,8 +189,9 @@ struct ConnectionStateMachineTests {
         _ = machine.requestSent(2, expectsPong: false, waiter: Machine.ReplyWaiter())
         guard case .close(let goodbye, let failures) = machine.close() else { Issue.record("close"); return }
         #expect(!goodbye && failures.openers.count == 1 && failures.requests.count == 1)
-        // The peer's handshake arriving now changes nothing: the loop reads on to the end.
+        // The peer's handshake arriving now opens nothing: the peer is recorded, the loop reads on.
         guard case .ignore = machine.handshakeReceived(Self.theirs, ours: Self.ours) else { Issue.record("ignored"); return }
+        #expect(machine.peer == Self.theirs)
         guard case .failed(let error) = machine.sendability(Waiter()) else { Issue.record("no sends while closing"); return }
         #expect(error.code == .invalidated && error.reason.contains("closing"))
         let ending = machine.readLoopEnded(nil)
@@ -268,6 +269,16 @@ struct ConnectionStateMachineTests {
             var machine = ConnectionStateMachine()
             _ = machine.run()
             _ = machine.answerReceived(to: 1, isPong: false, kind: "reply")
+        }
+    }
+
+    @Test("run while running traps, even once closing")
+    func runWhileClosing() async {
+        await #expect(processExitsWith: .failure) {
+            var machine = ConnectionStateMachine()
+            _ = machine.run()
+            _ = machine.close()
+            _ = machine.run()
         }
     }
 

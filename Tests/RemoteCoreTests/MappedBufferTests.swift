@@ -90,3 +90,21 @@ struct MappedBufferTests {
         }
     }
 }
+
+@Suite("Memory files from a peer")
+struct PeerMemoryFileTests {
+    @Test("a memfd sent opened the wrong way (write-only, read-only) is an error naming the call, not a crash")
+    func openedTheWrongWay() async throws {
+        try await withoutLeaks {
+            let file = try MemoryFile(name: "item")
+            try file.resize(to: 16)
+            let writeOnly = MemoryFile(adopting: OwnedFD(adopting: open("/proc/self/fd/\(file.fd.rawValue)", O_WRONLY | O_CLOEXEC)))
+            let readOnly = MemoryFile(adopting: OwnedFD(adopting: open("/proc/self/fd/\(file.fd.rawValue)", O_RDONLY | O_CLOEXEC)))
+            let read = #expect(throws: SystemCallError.self) { try writeOnly.read(count: 16) }
+            #expect(read?.call == "pread" && read?.errno == EBADF)
+            let write = #expect(throws: SystemCallError.self) { try readOnly.write([1, 2, 3]) }
+            #expect(write?.call == "pwrite" && write?.errno == EBADF)
+            #expect(try readOnly.read(count: 16) == [UInt8](repeating: 0, count: 16))
+        }
+    }
+}

@@ -17,7 +17,7 @@ struct ServiceConnectionStateMachineTests {
     /// A machine whose current channel is `channel`.
     static func current(_ channel: FakeChannel) -> Machine {
         var machine = Machine()
-        _ = machine.channelNeeded(Waiter(), isUsable: usable)
+        _ = machine.channelNeeded(isUsable: usable)
         _ = machine.connected(channel)
         _ = machine.connectEnded()
         return machine
@@ -27,27 +27,25 @@ struct ServiceConnectionStateMachineTests {
     func connect() {
         var machine = Machine()
         #expect(machine.phase == "idle" && machine.channel == nil)
-        guard case .connect = machine.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("connect"); return }
+        guard case .connect = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("connect"); return }
         #expect(machine.phase == "connecting")
-        let waiter = Waiter<Void>()
-        guard case .wait = machine.channelNeeded(waiter, isUsable: Self.usable) else { Issue.record("wait"); return }
+        guard case .wait(let waiter) = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("wait"); return }
         let channel = FakeChannel()
         guard case .run = machine.connected(channel) else { Issue.record("run"); return }
         // Made but not yet told what a new process must know: callers still wait.
-        guard case .wait = machine.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("still connecting"); return }
+        guard case .wait = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("still connecting"); return }
         #expect(machine.channel === channel)
         let (waiters, announce) = machine.connectEnded()
         #expect(waiters.count == 2 && waiters[0] === waiter && announce == nil)
-        guard case .use(let used) = machine.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("use"); return }
+        guard case .use(let used) = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("use"); return }
         #expect(used === channel && machine.phase == "current")
     }
 
     @Test("a caller that gives up waiting is forgotten")
     func abandoned() {
         var machine = Machine()
-        _ = machine.channelNeeded(Waiter(), isUsable: Self.usable)
-        let waiter = Waiter<Void>()
-        _ = machine.channelNeeded(waiter, isUsable: Self.usable)
+        _ = machine.channelNeeded(isUsable: Self.usable)
+        guard case .wait(let waiter) = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("wait"); return }
         machine.abandon(waiter)
         let step1 = machine.connectEnded()
         #expect(step1.waiters.isEmpty)
@@ -56,13 +54,13 @@ struct ServiceConnectionStateMachineTests {
     @Test("a failed attempt lets the waiters go and leaves the connection as it was")
     func connectFails() {
         var machine = Machine()
-        _ = machine.channelNeeded(Waiter(), isUsable: Self.usable)
-        _ = machine.channelNeeded(Waiter(), isUsable: Self.usable)
+        _ = machine.channelNeeded(isUsable: Self.usable)
+        _ = machine.channelNeeded(isUsable: Self.usable)
         let (waiters, _) = machine.connectEnded()
         #expect(waiters.count == 1 && machine.phase == "idle")
         let dead = FakeChannel(usable: false)
         var replacing = Self.current(dead)
-        guard case .connect = replacing.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("replace"); return }
+        guard case .connect = replacing.channelNeeded(isUsable: Self.usable) else { Issue.record("replace"); return }
         _ = replacing.connectEnded()
         #expect(replacing.channel === dead, "the unusable channel is still the one whose end gets reported")
     }
@@ -71,7 +69,7 @@ struct ServiceConnectionStateMachineTests {
     func channelEnds() {
         let dead = FakeChannel(usable: false)
         var machine = Self.current(dead)
-        guard case .connect = machine.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("replace"); return }
+        guard case .connect = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("replace"); return }
         let step2 = machine.channelEnded(dead)
         #expect(step2, "the replaced channel's end is reported")
         let step3 = machine.channelEnded(dead)
@@ -97,7 +95,7 @@ struct ServiceConnectionStateMachineTests {
         guard case .invalidated(let taken, let announce) = machine.invalidate(error) else { Issue.record("invalidate"); return }
         #expect(taken === channel && announce)
         guard case .none = machine.invalidate(error) else { Issue.record("idempotent"); return }
-        guard case .fail(let failure) = machine.channelNeeded(Waiter(), isUsable: Self.usable) else { Issue.record("fail"); return }
+        guard case .fail(let failure) = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("fail"); return }
         #expect(failure == error && machine.invalidation == error && machine.phase == "invalidated (announced)")
         let step8 = machine.channelEnded(channel)
         #expect(!step8, "its end is not news after the invalidation")
@@ -120,9 +118,8 @@ struct ServiceConnectionStateMachineTests {
     @Test("invalidated while connecting: the made channel is refused, the waiters go when the attempt ends, then it is announced")
     func invalidateWhileConnecting() {
         var machine = Machine()
-        _ = machine.channelNeeded(Waiter(), isUsable: Self.usable)
-        let waiter = Waiter<Void>()
-        _ = machine.channelNeeded(waiter, isUsable: Self.usable)
+        _ = machine.channelNeeded(isUsable: Self.usable)
+        guard case .wait(let waiter) = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("wait"); return }
         let error = RemoteError(.invalidated, "invalidated by the host")
         guard case .invalidated(nil, false) = machine.invalidate(error) else { Issue.record("invalidate"); return }
         guard case .refuse(let refusal) = machine.connected(FakeChannel()) else { Issue.record("refuse"); return }

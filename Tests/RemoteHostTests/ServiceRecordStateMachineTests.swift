@@ -173,16 +173,6 @@ struct ServiceRecordStateMachineTests {
         #expect(step8.isEmpty)
     }
 
-    @Test("a process the launcher could not run is forgotten without counting an end")
-    func forget() {
-        var machine = Self.machine()
-        let process = Self.launch(&machine, at: Self.t0)
-        machine.forget(process, owner: 1)
-        #expect(machine.running.isEmpty && machine.lastTermination == nil)
-        let step9 = machine.ended(process, owner: 1, reason: Self.crash, now: Self.t0)
-        #expect(step9 == .alreadyBooked)
-    }
-
     @Test("a launch that ends when none began traps")
     func launchedUnasked() async {
         await #expect(processExitsWith: .failure) {

@@ -5,9 +5,11 @@ import Synchronization
 /// launcher stops a service still running a grace period after it.
 ///
 /// Work in flight is counted with ``begin()`` and ``end()`` (an outstanding request, an open
-/// connection of a listening service); other traffic moves the clock with ``touch()``. Waiting
-/// uses a timer of the ``EventLoop`` per quiet period and none while busy; ``stop()`` ends the
-/// waits when what the clock watches has ended, so nobody has to be cancelled.
+/// connection of a listening service); other traffic moves the clock with ``touch()``. These
+/// cost a lock each and wake nobody: a wait for idleness sleeps on one timer of the
+/// ``EventLoop`` until the earliest moment the service could be idle (a timeout after the last
+/// activity, or after now while work is outstanding), and looks again then. ``stop()`` ends
+/// the waits when what the clock watches has ended, so nobody has to be cancelled.
 package final class IdleClock: Sendable {
     /// How long the service must be idle.
     package let timeout: Duration
@@ -17,7 +19,7 @@ package final class IdleClock: Sendable {
         var outstanding = 0
         var lastActivity: ContinuousClock.Instant
         var stopped = false
-        /// Woken when the last outstanding work ends, and by ``IdleClock/stop()``.
+        /// Woken by ``IdleClock/stop()``.
         var waiters = WaiterQueue<Void>()
     }
 
@@ -36,13 +38,11 @@ package final class IdleClock: Sendable {
 
     /// Work ended; the idle period starts again from now.
     package func end() {
-        let waiters = state.withLock { state -> [Waiter<Void>] in
+        state.withLock { state in
             precondition(state.outstanding > 0, "IdleClock.end() without begin()")
             state.outstanding -= 1
             state.lastActivity = .now
-            return state.outstanding == 0 ? state.waiters.takeAll() : []
         }
-        waiters.resumeAll(returning: ())
     }
 
     /// Traffic that is not counted work (a one-way message): the idle period starts again.
@@ -67,8 +67,8 @@ package final class IdleClock: Sendable {
     private enum Next {
         case idle
         case stopped
-        /// Wait until woken, or until the deadline (none while work is outstanding).
-        case wait(until: ContinuousClock.Instant?)
+        /// Sleep until the earliest moment the service could be idle (or ``IdleClock/stop()``).
+        case wait(until: ContinuousClock.Instant)
     }
 
     /// Waits until the service has been idle for ``timeout`` plus `grace`: `true`; `false` once
@@ -80,8 +80,10 @@ package final class IdleClock: Sendable {
             let waiter = Waiter<Void>()
             let next = state.withLock { state -> Next in
                 if state.stopped { return .stopped }
-                let due = state.outstanding > 0 ? nil : state.lastActivity.advanced(by: timeout + grace)
-                if let due, due <= .now { return .idle }
+                let now = ContinuousClock.now
+                // Busy: idle a timeout after the work ends at the earliest, so not before now + timeout.
+                let due = (state.outstanding > 0 ? now : state.lastActivity).advanced(by: timeout + grace)
+                if due <= now { return .idle }
                 state.waiters.append(waiter)
                 return .wait(until: due)
             }
@@ -96,7 +98,7 @@ package final class IdleClock: Sendable {
                         self?.state.withLock { $0.waiters.remove(waiter) }
                     })
                 } catch .deadlinePassed {
-                    // Due, unless there was traffic meanwhile: look again.
+                    // Due, unless there was work or traffic meanwhile: look again.
                 }
             }
         }

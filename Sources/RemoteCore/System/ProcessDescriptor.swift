@@ -14,43 +14,90 @@ package final class ProcessDescriptor: Sendable {
     package let pid: Int32
     /// Whether the process is this process's child (and so is reaped here).
     package let isChild: Bool
-    private let descriptor: Int32
+    /// The pidfd, shared with the loop's handler: used under its lock, and closed under it when
+    /// this object goes, so a handler still running then never uses a closed (or reused) number.
+    private let descriptor: Descriptor
     private let loop: EventLoop
     private let registration: EventLoop.Registration
     /// Opened once the process has exited: how it ended, for a child; `nil` otherwise.
     private let exit: Latch<Termination?>
 
+    private final class Descriptor: Sendable {
+        /// The pidfd, `nil` once closed.
+        private let state: Mutex<Int32?>
+
+        init(_ fd: consuming OwnedFD) {
+            state = Mutex(fd.release())
+        }
+
+        /// Runs `body` with the pidfd unless it is closed.
+        func withDescriptor<R>(_ body: (Int32) throws(SystemCallError) -> R) throws(SystemCallError) -> R? {
+            try state.withLock { (fd) throws(SystemCallError) -> R? in
+                guard let fd else { return nil }
+                return try body(fd)
+            }
+        }
+
+        func close() {
+            state.withLock { fd in
+                if let open = fd { Syscall.close(open) }
+                fd = nil
+            }
+        }
+
+        deinit { close() }
+    }
+
     /// Holds process `pid` (for a child: not reaped yet, so its pid cannot have been reused).
     package init(pid: Int32, isChild: Bool, loop: EventLoop = .shared) throws(SystemCallError) {
         let owned = try Syscall.processDescriptor(pid)
         let exit = Latch<Termination?>()
-        let raw = owned.rawValue
-        // One-shot: the pidfd becomes readable once, when the process exits.
-        let registration = try loop.register(owned) { _ in
+        let shared = Mutex<(descriptor: Descriptor?, registration: EventLoop.Registration?)>((nil, nil))
+        // The pidfd becomes readable when the process exits: reap it (a child) and tell every
+        // waiter. Reaping never blocks the loop: a wake-up before the exit is armed again.
+        let handler: EventLoop.Handler = { _ in
             guard isChild else {
                 exit.open(nil)
                 return
             }
-            // A blocking reap cannot block: the process has exited.
-            exit.open(try? Syscall.reap(raw, block: true))
+            let (descriptor, registration) = shared.withLock { ($0.descriptor, $0.registration) }
+            do {
+                switch try descriptor?.withDescriptor({ (fd) throws(SystemCallError) in try Syscall.reap(fd, block: false) }) {
+                case .some(.some(let termination)):
+                    exit.open(termination)
+                case .some(.none):
+                    if let registration { loop.arm(registration, events: EPOLLIN.rawValue) }
+                case .none:
+                    break  // closed: the object is gone
+                }
+            } catch {
+                // Reaped by someone else (a host that ignores SIGCHLD, a stray waitpid(-1)): it
+                // has ended, but how is unknown.
+                exit.open(.unknown)
+            }
         }
+        let registered = try loop.register(owned, handler: handler)
+        let descriptor = Descriptor(owned)
+        shared.withLock { $0 = (descriptor, registered) }
         self.pid = pid
         self.isChild = isChild
         self.loop = loop
-        self.registration = registration
+        self.registration = registered
         self.exit = exit
-        descriptor = owned.release()
-        loop.arm(registration, events: EPOLLIN.rawValue)
+        self.descriptor = descriptor
+        loop.arm(registered, events: EPOLLIN.rawValue)
     }
 
     deinit {
         loop.deregister(registration)
         if isChild, exit.value == nil {
             // Nobody waited for it to end: leave neither a zombie nor an orphan behind.
-            Syscall.sendSignal(descriptor, SIGKILL)
-            _ = try? Syscall.reap(descriptor, block: true)
+            _ = try? descriptor.withDescriptor { (fd) throws(SystemCallError) in
+                Syscall.sendSignal(fd, SIGKILL)
+                _ = try Syscall.reap(fd, block: true)
+            }
         }
-        Syscall.close(descriptor)
+        descriptor.close()
     }
 
     /// Whether the process has exited (and, for a child, been reaped).
@@ -76,7 +123,7 @@ package final class ProcessDescriptor: Sendable {
     /// whether it was sent.
     @discardableResult
     package func send(signal: Int32) -> Bool {
-        Syscall.sendSignal(descriptor, signal)
+        (try? descriptor.withDescriptor { fd in Syscall.sendSignal(fd, signal) }) ?? false
     }
 }
 
@@ -86,9 +133,13 @@ public enum Termination: Sendable, Hashable, CustomStringConvertible {
     case exited(Int32)
     /// A signal ended it.
     case killed(signal: Int32, coreDumped: Bool)
+    /// It ended, but its status was collected elsewhere (a host that ignores `SIGCHLD`, another
+    /// `waitpid(-1)` in the process), so how is unknown.
+    case unknown
 
     public var description: String {
         switch self {
+        case .unknown: "ended (its status was collected elsewhere: how is unknown)"
         case .exited(let code): "exited with code \(code)"
         case .killed(let signal, let dumped):
             "killed by signal \(signal) (\(String(cString: strsignal(signal))))\(dumped ? ", core dumped" : "")"

@@ -196,10 +196,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         guard arm({ state in
             state.readWaiter = waiter
         }) else { return }
-        let waiters = self.waiters
-        try await waiter.wait(onAbandon: {
+        do {
+            try await waiter.wait()
+        } catch {
             waiters.state.withLock { if $0.readWaiter === waiter { $0.readWaiter = nil } }
-        })
+            throw error
+        }
     }
 
     /// `true` when the socket may be writable again, `false` once it is closed.
@@ -218,17 +220,17 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     /// Records a waiter with `register` and arms the loop for what every waiter needs, under
     /// the lock that ``close()`` takes (so a close in between is seen); `false` once closed.
+    /// The interest is armed under that lock too, so that a reader and a writer arming at once
+    /// cannot leave the older interest in place (a lost wake-up). `epoll_ctl` takes no lock.
     private func arm(_ register: (inout State) -> Void) -> Bool {
         guard enter() else { return false }
         defer { leave() }
-        let interest = waiters.state.withLock { state -> UInt32? in
-            if state.closed { return nil }
+        return waiters.state.withLock { state -> Bool in
+            if state.closed { return false }
             register(&state)
-            return state.interest
+            loop.arm(registration, events: state.interest)
+            return true
         }
-        guard let interest else { return false }
-        loop.arm(registration, events: interest)
-        return true
     }
 
     // MARK: packets

@@ -45,6 +45,21 @@ extension Syscall {
         }
     }
 
+    /// Like ``retrying(_:_:)``, for a call on a descriptor a peer sent (a memfd it attached):
+    /// `EBADF` there means the peer sent one opened the wrong way (write-only, say), which is the
+    /// peer's fault, so it is thrown, not trapped.
+    @inline(__always)
+    static func retryingOnPeerDescriptor<R: BinaryInteger>(_ call: String, _ body: () -> R) throws(SystemCallError) -> R {
+        while true {
+            let result = body()
+            if result != -1 { return result }
+            let code = Glibc.errno
+            if code == EINTR { continue }
+            if code == EBADF { throw SystemCallError(call: call, errno: code) }
+            try fail(call, code)
+        }
+    }
+
     static func fail(_ call: String, _ code: Int32) throws(SystemCallError) -> Never {
         precondition(code != EBADF && code != EFAULT, "\(call): \(SystemCallError(call: call, errno: code)) — a RemoteView bug")
         throw SystemCallError(call: call, errno: code)
@@ -409,12 +424,12 @@ extension Syscall {
 
     /// `ftruncate(fd, size)`.
     static func truncate(_ fd: Int32, _ size: Int) throws(SystemCallError) {
-        _ = try retrying("ftruncate") { ftruncate(fd, off_t(size)) }
+        _ = try retryingOnPeerDescriptor("ftruncate") { ftruncate(fd, off_t(size)) }
     }
 
     /// `fcntl(fd, F_ADD_SEALS, seals)`.
     static func addSeals(_ fd: Int32, _ seals: Int32) throws(SystemCallError) {
-        _ = try retrying("fcntl(F_ADD_SEALS)") { rv_fcntl_int(fd, rv_f_add_seals, seals) }
+        _ = try retryingOnPeerDescriptor("fcntl(F_ADD_SEALS)") { rv_fcntl_int(fd, rv_f_add_seals, seals) }
     }
 
     /// `fcntl(fd, F_GET_SEALS)`. `EINVAL` (not a sealable file) is thrown, not trapped, so a
@@ -429,7 +444,7 @@ extension Syscall {
     static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) throws(SystemCallError) {
         var done = 0
         while done < bytes.count {
-            let count = try retrying("pwrite") {
+            let count = try retryingOnPeerDescriptor("pwrite") {
                 bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
             }
             done += count
@@ -441,7 +456,7 @@ extension Syscall {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
-            let read = try retrying("pread") {
+            let read = try retryingOnPeerDescriptor("pread") {
                 bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
             }
             if read == 0 { break }

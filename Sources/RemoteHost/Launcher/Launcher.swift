@@ -86,12 +86,21 @@ public actor Launcher {
     }
 
     /// Runs the launcher's work (service processes, their connections) until ``shutdown()``.
-    /// Cancelling it shuts down too.
+    /// Cancelling it shuts down too: every service is stopped in order, and `run()` returns once
+    /// all is reaped.
     public nonisolated func run() async {
-        await withTaskCancellationHandler {
+        // The jobs run in a task of their own, which the caller's cancellation does not reach:
+        // cancelling a job would cut short what must be seen through (a connection's read loop
+        // would close with a bare goodbye, output would stop being drained, a stop's steps would
+        // shorten). Shutting down stops them properly instead, and this waits for them all.
+        let jobs = self.jobs
+        let work = Task.detached {
             await withDiscardingTaskGroup { group in
                 for await job in jobs { group.addTask { await job() } }
             }
+        }
+        await withTaskCancellationHandler {
+            await work.value
         } onCancel: {
             Task { await self.shutdown() }
         }
@@ -256,28 +265,25 @@ public actor Launcher {
             if error.code == .invalidated { invalidate(identifier, error) }
             throw error
         }
-        if shutDown {
+        // Its runner first: if the launcher no longer runs jobs, the launch fails as a whole (the
+        // record is still launching). The runner books the end on this actor, so it cannot see
+        // the process before `launched` below (same turn, no suspension in between) records it.
+        let started = shutDown ? false : submit { [weak self] in
+            let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
+            await self?.book(instance, owner: owner, reason: reason)
+        }
+        guard started else {
             // Shut down while it was starting: run and stop it here.
             await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
             throw RemoteError(.invalidated, "the launcher shut down")
         }
         switch records[identifier]!.launched(instance, owner: owner, now: .now) {
         case .discard(let error, _):
-            // Invalidated while it was starting: run and stop it here.
-            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
+            // Invalidated while it was starting: its runner reaps it once it is stopped.
+            await instance.stop(TerminationReason(kind: .stopped, detail: error.reason), grace: stopGrace)
             throw error
         case .run(let waiters):
             waiters.resumeAll(returning: ())
-        }
-        let started = submit { [weak self] in
-            let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
-            await self?.book(instance, owner: owner, reason: reason)
-        }
-        guard started else {
-            // run() was cancelled (its job stream ended before shutdown() ran): nobody will run it.
-            records[identifier]?.forget(instance, owner: owner)
-            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
-            throw RemoteError(.invalidated, "the launcher is not running")
         }
         configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
         broadcast(.launched(identifier: identifier, pid: instance.process.pid))

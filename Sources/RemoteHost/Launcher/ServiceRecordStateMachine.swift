@@ -184,13 +184,6 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
         }
     }
 
-    /// A process the launcher had handed out is gone again without having run (the launcher
-    /// could not run it): forget it without counting an end.
-    package mutating func forget(_ process: Process, owner: UInt64) {
-        if shared === process { shared = nil }
-        if perConnection[owner] === process { perConnection[owner] = nil }
-    }
-
     /// `process` (launched for `owner`) ended at `now` for `reason`.
     package mutating func ended(_ process: Process, owner: UInt64, reason: TerminationReason, now: ContinuousClock.Instant) -> EndAction {
         if shared === process {

@@ -60,6 +60,9 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         case .killed(let signal, _):
             let kind: Kind = signal == SIGXCPU || signal == SIGXFSZ ? .limit : .killed
             return TerminationReason(kind: kind, detail: termination.description, signal: signal)
+        case .unknown:
+            // Counted as a crash: nothing says it ended well.
+            return TerminationReason(kind: .exited, detail: termination.description, isCrash: true)
         }
     }
 }
