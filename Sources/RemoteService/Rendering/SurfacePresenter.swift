@@ -184,18 +184,18 @@ package final class SurfacePresenter: Sendable {
     nonisolated(nonsending) package func receive(_ message: SurfaceMessage) async throws(RemoteError) {
         switch message {
         case .releaseBuffer(let id):
-            let stale = try state.withLock { (state) throws(RemoteError) -> UInt32? in
+            let (stale, waiter) = try state.withLock { (state) throws(RemoteError) -> (UInt32?, Waiter<Void>?) in
                 guard var slot = state.slots[id] else { throw RemoteError(.protocolViolation, "release_buffer of buffer \(id), which this service never attached") }
                 slot.released = true
-                defer { state.releaseWaiter.take()?.resume(returning: ()) }
                 // A buffer of an old size is not reused: destroy it.
                 if slot.buffer.layout.width != state.width || slot.buffer.layout.height != state.height {
                     state.slots[id] = nil
-                    return id
+                    return (id, state.releaseWaiter.take())
                 }
                 state.slots[id] = slot
-                return nil
+                return (nil, state.releaseWaiter.take())
             }
+            waiter?.resume(returning: ())
             if let stale { try await send(.destroyBuffer(stale), []) }
         case .frameDone:
             let now = ContinuousClock.now
