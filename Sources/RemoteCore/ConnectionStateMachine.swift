@@ -276,26 +276,12 @@ package struct ConnectionStateMachine: Sendable {
     /// A caller wants to send: ready once this side's handshake is sent; otherwise `waiter` is
     /// queued (await it).
     package mutating func sendability(_ waiter: Waiter<Result<Void, RemoteError>>) -> Readiness<Void> {
-        switch state {
-        case .idle(var queued):
-            state = .modifying
-            queued.senders.append(waiter)
-            state = .idle(queued)
+        switch canSend() {
+        case .success: return .ready(())
+        case .failure(let error): return .failed(error)
+        case nil:
+            updateQueued { $0.senders.append(waiter) }
             return .wait
-        case .handshaking(var handshaking):
-            if handshaking.sent { return .ready(()) }
-            state = .modifying
-            handshaking.queued.senders.append(waiter)
-            state = .handshaking(handshaking)
-            return .wait
-        case .open:
-            return .ready(())
-        case .closing(let closing):
-            return .failed(closing.unusable)
-        case .closed(let closed):
-            return .failed(closed.unusable)
-        case .modifying:
-            preconditionFailure("ConnectionStateMachine.sendability() while modifying")
         }
     }
 
@@ -314,15 +300,8 @@ package struct ConnectionStateMachine: Sendable {
     /// A caller waits for the peer's handshake; `waiter` is queued unless it is known.
     package mutating func openness(_ waiter: Waiter<Result<Handshake, RemoteError>>) -> Readiness<Handshake> {
         switch state {
-        case .idle(var queued):
-            state = .modifying
-            queued.openers.append(waiter)
-            state = .idle(queued)
-            return .wait
-        case .handshaking(var handshaking):
-            state = .modifying
-            handshaking.queued.openers.append(waiter)
-            state = .handshaking(handshaking)
+        case .idle, .handshaking:
+            updateQueued { $0.openers.append(waiter) }
             return .wait
         case .open(let open):
             return .ready(open.peer)
@@ -335,39 +314,33 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// A caller that queued `waiter` gave up (cancelled): forget it.
+    /// A caller that queued `waiter` gave up (cancelled): forget it. (Once open, closing or
+    /// closed it was let go or failed already.)
     package mutating func abandon(sender waiter: Waiter<Result<Void, RemoteError>>) {
-        switch state {
-        case .idle(var queued):
-            state = .modifying
-            queued.senders.remove(waiter)
-            state = .idle(queued)
-        case .handshaking(var handshaking):
-            state = .modifying
-            handshaking.queued.senders.remove(waiter)
-            state = .handshaking(handshaking)
-        case .open, .closing, .closed:
-            break  // it was let go or failed already
-        case .modifying:
-            preconditionFailure("ConnectionStateMachine.abandon() while modifying")
-        }
+        updateQueued { $0.senders.remove(waiter) }
     }
 
     /// A caller that queued `waiter` for the peer's handshake gave up (cancelled): forget it.
     package mutating func abandon(opener waiter: Waiter<Result<Handshake, RemoteError>>) {
+        updateQueued { $0.openers.remove(waiter) }
+    }
+
+    /// Changes the callers queued until the connection opens (in `idle` and `handshaking`);
+    /// in any other state nobody is queued, and it does nothing.
+    private mutating func updateQueued(_ change: (inout Queued) -> Void) {
         switch state {
         case .idle(var queued):
             state = .modifying
-            queued.openers.remove(waiter)
+            change(&queued)
             state = .idle(queued)
         case .handshaking(var handshaking):
             state = .modifying
-            handshaking.queued.openers.remove(waiter)
+            change(&handshaking.queued)
             state = .handshaking(handshaking)
         case .open, .closing, .closed:
             break
         case .modifying:
-            preconditionFailure("ConnectionStateMachine.abandon() while modifying")
+            preconditionFailure("ConnectionStateMachine: the queued callers changed while modifying")
         }
     }
 
