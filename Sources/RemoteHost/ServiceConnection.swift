@@ -209,8 +209,7 @@ public final class ServiceConnection: Sendable {
     /// Whether `instance` ended (or is ending) as an idle exit, waiting as long as stopping takes.
     private func endedIdle(_ instance: ServiceInstance) async -> Bool {
         guard !instance.isUsable || instance.ended != nil else { return false }
-        let bound = instance.stopGrace * 3 + .seconds(1)
-        return await instance.waitForEnd(until: .now.advanced(by: bound))?.kind == .idleExit
+        return await instance.waitForStop()?.kind == .idleExit
     }
 
     // MARK: channels
@@ -355,8 +354,7 @@ public final class ServiceConnection: Sendable {
             // Say how the process ended (it normally has already; a process the host must stop
             // takes at most the three steps of stopping).
             var error = failure
-            let bound = channel.instance.stopGrace * 3 + .seconds(1)
-            if failure.code == .interrupted, let reason = await channel.instance.waitForEnd(until: .now.advanced(by: bound)) {
+            if failure.code == .interrupted, let reason = await channel.instance.waitForStop() {
                 error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
             }
             eventSink.yield(.interrupted(error))

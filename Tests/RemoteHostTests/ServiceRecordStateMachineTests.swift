@@ -167,7 +167,7 @@ struct ServiceRecordStateMachineTests {
         let error = RemoteError(.invalidated, "bubblewrap is not installed")
         let released = machine.invalidate(error)
         #expect(released?.count == 1 && released?[0] === waiter)
-        guard case .discard(let discarded, _) = machine.launched(FakeProcess(at: Self.t0), owner: 1, now: Self.t0) else { Issue.record("discard"); return }
+        guard case .discard(let discarded) = machine.launched(FakeProcess(at: Self.t0), owner: 1, now: Self.t0) else { Issue.record("discard"); return }
         #expect(discarded == error && machine.launches == 0)
         let step8 = machine.launchFailed()
         #expect(step8.isEmpty)

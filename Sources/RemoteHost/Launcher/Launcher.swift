@@ -278,7 +278,7 @@ public actor Launcher {
             throw RemoteError(.invalidated, "the launcher shut down")
         }
         switch records[identifier]!.launched(instance, owner: owner, now: .now) {
-        case .discard(let error, _):
+        case .discard(let error):
             // Invalidated while it was starting: its runner reaps it once it is stopped.
             await instance.stop(TerminationReason(kind: .stopped, detail: error.reason), grace: stopGrace)
             throw error

@@ -123,7 +123,7 @@ final class ServiceInstance: LaunchedProcess {
                     await self.stop(TerminationReason(kind: .protocolViolation, detail: failure!.reason), grace: stopGrace)
                 default:
                     // Without its main connection a service is unreachable: it must exit now.
-                    if await self.ending.waitUncancellably(until: .now.advanced(by: stopGrace)) == nil {
+                    if await self.seeEnd(until: .now.advanced(by: stopGrace)) == nil {
                         let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0)\") on its main connection but did not exit" }
                             ?? "it closed its main connection but did not exit"
                         await self.stop(TerminationReason(kind: .protocolViolation, detail: detail), grace: stopGrace)
@@ -206,6 +206,13 @@ final class ServiceInstance: LaunchedProcess {
     /// the waiting task is cancelled.
     func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
         try? await ending.wait(until: deadline)
+    }
+
+    /// Waits as long as stopping it can take (goodbye, `SIGTERM`, `SIGKILL`: three grace periods,
+    /// and a second to reap) for the process to end; `nil` if it has not by then, or the waiting
+    /// task is cancelled.
+    func waitForStop() async -> TerminationReason? {
+        await waitForEnd(until: .now.advanced(by: stopGrace * 3 + .seconds(1)))
     }
 
     /// Like ``waitForEnd(until:)`` but seen through when the task is cancelled: the steps of

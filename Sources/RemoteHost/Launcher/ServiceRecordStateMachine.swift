@@ -106,8 +106,9 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
     package enum LaunchedAction {
         /// Run the process; let these waiters go.
         case run([Waiter<Void>])
-        /// The service was invalidated while it started: stop the process; fail with this.
-        case discard(RemoteError, [Waiter<Void>])
+        /// The service was invalidated while it started (its waiters were let go then): stop
+        /// the process; fail with this.
+        case discard(RemoteError)
     }
 
     /// What a process's end leads to.
@@ -129,13 +130,13 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
         case .invalidated(let error):
             return .fail(error)
         case .launching(var waiters):
-            if let current = current(for: owner) { return current.isUsable ? .use(current) : .awaitEnd(current) }
+            if let running = runningStep(for: owner) { return running }
             gate = .modifying
             waiters.append(waiter)
             gate = .launching(waiters)
             return .awaitLaunch
         case .ready:
-            if let current = current(for: owner) { return current.isUsable ? .use(current) : .awaitEnd(current) }
+            if let running = runningStep(for: owner) { return running }
             gate = .launching(WaiterQueue())
             return .launch(notBefore: relaunchDue)
         case .modifying:
@@ -162,8 +163,7 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
             if instances == .shared { shared = process } else { perConnection[owner] = process }
             return .run(released)
         case .invalidated(let error):
-            // Invalidated while it was starting (its waiters were let go then).
-            return .discard(error, [])
+            return .discard(error)
         case .ready, .modifying:
             preconditionFailure("a launch ended in state \(phase) of \(identifier)")
         }
@@ -262,7 +262,9 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
         return lastCrash.advanced(by: delay)
     }
 
-    private func current(for owner: UInt64) -> Process? {
-        instances == .shared ? shared : perConnection[owner]
+    /// What `owner` does with the process it has, if it has one: use it, or wait for its end.
+    private func runningStep(for owner: UInt64) -> NextStep? {
+        guard let current = instances == .shared ? shared : perConnection[owner] else { return nil }
+        return current.isUsable ? .use(current) : .awaitEnd(current)
     }
 }
