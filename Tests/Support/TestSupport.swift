@@ -47,14 +47,7 @@ public func openDescriptors() -> Set<Int32> {
 
 /// Pids of this process's living (or unreaped) children.
 public func childProcesses() -> Set<Int32> {
-    var result: Set<Int32> = []
-    for task in (try? Syscall.directoryEntries("/proc/self/task")) ?? [] where Int32(task) != nil {
-        guard let text = Syscall.readSmallFile("/proc/self/task/\(task)/children", limit: 1 << 16) else { continue }
-        for word in String(decoding: text, as: UTF8.self).split(whereSeparator: \.isWhitespace) {
-            if let pid = Int32(word) { result.insert(pid) }
-        }
-    }
-    return result
+    Set(Syscall.childProcesses(of: Syscall.processID))
 }
 
 /// What leaked: fds and child processes present after `body` that were not there before.

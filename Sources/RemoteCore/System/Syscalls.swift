@@ -21,18 +21,23 @@ package enum IOResult<Value> {
 
 extension Syscall {
     /// Runs `body` until it stops failing with `EINTR`; returns its result or throws.
+    ///
+    /// With `onPeerDescriptor` (a call on a descriptor a peer sent, such as a memfd it attached),
+    /// `EBADF` means the peer sent one opened the wrong way (write-only, say): the peer's fault,
+    /// so it is thrown, not trapped.
     @inline(__always)
-    static func retrying<R: BinaryInteger>(_ call: String, _ body: () -> R) throws(SystemCallError) -> R {
+    static func retrying<R: BinaryInteger>(_ call: String, onPeerDescriptor: Bool = false, _ body: () -> R) throws(SystemCallError) -> R {
         while true {
             let result = body()
             if result != -1 { return result }
             let code = Glibc.errno
             if code == EINTR { continue }
+            if onPeerDescriptor && code == EBADF { throw SystemCallError(call: call, errno: code) }
             try fail(call, code)
         }
     }
 
-    /// Like ``retrying(_:_:)`` but returns `EAGAIN`/`EWOULDBLOCK` as ``IOResult/wouldBlock``.
+    /// Like ``retrying(_:onPeerDescriptor:_:)`` but returns `EAGAIN`/`EWOULDBLOCK` as ``IOResult/wouldBlock``.
     @inline(__always)
     static func nonBlocking<R: BinaryInteger>(_ call: String, _ body: () -> R) throws(SystemCallError) -> IOResult<R> {
         while true {
@@ -41,21 +46,6 @@ extension Syscall {
             let code = Glibc.errno
             if code == EINTR { continue }
             if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
-            try fail(call, code)
-        }
-    }
-
-    /// Like ``retrying(_:_:)``, for a call on a descriptor a peer sent (a memfd it attached):
-    /// `EBADF` there means the peer sent one opened the wrong way (write-only, say), which is the
-    /// peer's fault, so it is thrown, not trapped.
-    @inline(__always)
-    static func retryingOnPeerDescriptor<R: BinaryInteger>(_ call: String, _ body: () -> R) throws(SystemCallError) -> R {
-        while true {
-            let result = body()
-            if result != -1 { return result }
-            let code = Glibc.errno
-            if code == EINTR { continue }
-            if code == EBADF { throw SystemCallError(call: call, errno: code) }
             try fail(call, code)
         }
     }
@@ -155,20 +145,17 @@ extension Syscall {
 
     /// Whether the open `file` is a regular file (`fstat`).
     package static func isRegularFile(_ file: borrowing OwnedFD) -> Bool {
-        guard let info = try? status(file.rawValue) else { return false }
-        return info.st_mode & S_IFMT == S_IFREG
+        (try? status(file.rawValue))?.isRegularFile ?? false
     }
 
     /// Whether `path` is a regular file (`stat`, following links).
     package static func isRegularFile(_ path: String) -> Bool {
-        guard let info = try? status(ofPath: path) else { return false }
-        return info.st_mode & S_IFMT == S_IFREG
+        (try? status(ofPath: path))?.isRegularFile ?? false
     }
 
     /// Whether `path` is a directory (`stat`, following links).
     package static func isDirectory(_ path: String) -> Bool {
-        guard let info = try? status(ofPath: path) else { return false }
-        return info.st_mode & S_IFMT == S_IFDIR
+        (try? status(ofPath: path))?.isDirectory ?? false
     }
 
     /// `access(path, mode)` (`R_OK`, `X_OK`, …): whether this process may use `path` that way.
@@ -363,6 +350,17 @@ extension Syscall {
         Glibc.kill(pid, 0) == 0 || Glibc.errno == EPERM
     }
 
+    /// The children of process `pid` (of each of its threads), from `/proc/PID/task/*/children`;
+    /// `[]` once it is gone.
+    package static func childProcesses(of pid: Int32) -> [Int32] {
+        var result: [Int32] = []
+        for task in (try? directoryEntries("/proc/\(pid)/task")) ?? [] where Int32(task) != nil {
+            guard let text = readSmallFile("/proc/\(pid)/task/\(task)/children", limit: 1 << 16) else { continue }
+            result += String(decoding: text, as: UTF8.self).split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
+        }
+        return result
+    }
+
     /// `pidfd_open(pid, 0)`, close-on-exec (as every pidfd is).
     package static func processDescriptor(_ pid: Int32) throws(SystemCallError) -> OwnedFD {
         OwnedFD(adopting: try retrying("pidfd_open(\(pid))") { rv_pidfd_open(pid, 0) })
@@ -424,12 +422,12 @@ extension Syscall {
 
     /// `ftruncate(fd, size)`.
     static func truncate(_ fd: Int32, _ size: Int) throws(SystemCallError) {
-        _ = try retryingOnPeerDescriptor("ftruncate") { ftruncate(fd, off_t(size)) }
+        _ = try retrying("ftruncate", onPeerDescriptor: true) { ftruncate(fd, off_t(size)) }
     }
 
     /// `fcntl(fd, F_ADD_SEALS, seals)`.
     static func addSeals(_ fd: Int32, _ seals: Int32) throws(SystemCallError) {
-        _ = try retryingOnPeerDescriptor("fcntl(F_ADD_SEALS)") { rv_fcntl_int(fd, rv_f_add_seals, seals) }
+        _ = try retrying("fcntl(F_ADD_SEALS)", onPeerDescriptor: true) { rv_fcntl_int(fd, rv_f_add_seals, seals) }
     }
 
     /// `fcntl(fd, F_GET_SEALS)`. `EINVAL` (not a sealable file) is thrown, not trapped, so a
@@ -444,7 +442,7 @@ extension Syscall {
     static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) throws(SystemCallError) {
         var done = 0
         while done < bytes.count {
-            let count = try retryingOnPeerDescriptor("pwrite") {
+            let count = try retrying("pwrite", onPeerDescriptor: true) {
                 bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
             }
             done += count
@@ -456,7 +454,7 @@ extension Syscall {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
-            let read = try retryingOnPeerDescriptor("pread") {
+            let read = try retrying("pread", onPeerDescriptor: true) {
                 bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(offset + done)) }
             }
             if read == 0 { break }
@@ -479,4 +477,11 @@ extension Syscall {
         let result = munmap(address, length)
         precondition(result == 0, "munmap: \(SystemCallError(call: "munmap", errno: Glibc.errno)) — a RemoteView bug")
     }
+}
+
+extension stat {
+    /// Whether the file is a regular file (`S_IFREG`).
+    package var isRegularFile: Bool { st_mode & S_IFMT == S_IFREG }
+    /// Whether the file is a directory (`S_IFDIR`).
+    package var isDirectory: Bool { st_mode & S_IFMT == S_IFDIR }
 }

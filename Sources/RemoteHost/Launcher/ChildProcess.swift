@@ -167,7 +167,7 @@ public final class ChildProcess: Sendable {
     package static func processTree(of pid: Int32) -> [Int32] {
         var tree = [pid], index = 0
         while index < tree.count, tree.count < 64 {
-            tree += Self.children(of: tree[index])
+            tree += Syscall.childProcesses(of: tree[index])
             index += 1
         }
         return tree
@@ -179,26 +179,13 @@ public final class ChildProcess: Sendable {
         var total: UInt64 = 0
         var found = false
         for pid in processTree() {
-            guard let fields = Self.procFile("/proc/\(pid)/statm")?.split(separator: " "), fields.count > 1,
-                  let pages = UInt64(fields[1]) else { continue }
+            guard let statm = Syscall.readSmallFile("/proc/\(pid)/statm") else { continue }
+            let fields = String(decoding: statm, as: UTF8.self).split(separator: " ")
+            guard fields.count > 1, let pages = UInt64(fields[1]) else { continue }
             total += pages * page
             found = true
         }
         return found ? total : nil
-    }
-
-    private static func children(of pid: Int32) -> [Int32] {
-        guard let tasks = try? Syscall.directoryEntries("/proc/\(pid)/task") else { return [] }
-        var result: [Int32] = []
-        for task in tasks where Int32(task) != nil {
-            guard let text = procFile("/proc/\(pid)/task/\(task)/children") else { continue }
-            result += text.split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
-        }
-        return result
-    }
-
-    private static func procFile(_ path: String) -> String? {
-        Syscall.readSmallFile(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Sends `signal` through the pidfd (never to a reused pid). Does nothing once it has exited.

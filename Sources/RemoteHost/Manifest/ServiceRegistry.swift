@@ -92,12 +92,13 @@ public struct ServiceRegistry: Sendable {
         manifest.file = file
         manifest.executablePath = resolve(manifest.executable, against: folder)
         let fail = { (key: String, reason: String) in ManifestError(file: file, key: key, reason: reason, identifier: manifest.identifier) }
+        let executable: stat
         do {
-            _ = try Syscall.status(ofPath: manifest.executablePath)
+            executable = try Syscall.status(ofPath: manifest.executablePath)
         } catch {
             throw fail("executable", "\(manifest.executablePath) cannot be used: \(error.reason)")
         }
-        guard Syscall.isRegularFile(manifest.executablePath), (try? Syscall.checkAccess(manifest.executablePath, X_OK)) != nil else {
+        guard executable.isRegularFile, (try? Syscall.checkAccess(manifest.executablePath, X_OK)) != nil else {
             throw fail("executable", "\(manifest.executablePath) is not an executable file")
         }
         if let icon = manifest.display.icon {
