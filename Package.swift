@@ -85,10 +85,16 @@ let package = Package(
             // The demo's service manifests; their executable is this one ("../../demo-share").
             resources: [.copy("Services")]
         ),
+        // Raw packets on a socket, past the codec's checks: for the tests and the hostile fixture.
+        .target(
+            name: "RawPacket",
+            dependencies: ["RemoteCore", "CRemoteViewLinux"],
+            path: "Tests/RawPacket"
+        ),
         // A real service executable the integration tests launch (not shipped).
         .executableTarget(
             name: "remoteview-test-service",
-            dependencies: ["RemoteService"],
+            dependencies: ["RemoteService", "RawPacket"],
             path: "Tests/Fixtures/TestService"
         ),
         // A host process the integration tests kill, to see its services go with it.
@@ -100,7 +106,7 @@ let package = Package(
         // Deadlines and fd/process leak checks shared by the test targets.
         .target(
             name: "RemoteTestSupport",
-            dependencies: ["RemoteCore", "RemoteHost", "CRemoteViewLinux", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["RemoteCore", "RemoteHost", "RawPacket", .product(name: "Logging", package: "swift-log")],
             path: "Tests/Support"
         ),
         .testTarget(

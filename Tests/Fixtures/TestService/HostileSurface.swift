@@ -3,6 +3,7 @@
 // host surface messages that RemoteService's presenter never would. On the host's first resize
 // each client runs the mode's script: what it breaks, or (truncate) what it tries.
 import Glibc
+import RawPacket
 import RemoteService
 import Synchronization
 
@@ -153,8 +154,12 @@ enum HostileSurface {
                 try file.resize(to: layout.byteCount)
                 try file.addSeals([.shrink, .grow])
                 guard let socket = raw?.socket.rawValue else { return "no socket to send on" }
-                let sent = HostileSurface.sendRaw(HostileSurface.attachBufferPacket(layout), with: file.fd.rawValue, on: socket)
-                return sent.map { "sendmsg failed: \($0)" } ?? "sent attach_buffer with stride \(layout.stride)"
+                do {
+                    try rawSend(socket, HostileSurface.attachBufferPacket(layout), fds: [file.fd.rawValue])
+                } catch {
+                    return "sendmsg failed: \(error)"
+                }
+                return "sent attach_buffer with stride \(layout.stride)"
             case .damage:
                 let buffer = try Buffer(id: 1, width: width, height: height, colour: first)
                 try await attach(buffer)
@@ -275,33 +280,5 @@ enum HostileSurface {
             + field(4, UInt64(layout.stride)) + field(5, 1)  // ARGB8888_PREMULTIPLIED
         // A large id: above any the connection has used.
         return field(1, 1 << 40) + field(3, 1) + field(100, message: body)
-    }
-
-    /// Sends `packet` on `socket` with `fd` as SCM_RIGHTS (one `sendmsg`); the error, if it failed.
-    static func sendRaw(_ packet: [UInt8], with fd: Int32, on socket: Int32) -> SystemCallError? {
-        // CMSG_LEN / CMSG_SPACE for one int, as glibc computes them (the header is size_t-aligned).
-        let header = MemoryLayout<cmsghdr>.size, word = MemoryLayout<Int>.size
-        let space = header + (MemoryLayout<Int32>.size + word - 1) / word * word
-        let control = UnsafeMutableRawPointer.allocate(byteCount: space, alignment: MemoryLayout<cmsghdr>.alignment)
-        defer { control.deallocate() }
-        control.initializeMemory(as: UInt8.self, repeating: 0, count: space)
-        let cmsg = control.bindMemory(to: cmsghdr.self, capacity: 1)
-        cmsg.pointee.cmsg_len = header + MemoryLayout<Int32>.size
-        cmsg.pointee.cmsg_level = SOL_SOCKET
-        cmsg.pointee.cmsg_type = Int32(SCM_RIGHTS)
-        control.storeBytes(of: fd, toByteOffset: header, as: Int32.self)
-        var bytes = packet
-        let sent = bytes.withUnsafeMutableBytes { buffer -> Int in
-            var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
-            return withUnsafeMutablePointer(to: &iov) { iovPointer in
-                var message = msghdr()
-                message.msg_iov = iovPointer
-                message.msg_iovlen = 1
-                message.msg_control = control
-                message.msg_controllen = space
-                return sendmsg(socket, &message, Int32(MSG_NOSIGNAL))
-            }
-        }
-        return sent == packet.count ? nil : SystemCallError(call: "sendmsg", errno: sent < 0 ? errno : EMSGSIZE)
     }
 }

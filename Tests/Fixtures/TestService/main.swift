@@ -1,6 +1,7 @@
 // A real service executable for the integration tests. argv[1] picks a behaviour; the hostile
 // ones speak raw packets on fd 3 to exercise the host's rejection paths.
 import Glibc
+import RawPacket
 import RemoteService
 import Synchronization
 
@@ -125,9 +126,9 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     }
 }
 
-/// Sends one raw packet on fd 3 (no fds).
+/// Sends one raw packet on fd 3 (no fds), whatever it holds; a failure is the host's to notice.
 func sendRaw(_ bytes: [UInt8]) {
-    _ = bytes.withUnsafeBytes { send(3, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    try? rawSend(3, bytes)
 }
 
 /// Waits until the host closes the socket (so the host sees the packet before EOF).
