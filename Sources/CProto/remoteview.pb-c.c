@@ -1042,7 +1042,232 @@ void   remoteview__traits__free_unpacked
   assert(message->base.descriptor == &remoteview__traits__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[26] =
+void   remoteview__share_item__init
+                     (Remoteview__ShareItem         *message)
+{
+  static const Remoteview__ShareItem init_value = REMOTEVIEW__SHARE_ITEM__INIT;
+  *message = init_value;
+}
+size_t remoteview__share_item__get_packed_size
+                     (const Remoteview__ShareItem *message)
+{
+  assert(message->base.descriptor == &remoteview__share_item__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__share_item__pack
+                     (const Remoteview__ShareItem *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__share_item__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__share_item__pack_to_buffer
+                     (const Remoteview__ShareItem *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__share_item__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ShareItem *
+       remoteview__share_item__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ShareItem *)
+     protobuf_c_message_unpack (&remoteview__share_item__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__share_item__free_unpacked
+                     (Remoteview__ShareItem *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__share_item__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__share_request__init
+                     (Remoteview__ShareRequest         *message)
+{
+  static const Remoteview__ShareRequest init_value = REMOTEVIEW__SHARE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t remoteview__share_request__get_packed_size
+                     (const Remoteview__ShareRequest *message)
+{
+  assert(message->base.descriptor == &remoteview__share_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__share_request__pack
+                     (const Remoteview__ShareRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__share_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__share_request__pack_to_buffer
+                     (const Remoteview__ShareRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__share_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ShareRequest *
+       remoteview__share_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ShareRequest *)
+     protobuf_c_message_unpack (&remoteview__share_request__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__share_request__free_unpacked
+                     (Remoteview__ShareRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__share_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__share_cancel__init
+                     (Remoteview__ShareCancel         *message)
+{
+  static const Remoteview__ShareCancel init_value = REMOTEVIEW__SHARE_CANCEL__INIT;
+  *message = init_value;
+}
+size_t remoteview__share_cancel__get_packed_size
+                     (const Remoteview__ShareCancel *message)
+{
+  assert(message->base.descriptor == &remoteview__share_cancel__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__share_cancel__pack
+                     (const Remoteview__ShareCancel *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__share_cancel__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__share_cancel__pack_to_buffer
+                     (const Remoteview__ShareCancel *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__share_cancel__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ShareCancel *
+       remoteview__share_cancel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ShareCancel *)
+     protobuf_c_message_unpack (&remoteview__share_cancel__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__share_cancel__free_unpacked
+                     (Remoteview__ShareCancel *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__share_cancel__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__activity_update__init
+                     (Remoteview__ActivityUpdate         *message)
+{
+  static const Remoteview__ActivityUpdate init_value = REMOTEVIEW__ACTIVITY_UPDATE__INIT;
+  *message = init_value;
+}
+size_t remoteview__activity_update__get_packed_size
+                     (const Remoteview__ActivityUpdate *message)
+{
+  assert(message->base.descriptor == &remoteview__activity_update__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__activity_update__pack
+                     (const Remoteview__ActivityUpdate *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__activity_update__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__activity_update__pack_to_buffer
+                     (const Remoteview__ActivityUpdate *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__activity_update__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ActivityUpdate *
+       remoteview__activity_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ActivityUpdate *)
+     protobuf_c_message_unpack (&remoteview__activity_update__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__activity_update__free_unpacked
+                     (Remoteview__ActivityUpdate *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__activity_update__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__share_complete__init
+                     (Remoteview__ShareComplete         *message)
+{
+  static const Remoteview__ShareComplete init_value = REMOTEVIEW__SHARE_COMPLETE__INIT;
+  *message = init_value;
+}
+size_t remoteview__share_complete__get_packed_size
+                     (const Remoteview__ShareComplete *message)
+{
+  assert(message->base.descriptor == &remoteview__share_complete__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__share_complete__pack
+                     (const Remoteview__ShareComplete *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__share_complete__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__share_complete__pack_to_buffer
+                     (const Remoteview__ShareComplete *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__share_complete__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__ShareComplete *
+       remoteview__share_complete__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__ShareComplete *)
+     protobuf_c_message_unpack (&remoteview__share_complete__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__share_complete__free_unpacked
+                     (Remoteview__ShareComplete *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__share_complete__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[30] =
 {
   {
     "id",
@@ -1356,8 +1581,57 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[26
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "share_request",
+    300,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, share_request),
+    &remoteview__share_request__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "share_cancel",
+    301,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, share_cancel),
+    &remoteview__share_cancel__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "activity_update",
+    302,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, activity_update),
+    &remoteview__activity_update__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "share_complete",
+    303,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, share_complete),
+    &remoteview__share_complete__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
+  28,   /* field[28] = activity_update */
   13,   /* field[13] = attach_buffer */
   12,   /* field[12] = cancel */
   14,   /* field[14] = commit */
@@ -1382,16 +1656,20 @@ static const unsigned remoteview__envelope__field_indices_by_name[] = {
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
   18,   /* field[18] = resize */
+  27,   /* field[27] = share_cancel */
+  29,   /* field[29] = share_complete */
+  26,   /* field[26] = share_request */
   22,   /* field[22] = text_input */
   25,   /* field[25] = traits */
 };
-static const ProtobufCIntRange remoteview__envelope__number_ranges[4 + 1] =
+static const ProtobufCIntRange remoteview__envelope__number_ranges[5 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 100, 13 },
   { 200, 20 },
-  { 0, 26 }
+  { 300, 26 },
+  { 0, 30 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -1401,10 +1679,10 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  26,
+  30,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
-  4,  remoteview__envelope__number_ranges,
+  5,  remoteview__envelope__number_ranges,
   (ProtobufCMessageInit) remoteview__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2673,6 +2951,326 @@ const ProtobufCMessageDescriptor remoteview__traits__descriptor =
   (ProtobufCMessageInit) remoteview__traits__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor remoteview__share_item__field_descriptors[5] =
+{
+  {
+    "kind",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareItem, kind),
+    &remoteview__item_kind__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "content_type",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareItem, content_type),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "text",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareItem, text),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareItem, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "size",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareItem, size),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__share_item__field_indices_by_name[] = {
+  1,   /* field[1] = content_type */
+  0,   /* field[0] = kind */
+  3,   /* field[3] = name */
+  4,   /* field[4] = size */
+  2,   /* field[2] = text */
+};
+static const ProtobufCIntRange remoteview__share_item__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor remoteview__share_item__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ShareItem",
+  "ShareItem",
+  "Remoteview__ShareItem",
+  "remoteview",
+  sizeof(Remoteview__ShareItem),
+  5,
+  remoteview__share_item__field_descriptors,
+  remoteview__share_item__field_indices_by_name,
+  1,  remoteview__share_item__number_ranges,
+  (ProtobufCMessageInit) remoteview__share_item__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__share_request__field_descriptors[1] =
+{
+  {
+    "items",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__ShareRequest, n_items),
+    offsetof(Remoteview__ShareRequest, items),
+    &remoteview__share_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__share_request__field_indices_by_name[] = {
+  0,   /* field[0] = items */
+};
+static const ProtobufCIntRange remoteview__share_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__share_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ShareRequest",
+  "ShareRequest",
+  "Remoteview__ShareRequest",
+  "remoteview",
+  sizeof(Remoteview__ShareRequest),
+  1,
+  remoteview__share_request__field_descriptors,
+  remoteview__share_request__field_indices_by_name,
+  1,  remoteview__share_request__number_ranges,
+  (ProtobufCMessageInit) remoteview__share_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__share_cancel__field_descriptors[1] =
+{
+  {
+    "reason",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareCancel, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__share_cancel__field_indices_by_name[] = {
+  0,   /* field[0] = reason */
+};
+static const ProtobufCIntRange remoteview__share_cancel__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__share_cancel__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ShareCancel",
+  "ShareCancel",
+  "Remoteview__ShareCancel",
+  "remoteview",
+  sizeof(Remoteview__ShareCancel),
+  1,
+  remoteview__share_cancel__field_descriptors,
+  remoteview__share_cancel__field_indices_by_name,
+  1,  remoteview__share_cancel__number_ranges,
+  (ProtobufCMessageInit) remoteview__share_cancel__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__activity_update__field_descriptors[5] =
+{
+  {
+    "title",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ActivityUpdate, title),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "subtitle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ActivityUpdate, subtitle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "indeterminate",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ActivityUpdate, indeterminate),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "progress",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ActivityUpdate, progress),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ActivityUpdate, state),
+    &remoteview__activity_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__activity_update__field_indices_by_name[] = {
+  2,   /* field[2] = indeterminate */
+  3,   /* field[3] = progress */
+  4,   /* field[4] = state */
+  1,   /* field[1] = subtitle */
+  0,   /* field[0] = title */
+};
+static const ProtobufCIntRange remoteview__activity_update__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor remoteview__activity_update__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ActivityUpdate",
+  "ActivityUpdate",
+  "Remoteview__ActivityUpdate",
+  "remoteview",
+  sizeof(Remoteview__ActivityUpdate),
+  5,
+  remoteview__activity_update__field_descriptors,
+  remoteview__activity_update__field_indices_by_name,
+  1,  remoteview__activity_update__number_ranges,
+  (ProtobufCMessageInit) remoteview__activity_update__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__share_complete__field_descriptors[3] =
+{
+  {
+    "result",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareComplete, result),
+    &remoteview__share_result__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "items",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__ShareComplete, n_items),
+    offsetof(Remoteview__ShareComplete, items),
+    &remoteview__share_item__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "message",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__ShareComplete, message),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__share_complete__field_indices_by_name[] = {
+  1,   /* field[1] = items */
+  2,   /* field[2] = message */
+  0,   /* field[0] = result */
+};
+static const ProtobufCIntRange remoteview__share_complete__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor remoteview__share_complete__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.ShareComplete",
+  "ShareComplete",
+  "Remoteview__ShareComplete",
+  "remoteview",
+  sizeof(Remoteview__ShareComplete),
+  3,
+  remoteview__share_complete__field_descriptors,
+  remoteview__share_complete__field_indices_by_name,
+  1,  remoteview__share_complete__number_ranges,
+  (ProtobufCMessageInit) remoteview__share_complete__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue remoteview__peer_role__enum_values_by_number[3] =
 {
   { "PEER_ROLE_UNSPECIFIED", "REMOTEVIEW__PEER_ROLE__PEER_ROLE_UNSPECIFIED", 0 },
@@ -2871,5 +3469,103 @@ const ProtobufCEnumDescriptor remoteview__interface_style__descriptor =
   remoteview__interface_style__enum_values_by_name,
   1,
   remoteview__interface_style__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__item_kind__enum_values_by_number[4] =
+{
+  { "ITEM_KIND_UNSPECIFIED", "REMOTEVIEW__ITEM_KIND__ITEM_KIND_UNSPECIFIED", 0 },
+  { "ITEM_KIND_TEXT", "REMOTEVIEW__ITEM_KIND__ITEM_KIND_TEXT", 1 },
+  { "ITEM_KIND_URL", "REMOTEVIEW__ITEM_KIND__ITEM_KIND_URL", 2 },
+  { "ITEM_KIND_FILE", "REMOTEVIEW__ITEM_KIND__ITEM_KIND_FILE", 3 },
+};
+static const ProtobufCIntRange remoteview__item_kind__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex remoteview__item_kind__enum_values_by_name[4] =
+{
+  { "ITEM_KIND_FILE", 3 },
+  { "ITEM_KIND_TEXT", 1 },
+  { "ITEM_KIND_UNSPECIFIED", 0 },
+  { "ITEM_KIND_URL", 2 },
+};
+const ProtobufCEnumDescriptor remoteview__item_kind__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.ItemKind",
+  "ItemKind",
+  "Remoteview__ItemKind",
+  "remoteview",
+  4,
+  remoteview__item_kind__enum_values_by_number,
+  4,
+  remoteview__item_kind__enum_values_by_name,
+  1,
+  remoteview__item_kind__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__activity_state__enum_values_by_number[5] =
+{
+  { "ACTIVITY_STATE_UNSPECIFIED", "REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_UNSPECIFIED", 0 },
+  { "ACTIVITY_STATE_PREPARING", "REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_PREPARING", 1 },
+  { "ACTIVITY_STATE_READY", "REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_READY", 2 },
+  { "ACTIVITY_STATE_WORKING", "REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_WORKING", 3 },
+  { "ACTIVITY_STATE_DONE", "REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_DONE", 4 },
+};
+static const ProtobufCIntRange remoteview__activity_state__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex remoteview__activity_state__enum_values_by_name[5] =
+{
+  { "ACTIVITY_STATE_DONE", 4 },
+  { "ACTIVITY_STATE_PREPARING", 1 },
+  { "ACTIVITY_STATE_READY", 2 },
+  { "ACTIVITY_STATE_UNSPECIFIED", 0 },
+  { "ACTIVITY_STATE_WORKING", 3 },
+};
+const ProtobufCEnumDescriptor remoteview__activity_state__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.ActivityState",
+  "ActivityState",
+  "Remoteview__ActivityState",
+  "remoteview",
+  5,
+  remoteview__activity_state__enum_values_by_number,
+  5,
+  remoteview__activity_state__enum_values_by_name,
+  1,
+  remoteview__activity_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__share_result__enum_values_by_number[4] =
+{
+  { "SHARE_RESULT_UNSPECIFIED", "REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_UNSPECIFIED", 0 },
+  { "SHARE_RESULT_COMPLETED", "REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_COMPLETED", 1 },
+  { "SHARE_RESULT_CANCELLED", "REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_CANCELLED", 2 },
+  { "SHARE_RESULT_FAILED", "REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_FAILED", 3 },
+};
+static const ProtobufCIntRange remoteview__share_result__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex remoteview__share_result__enum_values_by_name[4] =
+{
+  { "SHARE_RESULT_CANCELLED", 2 },
+  { "SHARE_RESULT_COMPLETED", 1 },
+  { "SHARE_RESULT_FAILED", 3 },
+  { "SHARE_RESULT_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__share_result__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.ShareResult",
+  "ShareResult",
+  "Remoteview__ShareResult",
+  "remoteview",
+  4,
+  remoteview__share_result__enum_values_by_number,
+  4,
+  remoteview__share_result__enum_values_by_name,
+  1,
+  remoteview__share_result__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };

@@ -64,6 +64,9 @@ public final class Connection: Sendable {
     package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment], ConnectionContext) async -> Void
     /// Receives one input event (a service receives them from its host), in order, validated.
     package typealias InputHandler = nonisolated(nonsending) @Sendable (InputEvent, ConnectionContext) async -> Void
+    /// Receives one message of the share family (with the file items' memfds), in order,
+    /// validated and known to come from the side that may send it.
+    package typealias ShareHandler = nonisolated(nonsending) @Sendable (ShareMessage, [Attachment], ConnectionContext) async -> Void
 
     /// This side's configuration.
     public let configuration: Configuration
@@ -86,6 +89,7 @@ public final class Connection: Sendable {
     private struct Routes {
         var surface: SurfaceHandler?
         var input: InputHandler?
+        var share: ShareHandler?
     }
 
     /// A connection over `transport`. Requests from the peer go to `onRequest`, one-way messages
@@ -139,6 +143,13 @@ public final class Connection: Sendable {
     /// route, input is a protocol violation. Does nothing once the connection is closing.
     package func route(input handler: @escaping InputHandler) {
         setRoute { $0.input = handler }
+    }
+
+    /// Routes the share family (`share_request` … `share_complete`) to `handler`, from now on;
+    /// without a route, a share message is a protocol violation. Does nothing once the
+    /// connection is closing.
+    package func route(share handler: @escaping ShareHandler) {
+        setRoute { $0.share = handler }
     }
 
     /// Changes the routes unless the connection is closing (checked under the routes' lock, which
@@ -310,6 +321,15 @@ public final class Connection: Sendable {
         }
         try await waitUntilSendable()
         try await transport.send(Envelope(id: makeID(), body: .input(event)))
+    }
+
+    /// Sends a share message (with the file items' memfds, in item order); returns once sent.
+    nonisolated(nonsending) package func send(_ message: ShareMessage, attachments: [Attachment] = []) async throws(RemoteError) {
+        guard message.sender == configuration.role else {
+            throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
+        }
+        try await waitUntilSendable()
+        try await transport.send(Envelope(id: makeID(), body: .share(message), attachments: attachments))
     }
 
     /// Measures one round trip to the peer (a ping answered by the connection itself, not a handler).
@@ -490,6 +510,14 @@ public final class Connection: Sendable {
                 throw refuse(.unexpected, "\(event.name) on a connection that carries no view")
             }
             await handler(event, context)
+        case .share(let message):
+            guard message.sender != configuration.role else {
+                throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
+            }
+            guard let handler = routes.withLock({ $0.share }) else {
+                throw refuse(.unexpected, "\(message.name) on a connection that carries no share")
+            }
+            await handler(message, envelope.attachments, context)
         }
         return true
     }

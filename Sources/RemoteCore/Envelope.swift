@@ -77,6 +77,8 @@ package struct Envelope: Sendable {
         case surface(SurfaceMessage)
         /// Fields 200–205: input, host → service.
         case input(InputEvent)
+        /// Fields 300–303: a share's items, updates and outcome.
+        case share(ShareMessage)
 
         /// The schema's name for this body, for error messages.
         package var name: String {
@@ -93,6 +95,7 @@ package struct Envelope: Sendable {
             case .cancel: "cancel"
             case .surface(let message): message.name
             case .input(let event): event.name
+            case .share(let message): message.name
             }
         }
 
@@ -101,6 +104,7 @@ package struct Envelope: Sendable {
             switch self {
             case .request, .reply, .message: 0...WireLimits.maxAttachments
             case .surface(.attachBuffer): 1...1
+            case .share(let message): message.fileCount...message.fileCount
             default: 0...0
             }
         }

@@ -65,7 +65,7 @@ package enum EnvelopeCodec {
     }
 
     /// The body: the core family here (fields 1–10), the others in their own files
-    /// (`EnvelopeCodec+Surface.swift`, `EnvelopeCodec+Input.swift`).
+    /// (`EnvelopeCodec+Surface.swift`, `EnvelopeCodec+Input.swift`, `EnvelopeCodec+Share.swift`).
     private static func convertBody(_ e: Remoteview__Envelope) throws(RemoteError) -> Envelope.Body {
         switch e.body_case {
         case REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE:
@@ -121,6 +121,7 @@ package enum EnvelopeCodec {
         default:
             if let body = try decodeSurface(e) { return body }
             if let body = try decodeInput(e) { return body }
+            if let body = try decodeShare(e) { return body }
             let unknown = (0..<Int(e.base.n_unknown_fields)).map { e.base.unknown_fields[$0].tag }
             throw violation(unknown.isEmpty ? "envelope \(e.id) has no body"
                 : "envelope \(e.id) has no known body (unknown field(s) \(unknown.map { String($0) }.joined(separator: ", ")))")
@@ -278,6 +279,9 @@ package enum EnvelopeCodec {
         case .input(let event):
             if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
             arena.encode(event, into: &e)
+        case .share(let message):
+            if let problem = message.problem { throw RemoteError(.invalidArgument, problem) }
+            arena.encode(message, into: &e)
         }
 
         let size = remoteview__envelope__get_packed_size(&e)

@@ -38,6 +38,11 @@ typedef struct Remoteview__TextInput Remoteview__TextInput;
 typedef struct Remoteview__Focus Remoteview__Focus;
 typedef struct Remoteview__RemoteControl Remoteview__RemoteControl;
 typedef struct Remoteview__Traits Remoteview__Traits;
+typedef struct Remoteview__ShareItem Remoteview__ShareItem;
+typedef struct Remoteview__ShareRequest Remoteview__ShareRequest;
+typedef struct Remoteview__ShareCancel Remoteview__ShareCancel;
+typedef struct Remoteview__ActivityUpdate Remoteview__ActivityUpdate;
+typedef struct Remoteview__ShareComplete Remoteview__ShareComplete;
 
 
 /* --- enums --- */
@@ -148,6 +153,70 @@ typedef enum _Remoteview__InterfaceStyle {
   REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_DARK = 2
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__INTERFACE_STYLE)
 } Remoteview__InterfaceStyle;
+/*
+ * What a shared item is, and so where its value travels.
+ */
+typedef enum _Remoteview__ItemKind {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__ITEM_KIND__ITEM_KIND_UNSPECIFIED = 0,
+  /*
+   * inline: `text` is the text (1..32768 bytes of UTF-8)
+   */
+  REMOTEVIEW__ITEM_KIND__ITEM_KIND_TEXT = 1,
+  /*
+   * inline: `text` is one absolute URL (1..4096 bytes, no whitespace or controls)
+   */
+  REMOTEVIEW__ITEM_KIND__ITEM_KIND_URL = 2,
+  /*
+   * a sealed read-only memfd rides with the envelope; `name` and `size` describe it
+   */
+  REMOTEVIEW__ITEM_KIND__ITEM_KIND_FILE = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ITEM_KIND)
+} Remoteview__ItemKind;
+typedef enum _Remoteview__ActivityState {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_UNSPECIFIED = 0,
+  /*
+   * reading the items, loading
+   */
+  REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_PREPARING = 1,
+  /*
+   * waiting for the user
+   */
+  REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_READY = 2,
+  /*
+   * doing the work (posting, saving)
+   */
+  REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_WORKING = 3,
+  /*
+   * the work is done; share_complete follows
+   */
+  REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_DONE = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ACTIVITY_STATE)
+} Remoteview__ActivityState;
+typedef enum _Remoteview__ShareResult {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_UNSPECIFIED = 0,
+  /*
+   * done; `items` are what it returns (0..16)
+   */
+  REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_COMPLETED = 1,
+  /*
+   * the user (or the host) cancelled; no items
+   */
+  REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_CANCELLED = 2,
+  /*
+   * it could not be done; `message` says why (1..4096 bytes); no items
+   */
+  REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_FAILED = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__SHARE_RESULT)
+} Remoteview__ShareResult;
 
 /* --- messages --- */
 
@@ -175,7 +244,11 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT = 202,
   REMOTEVIEW__ENVELOPE__BODY_FOCUS = 203,
   REMOTEVIEW__ENVELOPE__BODY_REMOTE_CONTROL = 204,
-  REMOTEVIEW__ENVELOPE__BODY_TRAITS = 205
+  REMOTEVIEW__ENVELOPE__BODY_TRAITS = 205,
+  REMOTEVIEW__ENVELOPE__BODY_SHARE_REQUEST = 300,
+  REMOTEVIEW__ENVELOPE__BODY_SHARE_CANCEL = 301,
+  REMOTEVIEW__ENVELOPE__BODY_ACTIVITY_UPDATE = 302,
+  REMOTEVIEW__ENVELOPE__BODY_SHARE_COMPLETE = 303
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ENVELOPE__BODY__CASE)
 } Remoteview__Envelope__BodyCase;
 
@@ -297,6 +370,25 @@ struct  Remoteview__Envelope
      * The host's appearance.
      */
     Remoteview__Traits *traits;
+    /*
+     * Share (docs/Protocol.md, "Share"): one share per connection, items in and a result out.
+     */
+    /*
+     * host -> service, fds: one per FILE item, in item order.
+     */
+    Remoteview__ShareRequest *share_request;
+    /*
+     * host -> service, fds: 0. The user dismissed the share.
+     */
+    Remoteview__ShareCancel *share_cancel;
+    /*
+     * service -> host, fds: 0. Title, progress and state.
+     */
+    Remoteview__ActivityUpdate *activity_update;
+    /*
+     * service -> host, fds: one per returned FILE item, in order.
+     */
+    Remoteview__ShareComplete *share_complete;
   };
 };
 #define REMOTEVIEW__ENVELOPE__INIT \
@@ -669,6 +761,114 @@ struct  Remoteview__Traits
 #define REMOTEVIEW__TRAITS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__traits__descriptor) \
     , REMOTEVIEW__INTERFACE_STYLE__INTERFACE_STYLE_UNSPECIFIED, 0, 0 }
+
+
+/*
+ * One item, in either direction: what the host shares, and what a service returns.
+ */
+struct  Remoteview__ShareItem
+{
+  ProtobufCMessage base;
+  Remoteview__ItemKind kind;
+  /*
+   * a MIME type without parameters, e.g. text/plain, image/png (1..255 bytes)
+   */
+  char *content_type;
+  /*
+   * TEXT and URL items; empty for FILE items
+   */
+  char *text;
+  /*
+   * FILE items: a file name, 1..255 bytes, no '/' or NUL, not "." or ".."; empty otherwise
+   */
+  char *name;
+  /*
+   * FILE items: the memfd's size in bytes (0..268435456); 0 otherwise
+   */
+  uint64_t size;
+};
+#define REMOTEVIEW__SHARE_ITEM__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__share_item__descriptor) \
+    , REMOTEVIEW__ITEM_KIND__ITEM_KIND_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * The items to share: 1..16 of them. The n-th FILE item's memfd is the n-th fd of the envelope.
+ */
+struct  Remoteview__ShareRequest
+{
+  ProtobufCMessage base;
+  size_t n_items;
+  Remoteview__ShareItem **items;
+};
+#define REMOTEVIEW__SHARE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__share_request__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * The user dismissed the share: the service answers with share_complete (CANCELLED, or whatever
+ * it had finished) within the host's grace period, or is stopped.
+ */
+struct  Remoteview__ShareCancel
+{
+  ProtobufCMessage base;
+  /*
+   * informational, at most 1024 bytes
+   */
+  char *reason;
+};
+#define REMOTEVIEW__SHARE_CANCEL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__share_cancel__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * How the activity presents itself while it runs; each update replaces the previous one whole.
+ */
+struct  Remoteview__ActivityUpdate
+{
+  ProtobufCMessage base;
+  /*
+   * 1..200 bytes
+   */
+  char *title;
+  /*
+   * at most 400 bytes (empty: none)
+   */
+  char *subtitle;
+  /*
+   * true: progress unknown, and `progress` is 0
+   */
+  protobuf_c_boolean indeterminate;
+  /*
+   * 0..1, finite, when not indeterminate
+   */
+  float progress;
+  Remoteview__ActivityState state;
+};
+#define REMOTEVIEW__ACTIVITY_UPDATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__activity_update__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_UNSPECIFIED }
+
+
+/*
+ * The one final answer to the connection's share_request.
+ */
+struct  Remoteview__ShareComplete
+{
+  ProtobufCMessage base;
+  Remoteview__ShareResult result;
+  size_t n_items;
+  Remoteview__ShareItem **items;
+  /*
+   * FAILED: why (required); CANCELLED: optionally why; COMPLETED: empty
+   */
+  char *message;
+};
+#define REMOTEVIEW__SHARE_COMPLETE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__share_complete__descriptor) \
+    , REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_UNSPECIFIED, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 /* Remoteview__Envelope methods */
@@ -1108,6 +1308,101 @@ Remoteview__Traits *
 void   remoteview__traits__free_unpacked
                      (Remoteview__Traits *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__ShareItem methods */
+void   remoteview__share_item__init
+                     (Remoteview__ShareItem         *message);
+size_t remoteview__share_item__get_packed_size
+                     (const Remoteview__ShareItem   *message);
+size_t remoteview__share_item__pack
+                     (const Remoteview__ShareItem   *message,
+                      uint8_t             *out);
+size_t remoteview__share_item__pack_to_buffer
+                     (const Remoteview__ShareItem   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ShareItem *
+       remoteview__share_item__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__share_item__free_unpacked
+                     (Remoteview__ShareItem *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__ShareRequest methods */
+void   remoteview__share_request__init
+                     (Remoteview__ShareRequest         *message);
+size_t remoteview__share_request__get_packed_size
+                     (const Remoteview__ShareRequest   *message);
+size_t remoteview__share_request__pack
+                     (const Remoteview__ShareRequest   *message,
+                      uint8_t             *out);
+size_t remoteview__share_request__pack_to_buffer
+                     (const Remoteview__ShareRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ShareRequest *
+       remoteview__share_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__share_request__free_unpacked
+                     (Remoteview__ShareRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__ShareCancel methods */
+void   remoteview__share_cancel__init
+                     (Remoteview__ShareCancel         *message);
+size_t remoteview__share_cancel__get_packed_size
+                     (const Remoteview__ShareCancel   *message);
+size_t remoteview__share_cancel__pack
+                     (const Remoteview__ShareCancel   *message,
+                      uint8_t             *out);
+size_t remoteview__share_cancel__pack_to_buffer
+                     (const Remoteview__ShareCancel   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ShareCancel *
+       remoteview__share_cancel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__share_cancel__free_unpacked
+                     (Remoteview__ShareCancel *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__ActivityUpdate methods */
+void   remoteview__activity_update__init
+                     (Remoteview__ActivityUpdate         *message);
+size_t remoteview__activity_update__get_packed_size
+                     (const Remoteview__ActivityUpdate   *message);
+size_t remoteview__activity_update__pack
+                     (const Remoteview__ActivityUpdate   *message,
+                      uint8_t             *out);
+size_t remoteview__activity_update__pack_to_buffer
+                     (const Remoteview__ActivityUpdate   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ActivityUpdate *
+       remoteview__activity_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__activity_update__free_unpacked
+                     (Remoteview__ActivityUpdate *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__ShareComplete methods */
+void   remoteview__share_complete__init
+                     (Remoteview__ShareComplete         *message);
+size_t remoteview__share_complete__get_packed_size
+                     (const Remoteview__ShareComplete   *message);
+size_t remoteview__share_complete__pack
+                     (const Remoteview__ShareComplete   *message,
+                      uint8_t             *out);
+size_t remoteview__share_complete__pack_to_buffer
+                     (const Remoteview__ShareComplete   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__ShareComplete *
+       remoteview__share_complete__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__share_complete__free_unpacked
+                     (Remoteview__ShareComplete *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Remoteview__Envelope_Closure)
@@ -1179,6 +1474,21 @@ typedef void (*Remoteview__RemoteControl_Closure)
 typedef void (*Remoteview__Traits_Closure)
                  (const Remoteview__Traits *message,
                   void *closure_data);
+typedef void (*Remoteview__ShareItem_Closure)
+                 (const Remoteview__ShareItem *message,
+                  void *closure_data);
+typedef void (*Remoteview__ShareRequest_Closure)
+                 (const Remoteview__ShareRequest *message,
+                  void *closure_data);
+typedef void (*Remoteview__ShareCancel_Closure)
+                 (const Remoteview__ShareCancel *message,
+                  void *closure_data);
+typedef void (*Remoteview__ActivityUpdate_Closure)
+                 (const Remoteview__ActivityUpdate *message,
+                  void *closure_data);
+typedef void (*Remoteview__ShareComplete_Closure)
+                 (const Remoteview__ShareComplete *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1191,6 +1501,9 @@ extern const ProtobufCEnumDescriptor    remoteview__pixel_format__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__pointer_phase__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__remote_command__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__interface_style__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__item_kind__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__activity_state__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__share_result__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__envelope__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__handshake__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__goodbye__descriptor;
@@ -1214,6 +1527,11 @@ extern const ProtobufCMessageDescriptor remoteview__text_input__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__focus__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__remote_control__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__traits__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__share_item__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__share_request__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__share_cancel__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__activity_update__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__share_complete__descriptor;
 
 PROTOBUF_C__END_DECLS
 
