@@ -447,6 +447,15 @@ public final class Connection: Sendable {
         }
     }
 
+    /// The peer's handshake, once it has arrived (waiting for it if needed): what it says it
+    /// is and supports.
+    ///
+    /// - Throws: ``RemoteError`` when the connection failed before the handshake, or the caller
+    ///   was cancelled.
+    package func peerHandshake() async throws(RemoteError) -> Handshake {
+        try await waitUntilOpen()
+    }
+
     /// Waits for the peer's handshake.
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
         let waiter = Waiter<Result<Handshake, RemoteError>>()

@@ -334,17 +334,27 @@ public final class ServiceConnection: Sendable {
             failure = error
         }
         channel.instance.closeChannel()
-        listeners.withLock { if $0.announced === channel { $0.announced = nil } }
-        guard machine.withLock({ $0.channelEnded(channel) }) else { return }
-        await report(failure, of: channel)
+        let attached = listeners.withLock { listeners in
+            if listeners.announced === channel { listeners.announced = nil }
+            return listeners.entries.compactMap(\.listener)
+        }
+        let closed = ServiceChannel(connection: channel.connection, instance: channel.instance)
+        guard machine.withLock({ $0.channelEnded(channel) }) else {
+            let error = machine.withLock { $0.invalidation } ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
+            for listener in attached { await listener.channelDidClose(closed, error: error) }
+            return
+        }
+        let reported = await report(failure, of: channel)
+        for listener in attached { await listener.channelDidClose(closed, error: reported) }
         if let announce = machine.withLock({ $0.reportEnded() }) { announceInvalidation(announce) }
     }
 
     /// Reports the end of `channel` (`failure`: how its connection failed) as an interruption,
     /// unless it was an idle exit (not news: the next message relaunches it, as if nothing
     /// happened).
-    private func report(_ failure: RemoteError?, of channel: Channel) async {
-        if await endedIdle(channel.instance) { return }
+    @discardableResult
+    private func report(_ failure: RemoteError?, of channel: Channel) async -> RemoteError? {
+        if await endedIdle(channel.instance) { return nil }
         let goodbye = channel.connection.peerGoodbyeReason
         if let failure {
             if failure.code == .protocolViolation {
@@ -358,9 +368,13 @@ public final class ServiceConnection: Sendable {
                 error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
             }
             eventSink.yield(.interrupted(error))
+            return error
         } else if let goodbye, goodbye != FrameworkMessage.idleExitReason {
-            eventSink.yield(.interrupted(RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")))
+            let error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")
+            eventSink.yield(.interrupted(error))
+            return error
         }
+        return nil
     }
 }
 
@@ -380,6 +394,16 @@ package protocol ServiceChannelListener: AnyObject, Sendable {
     /// every listener returned; if one throws, the channel is closed and the next caller makes
     /// another.
     func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError)
+
+    /// The channel closed: `error` says how, as ``ServiceConnection/events`` reports it (the
+    /// process's end included), or is `nil` when the end is no news (an idle exit, a close in
+    /// order). A channel that ran is always closed this way, once.
+    func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async
+}
+
+extension ServiceChannelListener {
+    /// Nothing to do by default.
+    package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async {}
 }
 
 /// One channel of a ``ServiceConnection``, as its listeners see it: the connection to one
@@ -402,6 +426,32 @@ package struct ServiceChannel: Sendable {
             clock.touch()
             await handler(message, attachments, context)
         })
+    }
+
+    /// Routes the share family from the service to `handler` (each message counts as activity
+    /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
+    package func route(share handler: @escaping Connection.ShareHandler) {
+        let clock = instance.idleClock
+        connection.route(share: { message, attachments, context in
+            clock.touch()
+            await handler(message, attachments, context)
+        })
+    }
+
+    /// Work in progress on the process (a share running): it does not count as idle until
+    /// ``endWork()``, like an outstanding request.
+    package func beginWork() {
+        instance.idleClock.begin()
+    }
+
+    /// The work ``beginWork()`` began is over.
+    package func endWork() {
+        instance.idleClock.end()
+    }
+
+    /// Whether `other` is the same channel (the same connection to the same process).
+    package func isSame(as other: ServiceChannel) -> Bool {
+        connection === other.connection
     }
 
     /// Ends the process for breaking a rule of what the listener handles (named in `rule`): it

@@ -1,5 +1,6 @@
 @_exported import RemoteCore
 import Glibc
+import Logging
 import Synchronization
 
 /// The service side's entry point: picks up the socket the host passed, serves every
@@ -46,18 +47,25 @@ public enum ServiceMain {
     /// - Parameters:
     ///   - identifier: The service's reverse-DNS identifier (its manifest's), sent in handshakes.
     ///   - capabilities: Optional features the service announces in its handshakes.
+    ///   - shareTitle: For a share activity: the title its updates start with (its manifest's
+    ///     `display.title`, usually). The service then takes shares (announcing the `share`
+    ///     capability), and each view controller finds its share in
+    ///     ``ViewController/extensionContext``. `nil`: the service takes no shares.
     ///   - viewController: Makes the controller of what the service shows, once for each host
     ///     connection that presents it (see ``ViewController``); `nil` for a service without a UI.
     ///   - onRequest: Answers the hosts' requests the view controller leaves (with the message
     ///     and its `ConnectionContext`).
     ///   - onMessage: Receives the hosts' one-way messages the view controller leaves.
     @discardableResult
-    public static func run(identifier: String, capabilities: [String] = [],
+    public static func run(identifier: String, capabilities: [String] = [], shareTitle: String? = nil,
                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                            onRequest: @escaping Connection.RequestHandler,
                            onMessage: @escaping Connection.MessageHandler = { _, _ in }) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
-        let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, idleTimeout: idleTimeout,
+        if shareTitle != nil, viewController == nil {
+            throw RemoteError(.invalidArgument, "a share activity needs a view controller (\(identifier) has a share title but none)")
+        }
+        let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, idleTimeout: idleTimeout,
                                      viewController: viewController, onRequest: onRequest, onMessage: onMessage)
         switch try SocketActivation.takeSocket() {
         case .connected(let socket):
@@ -71,20 +79,38 @@ public enum ServiceMain {
         }
     }
 
-    /// ``run(identifier:capabilities:viewController:onRequest:onMessage:)``, then exits the process: status 0
+    /// ``run(identifier:capabilities:shareTitle:viewController:onRequest:onMessage:)``, then exits the process: status 0
     /// after an orderly close or an idle exit, 1 (with the reason on stderr) otherwise.
-    public static func exit(serving identifier: String, capabilities: [String] = [],
+    public static func exit(serving identifier: String, capabilities: [String] = [], shareTitle: String? = nil,
                             viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                             onRequest: @escaping Connection.RequestHandler,
                             onMessage: @escaping Connection.MessageHandler = { _, _ in }) async -> Never {
         do {
-            try await run(identifier: identifier, capabilities: capabilities, viewController: viewController,
+            try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
                           onRequest: onRequest, onMessage: onMessage)
             Syscall.exit(0)
         } catch {
             Syscall.writeStandardError("\(identifier): \(error)\n")
             Syscall.exit(1)
         }
+    }
+
+    /// Runs a share activity (an `NSExtension` share extension's principal class): every host
+    /// connection that shares with it gets a `viewController`, which finds the items and
+    /// finishes the share through ``ViewController/extensionContext``; then exits the process
+    /// like ``exit(serving:capabilities:shareTitle:viewController:onRequest:onMessage:)``.
+    ///
+    /// ```swift
+    /// await ServiceMain.exit(sharing: "com.example.notes", title: "Notes") { NotesController() }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - title: the title its activity updates start with (its manifest's `display.title`).
+    ///   - onRequest: answers the hosts' own requests (by default, refuses them).
+    public static func exit(sharing identifier: String, title: String,
+                            onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                            viewController: @escaping @MainActor @Sendable () -> ViewController) async -> Never {
+        await exit(serving: identifier, shareTitle: title, viewController: viewController, onRequest: onRequest)
     }
 
     static func idleTimeoutFromEnvironment() throws(RemoteError) -> Duration? {
@@ -116,12 +142,16 @@ final class ServiceRuntime: Sendable {
         var ending: ServiceMain.Ending?
     }
 
-    init(identifier: String, capabilities: [String], idleTimeout: Duration?,
+    /// The title a share's updates start with; `nil` when the service takes no shares.
+    let shareTitle: String?
+
+    init(identifier: String, capabilities: [String], shareTitle: String? = nil, idleTimeout: Duration?,
          viewController: (@MainActor @Sendable () -> ViewController)?,
          onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
         makeController = viewController
         self.identifier = identifier
-        self.capabilities = capabilities
+        self.shareTitle = shareTitle
+        self.capabilities = shareTitle == nil || capabilities.contains(ShareCapability.name) ? capabilities : capabilities + [ShareCapability.name]
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
         self.onRequest = onRequest
         self.onMessage = onMessage
@@ -132,9 +162,10 @@ final class ServiceRuntime: Sendable {
     /// the host's requests for more connections; with a UI, its surface and input go to a
     /// ``ViewSurface`` of its own.
     func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
-        let surface = makeController.map { ViewSurface(makeController: $0) }
-        let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
         let idleClock = self.idleClock
+        let share = shareTitle.map { ShareEndpoint(idleClock: idleClock, title: $0, logger: Logger(label: identifier)) }
+        let surface = makeController.map { ViewSurface(makeController: $0, share: share) }
+        let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
         // The connection's view controller sees its requests and messages first.
         let onRequest: Connection.RequestHandler = { [weak self] request, context in
             guard let self else { throw CancellationError() }
@@ -177,6 +208,12 @@ final class ServiceRuntime: Sendable {
                 idleClock?.touch()
                 await surface.deliver(event, context)
             })
+            if let share {
+                connection.route(share: { message, attachments, context in
+                    idleClock?.touch()
+                    await share.receive(message, attachments: attachments, context: context, controller: { surface.controller })
+                })
+            }
         }
         state.withLock { state in
             state.connections[ObjectIdentifier(connection)] = connection
@@ -260,6 +297,7 @@ final class ServiceRuntime: Sendable {
         }
         await surface.close()
         await frames
+        surface.share?.connectionEnded()
         _ = state.withLock { $0.surfaces.removeValue(forKey: ObjectIdentifier(connection)) }
         try outcome.get()
     }

@@ -139,3 +139,8 @@ package enum ShareMessage: Sendable {
         return nil
     }
 }
+
+/// The handshake capability of a service that runs shares (`docs/Protocol.md`, "Share").
+package enum ShareCapability {
+    package static let name = "share"
+}

@@ -27,9 +27,16 @@ final class ViewSurface {
     /// Requests waiting for the view to have committed everything pending.
     private var settleWaiters = WaiterQueue<Void>()
 
-    nonisolated init(makeController: @escaping @MainActor () -> ViewController) {
+    /// The connection's share, when the service runs shares.
+    nonisolated let share: ShareEndpoint?
+
+    nonisolated init(makeController: @escaping @MainActor () -> ViewController, share: ShareEndpoint? = nil) {
         self.makeController = makeController
+        self.share = share
     }
+
+    /// The controller, once the host has shown the view.
+    var controller: ViewController? { root?.controller }
 
     /// Applies a surface message from the host: size and pacing. Pacing (release_buffer,
     /// frame_done) goes straight to the presenter, on the caller's executor.
@@ -87,7 +94,7 @@ final class ViewSurface {
 
     private func ensureRoot(on connection: Connection) -> ServiceRoot {
         if let root { return root }
-        let root = ServiceRoot(controller: makeController(), connection: connection)
+        let root = ServiceRoot(controller: makeController(), connection: connection, share: share)
         root.wake = { [weak self] in self?.resume() }
         let send = Self.sender(on: connection)
         root.preferredSizeSink = { size in
@@ -95,6 +102,8 @@ final class ViewSurface {
             let height = min(max(Int(size.height.isFinite ? size.height.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             Task { try? await send(.preferredSize(width: width, height: height), []) }
         }
+        // A share that came before the view: the controller hears of it before its view loads.
+        if let context = share?.context { root.controller.beginRequest(with: context) }
         _ = root.controller.view
         self.root = root
         hasController.store(true, ordering: .releasing)

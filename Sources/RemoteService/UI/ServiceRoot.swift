@@ -29,9 +29,13 @@ final class ServiceRoot: Responder {
     /// Unhandled events that reached the root, by kind (for diagnostics and tests).
     private(set) var unhandled: [String] = []
 
-    init(controller: ViewController, connection: Connection?) {
+    /// The connection's share, when the service runs shares.
+    let share: ShareEndpoint?
+
+    init(controller: ViewController, connection: Connection?, share: ShareEndpoint? = nil) {
         self.controller = controller
         self.connection = connection
+        self.share = share
         super.init()
         controller.attachedRoot = self
     }

@@ -78,6 +78,23 @@ open class ViewController: Responder {
     /// service's request handler.
     open func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? { nil }
 
+    /// The share this controller's view was presented for, if the host started one (an
+    /// `NSExtensionContext`): its items, and how to report progress and finish. Available from
+    /// ``loadView()`` on, as the host sends the items before it shows the view.
+    public var extensionContext: ExtensionContext? { attachedRoot?.share?.context }
+
+    /// The host started a share with this controller's service: `context` has the items. Called
+    /// once, before the view loads when the items came first (as hosts send them). The default
+    /// does nothing; read ``extensionContext`` where convenient.
+    open func beginRequest(with context: ExtensionContext) {}
+
+    /// The host asked to cancel the share (the user dismissed it): finish it soon, with
+    /// ``ExtensionContext/cancel(error:)`` or the result you already have; the host stops a
+    /// service that does not answer within its grace period. The default cancels at once.
+    open func requestCancelled(reason: String) {
+        extensionContext?.cancel()
+    }
+
     /// The size the view would like, in points: the host is told, and decides.
     public var preferredContentSize: Size? {
         didSet { if let preferredContentSize, preferredContentSize != oldValue { attachedRoot?.sendPreferredSize(preferredContentSize) } }

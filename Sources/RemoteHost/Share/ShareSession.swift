@@ -1,0 +1,191 @@
+import RemoteCore
+import Synchronization
+
+/// One running share: the activity's process, its embedded view, the updates it streams and
+/// the outcome it ends with. Made by ``ShareSheet/perform(_:launcher:presentation:)``.
+///
+/// ```swift
+/// let session = try await sheet.perform(activity, launcher: launcher)
+/// try await session.view.present(width: 480, height: 320)
+/// for await update in session.updates { progressBar.value = update.progress }
+/// switch await session.outcome {
+/// case .completed(let items): save(items)
+/// case .cancelled, .failed, .interrupted: break
+/// }
+/// await session.close()
+/// ```
+///
+/// The session sits on its ``ServiceConnection`` and ``RemoteView`` as a listener, like the
+/// view sits on the connection: neither knows about shares. It checks every share message
+/// against the protocol's rules and ends a service that breaks one. If the process ends before
+/// it answers, the outcome is ``ShareOutcome/interrupted(_:)`` with how it ended, and ``view``
+/// keeps the last frame it drew, for the app to show greyed out.
+public final class ShareSession: Sendable {
+    /// The activity this share runs.
+    public let activity: ShareActivity
+    /// The items shared with it.
+    public let items: [ShareItem]
+    /// The connection to the activity's process (one per share).
+    public let connection: ServiceConnection
+    /// The activity's view.
+    public let view: RemoteView
+    /// The activity's updates, in order; finishes when the outcome is known.
+    public let updates: AsyncStream<ActivityUpdate>
+    /// How long the service has to answer ``cancel(reason:)`` before it is stopped.
+    public let cancelGrace: Duration
+
+    /// The default ``cancelGrace``: 2 s.
+    public static let defaultCancelGrace: Duration = .seconds(2)
+
+    private let updateSink: AsyncStream<ActivityUpdate>.Continuation
+    private let ended = Latch<ShareOutcome>()
+    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?)>((ShareSessionStateMachine(), [], nil))
+
+    init(activity: ShareActivity, items: [ShareItem], connection: ServiceConnection, presentation: RemoteView.Presentation,
+         cancelGrace: Duration) {
+        self.activity = activity
+        self.items = items
+        self.connection = connection
+        self.cancelGrace = cancelGrace
+        (updates, updateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
+        view = RemoteView(connection: connection, presentation: presentation)
+        connection.addListener(self)
+    }
+
+    deinit {
+        updateSink.finish()
+    }
+
+    /// Launches the activity (if needed) and sends it the items.
+    ///
+    /// - Throws: `RemoteError` when the service cannot be reached, does not announce the
+    ///   `share` capability, or the items cannot be sent; the outcome is then *interrupted*.
+    func start() async throws(RemoteError) {
+        do throws(RemoteError) {
+            try await connection.withChannel { connection throws(RemoteError) in
+                let peer = try await connection.peerHandshake()
+                guard peer.capabilities.contains(ShareCapability.name) else {
+                    throw RemoteError(.invalidArgument, "\(activity.identifier) does not announce the \"\(ShareCapability.name)\" capability in its handshake (it announced \(peer.capabilities)), so it cannot run a share")
+                }
+                let (wire, attachments) = try ShareItem.wire(items)
+                // Recorded before sending: the service may answer at once.
+                let channel = state.withLock { state -> ServiceChannel? in
+                    guard let channel = state.channels.last(where: { $0.connection === connection }) else { return nil }
+                    state.machine.requestSent(on: connection)
+                    return channel
+                }
+                guard let channel else { throw RemoteError(.interrupted, "the connection to \(activity.identifier) closed before the share started") }
+                channel.beginWork()
+                try await connection.send(.request(items: wire), attachments: attachments)
+            }
+        } catch {
+            if let outcome = state.withLock({ $0.machine.failedToStart(error) }) { finish(outcome) }
+            throw error
+        }
+    }
+
+    /// The last update the activity sent, if any.
+    public var latestUpdate: ActivityUpdate? {
+        state.withLock { $0.latest }
+    }
+
+    /// How the share ended, once it has (waits for it).
+    public var outcome: ShareOutcome {
+        get async {
+            do { return try await ended.wait() } catch {
+                // Only a cancelled caller gets here.
+                return ended.value ?? .interrupted(RemoteError(.cancelled, "cancelled while waiting for the outcome of the share with \(activity.identifier)"))
+            }
+        }
+    }
+
+    /// The outcome if the share has ended; `nil` while it runs.
+    public var currentOutcome: ShareOutcome? {
+        ended.value
+    }
+
+    /// The user dismissed the share: `share_cancel` goes to the activity, which has
+    /// ``cancelGrace`` to answer; one that does not is stopped, with that as the reason.
+    /// Returns the outcome (what the activity answered, or *interrupted*).
+    @discardableResult
+    public func cancel(reason: String = "dismissed") async -> ShareOutcome {
+        switch state.withLock({ $0.machine.cancelRequested() }) {
+        case .finished(let outcome):
+            finish(outcome)
+            return outcome
+        case .wait:
+            return await outcome
+        case .send(let connection):
+            try? await connection.send(.cancel(reason: reason))
+            let deadline = ContinuousClock.now.advanced(by: cancelGrace)
+            if let outcome = await ended.waitUncancellably(until: deadline) { return outcome }
+            if let channel = state.withLock({ $0.channels.last(where: { $0.connection === connection }) }) {
+                await channel.endService(violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
+            }
+            return await ended.waitUncancellably() ?? .interrupted(RemoteError(.interrupted, "the share was cancelled"))
+        }
+    }
+
+    /// Ends the session: the connection is invalidated (the process stopped), and a share still
+    /// running ends as *cancelled*… without asking: call ``cancel(reason:)`` first to let the
+    /// activity answer. The view keeps its last frame.
+    public func close() async {
+        if case .finished(let outcome) = state.withLock({ $0.machine.cancelRequested() }) { finish(outcome) }
+        await connection.invalidate()
+        // A share the process was still running ended with its connection.
+        if ended.value == nil { finish(.interrupted(RemoteError(.invalidated, "the share with \(activity.identifier) was closed by the host before it finished"))) }
+    }
+
+    private func finish(_ outcome: ShareOutcome) {
+        guard ended.open(outcome) else { return }
+        updateSink.finish()
+    }
+
+    private static func describe(_ duration: Duration) -> String {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
+    }
+
+    /// A share message from the service on `channel`.
+    private func receive(_ message: ShareMessage, attachments: [Attachment], on channel: ServiceChannel) async {
+        var items: [ShareItem] = []
+        if case .complete(.completed, let wire, _) = message {
+            do { items = try ShareItem.received(wire, attachments: attachments) } catch {
+                return await channel.endService(violating: error.reason)
+            }
+        }
+        switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
+        case .update(let update):
+            state.withLock { $0.latest = update }
+            updateSink.yield(update)
+        case .finish(let outcome):
+            channel.endWork()
+            finish(outcome)
+        case .violation(let reason):
+            await channel.endService(violating: reason)
+        }
+    }
+}
+
+extension ShareSession: ServiceChannelListener {
+    package func channelWillRun(_ channel: ServiceChannel) {
+        state.withLock { $0.channels.append(channel) }
+        channel.route(share: { [weak self] message, attachments, _ in
+            guard let self else { return await channel.endService(violating: "\(message.name) but no share session is open") }
+            await self.receive(message, attachments: attachments, on: channel)
+        })
+    }
+
+    package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {}
+
+    package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async {
+        let outcome = state.withLock { state -> ShareOutcome? in
+            state.channels.removeAll { $0.isSame(as: channel) }
+            return state.machine.channelClosed(channel.connection, error: error)
+        }
+        if let outcome {
+            channel.endWork()
+            finish(outcome)
+        }
+    }
+}
