@@ -147,6 +147,11 @@ case "view":
 case "ui":
     // A toolkit screen: label, button, text field, progress, and a log of what reached it.
     await ServiceMain.exit(serving: "com.example.test", viewController: { ScreenController() }, onRequest: serve)
+case "share", "share-ignore-cancel":
+    // A share activity (Share.swift); "share-ignore-cancel" never answers share_cancel.
+    let ignoresCancel = mode == "share-ignore-cancel"
+    await ServiceMain.exit(serving: "com.example.test", shareTitle: "Test share",
+                           viewController: { ShareTestController(ignoresCancel: ignoresCancel) }, onRequest: serve)
 case "ignore-idle":
     // A service that does not exit when idle, so the host has to stop it.
     unsetenv(ServiceMain.idleTimeoutVariable)

@@ -1,0 +1,71 @@
+// The fixture's share activity ("share" and "share-ignore-cancel" modes): a green view, and
+// requests on the share's own connection that make it report, progress, finish, or break the
+// share's rules, for ShareSessionTests.
+import RemoteService
+
+final class ShareTestController: ViewController {
+    /// Whether it ignores the host's share_cancel (so the host must stop it).
+    let ignoresCancel: Bool
+    private(set) var begun = 0
+
+    init(ignoresCancel: Bool) {
+        self.ignoresCancel = ignoresCancel
+    }
+
+    override func loadView() {
+        view = CanvasView { context, bounds in context.fill(bounds, with: Color(red: 0, green: 1, blue: 0)) }
+    }
+
+    override func beginRequest(with context: ExtensionContext) {
+        begun += 1
+    }
+
+    override func viewDidAppear() {
+        extensionContext?.update(title: "Test share", subtitle: "\(extensionContext?.inputItems.count ?? 0) items")
+        extensionContext?.setProgress(nil, state: .ready)
+    }
+
+    override func requestCancelled(reason: String) {
+        if !ignoresCancel { extensionContext?.cancel() }
+    }
+
+    override func handleRequest(_ request: ServiceMessage) async throws -> ServiceMessage? {
+        guard let context = extensionContext else { return nil }
+        let words = (request.text ?? "").split(separator: " ", maxSplits: 1).map(String.init)
+        switch request.type {
+        case "share.items":
+            // One line per item: kind, type, size, name or text, and (files) the bytes as hex.
+            let lines = try context.inputItems.map { item -> String in
+                switch item.content {
+                case .text(let text): return "text \(item.contentType) \(item.size) \(text)"
+                case .url(let url): return "url \(item.contentType) \(item.size) \(url)"
+                case .file(let file): return "file \(item.contentType) \(item.size) \(file.name) \(try item.data().map { String($0, radix: 16) }.joined(separator: ","))"
+                }
+            }
+            return ServiceMessage(type: "share.items", text: "begun \(begun)\n" + lines.joined(separator: "\n"))
+        case "share.progress":
+            context.setProgress(Double(words.first ?? "") ?? 0, state: .working)
+            return ServiceMessage(type: "ok")
+        case "share.complete":
+            // The first text upper-cased, and every file's bytes reversed, as "NAME.reversed".
+            var items: [ShareItem] = []
+            if let text = context.inputItems.compactMap(\.text).first { items.append(try .text(text.uppercased())) }
+            for item in context.inputItems {
+                guard let name = item.fileName else { continue }
+                items.append(try .file(named: name + ".reversed", contentType: item.contentType, contents: try item.data().reversed()))
+            }
+            context.complete(returning: items)
+            return ServiceMessage(type: "ok")
+        case "share.fail":
+            context.cancel(error: ServiceFailure(domain: "test", code: 1, message: words.first ?? "failed"))
+            return ServiceMessage(type: "ok")
+        case "share.complete-twice":
+            // Past the SDK (which ignores a second answer): the raw rule breaking of a hostile service.
+            context.complete()
+            try await connection?.send(ShareMessage.complete(.completed, items: [], message: ""))
+            return ServiceMessage(type: "ok")
+        default:
+            return nil
+        }
+    }
+}
