@@ -4,6 +4,7 @@
 //   request handled, CLOCK_MONOTONIC ns), "count" (one-way messages since the last
 //   count), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick W H FPS SECONDS" (repaint everything FPS times a second)
+//   "share.complete" (finishes the view's share, replying when), and it takes shares
 //   view: a solid colour, plus the stream's stamped frames
 import Glibc
 import RemoteService
@@ -55,6 +56,13 @@ final class StreamController: ViewController {
             remaining = Int(numbers[4])
             canvas.animate(duration: .zero) { [weak self] _ in self?.step() }
             return ServiceMessage(type: "streaming", text: String(frame &+ UInt32(remaining)))
+        case "share.complete":
+            // Finishes the share this view was shown for; the reply carries when (CLOCK_MONOTONIC
+            // ns, the host's clock too), so the host can time complete → its outcome.
+            guard let context = extensionContext else { throw ServiceFailure(domain: "bench", code: 2, message: "no share on this connection") }
+            let stamp = monotonicNanoseconds()
+            context.complete()
+            return ServiceMessage(type: "completing", text: String(stamp))
         case "tick":
             guard numbers.count == 2 else { throw ServiceFailure(domain: "bench", code: 1, message: "tick FPS SECONDS") }
             region = canvas.bounds
@@ -82,7 +90,7 @@ final class StreamController: ViewController {
     }
 }
 
-await ServiceMain.exit(serving: "com.example.bench", viewController: { StreamController() }, onRequest: { request, _ in
+await ServiceMain.exit(serving: "com.example.bench", shareTitle: "Benchmark share", viewController: { StreamController() }, onRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)

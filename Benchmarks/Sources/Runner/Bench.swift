@@ -144,9 +144,12 @@ struct Bench: Sendable {
     static func writeManifests(into folder: String, executable: String) throws {
         mkdir(folder, 0o755)
         // "shared": one warm process for round trips and frames; "cold": a process per connection.
-        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection"), ("bench.scale", "perConnection")] {
+        // "share": the same service offered for text, shared by every share; "share.cold": one process per share.
+        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection"), ("bench.scale", "perConnection"),
+                                  ("bench.share", "shared"), ("bench.share.cold", "perConnection")] {
+            let activation = name.hasPrefix("bench.share") ? #", "activation": { "contentTypes": [{ "type": "text/plain" }] }"# : ""
             let manifest = """
-                { "identifier": "com.example.\(name)", "executable": "\(executable)", "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)" }
+                { "identifier": "com.example.\(name)", "executable": "\(executable)", "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)"\(activation) }
                 """
             try manifest.write(toFile: "\(folder)/\(name).json", atomically: true, encoding: .utf8)
         }
@@ -161,7 +164,7 @@ struct Bench: Sendable {
     }
 
     /// The figure groups `--only` takes.
-    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus"]
+    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus", "share"]
 
     func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
 
@@ -287,6 +290,10 @@ struct Bench: Sendable {
         if wants("cold") {
             log("cold starts …")
             rows += try await coldStartRows(registry: registry, logger: logger)
+        }
+
+        if wants("share") {
+            rows += try await shareRows(registry: registry, logger: logger)
         }
 
         if wants("scale") {
@@ -505,6 +512,72 @@ struct Bench: Sendable {
             if let versus { activationRows.append(versus) }
         }
         return rows + activationRows
+    }
+
+    /// A share from `perform` to the activity's first frame on the host, cold (a process per
+    /// share) and warm (the process runs already), each next to the same start without a share
+    /// (a connection presenting the same view), interleaved; and from the activity's
+    /// `complete()` to the host's outcome, next to the request/reply round trip.
+    func shareRows(registry: ServiceRegistry, logger: Logger) async throws -> [Row] {
+        let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", logger: logger)
+        return try await withLauncher(registry: registry, configuration: configuration) { launcher in
+            let sheet = ShareSheet(registry: registry, items: [try .text("a benchmark share")])
+            func firstFrames(_ identifier: String, _ count: Int, warmUp: Int) async throws -> [Double] {
+                guard let activity = sheet.activity(identifier) else { throw BenchError("\(identifier) is not offered: \(sheet.explanation(for: identifier) ?? "?")") }
+                var samples: [Double] = []
+                for index in -warmUp..<count {
+                    let start = nowMicroseconds()
+                    let session = try await sheet.perform(activity, launcher: launcher)
+                    try await session.view.present(width: 320, height: 240)
+                    var damage = session.view.damage.makeAsyncIterator()
+                    guard await damage.next() != nil else { throw BenchError("the share's view ended before its first frame") }
+                    if index >= 0 { samples.append(nowMicroseconds() - start) }
+                    await session.close()
+                }
+                return samples
+            }
+            func plainFirstFrames(_ identifier: String, _ count: Int, warmUp: Int) async throws -> [Double] {
+                try await startTimes(count, warmUp: warmUp, of: identifier, on: launcher, until: presentedFirstFrame)
+            }
+            let keepWarm = launcher.connection(to: "com.example.bench.share")
+            _ = try await keepWarm.request(ServiceMessage(type: "echo"))
+            log("share: perform → first frame, cold …")
+            let (cold, coldPlain) = try await interleavedAsync(coldStarts, chunks: 5, framework: { try await firstFrames("com.example.bench.share.cold", $0, warmUp: 1) },
+                                                          baseline: { try await plainFirstFrames("com.example.bench.cold", $0, warmUp: 1) })
+            log("share: perform → first frame, warm …")
+            let warmCount = max(coldStarts * 4, 40)
+            let (warm, warmPlain) = try await interleavedAsync(warmCount, chunks: 5, framework: { try await firstFrames("com.example.bench.share", $0, warmUp: 2) },
+                                                          baseline: { try await plainFirstFrames("com.example.bench.share", $0, warmUp: 2) })
+            log("share: complete → outcome …")
+            var completions: [Double] = []
+            for index in -2..<warmCount {
+                guard let activity = sheet.activity("com.example.bench.share") else { throw BenchError("com.example.bench.share is not offered") }
+                let session = try await sheet.perform(activity, launcher: launcher)
+                try await session.view.present(width: 64, height: 48)
+                let reply = try await session.connection.request(ServiceMessage(type: "share.complete"))
+                guard case .completed = await session.outcome else { throw BenchError("the share ended \(await session.outcome)") }
+                let outcomeAt = Double(monotonicNanoseconds()) / 1000
+                guard let stamp = reply.text.flatMap(Double.init) else { throw BenchError("share.complete replied \(reply)") }
+                if index >= 0 { completions.append(outcomeAt - stamp / 1000) }
+                await session.close()
+            }
+            let service = launcher.connection(to: "com.example.bench.share")
+            let roundTrip = Stats(microseconds: try await sample(warmCount * 10, warmUp: 20) { _ = try await service.request(ServiceMessage(type: "echo")) })
+            await service.invalidate()
+            await keepWarm.invalidate()
+            let complete = Stats(microseconds: completions)
+            return [
+                Row(figure: "share: perform → first frame, cold (sandboxed, interleaved)", value: cold,
+                    baseline: "cold start → first frame of a plain view", baselineValue: coldPlain,
+                    ratio: cold.median / coldPlain.median, ratioMeaning: "of the plain start", target: "(what the share adds: the capability check and the items)", met: nil),
+                Row(figure: "share: perform → first frame, warm (process running, interleaved)", value: warm,
+                    baseline: "new connection → first frame of a plain view", baselineValue: warmPlain,
+                    ratio: warm.median / warmPlain.median, ratioMeaning: "of the plain start", target: "(diagnostic)", met: nil),
+                Row(figure: "share: the activity's complete() → the host's outcome", value: complete,
+                    baseline: "request/reply on the same service", baselineValue: roundTrip,
+                    ratio: complete.median / roundTrip.median, ratioMeaning: "of a round trip", target: "≤ 1× (one message, one way)", met: complete.median <= roundTrip.median),
+            ]
+        }
     }
 
     /// The small round trip against a peer's, measured interleaved: how many times faster it is.

@@ -88,6 +88,19 @@ func interleaved(_ total: Int, chunks: Int = 10, framework: (Int) async throws -
             Stats(microseconds: theirs, perSecond: Double(theirs.count) / (theirs.reduce(0, +) / 1e6)))
 }
 
+/// ``interleaved(_:chunks:framework:baseline:)`` for a baseline that is itself measured through
+/// the framework (a plain view next to a share's), so it awaits.
+func interleavedAsync(_ total: Int, chunks: Int = 10, framework: (Int) async throws -> [Double],
+                      baseline: (Int) async throws -> [Double]) async throws -> (framework: Stats, baseline: Stats) {
+    let perChunk = max(total / chunks, 1)
+    var ours: [Double] = [], theirs: [Double] = []
+    for _ in 0..<chunks {
+        ours += try await framework(perChunk)
+        theirs += try await baseline(perChunk)
+    }
+    return (Stats(microseconds: ours), Stats(microseconds: theirs))
+}
+
 /// Runs a command (in `environment`, if given) and returns its standard output (failing with
 /// its standard error).
 func run(_ arguments: [String], environment: [String: String]? = nil) throws -> String {
