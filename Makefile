@@ -19,6 +19,7 @@ test:
 	scripts/bootstrap
 	scripts/gen-proto --check
 	mkdir -p .build
+	$(MAKE) --no-print-directory -C Examples/uppercase-c all check
 	swift build --build-tests 2>&1 | tee $(BUILD_LOG)
 # Fail on warnings from our own Sources/Tests; dependencies' warnings (.build/checkouts) are
 # ignored. Only recompiled files emit warnings, so an incremental build can miss some; CI builds
