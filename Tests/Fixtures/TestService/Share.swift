@@ -69,3 +69,59 @@ final class ShareTestController: ViewController {
         }
     }
 }
+
+/// The "uppercase" mode: the Swift twin of `Examples/uppercase-c`, drawn the same way (white,
+/// the text at (16, 16) in 16-point DejaVu Sans, a #2F6FED button of 160×40 points 16 points from
+/// the bottom-left corner), so that one share test runs both. A click on the button, or Return,
+/// completes with the text upper-cased; typed text is added to it first.
+final class UppercaseController: ViewController {
+    private var text = ""
+    private var finished = false
+    private static let blue = Color(argb: 0xFF2F_6FED)
+
+    private func button(in bounds: Rect) -> Rect {
+        Rect(x: 16, y: bounds.height - 56, width: 160, height: 40)
+    }
+
+    private lazy var canvas = CanvasView { [unowned self] context, bounds in
+        context.fill(bounds, with: .white)
+        context.draw(text, at: Point(x: 16, y: 32), font: Font(family: "DejaVu Sans", size: 16), color: .black)
+        let button = button(in: bounds)
+        context.fill(button, with: Self.blue)
+        context.draw("UPPERCASE", at: Point(x: button.minX + 12, y: button.minY + 26), font: Font(family: "DejaVu Sans", size: 16), color: .white)
+    }
+
+    override func loadView() {
+        text = extensionContext?.inputItems.first?.text ?? ""
+        view = canvas
+    }
+
+    override func viewDidAppear() {
+        extensionContext?.setProgress(nil, state: .ready)
+    }
+
+    override func insertText(_ typed: String) {
+        guard !finished else { return }
+        text += typed
+        canvas.setNeedsDisplay()
+    }
+
+    override func keyDown(_ event: KeyEvent) {
+        if event.keyCode == KeyCode.enter { finish() }
+    }
+
+    override func pointerUp(_ event: PointerEvent) {
+        if button(in: canvas.bounds).contains(Point(x: event.x, y: event.y)) { finish() }
+    }
+
+    private func finish() {
+        guard !finished, let context = extensionContext else { return }
+        finished = true
+        context.setProgress(0.5, state: .working)
+        context.setProgress(1, state: .done)
+        let upper = String(text.map { $0.isASCII ? Character($0.uppercased()) : $0 })  // ASCII only, as the C twin
+        do { context.complete(returning: [try .text(upper)]) } catch { context.cancel(error: error) }
+        text = upper
+        canvas.setNeedsDisplay()
+    }
+}

@@ -152,6 +152,9 @@ case "share", "share-ignore-cancel":
     let ignoresCancel = mode == "share-ignore-cancel"
     await ServiceMain.exit(serving: "com.example.test", shareTitle: "Test share",
                            viewController: { ShareTestController(ignoresCancel: ignoresCancel) }, onRequest: serve)
+case "uppercase":
+    // The Swift twin of Examples/uppercase-c (Share.swift).
+    await ServiceMain.exit(sharing: "com.example.test", title: "Uppercase") { UppercaseController() }
 case "ignore-idle":
     // A service that does not exit when idle, so the host has to stop it.
     unsetenv(ServiceMain.idleTimeoutVariable)
