@@ -22,7 +22,7 @@ struct ManifestTests {
           "executable": "service",
           "arguments": ["--share"],
           "display": { "title": "Mail", "subtitle": "Send by mail", "icon": "icon.png" },
-          "activation": { "contentTypes": [ { "type": "public.plain-text", "min": 1, "max": 5 }, { "type": "public.image*", "max": 10 } ] },
+          "activation": { "contentTypes": [ { "type": "text/plain", "min": 1, "max": 5 }, { "type": "Image/*", "max": 10 } ] },
           "sandbox": { "network": true, "readOnlyPaths": ["/usr/share"] },
           "idleTimeout": 2.5,
           "instances": "perConnection",
@@ -40,7 +40,7 @@ struct ManifestTests {
         #expect(manifest.arguments == ["--share"])
         #expect(manifest.display.subtitle == "Send by mail")
         #expect(manifest.iconPath == folder.path + "/icon.png")
-        #expect(manifest.activation?.contentTypes.count == 2)
+        #expect(manifest.activation?.contentTypes.map(\.type) == ["text/plain", "image/*"], "stored in lower case")
         #expect(manifest.activation?.contentTypes[1].min == 1 && manifest.activation?.contentTypes[1].max == 10)
         #expect(manifest.sandbox.network && manifest.sandbox.readOnlyPaths == ["/usr/share"])
         #expect(manifest.idleTimeout == .milliseconds(2500))
@@ -73,8 +73,17 @@ struct ManifestTests {
         (#""title": "Mail", "#, "", "display.title", "missing"),
         (#""icon": "icon.png""#, #""icon": "nope.png""#, "display.icon", "not a file"),
         (#""min": 1, "max": 5"#, #""min": 6, "max": 5"#, "activation.contentTypes[0].max", "at least min"),
-        (#""type": "public.plain-text""#, #""type": "plain text!""#, "activation.contentTypes[0].type", "not a content type"),
-        (#""contentTypes": [ { "type": "public.plain-text", "min": 1, "max": 5 }, { "type": "public.image*", "max": 10 } ]"#, #""contentTypes": []"#, "activation.contentTypes", "1 to 32"),
+        (#""min": 1, "max": 5"#, #""min": 1, "max": 17"#, "activation.contentTypes[0].max", "a share carries at most 16 items"),
+        (#""min": 1, "max": 5"#, #""min": 17, "max": 17"#, "activation.contentTypes[0].min", "0...16"),
+        (#""min": 1, "max": 5"#, #""min": -1, "max": 5"#, "activation.contentTypes[0].min", "0...16"),
+        (#""min": 1, "max": 5"#, #""min": 0, "max": 0"#, "activation.contentTypes[0].max", "1...16"),
+        (#""type": "text/plain""#, #""type": "public.png""#, "activation.contentTypes[0].type",
+         #""public.png" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)"#),
+        (#""type": "text/plain""#, #""type": "plain text!""#, "activation.contentTypes[0].type", "is not a MIME type"),
+        (#""type": "text/plain""#, #""type": "*/*""#, "activation.contentTypes[0].type", "is not a MIME type"),
+        (#""type": "text/plain""#, #""type": "image/png*""#, "activation.contentTypes[0].type", "is not a MIME type"),
+        (#""type": "text/plain""#, #""type": "text/plain; charset=utf-8""#, "activation.contentTypes[0].type", "is not a MIME type"),
+        (#""contentTypes": [ { "type": "text/plain", "min": 1, "max": 5 }, { "type": "Image/*", "max": 10 } ]"#, #""contentTypes": []"#, "activation.contentTypes", "1 to 32"),
         (#""network": true"#, #""network": "yes""#, "sandbox.network", "true or false"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["relative/path"]"#, "sandbox.readOnlyPaths", "absolute"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/usr/../etc"]"#, "sandbox.readOnlyPaths", "normalised"),

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import RemoteCore
 
 /// What a service declares about itself: a JSON file beside its executable, like an XPC
 /// service's `Info.plist` or a launchd job's plist. The schema is in `docs/Manifest.md`.
@@ -51,21 +52,24 @@ public struct ServiceManifest: Sendable, Hashable {
         public var icon: String?
     }
 
-    /// Which shared items activate the service: it is offered when every item matches one of
-    /// these rules and each rule's count is within its bounds.
+    /// Which shared items activate the service, like an app extension's
+    /// `NSExtensionActivationRule`: it is offered when every item can be given to a rule its
+    /// MIME type conforms to with each rule's count within its bounds
+    /// (``activationVerdict(for:database:)``; `docs/Manifest.md`, "Activation").
     public struct Activation: Sendable, Hashable, Codable {
         /// 1…32 rules.
         public var contentTypes: [ContentTypeRule]
     }
 
-    /// A content type (e.g. `public.plain-text`, `public.png`; `public.*` style prefixes allowed
-    /// with a trailing `*`) and how many items of it the service takes.
+    /// A MIME type (e.g. `text/plain`, `image/png`) or a whole family (`image/*`), and how many
+    /// of the shared items the service takes of it. An item counts for the rule when its type
+    /// conforms to the rule's (``MIMEDatabase/conforms(_:to:)``).
     public struct ContentTypeRule: Sendable, Hashable, Codable {
-        /// The content type, or a prefix ending in `*`.
+        /// The MIME type, or `major/*`, in lower case.
         public var type: String
-        /// The fewest items of this type (0…1000; default 1).
+        /// The fewest items of this type (0…``ShareLimits/maxItems``; default 1).
         public var min: Int
-        /// The most items of this type (default `min`).
+        /// The most items of this type (`max(min, 1)`…``ShareLimits/maxItems``; default `min`).
         public var max: Int
     }
 
@@ -187,14 +191,16 @@ extension ServiceManifest.ContentTypeRule {
     public init(from decoder: any Decoder) throws {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        type = try container.decode(String.self, forKey: .type)
-        let valid = !type.isEmpty && type.utf8.count <= 128
-            && type.dropLast(type.hasSuffix("*") ? 1 : 0).unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "." || $0 == "-") }
-        try container.check(valid, .type, "\"\(type)\" is not a content type (letters, digits, '.', '-', an optional trailing '*')")
+        let written = try container.decode(String.self, forKey: .type)
+        try container.check(MIMEType.isValid(written, allowingWildcard: true), .type,
+                            "\"\(written)\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
+        type = MIMEType.normalized(written)
+        let most = ShareLimits.maxItems
         min = try container.decodeInteger(.min) ?? 1
         max = try container.decodeInteger(.max) ?? min
-        try container.check(min >= 0 && min <= 1000, .min, "\(min) is not in 0...1000")
-        try container.check(max >= Swift.max(min, 1) && max <= 1000, .max, "\(max) is not in \(Swift.max(min, 1))...1000 (at least min and 1)")
+        try container.check(min >= 0 && min <= most, .min, "\(min) is not in 0...\(most) (a share carries at most \(most) items)")
+        try container.check(max >= Swift.max(min, 1) && max <= most, .max,
+                            "\(max) is not in \(Swift.max(min, 1))...\(most) (at least min and 1; a share carries at most \(most) items)")
     }
 }
 
