@@ -58,6 +58,7 @@ public func requestError(_ connection: ServiceConnection, _ message: ServiceMess
 /// An event stream that ended before the event a test waited for.
 public struct StreamEnded: Error, CustomStringConvertible {
     public let what: String
+    public init(what: String) { self.what = what }
     public var description: String { "the event stream ended before \(what)" }
 }
 

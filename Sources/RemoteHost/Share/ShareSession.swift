@@ -39,7 +39,8 @@ public final class ShareSession: Sendable {
 
     private let updateSink: AsyncStream<ActivityUpdate>.Continuation
     private let ended = Latch<ShareOutcome>()
-    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?)>((ShareSessionStateMachine(), [], nil))
+    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?,
+                               stopReason: String?)>((ShareSessionStateMachine(), [], nil, nil))
 
     init(activity: ShareActivity, items: [ShareItem], connection: ServiceConnection, presentation: RemoteView.Presentation,
          cancelGrace: Duration) {
@@ -120,7 +121,7 @@ public final class ShareSession: Sendable {
             let deadline = ContinuousClock.now.advanced(by: cancelGrace)
             if let outcome = await ended.waitUncancellably(until: deadline) { return outcome }
             if let channel = state.withLock({ $0.channels.last(where: { $0.connection === connection }) }) {
-                await channel.endService(violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
+                await end(channel, violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
             }
             return await ended.waitUncancellably() ?? .interrupted(RemoteError(.interrupted, "the share was cancelled"))
         }
@@ -151,7 +152,7 @@ public final class ShareSession: Sendable {
         var items: [ShareItem] = []
         if case .complete(.completed, let wire, _) = message {
             do { items = try ShareItem.received(wire, attachments: attachments) } catch {
-                return await channel.endService(violating: error.reason)
+                return await end(channel, violating: error.reason)
             }
         }
         switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
@@ -162,8 +163,15 @@ public final class ShareSession: Sendable {
             channel.endWork()
             finish(outcome)
         case .violation(let reason):
-            await channel.endService(violating: reason)
+            await end(channel, violating: reason)
         }
+    }
+
+    /// Stops the service for breaking a rule of the share; a share it was running ends
+    /// *interrupted* with that reason (not with how the stopped process said goodbye).
+    private func end(_ channel: ServiceChannel, violating rule: String) async {
+        state.withLock { if $0.stopReason == nil { $0.stopReason = rule } }
+        await channel.endService(violating: rule)
     }
 }
 
@@ -179,9 +187,11 @@ extension ShareSession: ServiceChannelListener {
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {}
 
     package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async {
+        let identifier = activity.identifier
         let outcome = state.withLock { state -> ShareOutcome? in
             state.channels.removeAll { $0.isSame(as: channel) }
-            return state.machine.channelClosed(channel.connection, error: error)
+            let reason = state.stopReason.map { RemoteError(.interrupted, "\(identifier) was stopped for a protocol violation: \($0)") }
+            return state.machine.channelClosed(channel.connection, error: reason ?? error)
         }
         if let outcome {
             channel.endWork()

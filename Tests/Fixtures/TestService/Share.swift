@@ -57,7 +57,7 @@ final class ShareTestController: ViewController {
             context.complete(returning: items)
             return ServiceMessage(type: "ok")
         case "share.fail":
-            context.cancel(error: ServiceFailure(domain: "test", code: 1, message: words.first ?? "failed"))
+            context.cancel(error: ServiceFailure(domain: "test", code: 1, message: request.text ?? "failed"))
             return ServiceMessage(type: "ok")
         case "share.complete-twice":
             // Past the SDK (which ignores a second answer): the raw rule breaking of a hostile service.

@@ -1,0 +1,174 @@
+import Glibc
+import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// Shares across processes, sandbox on: items in (inline and as sealed memfds), the view, the
+/// activity's updates in order, the outcome and the returned items; and the ways a share ends
+/// badly: dismissed, killed mid-share, a service that ignores the cancel, one that breaks the
+/// rules, one that does not take shares.
+@Suite("Share sessions across processes", .serialized)
+struct ShareSessionTests {
+    static let green: UInt32 = 0xFF00_FF00
+
+    static func manifests(mode: String = "share", rules: String = #"[{"type": "text/plain", "min": 0, "max": 2}, {"type": "text/uri-list", "min": 0, "max": 1}, {"type": "application/octet-stream", "min": 0, "max": 4}]"#) -> [String: String] {
+        ["share.json": ServiceFolder.manifest(mode: mode, extra: #""activation": { "contentTypes": \#(rules) }, "instances": "perConnection""#)]
+    }
+
+    static func items() throws -> [ShareItem] {
+        [try .text("hello share"), try .url("https://example.com/a?b=c"),
+         try .file(named: "bytes.bin", contentType: "application/octet-stream", contents: [1, 2, 3, 0xFE])]
+    }
+
+    /// The updates of `session` until its outcome, collected as they come.
+    static func collect(_ session: ShareSession) -> Task<[ActivityUpdate], Never> {
+        Task { var seen: [ActivityUpdate] = []; for await update in session.updates { seen.append(update) }; return seen }
+    }
+
+    /// Waits for an update in `state`.
+    static func update(_ state: ActivityState, of session: ShareSession) async throws -> ActivityUpdate {
+        try await withDeadline(.seconds(10), "an update in state \(state)") {
+            for await update in session.updates where update.state == state { return update }
+            throw StreamEnded(what: "the updates of \(session.activity.identifier)")
+        }
+    }
+
+    @Test("items reach the activity intact, its view and updates reach the host in order, its items come back")
+    func roundTrip() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: try Self.items())
+            let activity = try #require(sheet.activity("com.example.test"), "offered: \(sheet.explanations)")
+            #expect(activity.title == "Test service")
+            let session = try await sheet.perform(activity, launcher: launcher)
+            let updates = Self.collect(session)
+            try await session.view.present(width: 40, height: 30)
+            _ = try await nextDamage(session.view)
+            #expect(session.view.image.pixel(x: 20, y: 15) == Self.green)
+
+            let report = try await session.connection.request(ServiceMessage(type: "share.items")).text ?? ""
+            #expect(report == """
+                begun 1
+                text text/plain 11 hello share
+                url text/uri-list 25 https://example.com/a?b=c
+                file application/octet-stream 4 bytes.bin 1,2,3,fe
+                """, "each item as shared; the controller heard of the share once")
+            _ = try await session.connection.request(ServiceMessage(type: "share.progress", text: "0.5"))
+            _ = try await session.connection.request(ServiceMessage(type: "share.complete"))
+
+            guard case .completed(let returned) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(returned.count == 2)
+            #expect(returned.first?.text == "HELLO SHARE" && returned.first?.contentType == "text/plain")
+            #expect(returned.last?.fileName == "bytes.bin.reversed")
+            #expect(try returned.last?.data() == [0xFE, 3, 2, 1])
+            let seen = await updates.value
+            #expect(seen.map(\.state) == [.preparing, .preparing, .ready, .working, .done], "\(seen)")
+            #expect(seen.map(\.progress) == [nil, nil, nil, 0.5, 1])
+            #expect(seen.last?.title == "Test share" && seen.last?.subtitle == "3 items")
+            #expect(session.latestUpdate?.state == .done)
+            await session.close()
+        }
+    }
+
+    @Test("a dismissed share ends cancelled when the activity answers share_cancel")
+    func dismissal() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("bye")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 20, height: 20)
+            _ = try await Self.update(.ready, of: session)
+            guard case .cancelled = await session.cancel() else { Issue.record("outcome \(await session.outcome)"); return }
+            await session.close()
+        }
+    }
+
+    @Test("an activity that fails says why")
+    func failure() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("x")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 20, height: 20)  // the activity's controller comes with its view
+            _ = try await session.connection.request(ServiceMessage(type: "share.fail", text: "the disk is full"))
+            guard case .failed(let message) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(message.contains("the disk is full"))
+            await session.close()
+        }
+    }
+
+    @Test("a service killed mid-share: interrupted with how it ended, the last frame kept, the host fine")
+    func killedMidShare() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let events = launcher.events()
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("doomed")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 32, height: 24)
+            _ = try await nextDamage(session.view)
+            let pid = try #require(session.connection.processIdentifier)
+            kill(pid, SIGKILL)
+            guard case .interrupted(let error) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(error.reason.contains("killed") || error.reason.contains("SIGKILL"), "\(error.reason)")
+            #expect(session.view.image.width == 32 && session.view.image.pixel(x: 16, y: 12) == Self.green, "the last frame stays")
+            _ = try await termination(of: "com.example.test", in: events)
+            await session.close()
+            // The host still works: another share with the same activity runs.
+            let again = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await again.view.present(width: 20, height: 20)
+            _ = try await again.connection.request(ServiceMessage(type: "share.complete"))
+            guard case .completed = await again.outcome else { Issue.record("outcome \(await again.outcome)"); return }
+            await again.close()
+        }
+    }
+
+    @Test("an activity that never answers share_cancel is stopped after the grace period, with that as the reason")
+    func ignoresCancel() async throws {
+        try await withServices(Self.manifests(mode: "share-ignore-cancel")) { launcher, folder in
+            let events = launcher.events()
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("stubborn")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher,
+                                                  cancelGrace: .milliseconds(300))
+            try await session.view.present(width: 20, height: 20)
+            _ = try await Self.update(.ready, of: session)
+            guard case .interrupted(let error) = await session.cancel() else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(error.reason.contains("did not answer share_cancel within 0.3 s"), "\(error.reason)")
+            let (_, reason) = try await termination(of: "com.example.test", in: events)
+            #expect(reason.kind == .protocolViolation && reason.detail.contains("share_cancel"), "\(reason)")
+            await session.close()
+        }
+    }
+
+    @Test("anything after share_complete is a violation: the service is ended, the first answer stands")
+    func secondAnswer() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let events = launcher.events()
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("twice")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 20, height: 20)
+            _ = try? await session.connection.request(ServiceMessage(type: "share.complete-twice"))
+            guard case .completed = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
+            let (_, reason) = try await termination(of: "com.example.test", in: events)
+            #expect(reason.kind == .protocolViolation && reason.detail.contains("after the share's share_complete"), "\(reason.detail)")
+            await session.close()
+        }
+    }
+
+    @Test("a service that does not announce the share capability gets no share, and the error names it")
+    func noCapability() async throws {
+        try await withServices(Self.manifests(mode: "view")) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("x")])
+            let error = await #expect(throws: RemoteError.self) {
+                try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            }
+            #expect(error?.reason.contains("does not announce the \"share\" capability") == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test("an activity the sheet does not offer cannot be performed, and the error says why")
+    func notOffered() async throws {
+        try await withServices(Self.manifests(rules: #"[{"type": "image/*"}]"#)) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("x")])
+            #expect(sheet.activities.isEmpty)
+            let explanation = try #require(sheet.explanations.first)
+            let error = await #expect(throws: RemoteError.self) { try await sheet.perform(explanation.activity, launcher: launcher) }
+            #expect(error?.reason.contains(explanation.reason) == true)
+        }
+    }
+}
