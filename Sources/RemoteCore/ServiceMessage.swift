@@ -64,6 +64,9 @@ package enum FrameworkMessage {
     package static let idleExitReason = "idle exit"
     /// The environment variable a launcher sets to the service's idle timeout, in seconds.
     package static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
+    /// The environment variable a launcher sets to the service's data folder (the manifest's
+    /// `sandbox.dataFolder`): `/data` in the sandbox, the host folder without one.
+    package static let dataDirectoryVariable = "REMOTEVIEW_DATA_DIR"
     /// Host → service, a request: the reply ("remoteview.settled") comes once the service's view
     /// has committed everything pending (no damage left, no animation running), so when it
     /// arrives the host has composited the view's current state.

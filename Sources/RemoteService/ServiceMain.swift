@@ -31,6 +31,11 @@ public enum ServiceMain {
     /// The environment variable carrying the idle timeout in seconds.
     public static let idleTimeoutVariable = FrameworkMessage.idleTimeoutVariable
 
+    /// The service's own writable folder, which outlives its processes (`REMOTEVIEW_DATA_DIR`:
+    /// `/data` in the sandbox); `nil` unless its manifest has `"sandbox": {"dataFolder": true}`.
+    /// Like a Flatpak app's `~/.var/app/ID`.
+    public static var dataDirectory: String? { getenv(FrameworkMessage.dataDirectoryVariable).map { String(cString: $0) } }
+
     /// How a ``run(identifier:capabilities:viewController:onRequest:onMessage:)`` ended without an error.
     public enum Ending: Sendable, Equatable {
         /// The host closed the connection in order.

@@ -70,6 +70,65 @@ struct LauncherTests {
         }
     }
 
+    @Test("the data folder entitlement: the service writes into <dataRoot>/<identifier>, made with mode 0700; without it there is none",
+          arguments: [true, false])
+    func dataFolder(sandboxed: Bool) async throws {
+        let root = try TemporaryFolder("remoteview-data")
+        defer { Self.removeTree(root.path) }
+        var configuration = fastLauncherConfiguration()
+        configuration.dataRoot = root.path + "/share/services"
+        if !sandboxed { configuration.sandbox = .unsandboxed }
+        let dataRoot = configuration.dataRoot
+        let manifests = ["data.json": ServiceFolder.manifest(identifier: "com.example.data", extra: #""sandbox": {"dataFolder": true}"#),
+                         "plain.json": ServiceFolder.manifest(identifier: "com.example.plain")]
+        try await withServices(manifests, configuration: configuration) { launcher, _ in
+            let folder = dataRoot + "/com.example.data"
+            let connection = launcher.connection(to: "com.example.data")
+            let written = try await connection.request(ServiceMessage(type: "data.write", text: "note.txt=kept")).text
+            #expect(written == (sandboxed ? "/data" : folder) + "/note.txt")
+            #expect(Syscall.readSmallFile(folder + "/note.txt").map { String(decoding: $0, as: UTF8.self) } == "kept")
+            var info = stat()
+            #expect(stat(folder, &info) == 0 && info.st_mode & 0o777 == 0o700)
+            #expect(stat(root.path + "/share", &info) == 0 && info.st_mode & 0o777 == 0o700, "missing parents are made 0700 too")
+            if sandboxed {
+                let inside = try await connection.request(ServiceMessage(type: "stat", text: folder)).text
+                #expect(inside?.hasPrefix("absent") == true, "the host path itself is not in the sandbox, only /data")
+            }
+
+            let plain = launcher.connection(to: "com.example.plain")
+            let error = await requestError(plain, ServiceMessage(type: "data.write", text: "note.txt=lost"))
+            #expect(error?.remote?.message == "no data directory")
+            #expect(stat(dataRoot + "/com.example.plain", &info) != 0, "no folder without the entitlement")
+        }
+    }
+
+    @Test("a data folder that is a symbolic link is refused: bound read-write, it could hand over any host folder")
+    func dataFolderLink() async throws {
+        let root = try TemporaryFolder("remoteview-data")
+        let elsewhere = try TemporaryFolder("remoteview-elsewhere")
+        defer { Self.removeTree(root.path); elsewhere.remove() }
+        #expect(symlink(elsewhere.path, root.path + "/com.example.data") == 0)
+        var configuration = fastLauncherConfiguration()
+        configuration.dataRoot = root.path
+        let manifest = ServiceFolder.manifest(identifier: "com.example.data", extra: #""sandbox": {"dataFolder": true}"#)
+        try await withServices(["data.json": manifest], configuration: configuration) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.data")
+            let error = await requestError(connection, ServiceMessage(type: "data.write", text: "note.txt=x"))
+            #expect(error?.code == .invalidated)
+            #expect(error?.reason.contains("cannot prepare the data folder of com.example.data (sandbox.dataFolder)") == true, "\(String(describing: error))")
+            #expect(error?.reason.contains("symbolic link") == true)
+            #expect(await launcher.status().first?.launches == 0)
+        }
+    }
+
+    /// Deletes `path` and everything below it.
+    static func removeTree(_ path: String) {
+        for name in (try? Syscall.directoryEntries(path)) ?? [] where unlink(path + "/" + name) != 0 {
+            removeTree(path + "/" + name)
+        }
+        rmdir(path)
+    }
+
     @Test("idle exit: the process exits by itself and is reaped; the next message relaunches it")
     func idleExit() async throws {
         try await withServices(["test.json": ServiceFolder.manifest(idleTimeout: 0.3)]) { launcher, _ in

@@ -23,7 +23,7 @@ struct ManifestTests {
           "arguments": ["--share"],
           "display": { "title": "Mail", "subtitle": "Send by mail", "icon": "icon.png" },
           "activation": { "contentTypes": [ { "type": "text/plain", "min": 1, "max": 5 }, { "type": "Image/*", "max": 10 } ] },
-          "sandbox": { "network": true, "readOnlyPaths": ["/usr/share"] },
+          "sandbox": { "network": true, "readOnlyPaths": ["/usr/share"], "dataFolder": true },
           "idleTimeout": 2.5,
           "instances": "perConnection",
           "limits": { "memoryMiB": 128, "openFiles": 64, "processes": 4, "cpuSeconds": 30 }
@@ -42,7 +42,7 @@ struct ManifestTests {
         #expect(manifest.iconPath == folder.path + "/icon.png")
         #expect(manifest.activation?.contentTypes.map(\.type) == ["text/plain", "image/*"], "stored in lower case")
         #expect(manifest.activation?.contentTypes[1].min == 1 && manifest.activation?.contentTypes[1].max == 10)
-        #expect(manifest.sandbox.network && manifest.sandbox.readOnlyPaths == ["/usr/share"])
+        #expect(manifest.sandbox.network && manifest.sandbox.readOnlyPaths == ["/usr/share"] && manifest.sandbox.dataFolder)
         #expect(manifest.idleTimeout == .milliseconds(2500))
         #expect(manifest.instances == .perConnection)
         #expect(manifest.limits == ServiceManifest.Limits(memoryMiB: 128, openFiles: 64, processes: 4, cpuSeconds: 30))
@@ -54,7 +54,7 @@ struct ManifestTests {
         defer { folder.remove() }
         let manifest = try ServiceRegistry.load(file: folder.path + "/min.json")
         #expect(manifest.arguments.isEmpty && manifest.activation == nil)
-        #expect(manifest.sandbox == ServiceManifest.Sandbox(network: false, readOnlyPaths: []))
+        #expect(manifest.sandbox == ServiceManifest.Sandbox(network: false, readOnlyPaths: [], dataFolder: false))
         #expect(manifest.idleTimeout == ServiceManifest.defaultIdleTimeout)
         #expect(manifest.instances == .shared)
         #expect(manifest.limits == ServiceManifest.Limits())
@@ -85,6 +85,7 @@ struct ManifestTests {
         (#""type": "text/plain""#, #""type": "text/plain; charset=utf-8""#, "activation.contentTypes[0].type", "is not a MIME type"),
         (#""contentTypes": [ { "type": "text/plain", "min": 1, "max": 5 }, { "type": "Image/*", "max": 10 } ]"#, #""contentTypes": []"#, "activation.contentTypes", "1 to 32"),
         (#""network": true"#, #""network": "yes""#, "sandbox.network", "true or false"),
+        (#""dataFolder": true"#, #""dataFolder": 1"#, "sandbox.dataFolder", "true or false"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["relative/path"]"#, "sandbox.readOnlyPaths", "absolute"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/usr/../etc"]"#, "sandbox.readOnlyPaths", "normalised"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/nonexistent/path"]"#, "sandbox.readOnlyPaths[0]", "cannot be bound"),

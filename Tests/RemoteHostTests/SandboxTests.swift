@@ -52,6 +52,32 @@ struct SandboxTests {
         #expect(!arguments.contains("--ro-bind /usr/share"), "already inside /usr")
     }
 
+    @Test("the data folder entitlement binds the service's folder read-write at /data, the only writable host folder")
+    func dataFolder() throws {
+        let manifest = try Self.manifest(#", "sandbox": {"dataFolder": true}"#)
+        #expect(manifest.sandbox.dataFolder)
+        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: ["REMOTEVIEW_DATA_DIR": "/data"],
+                                          dataFolder: "/home/u/.local/share/remoteview/services/com.example.s").arguments
+        let binds = zip(arguments.indices, arguments).filter { $0.1 == "--bind" }.map(\.0)
+        #expect(binds.count == 1, "one read-write bind: \(arguments)")
+        if let bind = binds.first {
+            #expect(Array(arguments[bind...(bind + 2)]) == ["--bind", "/home/u/.local/share/remoteview/services/com.example.s", "/data"])
+        }
+        #expect(arguments.joined(separator: " ").contains("--setenv REMOTEVIEW_DATA_DIR /data"))
+        #expect(!arguments.contains { $0.hasPrefix("--bind-try") || $0.hasPrefix("--dev-bind") }, "nothing else of the host is writable")
+        #expect(arguments.suffix(4) == ["--", Self.ownExecutable, "a", "b"])
+    }
+
+    @Test("the default data root: $XDG_DATA_HOME, else ~/.local/share, then remoteview/services")
+    func dataRoot() {
+        #expect(XDGBaseDirectories.dataHome(xdgDataHome: "/x/data/", home: "/home/u") == "/x/data")
+        #expect(XDGBaseDirectories.dataHome(xdgDataHome: "relative", home: "/home/u") == "/home/u/.local/share")
+        #expect(XDGBaseDirectories.dataHome(xdgDataHome: nil, home: "/") == "/.local/share")
+        #expect(XDGBaseDirectories.dataHome(xdgDataHome: nil, home: nil) == nil)
+        #expect(Launcher.Configuration().dataRoot == XDGBaseDirectories.dataHome() + "/remoteview/services")
+        #expect(Launcher.Configuration().dataRoot.hasPrefix("/"))
+    }
+
     @Test("the runtime folder from this executable's RUNPATH is bound, nothing wider")
     func runtimeBinds() throws {
         let entries = ELFRunPath.entries(of: Self.ownExecutable)

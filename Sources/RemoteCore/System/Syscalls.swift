@@ -333,6 +333,19 @@ extension Syscall {
     /// `getpid()`.
     package static var processID: Int32 { getpid() }
 
+    /// The home folder the user database gives this process's user (`getpwuid_r(getuid())`),
+    /// for when `$HOME` is not set; `nil` when it has no entry.
+    package static func userHomeDirectory() -> String? {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16 * 1024)
+        return buffer.withUnsafeMutableBufferPointer { buffer -> String? in
+            guard getpwuid_r(getuid(), &entry, buffer.baseAddress!, buffer.count, &found) == 0, found != nil,
+                  let directory = entry.pw_dir else { return nil }
+            return String(cString: directory)
+        }
+    }
+
     /// `exit(status)`: ends this process (after the C library's exit handlers).
     package static func exit(_ status: Int32) -> Never {
         Glibc.exit(status)

@@ -22,6 +22,10 @@ public actor Launcher {
         public var hostIdentifier: String
         /// The sandbox; bubblewrap unless explicitly turned off.
         public var sandbox: SandboxPolicy
+        /// Where the services' data folders are (the manifest's `sandbox.dataFolder`): each is
+        /// `<dataRoot>/<identifier>`, created (mode 0700, with any missing parent) when the
+        /// service launches. Default: ``defaultDataRoot``.
+        public var dataRoot: String
         /// The first relaunch delay after a crash; it doubles with each further crash in a row.
         public var backoff: Duration
         /// The longest relaunch delay.
@@ -39,13 +43,15 @@ public actor Launcher {
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
 
+        /// Policy knobs; each default suits an interactive host.
         public init(hostIdentifier: String = "remoteview.host", sandbox: SandboxPolicy = .bubblewrap(),
-                    backoff: Duration = .milliseconds(250), maximumBackoff: Duration = .seconds(30),
+                    dataRoot: String = Configuration.defaultDataRoot, backoff: Duration = .milliseconds(250), maximumBackoff: Duration = .seconds(30),
                     minimumRelaunchInterval: Duration = .milliseconds(100), crashLoopLimit: Int = 5,
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher")) {
             self.hostIdentifier = hostIdentifier
             self.sandbox = sandbox
+            self.dataRoot = dataRoot
             self.backoff = backoff
             self.maximumBackoff = maximumBackoff
             self.minimumRelaunchInterval = minimumRelaunchInterval
@@ -54,6 +60,13 @@ public actor Launcher {
             self.stopGracePeriod = stopGracePeriod
             self.idleGracePeriod = idleGracePeriod
             self.logger = logger
+        }
+
+        /// `$XDG_DATA_HOME/remoteview/services`, or `~/.local/share/remoteview/services` (the
+        /// XDG base directory specification's user data folder, as Flatpak keeps its apps' data
+        /// under the home folder).
+        public static var defaultDataRoot: String {
+            XDGBaseDirectories.dataHome() + "/remoteview/services"
         }
     }
 
@@ -257,7 +270,7 @@ public actor Launcher {
         let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
         let instance: ServiceInstance
         do {
-            instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox,
+            instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
                                                         logger: configuration.logger)
         } catch {

@@ -16,8 +16,11 @@ public enum SandboxPolicy: Sendable, Hashable {
 /// The filesystem is `/usr` (with the merged-`/usr` symlinks), the few files of `/etc` that
 /// programs need and that hold no secrets (fonts, the loader cache, the time zone), the
 /// executable itself, the folders its `RUNPATH` names that are outside `/usr` (a dynamically
-/// linked Swift program's runtime), and the manifest's read-only paths. Nothing of the host's
-/// home, `/etc`, `/tmp` or `/run` is there.
+/// linked Swift program's runtime), the manifest's read-only paths, and with the
+/// `sandbox.dataFolder` entitlement the service's data folder, read-write at `/data`. Nothing of
+/// the host's home, `/etc`, `/tmp` or `/run` is there, and the data folder is the only host
+/// folder the service can write to: `/tmp`, `/run`, `/dev` and the root are the sandbox's own
+/// memory (tmpfs), gone with it.
 struct BubblewrapCommand {
     /// bubblewrap's own executable.
     let bubblewrap: String
@@ -27,7 +30,12 @@ struct BubblewrapCommand {
     /// Files outside `/usr` that are bound read-only when present.
     static let systemFiles = ["/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/var/cache/fontconfig"]
 
-    init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String]) {
+    /// Where the service's data folder appears inside the sandbox.
+    static let dataMountPoint = "/data"
+
+    /// - Parameter dataFolder: The host folder bound read-write at ``dataMountPoint``, for a
+    ///   manifest with the `sandbox.dataFolder` entitlement.
+    init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil) {
         self.bubblewrap = bubblewrap
         var arguments = ["--unshare-all"]
         if manifest.sandbox.network { arguments.append("--share-net") }
@@ -63,6 +71,7 @@ struct BubblewrapCommand {
             }
         }
         for path in manifest.sandbox.readOnlyPaths { bind(path) }
+        if let dataFolder { arguments += ["--bind", dataFolder, Self.dataMountPoint] }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
         self.arguments = arguments

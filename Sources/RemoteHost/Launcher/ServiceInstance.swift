@@ -46,8 +46,9 @@ final class ServiceInstance: LaunchedProcess {
         idleClock = IdleClock(timeout: manifest.idleTimeout, now: launchedAt)
     }
 
-    /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``.
-    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, hostIdentifier: String,
+    /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
+    /// with its data folder under `dataRoot` if the manifest is entitled to one.
+    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
                        stopGrace: Duration, logger: Logger) async throws(RemoteError) -> ServiceInstance {
         var environment = [
             "LISTEN_FDS": "1",
@@ -55,15 +56,19 @@ final class ServiceInstance: LaunchedProcess {
             "PATH": "/usr/bin:/bin",
             FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
         ]
+        let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot) : nil
         let executable: String, arguments: [String]
         switch sandbox {
         case .bubblewrap(let path):
             environment["HOME"] = "/tmp"
-            let command = BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest, environment: environment)
+            if dataFolder != nil { environment[FrameworkMessage.dataDirectoryVariable] = BubblewrapCommand.dataMountPoint }
+            let command = BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
+                                            environment: environment, dataFolder: dataFolder)
             (executable, arguments) = (command.bubblewrap, command.arguments)
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:
             logger.warning("launching without a sandbox (SandboxPolicy.unsandboxed): the service can read what the host can and reach the network")
+            environment[FrameworkMessage.dataDirectoryVariable] = dataFolder
             (executable, arguments) = (manifest.executablePath, manifest.arguments)
         }
 
@@ -99,6 +104,33 @@ final class ServiceInstance: LaunchedProcess {
             let permanent = [ENOENT, EACCES, ENOEXEC, ENOTDIR, ELOOP, EISDIR, EPERM].contains(error.errno)
             throw RemoteError(permanent ? .invalidated : .interrupted, "cannot start \(manifest.identifier) (\(executable)): \(error)")
         }
+    }
+
+    /// `<dataRoot>/<identifier>`, created if missing (mode 0700, and so are the missing
+    /// folders above it), for a manifest with `sandbox.dataFolder`. It must be a folder, not a
+    /// symbolic link: bound into the sandbox read-write, a link could hand over any host folder.
+    ///
+    /// - Throws: `invalidated` when it cannot be made or is not a folder (a full disk is
+    ///   `interrupted`: the next launch may succeed).
+    private static func prepareDataFolder(of manifest: ServiceManifest, in dataRoot: String) throws(RemoteError) -> String {
+        let folder = BubblewrapCommand.normalised(dataRoot + "/" + manifest.identifier)
+        let failure = { (reason: String) in
+            "cannot prepare the data folder of \(manifest.identifier) (sandbox.dataFolder) at \(folder): \(reason)"
+        }
+        guard dataRoot.hasPrefix("/") else { throw RemoteError(.invalidated, failure("the data root \"\(dataRoot)\" is not an absolute path")) }
+        var path = ""
+        for component in folder.split(separator: "/") {
+            path += "/" + component
+            do {
+                try Syscall.makeDirectory(path, mode: 0o700)
+            } catch {
+                throw RemoteError([ENOSPC, EDQUOT, ENOMEM].contains(error.errno) ? .interrupted : .invalidated, failure("\(error)"))
+            }
+        }
+        guard Syscall.symbolicLinkTarget(folder) == nil else {
+            throw RemoteError(.invalidated, failure("it is a symbolic link; it must be a folder"))
+        }
+        return folder
     }
 
     // MARK: lifecycle

@@ -67,9 +67,9 @@ public struct ServiceManifest: Sendable, Hashable {
     public struct ContentTypeRule: Sendable, Hashable, Codable {
         /// The MIME type, or `major/*`, in lower case.
         public var type: String
-        /// The fewest items of this type (0…``ShareLimits/maxItems``; default 1).
+        /// The fewest items of this type: 0…16 (`ShareLimits.maxItems`); default 1.
         public var min: Int
-        /// The most items of this type (`max(min, 1)`…``ShareLimits/maxItems``; default `min`).
+        /// The most items of this type: `max(min, 1)`…16 (`ShareLimits.maxItems`); default `min`.
         public var max: Int
     }
 
@@ -79,10 +79,17 @@ public struct ServiceManifest: Sendable, Hashable {
         public var network: Bool
         /// Absolute host paths bound read-only at the same place inside the sandbox.
         public var readOnlyPaths: [String]
+        /// Whether the service gets a writable folder of its own that outlives its processes,
+        /// like a Flatpak app's `~/.var/app/ID`: `<dataRoot>/<identifier>` on the host
+        /// (``Launcher/Configuration/dataRoot``), `/data` inside the sandbox, named by the
+        /// `REMOTEVIEW_DATA_DIR` environment variable.
+        public var dataFolder: Bool
 
-        public init(network: Bool = false, readOnlyPaths: [String] = []) {
+        /// Entitlements; none by default.
+        public init(network: Bool = false, readOnlyPaths: [String] = [], dataFolder: Bool = false) {
             self.network = network
             self.readOnlyPaths = readOnlyPaths
+            self.dataFolder = dataFolder
         }
     }
 
@@ -205,12 +212,13 @@ extension ServiceManifest.ContentTypeRule {
 }
 
 extension ServiceManifest.Sandbox {
-    enum CodingKeys: String, CodingKey, CaseIterable { case network, readOnlyPaths }
+    enum CodingKeys: String, CodingKey, CaseIterable { case network, readOnlyPaths, dataFolder }
 
     public init(from decoder: any Decoder) throws {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let container = try decoder.container(keyedBy: CodingKeys.self)
         network = try container.decodeIfPresent(Bool.self, forKey: .network) ?? false
+        dataFolder = try container.decodeIfPresent(Bool.self, forKey: .dataFolder) ?? false
         readOnlyPaths = try container.decodeIfPresent([String].self, forKey: .readOnlyPaths) ?? []
         for path in readOnlyPaths {
             let parts = path.split(separator: "/")

@@ -27,7 +27,7 @@ extension ServiceManifest {
     ///   it needs;
     ///
     /// joined with `"; "`. A manifest without rules, no items, or more than
-    /// ``ShareLimits/maxItems`` items have one reason only: `declares no activation rules (never
+    /// `ShareLimits.maxItems` (16) items have one reason only: `declares no activation rules (never
     /// offered in a share sheet)`, `no items to share`, `17 items, more than a share carries (16)`.
     public func activationVerdict(for contentTypes: [String], database: MIMEDatabase = .system) -> ActivationVerdict {
         guard let activation else { return .rejected(reason: "declares no activation rules (never offered in a share sheet)") }

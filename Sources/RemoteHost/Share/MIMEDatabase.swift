@@ -1,4 +1,3 @@
-import Glibc
 import RemoteCore
 
 /// The freedesktop.org shared MIME-info database (Debian: `shared-mime-info`): which MIME types
@@ -30,9 +29,9 @@ public struct MIMEDatabase: Sendable {
     /// `/usr/local/share:/usr/share`). Read once, on first use. Without any database it is
     /// empty, and matching still works for identical types, `major/*` patterns and
     /// `application/octet-stream`.
-    public static let system = MIMEDatabase(directories: searchPath(dataHome: environment("XDG_DATA_HOME"),
-                                                                     dataDirectories: environment("XDG_DATA_DIRS"),
-                                                                     home: environment("HOME")))
+    public static let system = MIMEDatabase(directories: searchPath(dataHome: XDGBaseDirectories.variable("XDG_DATA_HOME"),
+                                                                     dataDirectories: XDGBaseDirectories.variable("XDG_DATA_DIRS"),
+                                                                     home: XDGBaseDirectories.variable("HOME") ?? Syscall.userHomeDirectory()))
 
     /// The type every type except `inode/*` is a subclass of, and that unknown file names get.
     public static let octetStream = "application/octet-stream"
@@ -168,24 +167,11 @@ public struct MIMEDatabase: Sendable {
     /// `/usr/local/share:/usr/share`), each with `/mime` appended. Relative paths are ignored, as
     /// the specification asks.
     static func searchPath(dataHome: String?, dataDirectories: String?, home: String?) -> [String] {
-        var roots: [String] = []
-        if let dataHome, dataHome.hasPrefix("/") {
-            roots.append(dataHome)
-        } else if let home, home.hasPrefix("/") {
-            roots.append(home + "/.local/share")
-        }
-        let system = dataDirectories.flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share"
-        roots += system.split(separator: ":").map(String.init).filter { $0.hasPrefix("/") }
+        let roots = [XDGBaseDirectories.dataHome(xdgDataHome: dataHome, home: home)].compactMap { $0 }
+            + XDGBaseDirectories.dataDirectories(dataDirectories)
         var result: [String] = []
-        for root in roots {
-            let folder = (root.hasSuffix("/") ? String(root.dropLast()) : root) + "/mime"
-            if !result.contains(folder) { result.append(folder) }
-        }
+        for root in roots where !result.contains(root + "/mime") { result.append(root + "/mime") }
         return result
-    }
-
-    private static func environment(_ name: String) -> String? {
-        getenv(name).map { String(cString: $0) }
     }
 
     /// `type`'s part before the `/`.

@@ -102,6 +102,17 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         _ = Array("out: \(text)\n".utf8).withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
         _ = Array("err: \(text)\n".utf8).withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
         return ServiceMessage(type: "printed")
+    case "data.write":
+        // Writes "NAME=CONTENTS" as the file NAME in ServiceMain.dataDirectory; answers its path.
+        guard let folder = ServiceMain.dataDirectory else { throw ServiceFailure(domain: "test", code: 1, message: "no data directory") }
+        let parts = (request.text ?? "").split(separator: "=", maxSplits: 1).map(String.init)
+        guard parts.count == 2 else { throw ServiceFailure(domain: "test", code: 1, message: "data.write needs NAME=CONTENTS") }
+        let (name, contents) = (parts[0], parts[1])
+        let fd = open(folder + "/" + name, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ServiceFailure(domain: "test", code: 2, message: "open: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        _ = Array(contents.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        return ServiceMessage(type: "data.written", text: folder + "/" + name)
     case "environment":
         var lines: [String] = []
         var entry = environ

@@ -1,0 +1,38 @@
+import Glibc
+import RemoteCore
+
+/// The folders of the XDG base directory specification that the host reads or writes: the
+/// user's data folder (the services' data folders, the user's MIME database) and the system's
+/// data folders (the system's MIME databases). Relative paths in the variables are ignored, as
+/// the specification asks.
+enum XDGBaseDirectories {
+    /// `xdgDataHome` when it is an absolute path, else `home/.local/share`; `nil` without either.
+    static func dataHome(xdgDataHome: String?, home: String?) -> String? {
+        if let xdgDataHome, xdgDataHome.hasPrefix("/") { return withoutTrailingSlash(xdgDataHome) }
+        if let home, home.hasPrefix("/") { return (home == "/" ? "" : withoutTrailingSlash(home)) + "/.local/share" }
+        return nil
+    }
+
+    /// This process's data home: `$XDG_DATA_HOME`, else `$HOME/.local/share`, with the user
+    /// database's home folder when `$HOME` is not set (and `/` when there is none).
+    static func dataHome() -> String {
+        dataHome(xdgDataHome: variable("XDG_DATA_HOME"), home: variable("HOME") ?? Syscall.userHomeDirectory())
+            ?? "/.local/share"
+    }
+
+    /// The folders of `xdgDataDirectories` (`:`-separated), or `/usr/local/share:/usr/share`
+    /// when it is unset or empty.
+    static func dataDirectories(_ xdgDataDirectories: String?) -> [String] {
+        let value = xdgDataDirectories.flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share"
+        return value.split(separator: ":").map(String.init).filter { $0.hasPrefix("/") }.map(withoutTrailingSlash)
+    }
+
+    /// The environment variable `name`, if set.
+    static func variable(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+
+    private static func withoutTrailingSlash(_ path: String) -> String {
+        path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+    }
+}
