@@ -204,7 +204,7 @@ extension ServiceManifest.ContentTypeRule {
         type = MIMEType.normalized(written)
         let most = ShareLimits.maxItems
         min = try container.decodeInteger(.min) ?? 1
-        max = try container.decodeInteger(.max) ?? min
+        max = try container.decodeInteger(.max) ?? Swift.max(min, 1)
         try container.check(min >= 0 && min <= most, .min, "\(min) is not in 0...\(most) (a share carries at most \(most) items)")
         try container.check(max >= Swift.max(min, 1) && max <= most, .max,
                             "\(max) is not in \(Swift.max(min, 1))...\(most) (at least min and 1; a share carries at most \(most) items)")
