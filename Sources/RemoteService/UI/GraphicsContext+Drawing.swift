@@ -41,6 +41,22 @@ extension GraphicsContext {
         cairo_restore(cairo)
     }
 
+    /// A line through `points` in order, with round caps and joins (a pen's stroke, as a
+    /// drawing app draws it). One point draws a dot `width` across.
+    public func strokePolyline(_ points: [Point], width: Double, color: Color) {
+        guard let first = points.first else { return }
+        cairo_save(cairo)
+        cairo_move_to(cairo, first.x, first.y)
+        for point in points.dropFirst() { cairo_line_to(cairo, point.x, point.y) }
+        if points.count == 1 { cairo_line_to(cairo, first.x, first.y) }
+        cairo_set_line_width(cairo, width)
+        cairo_set_line_cap(cairo, CAIRO_LINE_CAP_ROUND)
+        cairo_set_line_join(cairo, CAIRO_LINE_JOIN_ROUND)
+        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
+        cairo_stroke(cairo)
+        cairo_restore(cairo)
+    }
+
     /// Paints an ellipse filling `rect`.
     public func fillEllipse(in rect: Rect, with color: Color) {
         guard !rect.isEmpty else { return }
