@@ -13,7 +13,7 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [Host.self, ViewDemo.self, Services.self, Service.self],
+        subcommands: [Host.self, ViewDemo.self, Services.self, Service.self, ActivityCommand.self],
         defaultSubcommand: Host.self)
 }
 

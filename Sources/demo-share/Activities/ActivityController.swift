@@ -1,0 +1,59 @@
+// What the demo's three share activities have in common.
+import RemoteService
+
+/// A demo activity's controller: its sheet on the traits' background, *ready* once the host
+/// shows it, escape to cancel, and a status line.
+class ActivityController: ViewController {
+    let status = Label(text: "", font: .caption, numberOfLines: 2)
+
+    /// Builds the sheet; `content` sits between the heading and `buttons`.
+    func makeSheet(title: String, content: View, buttons: [Button]) -> SheetView {
+        let sheet = SheetView(title: title, content: content, buttons: buttons)
+        sheet.backgroundColor = traits.backgroundColor
+        return sheet
+    }
+
+    /// The items, or `nil` (with the sheet saying so) when the view was shown without a share.
+    var items: [ShareItem]? {
+        extensionContext?.inputItems
+    }
+
+    /// Whether the share still waits for its answer.
+    var isOpen: Bool {
+        guard let context = extensionContext else { return false }
+        return !context.isFinished
+    }
+
+    override func viewDidLoad() {
+        if extensionContext == nil { status.text = "Nothing was shared: a host shows this view through a share sheet." }
+    }
+
+    override func viewDidAppear() {
+        guard isOpen else { return }
+        extensionContext?.setProgress(nil, state: .ready)
+    }
+
+    /// The user backed out.
+    func cancel() {
+        guard isOpen else { return }
+        status.text = "Cancelled."
+        extensionContext?.cancel()
+    }
+
+    /// The share could not be done: it ends as failed with `message`, which the sheet shows.
+    func fail(_ message: String) {
+        status.text = message
+        guard isOpen else { return }
+        extensionContext?.cancel(error: ActivityFailure(message: message))
+    }
+
+    override func keyDown(_ event: KeyEvent) {
+        if event.keyCode == KeyCode.escape { cancel() } else { super.keyDown(event) }
+    }
+}
+
+/// Why an activity could not do its work (the share's *failed* message).
+struct ActivityFailure: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
