@@ -1,6 +1,7 @@
-// demo-share: a host that launches its services on demand (sandboxed, by manifest), talks to
-// them, watches them exit idle and relaunches them; `demo-share services` lists them like
-// `launchctl list`; `demo-share service` is the demo service itself.
+// demo-share: a host that shares items with the demo's activities (`share`, `list`, `view`),
+// launching them on demand, sandboxed, by manifest; `host` talks to a plain service, watches it
+// exit idle and relaunches it; `services` lists them like `launchctl list`; `service` and
+// `activity` are the demo's services themselves.
 import ArgumentParser
 import FoundationEssentials
 import Glibc
@@ -13,44 +14,71 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [Host.self, ViewDemo.self, Services.self, Service.self, ActivityCommand.self],
-        defaultSubcommand: Host.self)
+        subcommands: [ShareCommand.self, ListCommand.self, ViewDemo.self, Host.self, Services.self, Service.self, ActivityCommand.self],
+        defaultSubcommand: ShareCommand.self)
 }
 
 /// Options every host command takes.
 struct HostOptions: ParsableArguments {
-    @Option(help: "A folder of service manifests (default: the demo's own, built next to this executable).")
-    var services: String?
+    @Option(name: .customLong("services"), help: ArgumentHelp(
+        "A folder of service manifests; repeat for several (default: the demo's own, built next to this executable).",
+        valueName: "dir"))
+    var serviceFolders: [String] = []
 
     @Flag(help: "Run services without the bubblewrap sandbox (an explicit opt-in; logged).")
     var unsandboxed = false
 
+    @Option(help: ArgumentHelp("Where services entitled to a data folder keep it, one folder each (default: \(Launcher.Configuration.defaultDataRoot)).",
+                               valueName: "dir"))
+    var dataRoot: String?
+
     @Flag(help: "Log the launcher's work and the services' stdout/stderr.")
     var verbose = false
 
-    /// The manifest folder: `--services`, or the `Services` resources SwiftPM copies next to
-    /// this executable (`RemoteView_demo-share.resources/Services`).
-    func folder() throws -> String {
-        if let services { return services }
+    /// The manifest folders: each `--services`, or the `Services` resources SwiftPM copies next
+    /// to this executable (`RemoteView_demo-share.resources/Services`).
+    func folders() throws -> [String] {
+        for folder in serviceFolders where !Syscall.isDirectory(folder) {
+            throw DemoError("--services \(folder): no such folder")
+        }
+        if !serviceFolders.isEmpty { return serviceFolders }
         let executable = try ownExecutable()
         let folder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.endIndex)]) + "/RemoteView_demo-share.resources/Services"
         guard (try? Syscall.checkAccess(folder, R_OK)) != nil else {
-            throw ValidationError("the demo's manifests are not at \(folder); build with `swift build` or pass --services DIR")
+            throw DemoError("the demo's manifests are not at \(folder); build with `swift build` or pass --services DIR")
         }
-        return folder
+        return [folder]
+    }
+
+    /// The registry of every manifest in ``folders()``; invalid manifests are reported on
+    /// standard error (the valid ones still work).
+    func registry() throws -> ServiceRegistry {
+        let registry = ServiceRegistry(scanning: try folders())
+        for problem in registry.problems { Syscall.writeStandardError("warning: invalid manifest: \(problem)\n") }
+        return registry
     }
 
     func launcherConfiguration() -> Launcher.Configuration {
         var logger = Logger(label: "demo-share")
         logger.logLevel = verbose ? .info : .warning
         return Launcher.Configuration(hostIdentifier: "com.example.demo-share", sandbox: unsandboxed ? .unsandboxed : .bubblewrap(),
-                                      logger: logger)
+                                      dataRoot: dataRoot ?? Launcher.Configuration.defaultDataRoot, logger: logger)
+    }
+}
+
+/// Why a command could not do its work (printed as "Error: …", with exit status 1; a bad
+/// argument's syntax is a `ValidationError`, which also prints the usage).
+struct DemoError: Error, CustomStringConvertible {
+    let description: String
+
+    init(_ description: String) {
+        self.description = description
     }
 }
 
 /// This executable's own path.
 func ownExecutable() throws -> String {
-    guard let path = Syscall.symbolicLinkTarget("/proc/self/exe") else { throw ValidationError("cannot read /proc/self/exe") }
+    guard let path = Syscall.symbolicLinkTarget("/proc/self/exe") else { throw DemoError("cannot read /proc/self/exe") }
     return path
 }
 
@@ -61,7 +89,7 @@ func format(_ duration: Duration) -> String {
 
 struct Host: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Launch the echo service on demand, talk to it, watch it exit idle and relaunch (the default).")
+        abstract: "Launch the echo service on demand, talk to it, watch it exit idle and relaunch it.")
 
     @OptionGroup var options: HostOptions
 
@@ -76,7 +104,7 @@ struct Host: AsyncParsableCommand {
 
     func run() async throws {
         Syscall.lineBufferStandardOutput()
-        let registry = ServiceRegistry(scanning: [try options.folder()])
+        let registry = ServiceRegistry(scanning: try options.folders())
         print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
         for problem in registry.problems { print("  invalid manifest: \(problem)") }
         let identifier = "com.example.demo-share.echo"
@@ -161,7 +189,7 @@ struct Services: AsyncParsableCommand {
 
     func run() async throws {
         Syscall.lineBufferStandardOutput()
-        let registry = ServiceRegistry(scanning: [try options.folder()])
+        let registry = ServiceRegistry(scanning: try options.folders())
         let (json, launch) = (self.json, self.launch)
         let status = try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
             var connections: [ServiceConnection] = []
@@ -213,12 +241,7 @@ enum ServicesTable {
                 ])
             }
         }
-        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
-        return rows.map { row in
-            row.enumerated().map { column, cell in
-                column == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[column] - cell.count)
-            }.joined(separator: "  ")
-        }.joined(separator: "\n")
+        return Table.render(rows)
     }
 }
 
@@ -231,18 +254,13 @@ extension String {
 
 struct Service: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run as the demo service on the socket passed at fd 3 (LISTEN_FDS=1).")
+        abstract: "Run as the demo's echo service on the socket passed at fd 3 (LISTEN_FDS=1; the launcher runs it, by its manifest).")
 
     @Option(help: "The identifier to serve as (its manifest's).")
     var identifier = "com.example.demo-share.echo"
 
-    @Flag(help: "Show the compose screen when a host presents the service.")
-    var compose = false
-
     func run() async throws {
-        let makeCompose: @MainActor @Sendable () -> ViewController = { ComposeController() }
-        let controller = compose ? makeCompose : nil
-        await ServiceMain.exit(serving: identifier, capabilities: ["echo"], viewController: controller) { request, _ in
+        await ServiceMain.exit(serving: identifier, capabilities: ["echo"]) { request, _ in
             switch request.type {
             case "echo":
                 return ServiceMessage(type: "echo", payload: request.payload)
