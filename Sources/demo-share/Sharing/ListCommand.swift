@@ -28,7 +28,7 @@ struct ListCommand: ParsableCommand {
         let sheet = ShareSheet(registry: try options.registry(), items: shared)
         if json {
             let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             print(String(decoding: try encoder.encode(ListReport(sheet, explain: explain)), as: UTF8.self))
             return
         }
