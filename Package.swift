@@ -125,6 +125,8 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "RemoteHost", "RemoteCore", "RemoteService", "CProto", "RemoteTestSupport", "remoteview-test-service", "remoteview-test-host",
+                // Built for DemoActivityTests, which launch the demo's activities from its manifests.
+                "demo-share",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
