@@ -58,7 +58,7 @@ public final class Bitmap: @unchecked Sendable {
     /// draws, in pixels (one unit is one pixel). Like `UIGraphicsImageRenderer`: for images a
     /// service makes to return, such as an edited picture. Safe off the main actor.
     ///
-    /// - Throws: `RemoteError` `invalidArgument` when the size is not 1…``SurfaceLimits/maxDimension``
+    /// - Throws: `RemoteError` `invalidArgument` when the size is not 1…`SurfaceLimits.maxDimension`
     ///   on each side, or Cairo cannot make the image.
     public convenience init(width: Int, height: Int, draw: (GraphicsContext) -> Void) throws(RemoteError) {
         guard (1...SurfaceLimits.maxDimension).contains(width), (1...SurfaceLimits.maxDimension).contains(height) else {
@@ -78,7 +78,7 @@ public final class Bitmap: @unchecked Sendable {
     /// the pixels it drops when shrinking). Safe off the main actor: e.g. shrinking a shared
     /// photo before uploading it.
     ///
-    /// - Throws: `RemoteError` `invalidArgument` for a size out of 1…``SurfaceLimits/maxDimension``.
+    /// - Throws: `RemoteError` `invalidArgument` for a size out of 1…`SurfaceLimits.maxDimension`.
     public func scaled(width: Int, height: Int) throws(RemoteError) -> Bitmap {
         try Bitmap(width: width, height: height) { context in
             context.draw(self, in: Rect(x: 0, y: 0, width: Double(width), height: Double(height)))
