@@ -34,13 +34,23 @@ enum PostWriter {
     /// `image-N.png` for each of `images` (scaled to at most ``maxDimension`` pixels) and
     /// post.json; calls `progress` with the count written after each image. Runs on the
     /// concurrent executor, so the activity's view keeps drawing; stops at the next image when
-    /// cancelled (throwing `CancellationError`).
+    /// cancelled (throwing `CancellationError`). A post that does not finish leaves no folder.
     ///
     /// - Returns: post.json's bytes and the folder's name.
     @concurrent
     static func write(text: String, images: [ShareItem], into dataFolder: String,
                       progress: @Sendable (Int) async -> Void) async throws -> (json: [UInt8], folderName: String) {
         let (folder, folderName) = try makeFolder(in: dataFolder)
+        do {
+            return (try await write(text: text, images: images, into: folder, progress: progress), folderName)
+        } catch {
+            try? FileManager.default.removeItem(atPath: folder)
+            throw error
+        }
+    }
+
+    private static func write(text: String, images: [ShareItem], into folder: String,
+                              progress: @Sendable (Int) async -> Void) async throws -> [UInt8] {
         var post = Post(text: text, images: [])
         for (index, item) in images.enumerated() {
             try Task.checkCancellation()
@@ -57,7 +67,7 @@ enum PostWriter {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         let json = Array(try encoder.encode(post))
         try write(json, to: folder + "/" + postFileName)
-        return (json, folderName)
+        return json
     }
 
     /// A new, empty post folder in `dataFolder`.
