@@ -140,15 +140,24 @@ struct ActivationTests {
                 "image/pdf is an alias of application/pdf")
     }
 
-    @Test("the demo's compose service takes a text, a URL list and an image, at most one of each")
-    func composeManifest() throws {
+    @Test("the demo's activities: Notes a text and a URL, at most one of each; Post 1…4 images and a text; Markup one image")
+    func demoManifests() throws {
         let root = try #require(String(#filePath).split(separator: "/Tests/").first)
-        let data = try #require(Syscall.readSmallFile(root + "/Sources/demo-share/Services/compose.json", limit: 65_536))
-        let compose = try JSONDecoder().decode(ServiceManifest.self, from: Data(data))
-        #expect(compose.activationVerdict(for: ["image/png"]) == .accepted)
-        #expect(compose.activationVerdict(for: ["text/plain", "text/uri-list", "image/jpeg"]) == .accepted)
-        #expect(compose.activationVerdict(for: ["image/png", "image/png"]) == .rejected(reason: "accepts at most 1 image/*, 2 given"))
-        #expect(compose.activationVerdict(for: ["application/pdf"]) == .rejected(reason: "accepts no application/pdf"))
+        func manifest(_ name: String) throws -> ServiceManifest {
+            let data = try #require(Syscall.readSmallFile(root + "/Sources/demo-share/Services/\(name).json", limit: 65_536))
+            return try JSONDecoder().decode(ServiceManifest.self, from: Data(data))
+        }
+        let notes = try manifest("notes"), post = try manifest("post"), markup = try manifest("markup")
+        #expect(notes.activationVerdict(for: ["text/plain"]) == .accepted)
+        #expect(notes.activationVerdict(for: ["text/uri-list"]) == .accepted)
+        #expect(notes.activationVerdict(for: ["text/plain", "text/uri-list"]) == .accepted)
+        #expect(notes.activationVerdict(for: ["image/png"]) == .rejected(reason: "accepts no image/png"))
+        #expect(post.activationVerdict(for: ["text/plain", "image/png", "image/jpeg"]) == .accepted)
+        #expect(post.activationVerdict(for: ["text/plain"]) == .rejected(reason: "needs at least 1 image/*, 0 given"))
+        #expect(post.activationVerdict(for: Array(repeating: "image/png", count: 5)) == .rejected(reason: "accepts at most 4 image/*, 5 given"))
+        #expect(markup.activationVerdict(for: ["image/png"]) == .accepted)
+        #expect(markup.activationVerdict(for: ["image/png", "image/png"]) == .rejected(reason: "accepts at most 1 image/*, 2 given"))
+        #expect(post.sandbox.dataFolder && !notes.sandbox.dataFolder && !markup.sandbox.dataFolder, "only Post writes")
     }
 
     /// Every assignment of items to rules, tried one by one.
