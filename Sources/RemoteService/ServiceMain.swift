@@ -36,7 +36,7 @@ public enum ServiceMain {
     /// Like a Flatpak app's `~/.var/app/ID`.
     public static var dataDirectory: String? { getenv(FrameworkMessage.dataDirectoryVariable).map { String(cString: $0) } }
 
-    /// How a ``run(identifier:capabilities:viewController:onRequest:onMessage:)`` ended without an error.
+    /// How a ``run(identifier:capabilities:shareTitle:viewController:onRequest:onMessage:)`` ended without an error.
     public enum Ending: Sendable, Equatable {
         /// The host closed the connection in order.
         case closed
@@ -110,8 +110,10 @@ public enum ServiceMain {
     /// ```
     ///
     /// - Parameters:
+    ///   - identifier: the service's reverse-DNS identifier (its manifest's).
     ///   - title: the title its activity updates start with (its manifest's `display.title`).
     ///   - onRequest: answers the hosts' own requests (by default, refuses them).
+    ///   - viewController: makes the controller of each share's view.
     public static func exit(sharing identifier: String, title: String,
                             onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
                             viewController: @escaping @MainActor @Sendable () -> ViewController) async -> Never {

@@ -35,7 +35,9 @@ public struct ShareItem: Sendable, CustomStringConvertible {
 
     /// A text item.
     ///
-    /// - Parameter contentType: a `text/…` MIME type (default `text/plain`).
+    /// - Parameters:
+    ///   - text: the text, 1…``ShareLimits/maxTextBytes`` bytes of UTF-8.
+    ///   - contentType: a `text/…` MIME type (default `text/plain`).
     /// - Throws: `RemoteError` `invalidArgument` naming what is out of bounds.
     public static func text(_ text: String, contentType: String = "text/plain") throws(RemoteError) -> ShareItem {
         try checked(ShareItem(contentType: MIMEType.normalized(contentType), content: .text(text)))
@@ -54,6 +56,7 @@ public struct ShareItem: Sendable, CustomStringConvertible {
     /// - Parameters:
     ///   - name: the file name the receiver sees (1…255 bytes, no `/`); never a path.
     ///   - contentType: its MIME type, e.g. `image/png`.
+    ///   - contents: the bytes, at most ``ShareLimits/maxFileBytes``.
     /// - Throws: `RemoteError` `invalidArgument` for a bad name, type or size, or what creating
     ///   the memfd failed with.
     public static func file(named name: String, contentType: String, contents: some Collection<UInt8>) throws(RemoteError) -> ShareItem {

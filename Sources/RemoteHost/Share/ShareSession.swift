@@ -2,7 +2,7 @@ import RemoteCore
 import Synchronization
 
 /// One running share: the activity's process, its embedded view, the updates it streams and
-/// the outcome it ends with. Made by ``ShareSheet/perform(_:launcher:presentation:)``.
+/// the outcome it ends with. Made by ``ShareSheet/perform(_:launcher:presentation:cancelGrace:)``.
 ///
 /// ```swift
 /// let session = try await sheet.perform(activity, launcher: launcher)
@@ -127,9 +127,9 @@ public final class ShareSession: Sendable {
         }
     }
 
-    /// Ends the session: the connection is invalidated (the process stopped), and a share still
-    /// running ends as *cancelled*… without asking: call ``cancel(reason:)`` first to let the
-    /// activity answer. The view keeps its last frame.
+    /// Ends the session: the connection is invalidated (the process stopped). A share still
+    /// running ends *interrupted*, without the activity being asked: call ``cancel(reason:)``
+    /// first to let it answer. The view keeps its last frame.
     public func close() async {
         if case .finished(let outcome) = state.withLock({ $0.machine.cancelRequested() }) { finish(outcome) }
         await connection.invalidate()

@@ -50,6 +50,8 @@ public struct ShareSheet: Sendable {
     /// ``ShareSession/view`` to show it, and wait for ``ShareSession/outcome``.
     ///
     /// - Parameters:
+    ///   - activity: one of ``activities``.
+    ///   - launcher: the launcher that runs it.
     ///   - presentation: when frames of the view count as shown (see ``RemoteView/Presentation``).
     ///   - cancelGrace: how long the activity has to answer a cancel.
     /// - Throws: `RemoteError` `invalidArgument` when the sheet does not offer `activity`
@@ -74,10 +76,12 @@ extension ShareItem {
     /// the activity gets the bytes, the file's name and its type, never the path.
     ///
     /// - Parameters:
+    ///   - path: the host file; only its contents and its last path component go to the activity.
     ///   - contentType: its MIME type; by default from its name (shared-mime-info's globs,
     ///     `application/octet-stream` when none matches).
+    ///   - database: the MIME database that names the type.
     /// - Throws: `RemoteError` `invalidArgument` naming the path when it cannot be read, is not
-    ///   a regular file, or is over ``ShareLimits/maxFileBytes``.
+    ///   a regular file, or is over `ShareLimits.maxFileBytes` (256 MiB).
     public static func file(contentsOf path: String, contentType: String? = nil, database: MIMEDatabase = .system) throws(RemoteError) -> ShareItem {
         let name = String(path.split(separator: "/").last ?? Substring(path))
         let bytes: [UInt8]

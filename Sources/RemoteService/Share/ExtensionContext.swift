@@ -18,7 +18,7 @@ import Synchronization
 /// }
 /// ```
 ///
-/// Items are read as values (`text`, `url`, `data()`, `string()`, ``ShareItem/bitmap()``):
+/// Items are read as values (`text`, `url`, `data()`, `string()`, `bitmap()`):
 /// an author never touches a descriptor. Updates go to the host in order, and the final answer
 /// after them; anything after the final answer is ignored (and logged).
 @MainActor
@@ -46,7 +46,8 @@ public final class ExtensionContext {
     public private(set) var isCancelRequested = false
 
     private var current: ActivityUpdate
-    private let endpoint: ShareEndpoint
+    /// Weak: the endpoint holds this context.
+    private weak var endpoint: ShareEndpoint?
     private let logger: Logger
 
     init(items: [ShareItem], title: String, endpoint: ShareEndpoint, logger: Logger) {
@@ -118,7 +119,7 @@ public final class ExtensionContext {
     }
 
     private func finish(_ result: WireShareResult, items: [ShareItem], message: String) {
-        endpoint.finish(result, items: items, message: message)
+        endpoint?.finish(result, items: items, message: message)
     }
 
     private func send(force: Bool = false) {
@@ -126,7 +127,7 @@ public final class ExtensionContext {
             logger.warning("activity update after the share was answered: ignored")
             return
         }
-        endpoint.send(.update(current))
+        endpoint?.send(.update(current))
     }
 
     private static func cut(_ text: String, _ max: Int) -> String {
