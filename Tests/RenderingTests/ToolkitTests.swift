@@ -330,6 +330,45 @@ struct ImageViewTests {
         let missing = #expect(throws: RemoteError.self) { try Bitmap(contentsOfPNG: "/nonexistent/icon.png") }
         #expect(missing?.reason.contains("/nonexistent/icon.png") == true)
     }
+
+    @Test("a bitmap drawn with a context keeps its pixels through PNG and scaling; a stroke has round ends, one point a dot")
+    func drawnBitmap() throws {
+        let red: UInt32 = 0xFFFF_0000, green: UInt32 = 0xFF00_FF00, blue: UInt32 = 0xFF00_00FF, white: UInt32 = 0xFFFF_FFFF
+        let halves = try Bitmap(width: 8, height: 4) { context in
+            context.fill(Rect(x: 0, y: 0, width: 4, height: 4), with: Color(argb: red))
+            context.fill(Rect(x: 4, y: 0, width: 4, height: 4), with: Color(argb: green))
+        }
+        #expect(halves.width == 8 && halves.height == 4)
+        let decoded = try Bitmap(pngData: try halves.pngData())
+        let scaled = try decoded.scaled(width: 4, height: 2)
+        #expect(scaled.width == 4 && scaled.height == 2)
+        let buffer = try SurfaceBuffer(id: 1, width: 8, height: 4)
+        buffer.draw { context in
+            context.fill(Rect(x: 0, y: 0, width: 8, height: 4), with: .white)
+            context.draw(decoded, in: Rect(x: 0, y: 0, width: 8, height: 4))
+        }
+        #expect(buffer.pixel(x: 0, y: 0) == red && buffer.pixel(x: 3, y: 3) == red && buffer.pixel(x: 4, y: 0) == green && buffer.pixel(x: 7, y: 3) == green)
+        buffer.draw { context in
+            context.fill(Rect(x: 0, y: 0, width: 8, height: 4), with: .white)
+            context.draw(scaled, in: Rect(x: 0, y: 0, width: 4, height: 2))
+        }
+        #expect(buffer.pixel(x: 0, y: 0) == red && buffer.pixel(x: 3, y: 1) == green && buffer.pixel(x: 5, y: 3) == white)
+        #expect(throws: RemoteError.self) { try Bitmap(width: 0, height: 4) { _ in } }
+        #expect(throws: RemoteError.self) { try halves.scaled(width: 4, height: SurfaceLimits.maxDimension + 1) }
+
+        let strokes = try Bitmap(width: 24, height: 10) { context in
+            context.fill(Rect(x: 0, y: 0, width: 24, height: 10), with: .white)
+            context.strokePolyline([Point(x: 5, y: 5)], width: 4, color: Color(argb: red))
+            context.strokePolyline([Point(x: 10, y: 5), Point(x: 14, y: 5), Point(x: 18, y: 5)], width: 2, color: Color(argb: blue))
+        }
+        let canvas = try SurfaceBuffer(id: 2, width: 24, height: 10)
+        canvas.draw { context in context.draw(strokes, in: Rect(x: 0, y: 0, width: 24, height: 10)) }
+        #expect(canvas.pixel(x: 4, y: 4) == red && canvas.pixel(x: 5, y: 5) == red, "a dot 4 across around (5, 5)")
+        #expect(canvas.pixel(x: 7, y: 5) == white && canvas.pixel(x: 5, y: 7) == white && canvas.pixel(x: 2, y: 2) == white)
+        #expect(canvas.pixel(x: 12, y: 4) == blue && canvas.pixel(x: 16, y: 5) == blue, "a line 2 wide along y = 5")
+        #expect(canvas.pixel(x: 12, y: 3) == white && canvas.pixel(x: 12, y: 6) == white)
+        #expect(canvas.pixel(x: 9, y: 4) != white && canvas.pixel(x: 9, y: 4) != blue, "its round end reaches past the first point, partly")
+    }
 }
 
 /// Occlusion: what an opaque view covers is not drawn, and the pixels are the same.
