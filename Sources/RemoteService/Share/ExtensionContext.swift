@@ -68,6 +68,16 @@ public final class ExtensionContext {
         send()
     }
 
+    /// Sets the title bar, the progress and the state at once: one update, so a host never
+    /// shows the new progress with the old subtitle.
+    public func update(title: String, subtitle: String?, progress: Double?, state: ActivityState) {
+        if !title.isEmpty { current.title = Self.cut(title, ShareLimits.maxTitleBytes) }
+        current.subtitle = subtitle.flatMap { $0.isEmpty ? nil : Self.cut($0, ShareLimits.maxSubtitleBytes) }
+        self.title = current.title
+        self.subtitle = current.subtitle
+        setProgress(progress, state: state)
+    }
+
     /// Sets the progress (`nil`: indeterminate; else clamped to 0…1) and, if given, the state.
     public func setProgress(_ progress: Double?, state: ActivityState? = nil) {
         current.progress = progress.flatMap { $0.isNaN ? nil : min(max($0, 0), 1) }

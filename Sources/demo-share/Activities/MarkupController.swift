@@ -50,8 +50,7 @@ final class MarkupController: ActivityController {
         guard let context = extensionContext, isOpen, !rendering, let image = canvas.image, let rect = canvas.imageRect else { return }
         rendering = true
         updateButtons()
-        context.setProgress(nil, state: .working)
-        context.update(title: Self.title, subtitle: "Saving \(canvas.strokes.count) stroke\(canvas.strokes.count == 1 ? "" : "s")")
+        context.update(title: Self.title, subtitle: "Saving \(canvas.strokes.count) stroke\(canvas.strokes.count == 1 ? "" : "s")", progress: nil, state: .working)
         let (strokes, name) = (canvas.strokes, Self.resultName(for: item?.fileName ?? "image"))
         Task {
             do throws(RemoteError) {

@@ -57,8 +57,7 @@ final class NotesController: ActivityController {
         guard let context = extensionContext, isOpen else { return }
         let note = self.note
         guard !note.isEmpty else { return }
-        context.state = .working
-        context.update(title: Self.title, subtitle: "Saving the note")
+        context.update(title: Self.title, subtitle: "Saving the note", progress: nil, state: .working)
         do {
             context.complete(returning: [try .text(note)])
             status.text = "Saved."

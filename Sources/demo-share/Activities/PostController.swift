@@ -62,8 +62,7 @@ final class PostController: ActivityController {
         postButton.isEnabled = false
         field.resignFirstResponder()
         let (text, images) = (field.text, self.images)
-        context.setProgress(0, state: .working)
-        context.update(title: "Posting", subtitle: "\(images.count) image\(images.count == 1 ? "" : "s")")
+        context.update(title: "Posting", subtitle: "\(images.count) image\(images.count == 1 ? "" : "s")", progress: 0, state: .working)
         status.text = "Posting…"
         posting = Task {
             do {
@@ -89,8 +88,7 @@ final class PostController: ActivityController {
     /// `done` of `count` images are scaled and written.
     private func imagePosted(_ done: Int, of count: Int) {
         guard isOpen, let context = extensionContext else { return }
-        context.setProgress(Double(done) / Double(count), state: .working)
-        context.update(title: "Posting", subtitle: "image \(done) of \(count)")
+        context.update(title: "Posting", subtitle: "image \(done) of \(count)", progress: Double(done) / Double(count), state: .working)
         progress.setProgress(Double(done) / Double(count), animated: true)
     }
 
