@@ -163,8 +163,6 @@ final class ShareEndpoint: Sendable {
     private struct State {
         var requested = false
         var finished = false
-        /// The last send, which the next one waits for (so they go out in order).
-        var lastSend: Task<Void, Never>?
         weak var connection: Connection?
     }
 
@@ -212,23 +210,26 @@ final class ShareEndpoint: Sendable {
         }
     }
 
-    /// Sends `message` after everything sent before it.
-    func send(_ message: ShareMessage, attachments: [Attachment] = []) {
-        state.withLock { state in
-            let previous = state.lastSend
-            let connection = state.connection
-            state.lastSend = Task { [logger] in
-                await previous?.value
-                guard let connection else { return }
-                do { try await connection.send(message, attachments: attachments) } catch {
-                    logger.warning("cannot send \(message.name) to the host: \(error)")
-                }
+    /// The last send, which the next one waits for (so they go out in order).
+    @MainActor private var lastSend: Task<Void, Never>?
+
+    /// Sends `message` after everything sent before it. On the main actor, where the context
+    /// lives: the send starts there at once (an immediate task), so an update or an answer
+    /// costs no hop to another thread unless the socket is full or an earlier send waits.
+    @MainActor func send(_ message: ShareMessage, attachments: [Attachment] = []) {
+        let previous = lastSend
+        let connection = state.withLock { $0.connection }
+        lastSend = Task.immediate { [logger] in
+            await previous?.value
+            guard let connection else { return }
+            do { try await connection.send(message, attachments: attachments) } catch {
+                logger.warning("cannot send \(message.name) to the host: \(error)")
             }
         }
     }
 
     /// Sends the one answer, and lets the idle clock count again.
-    func finish(_ result: WireShareResult, items: [ShareItem], message: String) {
+    @MainActor func finish(_ result: WireShareResult, items: [ShareItem], message: String) {
         guard state.withLock({ state -> Bool in
             defer { state.finished = true }
             return !state.finished
@@ -241,7 +242,7 @@ final class ShareEndpoint: Sendable {
         idleClock?.end()
     }
 
-    private func finish(_ result: WireShareResult, message: String) {
+    @MainActor private func finish(_ result: WireShareResult, message: String) {
         send(.complete(result, items: [], message: message))
         idleClock?.end()
     }
