@@ -232,13 +232,13 @@ package enum EnvelopeCodec {
             e.handshake = h
         case .goodbye(let reason):
             let g = arena.message(Remoteview__Goodbye.self, remoteview__goodbye__init)
-            g.pointee.reason = arena.string(truncated(reason, WireLimits.maxReasonLength))
+            g.pointee.reason = arena.string(reason.truncated(toUTF8Bytes: WireLimits.maxReasonLength))
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_GOODBYE
             e.goodbye = g
         case .protocolError(let code, let reason):
             let p = arena.message(Remoteview__ProtocolError.self, remoteview__protocol_error__init)
             p.pointee.code = Remoteview__ProtocolErrorCode(rawValue: UInt32(code.rawValue))
-            p.pointee.reason = arena.string(truncated(reason, WireLimits.maxReasonLength))
+            p.pointee.reason = arena.string(reason.truncated(toUTF8Bytes: WireLimits.maxReasonLength))
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_PROTOCOL_ERROR
             e.protocol_error = p
         case .ping(let nonce):
@@ -262,9 +262,9 @@ package enum EnvelopeCodec {
             e.message = try arena.serviceMessage(type, payload, "message")
         case .failure(let failure):
             let f = arena.message(Remoteview__Failure.self, remoteview__failure__init)
-            f.pointee.domain = arena.string(truncated(failure.domain, WireLimits.maxReasonLength))
+            f.pointee.domain = arena.string(failure.domain.truncated(toUTF8Bytes: WireLimits.maxReasonLength))
             f.pointee.code = failure.code
-            f.pointee.message = arena.string(truncated(failure.message, WireLimits.maxFailureMessageLength))
+            f.pointee.message = arena.string(failure.message.truncated(toUTF8Bytes: WireLimits.maxFailureMessageLength))
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_FAILURE
             e.failure = f
         case .cancel(let requestID):
@@ -291,17 +291,6 @@ package enum EnvelopeCodec {
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             count = remoteview__envelope__pack(&e, buffer.baseAddress)
         }
-    }
-
-    /// `text` cut to at most `max` UTF-8 bytes on a character boundary (for reasons we send).
-    private static func truncated(_ text: String, _ max: Int) -> String {
-        guard text.utf8.count > max else { return text }
-        var result = ""
-        for character in text {
-            if result.utf8.count + character.utf8.count > max - 3 { break }
-            result.append(character)
-        }
-        return result + "..."
     }
 }
 
@@ -373,4 +362,21 @@ private let budgetedAlloc: @convention(c) (UnsafeMutableRawPointer?, Int) -> Uns
 
 private let budgetedFree: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, pointer in
     free(pointer)
+}
+
+extension String {
+    /// The string cut to at most `max` UTF-8 bytes on a character boundary, ending in `marker`
+    /// when it was cut (for text a peer will only take so much of: reasons, titles, messages).
+    package func truncated(toUTF8Bytes max: Int, marker: String = "...") -> String {
+        guard utf8.count > max else { return self }
+        let room = max - marker.utf8.count
+        var result = "", bytes = 0
+        for character in self {
+            let size = character.utf8.count
+            if bytes + size > room { break }
+            result.append(character)
+            bytes += size
+        }
+        return result + marker
+    }
 }

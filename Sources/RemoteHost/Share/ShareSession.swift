@@ -120,7 +120,7 @@ public final class ShareSession: Sendable {
             try? await connection.send(.cancel(reason: reason))
             let deadline = ContinuousClock.now.advanced(by: cancelGrace)
             if let outcome = await ended.waitUncancellably(until: deadline) { return outcome }
-            if let channel = state.withLock({ $0.channels.last(where: { $0.connection === connection }) }) {
+            if let channel = channel(of: connection) {
                 await end(channel, violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
             }
             return await ended.waitUncancellably() ?? .interrupted(RemoteError(.interrupted, "the share was cancelled"))
@@ -143,8 +143,13 @@ public final class ShareSession: Sendable {
     }
 
     private static func describe(_ duration: Duration) -> String {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let seconds = duration.inSeconds
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
+    }
+
+    /// The open channel whose connection is `connection`, if it has not closed.
+    private func channel(of connection: Connection) -> ServiceChannel? {
+        state.withLock { $0.channels.last(where: { $0.connection === connection }) }
     }
 
     /// A share message from the service on `channel`.

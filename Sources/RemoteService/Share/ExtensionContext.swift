@@ -61,21 +61,23 @@ public final class ExtensionContext {
     /// Sets the title bar the host shows (the title 1…200 bytes and the subtitle at most 400;
     /// longer ones are cut on a character boundary, an empty title keeps the old one).
     public func update(title: String, subtitle: String? = nil) {
-        if !title.isEmpty { current.title = Self.cut(title, ShareLimits.maxTitleBytes) }
-        current.subtitle = subtitle.flatMap { $0.isEmpty ? nil : Self.cut($0, ShareLimits.maxSubtitleBytes) }
-        self.title = current.title
-        self.subtitle = current.subtitle
+        setTitle(title, subtitle: subtitle)
         send()
     }
 
     /// Sets the title bar, the progress and the state at once: one update, so a host never
     /// shows the new progress with the old subtitle.
     public func update(title: String, subtitle: String?, progress: Double?, state: ActivityState) {
-        if !title.isEmpty { current.title = Self.cut(title, ShareLimits.maxTitleBytes) }
-        current.subtitle = subtitle.flatMap { $0.isEmpty ? nil : Self.cut($0, ShareLimits.maxSubtitleBytes) }
+        setTitle(title, subtitle: subtitle)
+        setProgress(progress, state: state)
+    }
+
+    /// The title bar of the next update, within its bounds.
+    private func setTitle(_ title: String, subtitle: String?) {
+        if !title.isEmpty { current.title = title.truncated(toUTF8Bytes: ShareLimits.maxTitleBytes, marker: "…") }
+        current.subtitle = subtitle.flatMap { $0.isEmpty ? nil : $0.truncated(toUTF8Bytes: ShareLimits.maxSubtitleBytes, marker: "…") }
         self.title = current.title
         self.subtitle = current.subtitle
-        setProgress(progress, state: state)
     }
 
     /// Sets the progress (`nil`: indeterminate; else clamped to 0…1) and, if given, the state.
@@ -106,7 +108,7 @@ public final class ExtensionContext {
         guard begin("cancel(error:)") else { return }
         if let error {
             let message = String(describing: error)
-            finish(.failed, items: [], message: message.isEmpty ? "failed" : Self.cut(message, ShareLimits.maxMessageBytes))
+            finish(.failed, items: [], message: message.isEmpty ? "failed" : message.truncated(toUTF8Bytes: ShareLimits.maxMessageBytes, marker: "…"))
         } else {
             finish(.cancelled, items: [], message: "")
         }
@@ -138,16 +140,6 @@ public final class ExtensionContext {
             return
         }
         endpoint?.send(.update(current))
-    }
-
-    private static func cut(_ text: String, _ max: Int) -> String {
-        guard text.utf8.count > max else { return text }
-        var result = ""
-        for character in text {
-            if result.utf8.count + character.utf8.count > max - 3 { break }
-            result.append(character)
-        }
-        return result + "…"
     }
 }
 
