@@ -45,11 +45,11 @@ struct DemoActivityTests {
     }
 
     /// Shares `items` with `identifier`, presents the view at 480×360 and waits for *ready*.
-    static func start(_ identifier: String, _ items: [ShareItem], registry: ServiceRegistry, launcher: Launcher) async throws -> (ShareSession, Updates) {
+    static func start(_ identifier: String, _ items: [ShareItem], registry: ServiceRegistry, launcher: Launcher) async throws -> (ShareSession, ShareUpdates) {
         let sheet = ShareSheet(registry: registry, items: items)
         let activity = try #require(sheet.activity(identifier), "not offered: \(sheet.explanation(for: identifier) ?? "not registered")")
         let session = try await sheet.perform(activity, launcher: launcher)
-        let updates = Updates(session)
+        let updates = ShareUpdates(session)
         try await session.view.present(width: width, height: height)
         try await updates.wait(for: .ready)
         try await session.view.settle()
@@ -331,47 +331,6 @@ struct DemoActivityTests {
             rmdir(path)
         } else {
             unlink(path)
-        }
-    }
-}
-
-/// A share's updates as they come: all of them, and a wait for one in a given state.
-final class Updates: Sendable {
-    private final class Seen: Sendable {
-        let updates = Mutex<[ActivityUpdate]>([])
-    }
-
-    private let seen = Seen()
-    private let stream: AsyncStream<ActivityUpdate>
-    private let collector: Task<Void, Never>
-
-    init(_ session: ShareSession) {
-        let (stream, sink) = AsyncStream<ActivityUpdate>.makeStream()
-        self.stream = stream
-        let seen = self.seen
-        collector = Task {
-            for await update in session.updates {
-                seen.updates.withLock { $0.append(update) }
-                sink.yield(update)
-            }
-            sink.finish()
-        }
-    }
-
-    /// Every update, once the share has ended.
-    var all: [ActivityUpdate] {
-        get async {
-            await collector.value
-            return seen.updates.withLock { $0 }
-        }
-    }
-
-    /// Waits until an update in `state` has come (one that came already counts).
-    func wait(for state: ActivityState) async throws {
-        try await withDeadline(.seconds(10), "an update in state \(state)") { [stream, seen] in
-            if seen.updates.withLock({ $0.contains { $0.state == state } }) { return }
-            for await update in stream where update.state == state { return }
-            throw StreamEnded(what: "the share's updates, before one in state \(state)")
         }
     }
 }

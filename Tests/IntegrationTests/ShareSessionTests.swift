@@ -20,19 +20,6 @@ struct ShareSessionTests {
          try .file(named: "bytes.bin", contentType: "application/octet-stream", contents: [1, 2, 3, 0xFE])]
     }
 
-    /// The updates of `session` until its outcome, collected as they come.
-    static func collect(_ session: ShareSession) -> Task<[ActivityUpdate], Never> {
-        Task { var seen: [ActivityUpdate] = []; for await update in session.updates { seen.append(update) }; return seen }
-    }
-
-    /// Waits for an update in `state`.
-    static func update(_ state: ActivityState, of session: ShareSession) async throws -> ActivityUpdate {
-        try await withDeadline(.seconds(10), "an update in state \(state)") {
-            for await update in session.updates where update.state == state { return update }
-            throw StreamEnded(what: "the updates of \(session.activity.identifier)")
-        }
-    }
-
     @Test("items reach the activity intact, its view and updates reach the host in order, its items come back")
     func roundTrip() async throws {
         try await withServices(Self.manifests()) { launcher, folder in
@@ -40,7 +27,7 @@ struct ShareSessionTests {
             let activity = try #require(sheet.activity("com.example.test"), "offered: \(sheet.explanations)")
             #expect(activity.title == "Test service")
             let session = try await sheet.perform(activity, launcher: launcher)
-            let updates = Self.collect(session)
+            let updates = ShareUpdates(session)
             try await session.view.present(width: 40, height: 30)
             _ = try await nextDamage(session.view)
             #expect(session.view.image.pixel(x: 20, y: 15) == Self.green)
@@ -60,7 +47,7 @@ struct ShareSessionTests {
             #expect(returned.first?.text == "HELLO SHARE" && returned.first?.contentType == "text/plain")
             #expect(returned.last?.fileName == "bytes.bin.reversed")
             #expect(try returned.last?.data() == [0xFE, 3, 2, 1])
-            let seen = await updates.value
+            let seen = await updates.all
             #expect(seen.map(\.state) == [.preparing, .preparing, .ready, .working, .done], "\(seen)")
             #expect(seen.map(\.progress) == [nil, nil, nil, 0.5, 1])
             #expect(seen.last?.title == "Test share" && seen.last?.subtitle == "3 items")
@@ -75,7 +62,7 @@ struct ShareSessionTests {
             let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("bye")])
             let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
             try await session.view.present(width: 20, height: 20)
-            _ = try await Self.update(.ready, of: session)
+            try await ShareUpdates(session).wait(for: .ready)
             guard case .cancelled = await session.cancel() else { Issue.record("outcome \(await session.outcome)"); return }
             await session.close()
         }
@@ -126,7 +113,7 @@ struct ShareSessionTests {
             let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher,
                                                   cancelGrace: .milliseconds(300))
             try await session.view.present(width: 20, height: 20)
-            _ = try await Self.update(.ready, of: session)
+            try await ShareUpdates(session).wait(for: .ready)
             guard case .interrupted(let error) = await session.cancel() else { Issue.record("outcome \(await session.outcome)"); return }
             #expect(error.reason.contains("did not answer share_cancel within 0.3 s"), "\(error.reason)")
             let (_, reason) = try await termination(of: "com.example.test", in: events)

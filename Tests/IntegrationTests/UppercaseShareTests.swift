@@ -59,7 +59,7 @@ struct UppercaseShareTests {
 
             let sheet = ShareSheet(registry: registry, items: [try .text("hello")])
             let session = try await sheet.perform(try #require(sheet.activity(identifier)), launcher: launcher)
-            let updates = Task { var seen: [ActivityUpdate] = []; for await update in session.updates { seen.append(update) }; return seen }
+            let updates = ShareUpdates(session)
             try await session.view.present(width: 320, height: 200)
             try await session.view.settle()
             let before = session.view.image
@@ -78,7 +78,7 @@ struct UppercaseShareTests {
             try await session.view.click(x: 96, y: 164)
             guard case .completed(let items) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             #expect(items.count == 1 && items.first?.text == "HELLO WORLD" && items.first?.contentType == "text/plain", "\(items)")
-            let seen = await updates.value
+            let seen = await updates.all
             let states = seen.map(\.state)
             #expect(states.first == .preparing && states.contains(.ready), "\(seen)")
             #expect(Array(states.suffix(2)) == [.working, .done] && seen.suffix(2).map(\.progress) == [0.5, 1], "\(seen)")
