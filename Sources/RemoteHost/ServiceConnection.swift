@@ -370,7 +370,12 @@ public final class ServiceConnection: Sendable {
             eventSink.yield(.interrupted(error))
             return error
         } else if let goodbye, goodbye != FrameworkMessage.idleExitReason {
-            let error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")
+            // A process the host stops says goodbye on its way out: then how it ended (the
+            // host's reason) is the news, not the goodbye it was made to say.
+            var error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")
+            if channel.instance.isBeingStopped, let reason = await channel.instance.waitForStop() {
+                error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
+            }
             eventSink.yield(.interrupted(error))
             return error
         }

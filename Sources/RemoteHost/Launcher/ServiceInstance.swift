@@ -234,6 +234,9 @@ final class ServiceInstance: LaunchedProcess {
     /// How it ended, once it has.
     var ended: TerminationReason? { ending.value }
 
+    /// Whether the host is stopping it (``stop(_:grace:)`` was called).
+    var isBeingStopped: Bool { state.withLock { $0.stopping != nil } }
+
     /// Waits until the process has ended and returns how; `nil` if `deadline` comes first, or
     /// the waiting task is cancelled.
     func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {

@@ -39,8 +39,7 @@ public final class ShareSession: Sendable {
 
     private let updateSink: AsyncStream<ActivityUpdate>.Continuation
     private let ended = Latch<ShareOutcome>()
-    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?,
-                               stopReason: String?)>((ShareSessionStateMachine(), [], nil, nil))
+    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?)>((ShareSessionStateMachine(), [], nil))
 
     init(activity: ShareActivity, items: [ShareItem], connection: ServiceConnection, presentation: RemoteView.Presentation,
          cancelGrace: Duration) {
@@ -121,7 +120,7 @@ public final class ShareSession: Sendable {
             let deadline = ContinuousClock.now.advanced(by: cancelGrace)
             if let outcome = await ended.waitUncancellably(until: deadline) { return outcome }
             if let channel = channel(of: connection) {
-                await end(channel, violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
+                await channel.endService(violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
             }
             return await ended.waitUncancellably() ?? .interrupted(RemoteError(.interrupted, "the share was cancelled"))
         }
@@ -157,7 +156,7 @@ public final class ShareSession: Sendable {
         var items: [ShareItem] = []
         if case .complete(.completed, let wire, _) = message {
             do { items = try ShareItem.received(wire, attachments: attachments) } catch {
-                return await end(channel, violating: error.reason)
+                return await channel.endService(violating: error.reason)
             }
         }
         switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
@@ -168,16 +167,10 @@ public final class ShareSession: Sendable {
             channel.endWork()
             finish(outcome)
         case .violation(let reason):
-            await end(channel, violating: reason)
+            await channel.endService(violating: reason)
         }
     }
 
-    /// Stops the service for breaking a rule of the share; a share it was running ends
-    /// *interrupted* with that reason (not with how the stopped process said goodbye).
-    private func end(_ channel: ServiceChannel, violating rule: String) async {
-        state.withLock { if $0.stopReason == nil { $0.stopReason = rule } }
-        await channel.endService(violating: rule)
-    }
 }
 
 extension ShareSession: ServiceChannelListener {
@@ -192,11 +185,9 @@ extension ShareSession: ServiceChannelListener {
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {}
 
     package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async {
-        let identifier = activity.identifier
         let outcome = state.withLock { state -> ShareOutcome? in
             state.channels.removeAll { $0.isSame(as: channel) }
-            let reason = state.stopReason.map { RemoteError(.interrupted, "\(identifier) was stopped for a protocol violation: \($0)") }
-            return state.machine.channelClosed(channel.connection, error: reason ?? error)
+            return state.machine.channelClosed(channel.connection, error: error)
         }
         if let outcome {
             channel.endWork()
