@@ -89,8 +89,26 @@ struct ManifestTests {
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["relative/path"]"#, "sandbox.readOnlyPaths", "absolute"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/usr/../etc"]"#, "sandbox.readOnlyPaths", "normalised"),
         (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/nonexistent/path"]"#, "sandbox.readOnlyPaths[0]", "cannot be bound"),
-        (#""idleTimeout": 2.5"#, #""idleTimeout": 0"#, "idleTimeout", "(0, 86400]"),
-        (#""idleTimeout": 2.5"#, #""idleTimeout": -1"#, "idleTimeout", "(0, 86400]"),
+        (#""idleTimeout": 2.5"#, #""idleTimeout": 0"#, "idleTimeout", "[0.1, 86400]"),
+        (#""idleTimeout": 2.5"#, #""idleTimeout": -1"#, "idleTimeout", "[0.1, 86400]"),
+        (#""idleTimeout": 2.5"#, #""idleTimeout": 1e-300"#, "idleTimeout", "before it can start"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/etc"]"#, "sandbox.readOnlyPaths[0]", "/etc as a whole"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/usr/share", "/proc"]"#, "sandbox.readOnlyPaths[1]", "/proc is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/proc/self/environ"]"#, "sandbox.readOnlyPaths[0]", "refused"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/sys"]"#, "sandbox.readOnlyPaths[0]", "/sys is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/dev"]"#, "sandbox.readOnlyPaths[0]", "/dev is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/root"]"#, "sandbox.readOnlyPaths[0]", "/root is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/run"]"#, "sandbox.readOnlyPaths[0]", "/run is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/tmp"]"#, "sandbox.readOnlyPaths[0]", "/tmp is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/etc/shadow"]"#, "sandbox.readOnlyPaths[0]", "/etc/shadow is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/etc/ssl"]"#, "sandbox.readOnlyPaths[0]", "it contains /etc/ssl/private"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/var"]"#, "sandbox.readOnlyPaths[0]", "it contains"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/var/run"]"#, "sandbox.readOnlyPaths[0]", "/run is never bound"),
+        (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["/"]"#, "sandbox.readOnlyPaths", "below /"),
+        (#""network": true"#, #""network": true, "network": false"#, "sandbox.network", "appears twice"),
+        (#""network": true"#, #""network": true, "network": false"#, "sandbox.network", "appears twice"),
+        (#""identifier": "com.example.mail","#, #""identifier": "com.example.mail", "identifier": "com.example.other","#, "identifier", "appears twice"),
+        (#""max": 10"#, #""max": 10, "max": 1"#, "activation.contentTypes[1].max", "appears twice"),
         (#""instances": "perConnection""#, #""instances": "pooled""#, "instances", nil),
         (#""memoryMiB": 128"#, #""memoryMiB": 1"#, "limits.memoryMiB", "16...65536"),
         (#""openFiles": 64"#, #""openFiles": 1000000"#, "limits.openFiles", "16...65536"),
@@ -111,6 +129,33 @@ struct ManifestTests {
         #expect(error?.file == folder.path + "/bad.json")
         #expect(error?.key == key, "\(String(describing: error))")
         if let words { #expect(error?.reason.contains(words) == true, "\(String(describing: error))") }
+    }
+
+    @Test("readOnlyPaths are checked with their links resolved: a link to /proc is refused, and one to a shareable folder is fine")
+    func readOnlyPathLinks() throws {
+        let folder = try Self.folder([:])
+        defer { folder.remove() }
+        #expect(symlink("/proc", folder.path + "/proc-link") == 0 && symlink("/usr/share", folder.path + "/share-link") == 0)
+        try folder.write("mail.json", Self.valid.replacing(#""readOnlyPaths": ["/usr/share"]"#, with: #""readOnlyPaths": ["\#(folder.path)/share-link"]"#))
+        #expect(try ServiceRegistry.load(file: folder.path + "/mail.json").sandbox.readOnlyPaths == [folder.path + "/share-link"])
+        try folder.write("mail.json", Self.valid.replacing(#""readOnlyPaths": ["/usr/share"]"#,
+                                                           with: #""readOnlyPaths": ["\#(folder.path)/share-link", "\#(folder.path)/proc-link"]"#))
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/mail.json") }
+        #expect(error?.key == "sandbox.readOnlyPaths[1]" && error?.reason.contains("(/proc) is refused") == true, "\(String(describing: error))")
+    }
+
+    @Test("a FIFO or a link to a device named *.json is reported without being opened, and the other services are listed")
+    func fifoManifest() async throws {
+        let folder = try Self.folder(["mail.json": Self.valid])
+        defer { folder.remove() }
+        #expect(mkfifo(folder.path + "/fifo.json", 0o644) == 0)
+        #expect(symlink("/dev/zero", folder.path + "/zero.json") == 0)
+        // Opening the FIFO for reading would block until a writer came: this must return.
+        let registry = try await withDeadline(.seconds(5), "scanning a folder with a FIFO") { ServiceRegistry(scanning: [folder.path]) }
+        #expect(registry.sortedServices.map(\.identifier) == ["com.example.mail"])
+        let problems = registry.problems.map(\.description).sorted()
+        #expect(problems == [folder.path + "/fifo.json: not a regular file (a FIFO, device, socket or folder)",
+                             folder.path + "/zero.json: not a regular file (a FIFO, device, socket or folder)"], "\(problems)")
     }
 
     @Test("not JSON, not an object, too large: refused for the whole file", arguments: ["{", "[]", "null", String(repeating: " ", count: 70_000) + "{}"])

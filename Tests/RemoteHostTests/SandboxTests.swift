@@ -21,7 +21,7 @@ struct SandboxTests {
 
     @Test("the default sandbox: every namespace, no network, no capabilities, cleared environment, read-only minimal files")
     func defaults() throws {
-        let command = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: ["LISTEN_FDS": "1"])
+        let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: ["LISTEN_FDS": "1"])
         let arguments = command.arguments
         for flag in ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"] { #expect(arguments.contains(flag)) }
         #expect(!arguments.contains("--share-net"))
@@ -46,17 +46,60 @@ struct SandboxTests {
     @Test("the network entitlement shares the network; read-only paths are bound read-only")
     func entitlements() throws {
         let manifest = try Self.manifest(#", "sandbox": {"network": true, "readOnlyPaths": ["/usr/share", "/var/lib"]}"#)
-        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).arguments.joined(separator: " ")
+        let arguments = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).arguments.joined(separator: " ")
         #expect(arguments.contains("--share-net"))
         #expect(arguments.contains("--ro-bind /var/lib /var/lib"))
         #expect(!arguments.contains("--ro-bind /usr/share"), "already inside /usr")
+    }
+
+    @Test("read-only paths are checked again at launch: a link turned to /proc, or a path overlapping the data root, invalidates it")
+    func readOnlyPathsAtLaunch() throws {
+        let folder = try TemporaryFolder("remoteview-links")
+        defer { folder.remove() }
+        #expect(symlink("/usr/share", folder.path + "/link") == 0)
+        let linked = try Self.manifest(#", "sandbox": {"readOnlyPaths": ["/var/lib", "\#(folder.path)/link"]}"#)
+        let arguments = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: linked, environment: [:]).arguments.joined(separator: " ")
+        #expect(arguments.contains("--ro-bind /usr/share \(folder.path)/link"), "the resolved path is what is bound")
+        // Re-pointed after the manifest was read.
+        #expect(unlink(folder.path + "/link") == 0 && symlink("/proc", folder.path + "/link") == 0)
+        let refused = #expect(throws: RemoteError.self) {
+            try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: linked, environment: [:])
+        }
+        #expect(refused?.code == .invalidated && refused?.reason.contains("sandbox.readOnlyPaths[1]: \(folder.path)/link (/proc) is refused") == true,
+                "\(String(describing: refused))")
+        let overlap = #expect(throws: RemoteError.self) {
+            try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(#", "sandbox": {"readOnlyPaths": ["/var/lib"]}"#),
+                                  environment: [:], dataRoot: "/var/lib")
+        }
+        #expect(overlap?.reason.contains("overlaps the services' data folders") == true, "\(String(describing: overlap))")
+    }
+
+    @Test("a file not readable by every user (a host user's private file) is refused; readable by all, it is bound")
+    func readOnlyPathModes() throws {
+        let folder = try TemporaryFolder("remoteview-modes")
+        defer { folder.remove() }
+        let secret = try folder.write("secret.txt", "key", mode: 0o600)
+        // The folder is under /tmp, itself never bound: only the mode rule is tried here.
+        guard case .failure(let refusal) = SandboxPaths.check(readOnly: secret, forbidden: []) else {
+            Issue.record("a file of mode 0600 must be refused")
+            return
+        }
+        #expect(refusal.description.contains("is refused: it is not readable by every user (mode o+r)"), "\(refusal)")
+        #expect(chmod(secret, 0o644) == 0)
+        #expect((try? SandboxPaths.check(readOnly: secret, forbidden: []).get()) == secret)
+        #expect(mkfifo(folder.path + "/fifo", 0o644) == 0)
+        guard case .failure(let fifo) = SandboxPaths.check(readOnly: folder.path + "/fifo", forbidden: []) else {
+            Issue.record("a FIFO must be refused")
+            return
+        }
+        #expect(fifo.description.contains("only regular files and folders"), "\(fifo)")
     }
 
     @Test("the data folder entitlement binds the service's folder read-write at /data, the only writable host folder")
     func dataFolder() throws {
         let manifest = try Self.manifest(#", "sandbox": {"dataFolder": true}"#)
         #expect(manifest.sandbox.dataFolder)
-        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: ["REMOTEVIEW_DATA_DIR": "/data"],
+        let arguments = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: ["REMOTEVIEW_DATA_DIR": "/data"],
                                           dataFolder: "/home/u/.local/share/remoteview/services/com.example.s").arguments
         let binds = zip(arguments.indices, arguments).filter { $0.1 == "--bind" }.map(\.0)
         #expect(binds.count == 1, "one read-write bind: \(arguments)")
@@ -83,7 +126,7 @@ struct SandboxTests {
         let entries = ELFRunPath.entries(of: Self.ownExecutable)
         #expect(!entries.isEmpty, "a dynamically linked Swift test binary has a RUNPATH")
         let runtime = entries.first { access($0 + "/libswiftCore.so", R_OK) == 0 }
-        let arguments = BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: [:]).arguments
+        let arguments = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: try Self.manifest(), environment: [:]).arguments
         if let runtime, !runtime.hasPrefix("/usr/") {
             #expect(arguments.joined(separator: " ").contains("--ro-bind \(runtime) \(runtime)"))
         }

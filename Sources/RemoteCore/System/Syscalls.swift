@@ -174,6 +174,15 @@ extension Syscall {
         return length > 0 ? String(decoding: buffer[..<length], as: UTF8.self) : nil
     }
 
+    /// `realpath(path)`: the absolute path with every symbolic link, `.` and `..` resolved.
+    ///
+    /// - Throws: why it cannot be resolved (`ENOENT`, `EACCES`, `ELOOP`, …).
+    package static func resolvedPath(_ path: String) throws(SystemCallError) -> String {
+        guard let resolved = realpath(path, nil) else { throw SystemCallError(call: "realpath(\(path))", errno: Glibc.errno) }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
     /// The names in the folder at `path` (`opendir`/`readdir`), without `.` and `..`, unsorted.
     package static func directoryEntries(_ path: String) throws(SystemCallError) -> [String] {
         guard let directory = opendir(path) else { throw SystemCallError(call: "opendir(\(path))", errno: Glibc.errno) }

@@ -35,7 +35,11 @@ struct BubblewrapCommand {
 
     /// - Parameter dataFolder: The host folder bound read-write at ``dataMountPoint``, for a
     ///   manifest with the `sandbox.dataFolder` entitlement.
-    init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil) {
+    ///   - dataRoot: The launcher's data root, which `readOnlyPaths` may not overlap.
+    /// - Throws: `invalidated` when a path of the manifest's `readOnlyPaths` is refused now
+    ///   (``SandboxPaths``: it may have become a link to somewhere else since the manifest was read).
+    init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil,
+         dataRoot: String? = nil) throws(RemoteError) {
         self.bubblewrap = bubblewrap
         var arguments = ["--unshare-all"]
         if manifest.sandbox.network { arguments.append("--share-net") }
@@ -51,10 +55,10 @@ struct BubblewrapCommand {
         arguments += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
         for file in Self.systemFiles { arguments += ["--ro-bind-try", file, file] }
         var bound: [String] = []
-        func bind(_ path: String) {
+        func bind(_ path: String, from source: String? = nil) {
             guard !path.hasPrefix("/usr/"), !bound.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) else { return }
             bound.append(path)
-            arguments += ["--ro-bind", path, path]
+            arguments += ["--ro-bind", source ?? path, path]
         }
         bind(manifest.executablePath)
         let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
@@ -70,7 +74,14 @@ struct BubblewrapCommand {
                 bind(path)
             }
         }
-        for path in manifest.sandbox.readOnlyPaths { bind(path) }
+        for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
+            switch SandboxPaths.check(readOnly: path, dataRoot: dataRoot) {
+            case .success(let resolved):
+                bind(path, from: resolved)
+            case .failure(let refusal):
+                throw RemoteError(.invalidated, "\(manifest.file): sandbox.readOnlyPaths[\(index)]: \(refusal)")
+            }
+        }
         if let dataFolder { arguments += ["--bind", dataFolder, Self.dataMountPoint] }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
@@ -78,7 +89,7 @@ struct BubblewrapCommand {
     }
 
     /// Host folders a RUNPATH can never bring into the sandbox.
-    static let forbidden = ["/home", "/root", "/run", "/tmp", "/var/tmp", "/proc", "/sys", "/dev", "/etc", "/boot", "/mnt", "/media"]
+    static let forbidden = SandboxPaths.privateFolders + ["/etc"]
 
     /// `path` without `.`, `..` and repeated slashes; `/` for anything not absolute.
     static func normalised(_ path: String) -> String {

@@ -62,8 +62,8 @@ final class ServiceInstance: LaunchedProcess {
         case .bubblewrap(let path):
             environment["HOME"] = "/tmp"
             if dataFolder != nil { environment[FrameworkMessage.dataDirectoryVariable] = BubblewrapCommand.dataMountPoint }
-            let command = BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
-                                            environment: environment, dataFolder: dataFolder)
+            let command = try BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
+                                                environment: environment, dataFolder: dataFolder, dataRoot: dataRoot)
             (executable, arguments) = (command.bubblewrap, command.arguments)
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:

@@ -129,6 +129,10 @@ extension ServiceManifest: Decodable {
         case identifier, executable, arguments, display, activation, sandbox, idleTimeout, instances, limits
     }
 
+    /// The shortest ``idleTimeout``: a sandboxed start takes about 10 ms here, and a service
+    /// that times out before its first client reaches it would only crash-loop.
+    public static let minimumIdleTimeout: Duration = .milliseconds(100)
+
     /// The default ``idleTimeout``.
     public static let defaultIdleTimeout: Duration = .seconds(30)
 
@@ -147,7 +151,8 @@ extension ServiceManifest: Decodable {
         activation = try container.decodeIfPresent(Activation.self, forKey: .activation)
         sandbox = try container.decodeIfPresent(Sandbox.self, forKey: .sandbox) ?? Sandbox()
         if let seconds = try container.decodeIfPresent(Double.self, forKey: .idleTimeout) {
-            try container.check(seconds > 0 && seconds <= 86_400, .idleTimeout, "\(seconds) is not a number of seconds in (0, 86400]")
+            try container.check(seconds >= Self.minimumIdleTimeout.inSeconds && seconds <= 86_400, .idleTimeout,
+                                "\(seconds) is not a number of seconds in [\(Self.minimumIdleTimeout.inSeconds), 86400] (a shorter timeout ends a service before it can start)")
             idleTimeout = .milliseconds(Int64((seconds * 1000).rounded(.up)))
         } else {
             idleTimeout = Self.defaultIdleTimeout

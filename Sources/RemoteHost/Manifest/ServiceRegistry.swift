@@ -88,6 +88,10 @@ public struct ServiceRegistry: Sendable {
         } catch {
             throw ManifestError(file: file, reason: "\(error)", identifier: declaredIdentifier(in: data))
         }
+        if let duplicate = DuplicateKeyScanner.firstDuplicate(in: Array(data)) {
+            throw ManifestError(file: file, key: duplicate.path.map { "\($0).\(duplicate.key)" } ?? duplicate.key,
+                                reason: "appears twice in the same object (a key may appear once)", identifier: manifest.identifier)
+        }
         let folder = directory(of: file)
         manifest.file = file
         manifest.executablePath = resolve(manifest.executable, against: folder)
@@ -109,10 +113,8 @@ public struct ServiceRegistry: Sendable {
             manifest.iconPath = path
         }
         for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
-            do {
-                _ = try Syscall.status(ofPath: path)
-            } catch {
-                throw fail("sandbox.readOnlyPaths[\(index)]", "\(path) cannot be bound: \(error.reason)")
+            if case .failure(let refusal) = SandboxPaths.check(readOnly: path) {
+                throw fail("sandbox.readOnlyPaths[\(index)]", "\(refusal)")
             }
         }
         return manifest
@@ -148,11 +150,16 @@ public struct ServiceRegistry: Sendable {
     /// The file's bytes. Opened without blocking and checked to be a regular file first, so a
     /// FIFO or a device where a manifest was expected cannot stall or flood the host.
     private static func read(_ file: String) throws(ManifestError) -> Data {
+        // Looked at before it is opened: opening a device can have effects of its own.
+        guard Syscall.isRegularFile(file) else {
+            throw ManifestError(file: file, reason: (try? Syscall.status(ofPath: file)) == nil ? "cannot be read (a broken link?)" : "not a regular file (a FIFO, device, socket or folder)")
+        }
         let descriptor: OwnedFD
         do { descriptor = try Syscall.openForReading(file) } catch {
             throw ManifestError(file: file, reason: "cannot open: \(error.reason)")
         }
-        guard Syscall.isRegularFile(descriptor) else { throw ManifestError(file: file, reason: "not a regular file") }
+        // And again once open: the name may have been replaced in between.
+        guard Syscall.isRegularFile(descriptor) else { throw ManifestError(file: file, reason: "not a regular file (a FIFO, device, socket or folder)") }
         do {
             return Data(try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file))
         } catch where error.errno == EFBIG {

@@ -1,0 +1,82 @@
+import Glibc
+import RemoteCore
+
+/// Which host paths may be bound into a sandbox: the rule behind a manifest's
+/// `sandbox.readOnlyPaths` and the folders a `RUNPATH` brings in.
+///
+/// A service runs as the host's user, so whatever is bound, it can read. The rule keeps out the
+/// host's live state and secrets, whatever a manifest asks for:
+/// - nothing at or below a ``privateFolders`` entry (`/proc`, `/home`, `/run`, …);
+/// - no folder that *contains* such a place (so not `/`, not `/var`), and not `/etc` as a
+///   whole: name the files of `/etc` the service needs, e.g. `/etc/ssl/certs`;
+/// - none of ``secrets`` (`/etc/shadow`, `/etc/ssh`, …), nor a folder containing one;
+/// - only regular files and folders (no socket, FIFO or device);
+/// - only what every user of the machine may read (mode `o+r`, and `o+x` for a folder), so a
+///   sandbox never shows a file the host's user keeps to itself;
+/// - never the launcher's data root, which holds every service's data folder.
+///
+/// The rule is checked on the path with its symbolic links resolved, when the manifest is read
+/// and again at every launch (a link can change in between); the resolved path is what is bound.
+enum SandboxPaths {
+    /// Host folders never bound, in whole or in part: the kernel's views of the host (`/proc`,
+    /// `/sys`, `/dev`), runtime state and sockets (`/run`, `/tmp`), people's files, boot and
+    /// mounted media, logs and mail.
+    static let privateFolders = ["/proc", "/sys", "/dev", "/run", "/var/run", "/tmp", "/var/tmp", "/home", "/root",
+                                 "/boot", "/mnt", "/media", "/lost+found", "/var/log", "/var/mail", "/var/spool", "/var/backups"]
+
+    /// Files and folders under `/etc` that hold secrets.
+    static let secrets = ["/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+                          "/etc/ssh", "/etc/ssl/private", "/etc/security", "/etc/krb5.keytab", "/etc/NetworkManager",
+                          "/etc/wpa_supplicant", "/etc/ppp", "/etc/openvpn", "/etc/wireguard", "/etc/libvirt", "/etc/cups"]
+
+    /// Why `path` may not be bound read-only into a sandbox, or the resolved path to bind.
+    ///
+    /// - Parameters:
+    ///   - dataRoot: The launcher's data root, when known (at launch).
+    ///   - forbidden: The places never bound (tests give their own).
+    static func check(readOnly path: String, dataRoot: String? = nil,
+                      forbidden: [String] = privateFolders + secrets) -> Result<String, Refusal> {
+        let resolved: String
+        do {
+            resolved = try Syscall.resolvedPath(path)
+        } catch {
+            return .failure(Refusal("\(path) cannot be bound: \(error.reason)"))
+        }
+        let shown = resolved == path ? path : "\(path) (\(resolved))"
+        if resolved == "/etc" {
+            return .failure(Refusal("\(shown) is refused: /etc as a whole holds the host's secrets; name the files the service needs (e.g. /etc/ssl/certs)"))
+        }
+        for place in forbidden {
+            if resolved == place || resolved.hasPrefix(place + "/") {
+                return .failure(Refusal("\(shown) is refused: \(place) is never bound into a sandbox (the host's live state or secrets)"))
+            }
+            if place.hasPrefix(resolved == "/" ? "/" : resolved + "/") {
+                return .failure(Refusal("\(shown) is refused: it contains \(place), which is never bound into a sandbox"))
+            }
+        }
+        if let dataRoot, let root = try? Syscall.resolvedPath(dataRoot),
+           resolved == root || resolved.hasPrefix(root + "/") || root.hasPrefix(resolved + "/") {
+            return .failure(Refusal("\(shown) is refused: it overlaps the services' data folders (\(root))"))
+        }
+        let status: stat
+        do {
+            status = try Syscall.status(ofPath: resolved)
+        } catch {
+            return .failure(Refusal("\(shown) cannot be bound: \(error.reason)"))
+        }
+        guard status.isRegularFile || status.isDirectory else {
+            return .failure(Refusal("\(shown) is refused: only regular files and folders are bound (it is a socket, FIFO or device)"))
+        }
+        let everyone: mode_t = status.isDirectory ? S_IROTH | S_IXOTH : S_IROTH
+        guard status.st_mode & everyone == everyone else {
+            return .failure(Refusal("\(shown) is refused: it is not readable by every user (mode o+r\(status.isDirectory ? "x" : "")); a sandbox shows only what any user may read"))
+        }
+        return .success(resolved)
+    }
+
+    /// Why a path is refused.
+    struct Refusal: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+}
