@@ -66,11 +66,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The seccomp filter of sandboxed services, built with libseccomp (Debian: libseccomp-dev)
+        // and handed to bubblewrap as BPF; used only by RemoteHost's launcher.
+        .target(
+            name: "CSandboxFilter",
+            cSettings: [.define("_GNU_SOURCE", to: "1")],
+            linkerSettings: [.linkedLibrary("seccomp")]
+        ),
         .target(
             name: "RemoteHost",
             dependencies: [
                 "RemoteCore",
                 "CCairo",
+                "CSandboxFilter",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -91,10 +99,16 @@ let package = Package(
             dependencies: ["RemoteCore", "CRemoteViewLinux"],
             path: "Tests/RawPacket"
         ),
+        // The system calls the security suite's hostile service tries inside its sandbox.
+        .target(
+            name: "CHostileCalls",
+            path: "Tests/Fixtures/CHostileCalls",
+            cSettings: [.define("_GNU_SOURCE", to: "1")]
+        ),
         // A real service executable the integration tests launch (not shipped).
         .executableTarget(
             name: "remoteview-test-service",
-            dependencies: ["RemoteService", "RawPacket"],
+            dependencies: ["RemoteService", "RawPacket", "CHostileCalls"],
             path: "Tests/Fixtures/TestService"
         ),
         // A host process the integration tests kill, to see its services go with it.

@@ -58,12 +58,19 @@ final class ServiceInstance: LaunchedProcess {
         ]
         let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot) : nil
         let executable: String, arguments: [String]
+        var seccomp: MemoryFile?
         switch sandbox {
         case .bubblewrap(let path):
             environment["HOME"] = "/tmp"
             if dataFolder != nil { environment[FrameworkMessage.dataDirectoryVariable] = BubblewrapCommand.dataMountPoint }
+            do {
+                seccomp = try SeccompFilter.memoryFile(network: manifest.sandbox.network)
+            } catch {
+                throw RemoteError(.invalidated, "cannot build the seccomp filter for \(manifest.identifier): \(error)")
+            }
             let command = try BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
-                                                environment: environment, dataFolder: dataFolder, dataRoot: dataRoot)
+                                                environment: environment, dataFolder: dataFolder, dataRoot: dataRoot,
+                                                seccompDescriptor: Self.seccompDescriptorNumber)
             (executable, arguments) = (command.bubblewrap, command.arguments)
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:
@@ -79,6 +86,11 @@ final class ServiceInstance: LaunchedProcess {
             options.pass(output.second, as: 1)
             options.pass(errors.second, as: 2)
             options.pass(pair.second, as: 3)
+            // A borrowing switch: `if let` would consume the memfd, closing it before the spawn.
+            switch seccomp {
+            case .some(let filter): options.pass(filter.fd, as: Int(Self.seccompDescriptorNumber))
+            case .none: break
+            }
             options.environment = environment
             options.deathSignal = SIGKILL
             options.newSession = sandbox == .unsandboxed  // bubblewrap's --new-session does it otherwise
@@ -105,6 +117,10 @@ final class ServiceInstance: LaunchedProcess {
             throw RemoteError(permanent ? .invalidated : .interrupted, "cannot start \(manifest.identifier) (\(executable)): \(error)")
         }
     }
+
+    /// bubblewrap's fd that holds the seccomp filter (`--seccomp 4`); it reads and closes it
+    /// before the service runs.
+    static let seccompDescriptorNumber: Int32 = 4
 
     /// `<dataRoot>/<identifier>`, created if missing (mode 0700, and so are the missing
     /// folders above it), for a manifest with `sandbox.dataFolder`. It must be a folder, not a

@@ -1,5 +1,6 @@
 // A real service executable for the integration tests. argv[1] picks a behaviour; the hostile
 // ones speak raw packets on fd 3 to exercise the host's rejection paths.
+import CHostileCalls
 import Glibc
 import RawPacket
 import RemoteService
@@ -34,6 +35,14 @@ final class Cancellations: Sendable {
         }
         if waits { try? await waiter.wait() }
     }
+}
+
+/// `EPERM`, `ENOSYS`, …: the symbolic name of an errno the security suite expects.
+func errnoName(_ code: Int32) -> String {
+    let names: [Int32: String] = [EPERM: "EPERM", ENOENT: "ENOENT", EACCES: "EACCES", EINVAL: "EINVAL", ENOSYS: "ENOSYS",
+                                  EAFNOSUPPORT: "EAFNOSUPPORT", EROFS: "EROFS", ENOTTY: "ENOTTY", ENETUNREACH: "ENETUNREACH",
+                                  EBADF: "EBADF", EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EFAULT: "EFAULT", EEXIST: "EEXIST"]
+    return names[code] ?? "errno \(code)"
 }
 
 /// The names of the memfds this process has open ("/memfd:NAME (deleted)" links).
@@ -85,14 +94,14 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     case "interfaces":
         // The network interfaces this process can see.
         var names: [String] = []
-        if let list = if_nameindex() {
-            var entry = list
-            while entry.pointee.if_index != 0, let name = entry.pointee.if_name {
-                names.append(String(cString: name))
-                entry += 1
-            }
-            if_freenameindex(list)
+        // glibc asks netlink, which the sandbox's filter refuses without the network entitlement.
+        guard let list = if_nameindex() else { return ServiceMessage(type: "interfaces", text: "error: \(String(cString: strerror(errno)))") }
+        var entry = list
+        while entry.pointee.if_index != 0, let name = entry.pointee.if_name {
+            names.append(String(cString: name))
+            entry += 1
         }
+        if_freenameindex(list)
         return ServiceMessage(type: "interfaces", text: names.sorted().joined(separator: ","))
     case "pid":
         return ServiceMessage(type: "pid", text: String(getpid()))
@@ -126,6 +135,12 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         return await Hostile.hang()
     case "flood":
         return Hostile.flood(request.text ?? "")
+    case "attack":
+        // A system call the sandbox should refuse (CHostileCalls): "allowed" or "denied: ERRNO".
+        guard let name = request.text else { throw ServiceFailure(domain: "test", code: 1, message: "attack needs a name") }
+        let code = hostile_call(name)
+        guard code >= 0 else { throw ServiceFailure(domain: "test", code: 404, message: "unknown attack \(name)") }
+        return ServiceMessage(type: "attack", text: code == 0 ? "allowed" : "denied: \(errnoName(code))")
     case "segv":
         Hostile.segfault()
     case "abort":

@@ -1,0 +1,78 @@
+import Glibc
+import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// What a hostile service can do from inside its sandbox: each attack is tried by a real,
+/// sandboxed service (the fixture's "attack" request, Tests/Fixtures/CHostileCalls), and must be
+/// denied with the errno docs/Manifest.md states, while the service and the host stay up. Each
+/// row goes to docs/SECURITY.md's table (scripts/security-table).
+@Suite("Security: attacks from inside the sandbox", .serialized)
+struct SecurityTests {
+    /// (the fixture's attack name, what it tries, the outcome the sandbox must give)
+    static let attacks: [(String, String, String)] = [
+        ("keyring-read", "read the host's session keyring (`keyctl`)", "denied: EPERM"),
+        ("add-key", "add a key to the session keyring (`add_key`)", "denied: EPERM"),
+        ("request-key", "ask the kernel for a key (`request_key`)", "denied: EPERM"),
+        ("unshare-user", "a new user namespace (`unshare(CLONE_NEWUSER)`)", "denied: EPERM"),
+        ("unshare-mount", "a new mount namespace (`unshare(CLONE_NEWNS)`)", "denied: EPERM"),
+        ("clone-newuser", "a child in a new user namespace (`clone(CLONE_NEWUSER)`)", "denied: EPERM"),
+        ("clone-newnet", "a child in a new network namespace (`clone(CLONE_NEWNET)`)", "denied: EPERM"),
+        ("clone3-newuser", "`clone3`, whose flags a filter cannot read", "denied: ENOSYS"),
+        ("setns", "join a namespace (`setns`)", "denied: EPERM"),
+        ("mount", "mount a tmpfs (`mount`)", "denied: EPERM"),
+        ("ptrace-pid1", "`ptrace` its sandbox's pid 1", "denied: EPERM"),
+        ("process-vm-readv", "read pid 1's memory (`process_vm_readv`)", "denied: EPERM"),
+        ("perf-event-open", "`perf_event_open`", "denied: ENOSYS"),
+        ("io-uring-setup", "`io_uring_setup`", "denied: ENOSYS"),
+        ("bpf", "`bpf`", "denied: EPERM"),
+        ("userfaultfd", "`userfaultfd`", "denied: EPERM"),
+        ("personality", "`personality(READ_IMPLIES_EXEC)`", "denied: EPERM"),
+        ("tiocsti", "type into a terminal (`ioctl(TIOCSTI)`)", "denied: EPERM"),
+        ("netlink", "a netlink socket (`NETLINK_ROUTE`)", "denied: EAFNOSUPPORT"),
+        ("netlink-audit", "a netlink socket (`NETLINK_AUDIT`)", "denied: EAFNOSUPPORT"),
+        ("packet", "an `AF_PACKET` socket", "denied: EAFNOSUPPORT"),
+        ("inet-connect", "an inet connection without `sandbox.network`", "denied: EAFNOSUPPORT"),
+        ("init-module", "load a kernel module (`init_module`)", "denied: EPERM"),
+        ("kexec-load", "load a new kernel (`kexec_load`)", "denied: EPERM"),
+        ("write-usr", "create a file in `/usr`", "denied: EROFS"),
+    ]
+
+    /// With `sandbox.network`: inet and route netlink work, the rest stays denied.
+    static let networkAttacks: [(String, String, String)] = [
+        ("inet-socket", "an inet socket with `sandbox.network`", "allowed"),
+        ("netlink", "a netlink socket (`NETLINK_ROUTE`) with `sandbox.network`", "allowed"),
+        ("netlink-audit", "a netlink socket (`NETLINK_AUDIT`) with `sandbox.network`", "denied: EAFNOSUPPORT"),
+        ("packet", "an `AF_PACKET` socket with `sandbox.network`", "denied: EAFNOSUPPORT"),
+        ("keyring-read", "read the host's session keyring with `sandbox.network`", "denied: EPERM"),
+    ]
+
+    @Test("every system call the filter denies answers its errno; the service keeps running and answering")
+    func deniedCalls() async throws {
+        try await Self.run(Self.attacks, network: false)
+    }
+
+    @Test("with the network entitlement, inet and route netlink sockets work and the rest stays denied")
+    func networkEntitlement() async throws {
+        try await Self.run(Self.networkAttacks, network: true)
+    }
+
+    static func run(_ attacks: [(String, String, String)], network: Bool) async throws {
+        let extra = network ? #""sandbox": {"network": true}"# : nil
+        try await withServices(["test.json": ServiceFolder.manifest(extra: extra)]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let pid = connection.processIdentifier
+            for (name, words, expected) in attacks {
+                let outcome = try await connection.request(ServiceMessage(type: "attack", text: name)).text ?? ""
+                #expect(outcome == expected, "\(name): \(words)")
+                // Still the same process, still answering.
+                let alive = try await connection.request(ServiceMessage(type: "echo", text: "alive")).text == "alive"
+                    && connection.processIdentifier == pid
+                #expect(alive, "\(name)")
+                SecurityTable.record(words, outcome == "allowed" ? "allowed (entitled)" : outcome.replacing("denied: ", with: "denied, errno "),
+                                     contained: alive && (outcome == expected))
+            }
+        }
+    }
+}
