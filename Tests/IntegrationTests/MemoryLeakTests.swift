@@ -131,4 +131,36 @@ struct MemoryLeakTests {
             }
         }
     }
+
+    @Test("a ServiceConnection released without invalidate() is closed, and its process stopped when it was the last client",
+          arguments: ["shared", "perConnection"])
+    func releasedConnection(_ instances: String) async throws {
+        let manifest = ServiceFolder.manifest(extra: "\"instances\": \"\(instances)\"")
+        try await withServices(["test.json": manifest], within: .seconds(30)) { launcher, _ in
+            let events = launcher.events()
+            @Sendable func cycle() async throws {
+                var connection: ServiceConnection? = launcher.connection(to: "com.example.test")
+                #expect(try await connection?.request(ServiceMessage(type: "echo", text: "x")).text == "x")
+                let pid = try #require(connection?.processIdentifier)
+                let stream = connection!.events
+                connection = nil
+                var iterator = stream.makeAsyncIterator()
+                guard case .invalidated(let error)? = await iterator.next() else {
+                    Issue.record("a released connection's events end with invalidated")
+                    return
+                }
+                #expect(error.reason.contains("released"))
+                #expect(await iterator.next() == nil)
+                let reason = try await termination(of: pid, in: events)
+                #expect(reason.kind == .stopped && reason.detail.contains("released by the host"), "\(reason)")
+            }
+            try await cycle()
+            // And nothing of each stays behind: 100 more.
+            let before = Self.heap
+            let cycles = 100
+            for _ in 0..<cycles { try await cycle() }
+            let growth = (Self.heap - before) / cycles
+            #expect(growth < Self.allowedGrowthPerCycle, "the host's heap grew \(growth) bytes per released connection")
+        }
+    }
 }
