@@ -37,6 +37,18 @@ let package = Package(
             path: "Sources/BenchService",
             linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xclang-linker", "-no-pie"])]
         ),
+        // Soak and stress runs against bench-service (docs/Benchmarks.md): `remoteview-stress soak`
+        // checks that memory stays flat over many connections. Build it on its own
+        // (`swift build -c release --product remoteview-stress`): it needs no gRPC.
+        .executableTarget(
+            name: "remoteview-stress",
+            dependencies: [
+                .product(name: "RemoteHost", package: "RemoteView"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "bench-service",
+            ],
+            path: "Sources/Stress"
+        ),
         // gRPC-Swift unary Echo over a Unix socket, server and client, for the same-run comparison.
         .executableTarget(
             name: "grpc-peer",

@@ -2,6 +2,7 @@
 #include "CRemoteViewLinux.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +52,12 @@ int rv_waitid_pidfd(int pidfd, int block, int *exited, int *code, int *status) {
 const int rv_cld_exited = CLD_EXITED;
 const int rv_cld_killed = CLD_KILLED;
 const int rv_cld_dumped = CLD_DUMPED;
+
+void rv_heap_in_use(size_t *arenas, size_t *mapped) {
+    struct mallinfo2 info = mallinfo2();
+    *arenas = info.uordblks;
+    *mapped = info.hblkhd;
+}
 
 void rv_stdout_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 

@@ -18,6 +18,9 @@ import Synchronization
 ///   manifest, sandbox refused, crash loop, ``invalidate()``, launcher shut down). Always the
 ///   last event; every call from then on throws `RemoteError.Code.invalidated`.
 ///
+/// A connection released without ``invalidate()`` is invalidated then, like an XPC connection
+/// released without a cancel: its channel closes and its process stops unless others share it.
+///
 /// Each process it talks to is reached over a channel of its own (a `Connection`). What
 /// rides on a channel besides requests and messages (a remote view's surface, a share) is
 /// added by listeners (`ServiceChannelListener`) that hear when a channel opens; the
@@ -175,22 +178,46 @@ public final class ServiceConnection: Sendable {
         let error = RemoteError(.invalidated, "the connection to \(identifier) was invalidated by the host")
         guard case .invalidated(let channel, let announce) = machine.withLock({ $0.invalidate(error) }) else { return }
         if announce { announceInvalidation(error) }
-        launcher.unregister(self)
+        launcher.unregister(serial)
         guard let channel else { return }
-        // Counted before closing: the close lets serve() take this client off the count.
-        let last = channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1
-        let stopGrace = launcher.configuration.stopGracePeriod
         let stopped = Latch<Void>()
-        let stop: @Sendable () async -> Void = {
-            await channel.connection.close(reason: "invalidated by the host")
-            if last {
-                await channel.instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: stopGrace)
-            }
-            stopped.open(())
-        }
+        let stop = Self.closing(channel, reason: "invalidated by the host", grace: launcher.configuration.stopGracePeriod)
         // The stop runs in the launcher's own work, so that a cancelled caller cannot cut it short.
-        guard launcher.submit(stop) else { return await stop() }
+        guard launcher.submit({ await stop(); stopped.open(()) }) else { return await stop() }
         _ = try? await stopped.wait()
+    }
+
+    /// A connection released without ``invalidate()`` is invalidated, as an XPC connection
+    /// released without a cancel is: its channel is closed in order, and its process stopped
+    /// unless other connections share it (in the launcher's work: nobody waits for it). A
+    /// consumer of ``events`` sees ``Event/invalidated(_:)``, then the end of the stream.
+    ///
+    /// Nothing the launcher runs for a connection holds it (the job serving its channel refers
+    /// to it weakly), so the last reference is the user's. A request or message handler that
+    /// captures its own connection strongly keeps it alive, as an XPC event handler capturing
+    /// its connection does: capture it weakly.
+    deinit {
+        let error = RemoteError(.invalidated, "the connection to \(identifier) was released without being invalidated")
+        guard case .invalidated(let channel, _) = machine.withLock({ $0.invalidate(error) }) else { return }
+        // Every pending report held this object, so none is under way: announce at once.
+        announceInvalidation(error)
+        launcher.unregister(serial)
+        guard let channel else { return }
+        // Refused only once the launcher has shut down, which closed every channel there was.
+        _ = launcher.submit(Self.closing(channel, reason: "released by the host", grace: launcher.configuration.stopGracePeriod))
+    }
+
+    /// What ending a connection's `channel` for good takes: closing it in order, then stopping its
+    /// process unless other connections share it.
+    private static func closing(_ channel: Channel, reason: String, grace: Duration) -> @Sendable () async -> Void {
+        // Counted before closing: the close lets the channel's job take this client off the count.
+        let last = channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1
+        return {
+            await channel.connection.close(reason: reason)
+            if last {
+                await channel.instance.stop(TerminationReason(kind: .stopped, detail: reason), grace: grace)
+            }
+        }
     }
 
     /// Called by the launcher when the service can never be launched again.
@@ -277,7 +304,7 @@ public final class ServiceConnection: Sendable {
         }
         let opened = ServiceChannel(connection: connection, instance: instance)
         for listener in attached { listener.channelWillRun(opened) }
-        // Current before it runs, so that however soon it ends, serve() reports it.
+        // Current before it runs, so that however soon it ends, its job reports it.
         if case .refuse(let invalidation) = machine.withLock({ $0.connected(channel) }) {
             await discard(channel, reason: "invalidated")
             if instance.closeChannel() == 0 || instance.manifest.instances == .perConnection {
@@ -285,7 +312,12 @@ public final class ServiceConnection: Sendable {
             }
             throw invalidation
         }
-        guard launcher.submit({ await self.serve(channel) }) else {
+        // The job refers to this object weakly: a connection its user released is closed (see
+        // deinit) while its channel still runs.
+        guard launcher.submit({ [weak self] in
+            let failure = await Self.run(channel)
+            await self?.ended(channel, failure: failure)
+        }) else {
             // Nobody will run it: its end is no news, and nothing of it may stay behind.
             if machine.withLock({ $0.channelEnded(channel) }), let announce = machine.withLock({ $0.reportEnded() }) {
                 announceInvalidation(announce)
@@ -325,8 +357,8 @@ public final class ServiceConnection: Sendable {
             })
     }
 
-    /// Runs one channel until it closes, and reports how, if it matters to the user.
-    private func serve(_ channel: Channel) async {
+    /// Runs one channel until it closes; returns how its connection failed (`nil`: in order).
+    private static func run(_ channel: Channel) async -> RemoteError? {
         var failure: RemoteError?
         do throws(RemoteError) {
             try await channel.connection.run()
@@ -334,6 +366,12 @@ public final class ServiceConnection: Sendable {
             failure = error
         }
         channel.instance.closeChannel()
+        return failure
+    }
+
+    /// `channel` closed (`failure`: how its connection failed): tells the listeners, and
+    /// reports it if it matters to the user.
+    private func ended(_ channel: Channel, failure: RemoteError?) async {
         let attached = listeners.withLock { listeners in
             if listeners.announced === channel { listeners.announced = nil }
             return listeners.entries.compactMap(\.listener)

@@ -231,7 +231,9 @@ final class ServiceRuntime: Sendable {
 
     /// Serves `primary` and every connection opened through it; ends when it closes or when idle.
     func serve(primary: Connection) async throws(RemoteError) -> ServiceMain.Ending {
-        let outcome = await withTaskGroup(of: Void.self, returning: Result<ServiceMain.Ending, RemoteError>.self) { group in
+        // Discarding: a group that keeps each finished child until it is awaited would keep one
+        // per connection the service ever served.
+        let outcome = await withDiscardingTaskGroup(returning: Result<ServiceMain.Ending, RemoteError>.self) { group in
             let result = Mutex<Result<ServiceMain.Ending, RemoteError>>(.success(.closed))
             group.addTask {
                 do throws(RemoteError) {
@@ -246,8 +248,8 @@ final class ServiceRuntime: Sendable {
                 group.addTask { await self.serveSecondary(connection) }
             }
             // Ending: every connection is being closed and the idle clock is stopped, so the
-            // tasks end by themselves (cancelling them would cut their goodbyes short).
-            await group.waitForAll()
+            // tasks end by themselves (cancelling them would cut their goodbyes short); the
+            // group waits for them.
             let ending = state.withLock { $0.ending } ?? .closed
             return ending == .idle ? .success(.idle) : result.withLock { $0 }
         }
@@ -257,7 +259,7 @@ final class ServiceRuntime: Sendable {
     /// Accepts and serves connections from `listener` until idle. Each open connection counts
     /// as work in progress on the idle clock: a listening service is idle only with none open.
     func serve(listener: ReadableDescriptor) async throws(RemoteError) -> ServiceMain.Ending {
-        await withTaskGroup(of: Void.self) { group in
+        await withDiscardingTaskGroup { group in
             group.addTask {
                 while true {
                     let socket: OwnedFD?
@@ -311,7 +313,7 @@ final class ServiceRuntime: Sendable {
 
     /// Ends the service once its idle clock says so (with no idle timeout, never); returns
     /// when the clock stops (the service ends otherwise).
-    private func addIdleWatcher(to group: inout TaskGroup<Void>, stopping listener: ReadableDescriptor? = nil) {
+    private func addIdleWatcher(to group: inout DiscardingTaskGroup, stopping listener: ReadableDescriptor? = nil) {
         guard let idleClock else { return }
         group.addTask {
             guard (try? await idleClock.waitUntilIdle()) == true else { return }

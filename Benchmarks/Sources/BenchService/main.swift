@@ -2,7 +2,7 @@
 // only), so that figures measure the framework, not a service's own start-up.
 //   requests: "echo" (payload and attachments back), "started" (when main was reached and the
 //   request handled, CLOCK_MONOTONIC ns), "count" (one-way messages since the last
-//   count), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
+//   count), "memory" (heap in use and RSS, for remoteview-stress), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick W H FPS SECONDS" (repaint everything FPS times a second)
 //   "share.complete" (finishes the view's share, replying when), and it takes shares
 //   view: a solid colour, plus the stream's stamped frames
@@ -99,6 +99,10 @@ await ServiceMain.exit(serving: "com.example.bench", shareTitle: "Benchmark shar
         return ServiceMessage(type: "started", text: "\(reachedMain) \(monotonicNanoseconds())")
     case "count":
         return ServiceMessage(type: "count", text: String(received.exchange(0, ordering: .relaxed)))
+    case "memory":
+        // For remoteview-stress soak: "HEAP RSS", this process's heap in use (mallinfo2) and resident memory, bytes.
+        let usage = MemoryUsage.current()
+        return ServiceMessage(type: "memory", text: "\(usage.heapBytes ?? 0) \(usage.residentBytes)")
     default:
         throw ServiceFailure(domain: "bench", code: 404, message: "unknown request \(request.type)")
     }

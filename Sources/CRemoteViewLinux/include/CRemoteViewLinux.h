@@ -70,6 +70,13 @@ extern const int rv_cld_exited;
 extern const int rv_cld_killed;
 extern const int rv_cld_dumped;
 
+// MARK: memory
+
+/// `mallinfo2()` (in `<malloc.h>`, which Swift's Glibc module leaves out): the bytes malloc has
+/// handed out and not had back, in its arenas (`uordblks`) and in chunks of their own mapping
+/// (`hblkhd`).
+void rv_heap_in_use(size_t *_Nonnull arenas, size_t *_Nonnull mapped);
+
 // MARK: stdio
 
 /// Makes stdout line-buffered (Swift 6 cannot name the global `stdout`).

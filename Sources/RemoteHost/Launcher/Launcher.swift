@@ -148,7 +148,7 @@ public actor Launcher {
         let connection = ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
         let shutDown = clients.withLock { clients in
             if clients.shutDown { return true }
-            clients.entries = clients.entries.filter { $0.value.connection != nil }
+            // A connection leaves the table when it is invalidated or released (its deinit).
             clients.entries[connection.serial] = WeakConnection(connection: connection)
             return false
         }
@@ -195,8 +195,9 @@ public actor Launcher {
         return false
     }
 
-    nonisolated func unregister(_ connection: ServiceConnection) {
-        _ = clients.withLock { $0.entries.removeValue(forKey: connection.serial) }
+    /// Forgets the connection with serial `serial` (invalidated, or released).
+    nonisolated func unregister(_ serial: UInt64) {
+        _ = clients.withLock { $0.entries.removeValue(forKey: serial) }
     }
 
     /// The process `client` should talk to: the running one, or a new one (after the

@@ -105,6 +105,10 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         return ServiceMessage(type: "interfaces", text: names.sorted().joined(separator: ","))
     case "pid":
         return ServiceMessage(type: "pid", text: String(getpid()))
+    case "memory":
+        // "HEAP RSS": this process's heap in use (mallinfo2) and resident memory, in bytes.
+        let usage = MemoryUsage.current()
+        return ServiceMessage(type: "memory", text: "\(usage.heapBytes ?? 0) \(usage.residentBytes)")
     case "print":
         // One line on stdout and one on stderr, for the host's log.
         let text = request.text ?? ""
