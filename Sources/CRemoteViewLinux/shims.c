@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,16 @@ int rv_waitid_pidfd(int pidfd, int block, int *exited, int *code, int *status) {
 const int rv_cld_exited = CLD_EXITED;
 const int rv_cld_killed = CLD_KILLED;
 const int rv_cld_dumped = CLD_DUMPED;
+
+int rv_set_child_subreaper(int on) {
+    return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0), 0UL, 0UL, 0UL);
+}
+
+int rv_is_child_subreaper(void) {
+    int result = 0;
+    if (prctl(PR_GET_CHILD_SUBREAPER, &result, 0UL, 0UL, 0UL) != 0) return -1;
+    return result != 0;
+}
 
 void rv_heap_in_use(size_t *arenas, size_t *mapped) {
     struct mallinfo2 info = mallinfo2();

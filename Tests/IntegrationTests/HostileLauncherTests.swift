@@ -329,13 +329,43 @@ struct HostileLauncherTests {
             // out of reach without a pid namespace: that containment is what the sandbox is for
             // (see the sandboxed test above), and why running unsandboxed is an explicit opt-in.
             #expect(survivors == [pids[0]], "only the escaped daemon may outlive it: \(survivors)")
-            // Clean up what the launcher could not reach.
-            for (survivor, watcher) in watched where survivors.contains(survivor) {
-                watcher.send(signal: SIGKILL)
-            }
-            let killed = survivors.compactMap { pid in (try? Self.watch(pid)).map { (pid, $0) } }
-            #expect(try await Self.survivors(of: killed, within: .seconds(5)).isEmpty)
+            // Its parent died, so it came back to the host (a child subreaper), not to init: clean up
+            // what the launcher could not tell from the host's own children, and reap it.
+            #expect(Syscall.childProcesses(of: getpid()).contains(pids[0]), "the escapee is adopted by the host")
+            let escapee = try ProcessDescriptor(pid: pids[0], isChild: true)
+            escapee.send(signal: SIGKILL)
+            _ = try await withDeadline(.seconds(5), "the escapee to exit") { await escapee.waitForExitUncancellably() }
         }
+    }
+
+    @Test("bubblewrap killed as it starts, 30 times: no process of any sandbox outlives its service or the launcher")
+    func bubblewrapKilledAtStart() async throws {
+        var configuration = fastLauncherConfiguration()
+        configuration.crashLoopLimit = 1000
+        configuration.backoff = .milliseconds(1)
+        configuration.maximumBackoff = .milliseconds(2)
+        configuration.minimumRelaunchInterval = .milliseconds(1)
+        let began = Self.bootTicks()
+        try await withServices(["test.json": ServiceFolder.manifest(extra: #""instances": "perConnection""#)], within: .seconds(60),
+                               configuration: configuration) { launcher, _ in
+            let events = launcher.events()
+            // Each launch is killed the moment it is reported, a few hundred µs after the spawn:
+            // often before the outer bubblewrap could pass its death signal on to the sandbox's pid 1.
+            let killer = Task {
+                for await event in events {
+                    if case .launched(_, let pid) = event { kill(pid, SIGKILL) }
+                }
+            }
+            defer { killer.cancel() }
+            for _ in 0..<30 {
+                let connection = launcher.connection(to: "com.example.test")
+                // Answered when the process got that far before the kill; interrupted otherwise.
+                _ = try? await connection.request(ServiceMessage(type: "echo"))
+                await connection.invalidate()
+            }
+        }
+        let left = Self.sandboxProcesses(startedAfter: began)
+        #expect(left.isEmpty, "processes of this test's sandboxes still running: \(left)")
     }
 
     // MARK: 8. crashes mid-request
@@ -378,6 +408,28 @@ struct HostileLauncherTests {
     // MARK: helpers
 
     /// Process `pid` held by pidfd, to see it exit.
+    /// Clock ticks since boot now (the unit of `/proc/PID/stat`'s start time).
+    static func bootTicks() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        let hertz = UInt64(sysconf(Int32(_SC_CLK_TCK)))
+        return UInt64(now.tv_sec) * hertz + UInt64(now.tv_nsec) * hertz / 1_000_000_000
+    }
+
+    /// Processes anywhere on the machine started by this test binary's sandboxes (bubblewrap, or
+    /// the test service, with this build's service executable on their command line) since
+    /// `ticks`, whoever their parent is now.
+    static func sandboxProcesses(startedAfter ticks: UInt64) -> [Int32] {
+        ((try? Syscall.directoryEntries("/proc")) ?? []).compactMap { Int32($0) }.filter { pid in
+            guard let stat = Syscall.readSmallFile("/proc/\(pid)/stat"), let close = stat.lastIndex(of: UInt8(ascii: ")")),
+                  let command = Syscall.readSmallFile("/proc/\(pid)/cmdline", limit: 1 << 16) else { return false }
+            let fields = stat[(close + 2)...].split(separator: UInt8(ascii: " "))
+            // Field 22, the start time, is the 20th after the command name.
+            guard fields.count > 19, let start = UInt64(String(decoding: fields[19], as: UTF8.self)), start + 1 >= ticks else { return false }
+            return String(decoding: command, as: UTF8.self).contains(testServiceExecutable)
+        }
+    }
+
     static func watch(_ pid: Int32) throws -> ProcessDescriptor {
         try ProcessDescriptor(pid: pid, isChild: false)
     }

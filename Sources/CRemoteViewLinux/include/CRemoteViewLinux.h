@@ -69,6 +69,11 @@ int rv_waitid_pidfd(int pidfd, int block, int *_Nonnull exited, int *_Nonnull co
 extern const int rv_cld_exited;
 extern const int rv_cld_killed;
 extern const int rv_cld_dumped;
+/// `prctl(PR_SET_CHILD_SUBREAPER, on)` (prctl is variadic, which Swift cannot call).
+int rv_set_child_subreaper(int on);
+/// `prctl(PR_GET_CHILD_SUBREAPER, &result)`: 1 when this process is a child subreaper, 0 when
+/// not, -1 with errno on failure.
+int rv_is_child_subreaper(void);
 
 // MARK: memory
 

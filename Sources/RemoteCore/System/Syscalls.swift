@@ -383,6 +383,47 @@ extension Syscall {
         return result
     }
 
+    /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): an orphaned descendant
+    /// is re-parented to it, not to the system's init, so it can still be signalled and reaped.
+    package static func becomeChildSubreaper() throws(SystemCallError) {
+        _ = try retrying("prctl(PR_SET_CHILD_SUBREAPER)") { rv_set_child_subreaper(1) }
+    }
+
+    /// Whether this process is a child subreaper.
+    package static var isChildSubreaper: Bool { rv_is_child_subreaper() == 1 }
+
+    /// What `/proc/PID/stat` says of a process: its name, state, process group and session.
+    package struct ProcessStatus: Sendable, Hashable {
+        /// The command name (`comm`, at most 15 bytes).
+        package var name: String
+        /// `R`, `S`, `D`, `Z` (a zombie: exited, not reaped), …
+        package var state: Character
+        /// Its process group.
+        package var group: Int32
+        /// Its session.
+        package var session: Int32
+    }
+
+    /// Process `pid`'s name, state, group and session (`/proc/PID/stat`), or `nil` once it is
+    /// gone. Readable for a zombie too.
+    package static func processStatus(of pid: Int32) -> ProcessStatus? {
+        guard let stat = readSmallFile("/proc/\(pid)/stat", limit: 4096) else { return nil }
+        // The command name (field 2) is in parentheses and may hold spaces or ')': up to the last ')'.
+        guard let open = stat.firstIndex(of: UInt8(ascii: "(")), let close = stat.lastIndex(of: UInt8(ascii: ")")),
+              open < close else { return nil }
+        let fields = stat[(close + 1)...].split(separator: UInt8(ascii: " "))
+        guard fields.count > 3, let state = String(decoding: fields[0], as: UTF8.self).first,
+              let group = Int32(String(decoding: fields[2], as: UTF8.self)),
+              let session = Int32(String(decoding: fields[3], as: UTF8.self)) else { return nil }
+        return ProcessStatus(name: String(decoding: stat[(open + 1)..<close], as: UTF8.self), state: state, group: group, session: session)
+    }
+
+    /// Process `pid`'s arguments (`/proc/PID/cmdline`); `[]` for a zombie, `nil` once gone.
+    package static func commandLine(of pid: Int32) -> [String]? {
+        guard let bytes = readSmallFile("/proc/\(pid)/cmdline", limit: 1 << 20) else { return nil }
+        return bytes.split(separator: 0, omittingEmptySubsequences: false).dropLast().map { String(decoding: $0, as: UTF8.self) }
+    }
+
     /// `pidfd_open(pid, 0)`, close-on-exec (as every pidfd is).
     package static func processDescriptor(_ pid: Int32) throws(SystemCallError) -> OwnedFD {
         OwnedFD(adopting: try retrying("pidfd_open(\(pid))") { rv_pidfd_open(pid, 0) })

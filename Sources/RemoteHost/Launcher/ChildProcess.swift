@@ -1,6 +1,7 @@
 import CSpawn
 import Glibc
 import RemoteCore
+import Synchronization
 
 /// A service process the host started, held by pidfd and reaped exactly once.
 ///
@@ -122,7 +123,9 @@ public final class ChildProcess: Sendable {
         let pid = try spawned.get()
         // Not reaped yet, so the pid cannot have been reused.
         do {
-            return ChildProcess(pid: pid, handle: try ProcessDescriptor(pid: pid, isChild: true))
+            let child = ChildProcess(pid: pid, handle: try ProcessDescriptor(pid: pid, isChild: true))
+            started.withLock { $0[pid] = WeakChild(child: child) }
+            return child
         } catch {
             Syscall.kill(pid, SIGKILL)
             Syscall.reapBlocking(pid)
@@ -133,6 +136,88 @@ public final class ChildProcess: Sendable {
     private init(pid: Int32, handle: ProcessDescriptor) {
         self.pid = pid
         self.handle = handle
+    }
+
+    deinit {
+        let pid = self.pid
+        Self.started.withLock { started in
+            if started[pid]?.child == nil { started[pid] = nil }
+        }
+    }
+
+    // MARK: orphans
+
+    private struct WeakChild {
+        weak var child: ChildProcess?
+    }
+
+    /// The processes this type started, by pid, while their objects live: never taken for an
+    /// orphan (a pid is only reused once its process is reaped, which its object does).
+    private static let started = Mutex<[Int32: WeakChild]>([:])
+
+    /// Whether `pid` is a process started here that has not been reaped.
+    private static func isStartedAndRunning(_ pid: Int32) -> Bool {
+        started.withLock { $0[pid]?.child.map { $0.termination == nil } ?? false }
+    }
+
+    /// What a process left behind, for ``collectOrphans(of:until:)``.
+    package struct Leftovers: Sendable {
+        /// Its session (and process group): its pid, since it was started in a session of its own.
+        package var session: Int32
+        /// Descendants it was seen with.
+        package var descendants: Set<Int32> = []
+        /// The arguments it was started with, when it is bubblewrap: a process that came back
+        /// with the same arguments, or a zombie bubblewrap, is the sandbox's pid 1 (a fork of it).
+        package var bubblewrapArguments: [String]?
+
+        package init(session: Int32, descendants: Set<Int32> = [], bubblewrapArguments: [String]? = nil) {
+            self.session = session
+            self.descendants = descendants
+            self.bubblewrapArguments = bubblewrapArguments
+        }
+
+        /// Whether this process's child `pid` is one of them.
+        func include(_ pid: Int32) -> Bool {
+            if descendants.contains(pid) { return true }
+            guard let status = Syscall.processStatus(of: pid) else { return false }
+            if status.session == session || status.group == session { return true }
+            guard let bubblewrapArguments, status.name == "bwrap" else { return false }
+            return status.state == "Z" || Syscall.commandLine(of: pid) == bubblewrapArguments
+        }
+    }
+
+    /// Kills and reaps this process's children that `leftovers` describes, except the processes
+    /// started here that still run. Returns their pids.
+    ///
+    /// With this process a child subreaper (`Syscall.becomeChildSubreaper()`), what a service
+    /// leaves behind when its first process dies comes back here rather than to the system's
+    /// init: under bubblewrap, the sandbox's pid 1 when the outer bubblewrap died before it
+    /// could pass on its death signal (its session is the outer bubblewrap's pid, since the
+    /// launcher starts that in a session of its own); unsandboxed, the service's children. Each
+    /// gets `SIGKILL` through a pidfd, and is reaped. One that has not exited by `deadline` (a
+    /// process stuck in the kernel) is given up on: it is among the pids returned, unreaped.
+    package static func collectOrphans(of leftovers: Leftovers, until deadline: ContinuousClock.Instant) async -> [Int32] {
+        var collected: [Int32] = []
+        // Killing pid 1 of a pid namespace takes the namespace's processes along; an orphan's
+        // own children come back here in turn: look again until nothing is left.
+        for _ in 0..<8 {
+            let orphans = Syscall.childProcesses(of: Syscall.processID).filter { pid in
+                !isStartedAndRunning(pid) && leftovers.include(pid)
+            }
+            if orphans.isEmpty { break }
+            var held: [ProcessDescriptor] = []
+            for pid in orphans {
+                // Our child, not reaped: its pid cannot have been reused.
+                guard let orphan = try? ProcessDescriptor(pid: pid, isChild: true) else { continue }
+                orphan.send(signal: SIGKILL)
+                held.append(orphan)
+            }
+            for orphan in held {
+                if (try? await orphan.waitForExit(until: deadline)) == nil { return collected + orphans }
+            }
+            collected += orphans
+        }
+        return collected
     }
 
     /// How the process ended, once it has.

@@ -42,13 +42,22 @@ public actor Launcher {
         public var idleGracePeriod: Duration
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
+        /// Whether the launcher makes the host process a child subreaper
+        /// (`PR_SET_CHILD_SUBREAPER`, as systemd and tini are), so that whatever a service leaves
+        /// behind comes back to the host, and is killed and reaped when the service ends, rather
+        /// than living on under the system's init. Default `true`.
+        ///
+        /// It applies to the whole process: orphans of processes the host started itself, not
+        /// through a launcher, come back to it too, and reaping those is the host's own job.
+        public var adoptsOrphans: Bool
 
         /// Policy knobs; each default suits an interactive host.
         public init(hostIdentifier: String = "remoteview.host", sandbox: SandboxPolicy = .bubblewrap(),
                     dataRoot: String = Configuration.defaultDataRoot, backoff: Duration = .milliseconds(250), maximumBackoff: Duration = .seconds(30),
                     minimumRelaunchInterval: Duration = .milliseconds(100), crashLoopLimit: Int = 5,
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
-                    idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher")) {
+                    idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
+                    adoptsOrphans: Bool = true) {
             self.hostIdentifier = hostIdentifier
             self.sandbox = sandbox
             self.dataRoot = dataRoot
@@ -60,6 +69,7 @@ public actor Launcher {
             self.stopGracePeriod = stopGracePeriod
             self.idleGracePeriod = idleGracePeriod
             self.logger = logger
+            self.adoptsOrphans = adoptsOrphans
         }
 
         /// `$XDG_DATA_HOME/remoteview/services`, or `~/.local/share/remoteview/services` (the
@@ -95,6 +105,13 @@ public actor Launcher {
         (jobs, jobSink) = AsyncStream.makeStream()
         for problem in registry.problems {
             configuration.logger.error("invalid service manifest: \(problem)")
+        }
+        if configuration.adoptsOrphans, !Syscall.isChildSubreaper {
+            do {
+                try Syscall.becomeChildSubreaper()
+            } catch {
+                configuration.logger.error("cannot make the host a child subreaper (\(error)): a sandbox orphaned by a killed bubblewrap would outlive its service")
+            }
         }
     }
 

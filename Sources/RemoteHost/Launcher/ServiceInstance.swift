@@ -15,6 +15,8 @@ final class ServiceInstance: LaunchedProcess {
     let sandboxed: Bool
     let launchedAt: ContinuousClock.Instant
     private let captures: [OutputCapture]
+    /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
+    private let spawnArguments: [String]
     private let logger: Logger
     private let hostIdentifier: String
     /// How long each step of stopping waits.
@@ -30,10 +32,15 @@ final class ServiceInstance: LaunchedProcess {
         var stopping: TerminationReason?
         /// Reaped: its pid may belong to another process now.
         var reaped = false
+        /// Unsandboxed: the descendants it had when it was stopped. Sandboxed: the sandbox's
+        /// pid 1, seen once the service has handshaken. Either comes back to the host (a child
+        /// subreaper) if it outlives the process the launcher started.
+        var descendants: Set<Int32> = []
     }
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
-                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration) {
+                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String]) {
+        self.spawnArguments = spawnArguments
         self.stopGrace = stopGrace
         self.manifest = manifest
         self.process = process
@@ -93,7 +100,10 @@ final class ServiceInstance: LaunchedProcess {
             }
             options.environment = environment
             options.deathSignal = SIGKILL
-            options.newSession = sandbox == .unsandboxed  // bubblewrap's --new-session does it otherwise
+            // A session of its own, whose id is its pid: unsandboxed, its process group goes with
+            // it; sandboxed, the sandbox's pid 1 is known by that session if it is orphaned
+            // (bubblewrap's --new-session gives the service itself another one inside).
+            options.newSession = true
             // Never above the host's own hard limit (setrlimit would refuse). CPU: SIGXCPU at the
             // soft limit (reported as "limit"), SIGKILL 5 s later if it ignores that.
             let openFiles = min(UInt64(manifest.limits.openFiles), Syscall.resourceLimit(Int32(RLIMIT_NOFILE.rawValue)).hard)
@@ -110,7 +120,7 @@ final class ServiceInstance: LaunchedProcess {
             let control = try Connection(socket: pair.first,
                                          configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
             return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
-                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace)
+                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace, spawnArguments: [executable] + arguments)
         } catch {
             // A missing or unusable executable can never work; running out of fds or memory can pass.
             let permanent = [ENOENT, EACCES, ENOEXEC, ENOTDIR, ELOOP, EISDIR, EPERM].contains(error.errno)
@@ -178,6 +188,18 @@ final class ServiceInstance: LaunchedProcess {
                     }
                 }
             }
+            if sandboxed {
+                group.addTask {
+                    // The sandbox's pid 1 (bubblewrap's, in a session of its own by then): the
+                    // one process that can outlive the outer bubblewrap. Once the service runs,
+                    // it exists; remembered so it can be reaped if it comes back to the host.
+                    guard (try? await self.control.peerHandshake()) != nil,
+                          let sandboxInit = process.processTree().dropFirst().first else { return }
+                    self.state.withLock { state in
+                        if !state.reaped { state.descendants.insert(sandboxInit) }
+                    }
+                }
+            }
             for capture in captures { group.addTask { await capture.run() } }
             group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
             // Seen through even if the launcher's job is cancelled: every end must be booked.
@@ -189,6 +211,13 @@ final class ServiceInstance: LaunchedProcess {
                 // It led its own process group: whatever it left there goes with it.
                 Syscall.kill(-process.pid, SIGKILL)
             }
+            // What it left behind that came back to the host (a child subreaper): the sandbox's
+            // pid 1 orphaned by a bubblewrap killed too early to pass on its death signal, or,
+            // unsandboxed, its children. Killed and reaped, so nothing outlives the service.
+            let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants },
+                                                   bubblewrapArguments: sandboxed ? spawnArguments : nil)
+            let orphans = await ChildProcess.collectOrphans(of: leftovers, until: .now.advanced(by: stopGrace))
+            if !orphans.isEmpty { logger.warning("killed what the service left behind: pids \(orphans.sorted())") }
             // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
             // if it never handshook, bubblewrap's complaint on stderr.
             _ = await controlDone.value(before: .now.advanced(by: stopGrace))
@@ -288,6 +317,7 @@ final class ServiceInstance: LaunchedProcess {
         // Unsandboxed there is no pid namespace to take its children along: hold them by pidfd
         // now (one may have left the process group) and kill what is left once it has ended.
         let descendants = sandboxed ? [] : process.processTree().dropFirst().compactMap { try? ProcessDescriptor(pid: $0, isChild: false) }
+        state.withLock { $0.descendants.formUnion(descendants.map(\.pid)) }
         defer {
             for descendant in descendants { descendant.send(signal: SIGKILL) }
         }
