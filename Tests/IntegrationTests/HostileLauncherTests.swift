@@ -354,7 +354,11 @@ struct HostileLauncherTests {
                 let pid = try #require(victim.processIdentifier)
                 #expect(bystander.processIdentifier == pid, "a shared service")
                 // A request left outstanding on the other connection fails too, rather than hangs.
+                // Outstanding in the service, not only asked for: "blocked" answers once its
+                // handler runs there. (The child task may start after the crash; a "hang" sent
+                // then goes to the next process, and hangs there, as it should.)
                 async let stranded = requestError(bystander, ServiceMessage(type: "hang"))
+                #expect(try await victim.request(ServiceMessage(type: "blocked", text: "1")).text == "1")
                 let error = await requestError(victim, ServiceMessage(type: request))
                 #expect(error?.code == .interrupted, "\(request): \(String(describing: error))")
                 let strandedError = await stranded
