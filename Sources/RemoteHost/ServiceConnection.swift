@@ -48,6 +48,8 @@ public final class ServiceConnection: Sendable {
     /// Who hears about new channels (weakly: they own this connection), and the last channel
     /// they were told about (a listener added later hears about it at once).
     private let listeners = Mutex<(entries: [WeakListener], announced: Channel?)>(([], nil))
+    /// The process of the last channel made (weakly: the launcher owns it).
+    private let lastInstance = Mutex(WeakInstance())
 
     /// One connection to one process of the service.
     final class Channel: Sendable {
@@ -64,6 +66,10 @@ public final class ServiceConnection: Sendable {
 
     private struct WeakListener {
         weak var listener: (any ServiceChannelListener)?
+    }
+
+    private struct WeakInstance {
+        weak var instance: ServiceInstance?
     }
 
     init(identifier: String, launcher: Launcher, onRequest: @escaping Connection.RequestHandler,
@@ -290,11 +296,16 @@ public final class ServiceConnection: Sendable {
         do {
             connection = try await open(instance)
         } catch where error.code != .cancelled {
-            // It exited idle just then: once more, on a new process.
-            guard await endedIdle(instance) else { throw error }
+            // It exited idle just then, or it is the process of this connection's last channel,
+            // which saw it end before the launcher did (the launcher's control connection to it
+            // had not read its end yet) and reports that end: this caller comes after it. Once
+            // more, on a new process.
+            let servedThis = lastInstance.withLock { $0.instance } === instance
+            guard servedThis ? true : await endedIdle(instance) else { throw error }
             instance = try await launcher.instance(for: self)
             connection = try await open(instance)
         }
+        lastInstance.withLock { $0.instance = instance }
         let channel = Channel(instance: instance, connection: connection)
         // Under the listeners' lock, so that a listener added meanwhile hears about it either here
         // or in addListener.

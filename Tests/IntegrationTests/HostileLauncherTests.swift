@@ -384,7 +384,11 @@ struct HostileLauncherTests {
                 let pid = try #require(victim.processIdentifier)
                 #expect(bystander.processIdentifier == pid, "a shared service")
                 // A request left outstanding on the other connection fails too, rather than hangs.
+                // Outstanding in the service, not only asked for: "blocked" answers once its
+                // handler runs there. (The child task may start after the crash; a "hang" sent
+                // then goes to the next process, and hangs there, as it should.)
                 async let stranded = requestError(bystander, ServiceMessage(type: "hang"))
+                #expect(try await victim.request(ServiceMessage(type: "blocked", text: "1")).text == "1")
                 let error = await requestError(victim, ServiceMessage(type: request))
                 #expect(error?.code == .interrupted, "\(request): \(String(describing: error))")
                 let strandedError = await stranded
@@ -402,6 +406,47 @@ struct HostileLauncherTests {
             let status = try #require(await launcher.status().first { $0.identifier == Self.hostile })
             #expect(status.crashes == 2 && status.launches == launches + 1 && status.state == .running, "\(status)")
             #expect(status.lastTermination?.signal == SIGABRT)
+        }
+    }
+
+    // MARK: 9. a request right after a crash
+
+    @Test("a request on one connection right after the shared service crashed under another: it fails as interrupted or goes to a new process, and each connection hears of the crash once")
+    func requestRightAfterCrash() async throws {
+        // Every crash starts a new count (no crash loop), and the relaunch delay stays short.
+        var configuration = fastLauncherConfiguration()
+        configuration.stableAfter = .zero
+        try await withServices(Self.manifests("serve"), configuration: configuration) { launcher, _ in
+            let victim = launcher.connection(to: Self.hostile), bystander = launcher.connection(to: Self.hostile)
+            var relaunched = 0
+            for round in 0..<12 {
+                // Alternate signals: an event reported twice shows in the next round as the wrong one.
+                let (request, signal) = round.isMultiple(of: 2) ? ("segv", SIGSEGV) : ("abort", SIGABRT)
+                _ = try await victim.request(ServiceMessage(type: "echo"))
+                _ = try await bystander.request(ServiceMessage(type: "echo"))
+                let pid = try #require(victim.processIdentifier)
+                #expect(bystander.processIdentifier == pid, "a shared service")
+                let error = await requestError(victim, ServiceMessage(type: request))
+                #expect(error?.code == .interrupted, "round \(round), \(request): \(String(describing: error))")
+                // At once: the host may have seen the end on some of its sockets and not yet on
+                // others (the bystander's channel, the launcher's control connection).
+                do throws(RemoteError) {
+                    let reply = try await bystander.request(ServiceMessage(type: "echo", text: "after \(round)"))
+                    #expect(reply.text == "after \(round)")
+                    #expect(bystander.processIdentifier != pid, "round \(round): answered by a new process")
+                    relaunched += 1
+                } catch {
+                    // Sent before the host saw its channel close: it was outstanding at the crash.
+                    #expect(error.code == .interrupted, "round \(round), \(request): \(error)")
+                    #expect(!error.reason.contains("before it could be reached"), "round \(round), \(request): \(error)")
+                }
+                for connection in [victim, bystander] {
+                    let event = try await nextEvent(of: connection)
+                    guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
+                    #expect(interruption.reason.contains("signal \(signal)"), "round \(round), \(request): \(interruption)")
+                }
+            }
+            print("requestRightAfterCrash: \(relaunched) of 12 relaunched")
         }
     }
 

@@ -174,6 +174,9 @@ struct LauncherTests {
             async let outstanding: RemoteError? = {
                 do { _ = try await connection.request(ServiceMessage(type: "sleep")); return nil } catch let error as RemoteError { return error } catch { return nil }
             }()
+            // Outstanding in the service before the kill (a "sleep" sent after it would go to the
+            // next process).
+            #expect(try await connection.request(ServiceMessage(type: "blocked", text: "1")).text == "1")
             kill(servicePid, SIGKILL)
             let error = await outstanding
             #expect(error?.code == .interrupted)

@@ -11,7 +11,10 @@ enum Hostile {
 
     /// Never replies and ignores cancellation: the handler, and so ServiceMain, never ends.
     static func hang() async -> ServiceMessage {
-        await withCheckedContinuation { continuation in stuck.withLock { $0.append(continuation) } }
+        await withCheckedContinuation { continuation in
+            stuck.withLock { $0.append(continuation) }
+            blocked.record()
+        }
         return ServiceMessage(type: "unreachable")
     }
 

@@ -7,9 +7,14 @@ import RemoteService
 import Synchronization
 
 /// Cancellations this process observed, reported by the "cancellations" request.
-let cancellations = Cancellations()
+let cancellations = Tally()
+/// Handlers of "hang" and "sleep" that have started in this process (whether or not they still
+/// run), awaited by the "blocked" request: a test knows a request is outstanding in the
+/// service, not merely sent, before it makes the service crash or kills it.
+let blocked = Tally()
 
-final class Cancellations: Sendable {
+/// A count that only grows, and requests waiting until it reaches theirs.
+final class Tally: Sendable {
     private let state = Mutex<(count: Int, waiters: [(Int, Waiter<Void>)])>((0, []))
 
     func record() {
@@ -23,9 +28,10 @@ final class Cancellations: Sendable {
 
     var value: Int { state.withLock { $0.count } }
 
-    /// Returns once `count` cancellations were seen (or the waiting request is cancelled). A
-    /// cancel message and the next request are read in order, but the cancelled handler notices
-    /// (and records) on its own task, which may run after the next request's handler has started.
+    /// Returns once `count` were recorded (or the waiting request is cancelled). A cancel
+    /// message and the next request are read in order, but the cancelled handler notices (and
+    /// records) on its own task, which may run after the next request's handler has started;
+    /// and requests on different connections are not read in the order they were sent.
     func wait(forAtLeast count: Int) async {
         let waiter = Waiter<Void>()
         let waits = state.withLock { state in
@@ -69,6 +75,7 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         let file = try MemoryFile.sealed(name: "test-reply", contents: request.payload.reversed())
         return ServiceMessage(type: "memfd", attachments: [Attachment(file.takeDescriptor())])
     case "sleep":
+        blocked.record()
         do {
             try await Task.sleep(for: .seconds(60))
         } catch {
@@ -80,6 +87,11 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         // "N": once at least N were seen (the host's request deadline bounds the wait).
         if let atLeast = request.text.flatMap({ Int($0) }) { await cancellations.wait(forAtLeast: atLeast) }
         return ServiceMessage(type: "cancellations", text: String(cancellations.value))
+    case "blocked":
+        // "N": once at least N "hang" or "sleep" handlers have started (bounded by the host's
+        // request deadline).
+        if let atLeast = request.text.flatMap({ Int($0) }) { await blocked.wait(forAtLeast: atLeast) }
+        return ServiceMessage(type: "blocked", text: String(blocked.value))
     case "open-memfds":
         return ServiceMessage(type: "open-memfds", text: openMemoryFiles().sorted().joined(separator: "\n"))
     case "fail":
