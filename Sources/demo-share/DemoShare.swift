@@ -253,6 +253,9 @@ extension String {
 }
 
 struct Service: AsyncParsableCommand {
+    /// The most bytes the "count" request reads.
+    static let countLimit = 1 << 20
+
     static let configuration = CommandConfiguration(
         abstract: "Run as the demo's echo service on the socket passed at fd 3 (LISTEN_FDS=1; the launcher runs it, by its manifest).")
 
@@ -272,7 +275,12 @@ struct Service: AsyncParsableCommand {
                     throw ServiceFailure(domain: "com.example.demo-share", code: 1, message: "count needs a memfd")
                 }
                 let file = MemoryFile(adopting: fd)
-                let bytes = try file.read(count: try file.size)
+                // As docs/Protocol.md tells every receiver: sealed, then a read bounded by what
+                // this request takes (the sender picks the size; a sparse memfd can claim 64 GiB).
+                guard try file.seals.isSuperset(of: [.shrink, .grow]) else {
+                    throw ServiceFailure(domain: "com.example.demo-share", code: 2, message: "count needs a memfd sealed against shrinking and growing")
+                }
+                let bytes = try file.contents(limit: Self.countLimit)
                 return ServiceMessage(type: "count", text: "\(bytes.count) bytes, seals \(try file.seals.rawValue), first word \"\(String(decoding: bytes.prefix { $0 != 0x20 }, as: UTF8.self))\"")
             case "slow":
                 try await Task.sleep(for: .seconds(10))

@@ -207,7 +207,7 @@ struct DemoActivityTests {
             guard case .completed(let returned) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             let json = try #require(returned.first)
             #expect(returned.count == 1 && json.fileName == "post.json" && json.contentType == "application/json", "\(returned)")
-            let post = try JSONDecoder().decode(Post.self, from: Data(try json.data()))
+            let post = try JSONDecoder().decode(Post.self, from: Data(try json.data(limit: 1 << 20)))
             #expect(post == Post(text: "Two pictures", images: [
                 Post.Image(file: "image-1.png", width: 1024, height: 512, originalWidth: 2000, originalHeight: 1000),
                 Post.Image(file: "image-2.png", width: 300, height: 200, originalWidth: 300, originalHeight: 200),
@@ -219,7 +219,7 @@ struct DemoActivityTests {
             #expect(posts.count == 1, "\(posts)")
             let written = folder + "/" + (posts.first ?? "")
             #expect(Set(try Syscall.directoryEntries(written)) == ["post.json", "image-1.png", "image-2.png"])
-            #expect(Syscall.readSmallFile(written + "/post.json", limit: 1 << 16) == (try json.data()), "the returned post.json is the one written")
+            #expect(Syscall.readSmallFile(written + "/post.json", limit: 1 << 16) == (try json.data(limit: 1 << 20)), "the returned post.json is the one written")
             let first = try RemoteImage(contentsOfPNG: written + "/image-1.png")
             let second = try RemoteImage(contentsOfPNG: written + "/image-2.png")
             #expect(first.width == 1024 && first.height == 512 && Self.near(first.pixel(x: 512, y: 256), green))
@@ -275,7 +275,7 @@ struct DemoActivityTests {
             guard case .completed(let returned) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             let item = try #require(returned.first)
             #expect(returned.count == 1 && item.fileName == "photo-markup.png" && item.contentType == "image/png", "\(returned)")
-            let result = try Self.decodePNG(try item.data())
+            let result = try Self.decodePNG(try item.data(limit: 1 << 24))
             #expect(result.width == 400 && result.height == 300, "the image's own pixel size")
 
             // The kept stroke in image pixels: 4 points wide on screen.

@@ -57,6 +57,38 @@ struct SecurityTests {
         try await Self.run(Self.networkAttacks, network: true)
     }
 
+    /// A sealed, sparse memfd of 64 GiB: nothing is in it, but its size says 64 GiB.
+    static func sparseMemoryFile() throws -> MemoryFile {
+        let file = try MemoryFile(name: "sparse-64GiB")
+        try file.resize(to: 64 << 30)
+        try file.addSeals([.shrink, .grow, .write, .seal])
+        return file
+    }
+
+    @Test("a 64 GiB sparse memfd sent to a request that reads files (the fixture's, the demo's count): refused by size, the service keeps answering")
+    func sparseMemoryFile() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let file = try Self.sparseMemoryFile()
+            let error = await requestError(connection, ServiceMessage(type: "memfd.read", attachments: [Attachment(file.takeDescriptor())]))
+            #expect(error?.reason.contains("the memfd holds 68719476736 bytes, more than the 1048576 this reader takes") == true, "\(String(describing: error))")
+            let alive = try await connection.request(ServiceMessage(type: "echo", text: "alive")).text == "alive"
+            #expect(alive)
+            SecurityTable.record("send a sealed, sparse 64 GiB memfd to a request that reads it", "refused by the SDK's bounded read: \(error?.reason ?? "answered")",
+                                 contained: alive && error != nil)
+        }
+        try await DemoActivityTests.withDemo { launcher, _, _ in
+            let echo = launcher.connection(to: "com.example.demo-share.echo")
+            let error = await requestError(echo, ServiceMessage(type: "count", attachments: [Attachment(try Self.sparseMemoryFile().takeDescriptor())]))
+            #expect(error?.reason.contains("more than the 1048576 this reader takes") == true, "\(String(describing: error))")
+            let unsealed = try MemoryFile(name: "unsealed")
+            try unsealed.write(Array("hello world".utf8))
+            let refused = await requestError(echo, ServiceMessage(type: "count", attachments: [Attachment(unsealed.takeDescriptor())]))
+            #expect(refused?.reason.contains("sealed against shrinking and growing") == true, "\(String(describing: refused))")
+            #expect(try await echo.request(ServiceMessage(type: "echo", text: "alive")).text != nil)
+        }
+    }
+
     static func run(_ attacks: [(String, String, String)], network: Bool) async throws {
         let extra = network ? #""sandbox": {"network": true}"# : nil
         try await withServices(["test.json": ServiceFolder.manifest(extra: extra)]) { launcher, _ in

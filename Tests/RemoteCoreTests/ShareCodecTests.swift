@@ -117,13 +117,17 @@ struct ShareItemTests {
     @Test("items check their bounds when made, and read back as values")
     func making() throws {
         let text = try ShareItem.text("héllo")
-        let textBytes = try text.data()
+        let textBytes = try text.data(limit: 1 << 20)
         #expect(text.contentType == "text/plain" && text.size == 6 && text.text == "héllo" && textBytes == Array("héllo".utf8))
         #expect(try ShareItem.text("x", contentType: "Text/Markdown").contentType == "text/markdown", "types are lower-cased")
         #expect(try ShareItem.url("mailto:someone@example.com").url == "mailto:someone@example.com")
         let file = try ShareItem.file(named: "a.bin", contentType: "application/octet-stream", contents: [9, 8, 7])
-        let fileBytes = try file.data()
+        let fileBytes = try file.data(limit: 1 << 20)
         #expect(file.fileName == "a.bin" && file.size == 3 && fileBytes == [9, 8, 7])
+        // Every read states the most it takes; past it, an error names both sizes.
+        let tooLarge = #expect(throws: RemoteError.self) { try file.data(limit: 2) }
+        #expect(tooLarge?.reason == "file item \"a.bin\" holds 3 bytes, more than the 2 this reader takes", "\(String(describing: tooLarge))")
+        #expect(throws: RemoteError.self) { try text.data(limit: 5) }
         #expect(throws: RemoteError.self) { try ShareItem.text("") }
         #expect(throws: RemoteError.self) { try ShareItem.text("x", contentType: "image/png") }
         for bad in ["example.com", "https://", "http:// x", "javascript", "ht tp://x"] {
@@ -140,7 +144,7 @@ struct ShareItemTests {
         // Sealed, of the right size: accepted, and readable.
         let sealed = try MemoryFile.sealed(name: "ok", contents: [1, 2, 3])
         let items = try ShareItem.received([description], attachments: [Attachment(sealed.takeDescriptor())])
-        #expect(try items.first?.data() == [1, 2, 3])
+        #expect(try items.first?.data(limit: 1 << 20) == [1, 2, 3])
         // Writable: refused.
         let open = try MemoryFile(name: "writable")
         try open.write([1, 2, 3])

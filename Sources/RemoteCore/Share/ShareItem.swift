@@ -107,22 +107,31 @@ public struct ShareItem: Sendable, CustomStringConvertible {
 
     /// The item's bytes: a file's contents, or a text's or URL's UTF-8.
     ///
-    /// - Throws: `RemoteError` when the memfd cannot be read.
-    public func data() throws(RemoteError) -> [UInt8] {
+    /// - Parameter limit: The most bytes the caller takes (a file may be up to
+    ///   `ShareLimits.maxFileBytes`, 256 MiB).
+    /// - Throws: `RemoteError` `invalidArgument` when the item is larger than `limit`, or the
+    ///   memfd cannot be read.
+    public func data(limit: Int) throws(RemoteError) -> [UInt8] {
         switch content {
-        case .text(let text), .url(let text): Array(text.utf8)
-        case .file(let file): try file.read()
+        case .text(let text), .url(let text):
+            guard text.utf8.count <= limit else {
+                throw RemoteError(.invalidArgument, "\(self) holds \(text.utf8.count) bytes, more than the \(limit) this reader takes")
+            }
+            return Array(text.utf8)
+        case .file(let file): return try file.read(limit: limit)
         }
     }
 
     /// The item as a string: a text's or URL's value, or a file's contents as UTF-8.
     ///
-    /// - Throws: `RemoteError` `invalidArgument` when a file's contents are not UTF-8.
-    public func string() throws(RemoteError) -> String {
+    /// - Parameter limit: The most bytes of a file the caller takes.
+    /// - Throws: `RemoteError` `invalidArgument` when a file is larger than `limit` or its
+    ///   contents are not UTF-8.
+    public func string(limit: Int) throws(RemoteError) -> String {
         switch content {
         case .text(let text), .url(let text): return text
         case .file(let file):
-            guard let text = String(validating: try file.read(), as: UTF8.self) else {
+            guard let text = String(validating: try file.read(limit: limit), as: UTF8.self) else {
                 throw RemoteError(.invalidArgument, "file item \"\(file.name)\" (\(contentType)) is not UTF-8 text")
             }
             return text
@@ -200,7 +209,7 @@ public struct ShareItem: Sendable, CustomStringConvertible {
 }
 
 /// The contents of a file item: a sealed, read-only memfd, its file name and size. The
-/// descriptor stays inside; read it with ``read()`` (or the item's `data()`).
+/// descriptor stays inside; read it with ``read(limit:)`` (or the item's `data(limit:)`).
 public final class SharedFile: Sendable {
     /// The file name (never a path).
     public let name: String
@@ -214,10 +223,16 @@ public final class SharedFile: Sendable {
         self.descriptor = descriptor
     }
 
-    /// The contents.
+    /// The contents, when the file holds at most `limit` bytes.
     ///
-    /// - Throws: `RemoteError` `invalidArgument` when reading the memfd fails.
-    public func read() throws(RemoteError) -> [UInt8] {
+    /// - Parameter limit: The most bytes the caller takes (a file may be up to
+    ///   `ShareLimits.maxFileBytes`, 256 MiB).
+    /// - Throws: `RemoteError` `invalidArgument` naming the size and the limit when the file is
+    ///   larger (nothing is read then), or when reading the memfd fails.
+    public func read(limit: Int) throws(RemoteError) -> [UInt8] {
+        guard size <= limit else {
+            throw RemoteError(.invalidArgument, "file item \"\(name)\" holds \(size) bytes, more than the \(limit) this reader takes")
+        }
         do { return try Syscall.read(descriptor, count: size, at: 0) } catch {
             throw RemoteError(.invalidArgument, "cannot read file item \"\(name)\": \(error)")
         }

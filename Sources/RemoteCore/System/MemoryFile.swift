@@ -76,8 +76,28 @@ public struct MemoryFile: ~Copyable, Sendable {
     }
 
     /// Reads up to `count` bytes from `offset` (fewer at end of file).
+    ///
+    /// Never allocates more than the file holds past `offset`, but a received file's size is
+    /// the sender's to choose (a sealed, sparse memfd can claim 64 GiB): to read a whole file
+    /// from a peer, use ``contents(limit:)``, which states the most you take.
     public func read(count: Int, at offset: Int = 0) throws(SystemCallError) -> [UInt8] {
-        try Syscall.readAll(fd.rawValue, count: count, at: offset)
+        let available = max(0, try size - offset)
+        return try Syscall.readAll(fd.rawValue, count: min(max(0, count), available), at: offset)
+    }
+
+    /// The whole file, when it holds at most `limit` bytes.
+    ///
+    /// - Throws: `RemoteError` `invalidArgument` naming the size and the limit when the file is
+    ///   larger (nothing is read then), or the system call that failed.
+    public func contents(limit: Int) throws(RemoteError) -> [UInt8] {
+        let bytes: Int
+        do { bytes = try size } catch { throw RemoteError(.invalidArgument, "cannot read the memfd: \(error)") }
+        guard bytes <= limit else {
+            throw RemoteError(.invalidArgument, "the memfd holds \(bytes) bytes, more than the \(limit) this reader takes")
+        }
+        do { return try Syscall.readAll(fd.rawValue, count: bytes, at: 0) } catch {
+            throw RemoteError(.invalidArgument, "cannot read the memfd: \(error)")
+        }
     }
 }
 

@@ -18,7 +18,7 @@ import Synchronization
 /// }
 /// ```
 ///
-/// Items are read as values (`text`, `url`, `data()`, `string()`, `bitmap()`):
+/// Items are read as values (`text`, `url`, `data(limit:)`, `string(limit:)`, `bitmap(limit:)`):
 /// an author never touches a descriptor. Updates go to the host in order, and the final answer
 /// after them; anything after the final answer is ignored (and logged).
 @MainActor
@@ -252,8 +252,10 @@ final class ShareEndpoint: Sendable {
 extension ShareItem {
     /// The item decoded as an image (a PNG file item), for ``ImageView`` or drawing.
     ///
-    /// - Throws: `RemoteError` `invalidArgument` when it is not a PNG Cairo can read.
-    public func bitmap() throws(RemoteError) -> Bitmap {
-        try Bitmap(pngData: try data())
+    /// - Parameter limit: The most bytes of PNG the caller takes.
+    /// - Throws: `RemoteError` `invalidArgument` when it is larger than `limit`, or not a PNG
+    ///   Cairo can read.
+    public func bitmap(limit: Int) throws(RemoteError) -> Bitmap {
+        try Bitmap(pngData: try data(limit: limit))
     }
 }

@@ -16,7 +16,7 @@ final class MarkupController: ActivityController {
     override func loadView() {
         item = (items ?? []).first { $0.fileName != nil && $0.contentType.hasPrefix("image/") }
         if let item {
-            do { canvas.image = try item.bitmap() } catch { status.text = "Cannot read \(item.fileName ?? "the image"): \(error.reason)" }
+            do { canvas.image = try item.bitmap(limit: 32 << 20) } catch { status.text = "Cannot read \(item.fileName ?? "the image"): \(error.reason)" }
         }
         view = makeSheet(title: item?.fileName ?? "Markup", content: MarkupContent(canvas: canvas, status: status),
                          buttons: [cancelButton, undoButton, doneButton])

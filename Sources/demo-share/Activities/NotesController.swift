@@ -17,7 +17,7 @@ final class NotesController: ActivityController {
     override func loadView() {
         let items = self.items ?? []
         // Text may come inline or as a text/plain file.
-        let text = items.first { $0.contentType != "text/uri-list" && $0.contentType.hasPrefix("text/") }.flatMap { try? $0.string() }
+        let text = items.first { $0.contentType != "text/uri-list" && $0.contentType.hasPrefix("text/") }.flatMap { try? $0.string(limit: 1 << 20) }
         url = items.lazy.compactMap(\.url).first
         field.text = text ?? ""
         field.selection = field.text.count..<field.text.count

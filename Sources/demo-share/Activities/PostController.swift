@@ -22,7 +22,7 @@ final class PostController: ActivityController {
     override func loadView() {
         let items = self.items ?? []
         images = items.filter { $0.fileName != nil && $0.contentType.hasPrefix("image/") }
-        field.text = items.first { $0.contentType.hasPrefix("text/") && $0.url == nil }.flatMap { try? $0.string() } ?? ""
+        field.text = items.first { $0.contentType.hasPrefix("text/") && $0.url == nil }.flatMap { try? $0.string(limit: 1 << 20) } ?? ""
         field.selection = field.text.count..<field.text.count
         var problems: [String] = []
         let previews = images.map { item -> View in
@@ -30,7 +30,7 @@ final class PostController: ActivityController {
             preview.fixedSize = Size(width: Self.thumbnailSide, height: Self.thumbnailSide)
             preview.backgroundColor = Color(argb: 0x1400_0000)
             preview.cornerRadius = 6
-            do throws(RemoteError) { preview.image = try item.bitmap() } catch { problems.append("\(item.fileName ?? "an image"): \(error.reason)") }
+            do throws(RemoteError) { preview.image = try item.bitmap(limit: 32 << 20) } catch { problems.append("\(item.fileName ?? "an image"): \(error.reason)") }
             return preview
         }
         let thumbnails = StackView(axis: .horizontal, spacing: 8, arrangedSubviews: previews)

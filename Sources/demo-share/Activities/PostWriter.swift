@@ -54,7 +54,7 @@ enum PostWriter {
         var post = Post(text: text, images: [])
         for (index, item) in images.enumerated() {
             try Task.checkCancellation()
-            let original = try item.bitmap()
+            let original = try item.bitmap(limit: 32 << 20)
             let size = scaledSize(width: original.width, height: original.height)
             let scaled = size == (original.width, original.height) ? original : try original.scaled(width: size.width, height: size.height)
             let file = "image-\(index + 1).png"

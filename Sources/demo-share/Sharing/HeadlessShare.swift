@@ -79,7 +79,7 @@ struct HeadlessShare {
             if used.contains(name) { name = "\(index + 1)-\(name)" }
             used.insert(name)
             let path = outputFolder + "/" + name
-            do { try Data(try item.data()).write(to: URL(filePath: path)) } catch {
+            do { try Data(try item.data(limit: ShareLimits.maxFileBytes)).write(to: URL(filePath: path)) } catch {
                 throw DemoError("cannot write returned item \(index + 1) to \(path): \(error)")
             }
             return path

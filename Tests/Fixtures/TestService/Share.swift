@@ -39,7 +39,7 @@ final class ShareTestController: ViewController {
                 switch item.content {
                 case .text(let text): return "text \(item.contentType) \(item.size) \(text)"
                 case .url(let url): return "url \(item.contentType) \(item.size) \(url)"
-                case .file(let file): return "file \(item.contentType) \(item.size) \(file.name) \(try item.data().map { String($0, radix: 16) }.joined(separator: ","))"
+                case .file(let file): return "file \(item.contentType) \(item.size) \(file.name) \(try item.data(limit: 1 << 20).map { String($0, radix: 16) }.joined(separator: ","))"
                 }
             }
             return ServiceMessage(type: "share.items", text: "begun \(begun)\n" + lines.joined(separator: "\n"))
@@ -52,7 +52,7 @@ final class ShareTestController: ViewController {
             if let text = context.inputItems.compactMap(\.text).first { items.append(try .text(text.uppercased())) }
             for item in context.inputItems {
                 guard let name = item.fileName else { continue }
-                items.append(try .file(named: name + ".reversed", contentType: item.contentType, contents: try item.data().reversed()))
+                items.append(try .file(named: name + ".reversed", contentType: item.contentType, contents: try item.data(limit: 1 << 20).reversed()))
             }
             context.complete(returning: items)
             return ServiceMessage(type: "ok")

@@ -70,7 +70,7 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         let file = MemoryFile(adopting: fd)
         let seals = try file.seals
         guard seals.contains(.shrink) else { throw ServiceFailure(domain: "test", code: 2, message: "memfd is not sealed") }
-        return ServiceMessage(type: "memfd.contents", payload: try file.read(count: try file.size))
+        return ServiceMessage(type: "memfd.contents", payload: try file.contents(limit: 1 << 20))
     case "memfd.make":
         let file = try MemoryFile.sealed(name: "test-reply", contents: request.payload.reversed())
         return ServiceMessage(type: "memfd", attachments: [Attachment(file.takeDescriptor())])
