@@ -22,6 +22,9 @@ static void run_child(const struct rv_spawn_request *request, pid_t parent,
         sigemptyset(&action.sa_mask);
         (void)sigaction(sig, &action, NULL);  // fails harmlessly for glibc's reserved signals
     }
+    for (int i = 0; i < request->group_count; i++) {
+        if (write(request->group_fds[i], "0", 1) != 1) FAIL("write(cgroup.procs)");
+    }
     if (request->new_session && setsid() < 0) FAIL("setsid");
     if (request->death_signal != 0) {
         if (prctl(PR_SET_PDEATHSIG, request->death_signal) != 0) FAIL("prctl(PR_SET_PDEATHSIG)");
@@ -60,7 +63,8 @@ static void run_child(const struct rv_spawn_request *request, pid_t parent,
 
 pid_t rv_spawn(const struct rv_spawn_request *request, const char **failed_step) {
     if (request->fd_count < 0 || request->fd_count > RV_SPAWN_MAX_FDS ||
-        request->limit_count < 0 || request->limit_count > RV_SPAWN_MAX_LIMITS) {
+        request->limit_count < 0 || request->limit_count > RV_SPAWN_MAX_LIMITS ||
+        request->group_count < 0 || request->group_count > RV_SPAWN_MAX_GROUPS) {
         *failed_step = "rv_spawn arguments";
         errno = EINVAL;
         return -1;

@@ -89,6 +89,46 @@ struct SecurityTests {
         }
     }
 
+    @Test("limits are enforced: a fork bomb stops at limits.processes, an allocation past limits.memoryMiB ends the service with reason limit: memory, a CPU spin past limits.cpuSeconds with limit (SIGXCPU)")
+    func limits() async throws {
+        let limits = #""limits": {"memoryMiB": 64, "processes": 8, "cpuSeconds": 1}"#
+        try await withServices(["test.json": ServiceFolder.manifest(extra: limits)], within: .seconds(30)) { launcher, _ in
+            let status = try #require(await launcher.status().first)
+            #expect(status.limits == ServiceManifest.Limits(memoryMiB: 64, openFiles: 256, processes: 8, cpuSeconds: 1))
+            let enforced = status.limitEnforcement == .cgroupV1
+            let events = launcher.events()
+            let connection = launcher.connection(to: "com.example.test")
+            // Fork bomb: the kernel counts tasks (threads too), so the service's own threads
+            // take some of the 8; then fork fails with EAGAIN.
+            let bomb = try await connection.request(ServiceMessage(type: "fork-bomb")).text ?? ""
+            if enforced {
+                let processes = Int(bomb.split(separator: " ").dropLast().last ?? "") ?? 0
+                #expect(bomb.hasPrefix("denied: EAGAIN after ") && (2...8).contains(processes), "\(bomb)")
+            }
+            let alive = try await connection.request(ServiceMessage(type: "echo", text: "alive")).text == "alive"
+            SecurityTable.record("a fork bomb past `limits.processes` (8)", bomb.replacing("denied: ", with: "fork denied, errno ") + "; the service keeps answering",
+                                 contained: alive && bomb.hasPrefix("denied"))
+            let process = try #require(await launcher.status().first?.processes.first)
+            if enforced {
+                #expect((process.processCount ?? 0) >= 3 && (process.memoryInUse ?? 0) > 0, "bubblewrap's two and the service: \(process)")
+            }
+            // Memory: ended by the kernel's out-of-memory killer, reported as the limit.
+            let pid = try #require(connection.processIdentifier)
+            _ = await requestError(connection, ServiceMessage(type: "allocate"))
+            let memory = try await termination(of: pid, in: events)
+            if enforced { #expect(memory.kind == .limit && memory.detail.hasPrefix("limit: memory"), "\(memory)") }
+            SecurityTable.record("allocate past `limits.memoryMiB` (64 MiB)", "service ended, reason \(memory)", contained: memory.kind == .limit)
+            // CPU: SIGXCPU at limits.cpuSeconds.
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let spinner = try #require(connection.processIdentifier)
+            _ = await requestError(connection, ServiceMessage(type: "spin"))
+            let cpu = try await termination(of: spinner, in: events)
+            #expect(cpu.kind == .limit && cpu.signal == SIGXCPU, "\(cpu)")
+            SecurityTable.record("a CPU spin past `limits.cpuSeconds` (1 s)", "service ended, reason \(cpu)", contained: cpu.kind == .limit)
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "back")).text == "back", "relaunched after each")
+        }
+    }
+
     static func run(_ attacks: [(String, String, String)], network: Bool) async throws {
         let extra = network ? #""sandbox": {"network": true}"# : nil
         try await withServices(["test.json": ServiceFolder.manifest(extra: extra)]) { launcher, _ in

@@ -9,6 +9,8 @@
 #define RV_SPAWN_MAX_FDS 8
 /// The most resource limits a child can be given.
 #define RV_SPAWN_MAX_LIMITS 8
+/// The most control groups a child can join.
+#define RV_SPAWN_MAX_GROUPS 4
 
 /// What to start and how.
 struct rv_spawn_request {
@@ -30,11 +32,15 @@ struct rv_spawn_request {
     unsigned long long limit_soft[RV_SPAWN_MAX_LIMITS];
     unsigned long long limit_hard[RV_SPAWN_MAX_LIMITS];
     int limit_count;
+    /// Open `cgroup.procs` files (write-only): the child writes "0" to each first, joining those
+    /// control groups before anything else, so every process it starts is in them too.
+    int group_fds[RV_SPAWN_MAX_GROUPS];
+    int group_count;
 };
 
 /// Starts the process described by `request` with vfork + execve: signal mask and dispositions
-/// reset, the fds arranged, the death signal set (and the child gone if the caller died before
-/// it was), limits applied.
+/// reset, control groups joined, the fds arranged, the death signal set (and the child gone if
+/// the caller died before it was), limits applied.
 ///
 /// Returns the child's pid, or -1 with errno set: the child's own errno (and the step that failed
 /// in `*failed_step`, e.g. "execve") when it could not start; the child is reaped then.

@@ -58,7 +58,7 @@ extension Syscall {
     // MARK: descriptors
 
     /// `close(fd)`. Never retried on `EINTR` (on Linux the fd is gone either way).
-    static func close(_ fd: Int32) {
+    package static func close(_ fd: Int32) {
         let result = Glibc.close(fd)
         precondition(result == 0 || Glibc.errno != EBADF, "close(\(fd)): EBADF — double close, a RemoteView bug")
     }
@@ -201,6 +201,26 @@ extension Syscall {
         let code = Glibc.errno
         if code == EEXIST && isDirectory(path) { return }
         throw SystemCallError(call: "mkdir(\(path))", errno: code)
+    }
+
+    /// `rmdir(path)`.
+    package static func removeDirectory(_ path: String) throws(SystemCallError) {
+        _ = try retrying("rmdir(\(path))") { rmdir(path) }
+    }
+
+    /// `open(path, O_WRONLY | O_CLOEXEC)`: an existing file, for writing (a control file of
+    /// the kernel's, say).
+    package static func openForWriting(_ path: String) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_WRONLY | O_CLOEXEC) })
+    }
+
+    /// Writes `text` to the existing file `path` in one `write` (a kernel control file takes
+    /// each write as one value).
+    package static func writeFile(_ path: String, _ text: String) throws(SystemCallError) {
+        let file = try openForWriting(path)
+        let bytes = Array(text.utf8)
+        let written = try retrying("write(\(path))") { bytes.withUnsafeBytes { write(file.rawValue, $0.baseAddress, $0.count) } }
+        if written != bytes.count { throw SystemCallError(call: "write(\(path)): short write", errno: EIO) }
     }
 
     /// `getcwd()`: this process's working directory.

@@ -45,6 +45,9 @@ public final class ChildProcess: Sendable {
         public var newSession = false
         /// Applied in the child before `execve`.
         public var limits: [ResourceLimit] = []
+        /// The control groups the child joins before anything else (their folders; at most 4),
+        /// so every process it starts is in them too.
+        public var controlGroups: [String] = []
 
         public init() {}
 
@@ -89,9 +92,14 @@ public final class ChildProcess: Sendable {
 
     /// Starts a process from the calling thread (see `rv_spawn`).
     public static func start(executable: String, arguments: [String], options: Options) throws(SystemCallError) -> ChildProcess {
-        guard options.descriptors.count <= Int(RV_SPAWN_MAX_FDS), options.limits.count <= Int(RV_SPAWN_MAX_LIMITS) else {
-            throw SystemCallError(call: "spawn(\(executable)): too many descriptors or limits", errno: EINVAL)
+        guard options.descriptors.count <= Int(RV_SPAWN_MAX_FDS), options.limits.count <= Int(RV_SPAWN_MAX_LIMITS),
+              options.controlGroups.count <= Int(RV_SPAWN_MAX_GROUPS) else {
+            throw SystemCallError(call: "spawn(\(executable)): too many descriptors, limits or control groups", errno: EINVAL)
         }
+        // Opened here, written by the child ("0": itself) before it runs anything.
+        var groups: [Int32] = []
+        defer { for fd in groups { Syscall.close(fd) } }
+        for group in options.controlGroups { groups.append(try Syscall.openForWriting(group + "/cgroup.procs").release()) }
         var request = rv_spawn_request()
         withUnsafeMutableBytes(of: &request.fds) { raw in
             let fds = raw.bindMemory(to: Int32.self)
@@ -110,6 +118,10 @@ public final class ChildProcess: Sendable {
             for (index, limit) in options.limits.enumerated() { raw.bindMemory(to: UInt64.self)[index] = limit.hard }
         }
         request.limit_count = Int32(options.limits.count)
+        withUnsafeMutableBytes(of: &request.group_fds) { raw in
+            for (index, fd) in groups.enumerated() { raw.bindMemory(to: Int32.self)[index] = fd }
+        }
+        request.group_count = Int32(groups.count)
 
         let argv = CStringArray([executable] + arguments)
         let envp = CStringArray(options.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })

@@ -94,6 +94,9 @@ public actor Launcher {
     /// the launcher has shut down; nonisolated, so a connection is known from its creation.
     private nonisolated let clients = Mutex<(shutDown: Bool, entries: [UInt64: WeakConnection])>((false, [:]))
     private var shutDown = false
+    /// The control groups that enforce memory and processes limits.
+    private nonisolated let resources: ResourceControl
+    private static let serial = Atomic<Int>(0)
 
     private struct WeakConnection {
         weak var connection: ServiceConnection?
@@ -105,6 +108,13 @@ public actor Launcher {
         (jobs, jobSink) = AsyncStream.makeStream()
         for problem in registry.problems {
             configuration.logger.error("invalid service manifest: \(problem)")
+        }
+        resources = ResourceControl.detect(launcher: Self.serial.wrappingAdd(1, ordering: .relaxed).oldValue)
+        switch resources.enforcement {
+        case .cgroupV1:
+            configuration.logger.info("limits.memoryMiB and limits.processes are enforced with \(resources.enforcement.rawValue): \(resources.explanation)")
+        case .none:
+            configuration.logger.warning("limits.memoryMiB and limits.processes are not enforced: \(resources.explanation)")
         }
         if configuration.adoptsOrphans, !Syscall.isChildSubreaper {
             do {
@@ -131,6 +141,8 @@ public actor Launcher {
         }
         await withTaskCancellationHandler {
             await work.value
+            // Every process is reaped: the launcher's control groups are empty.
+            resources.remove()
         } onCancel: {
             Task { await self.shutdown() }
         }
@@ -183,13 +195,15 @@ public actor Launcher {
                                              sandboxed: instance.sandboxed, uptime: (now - instance.launchedAt).inSeconds,
                                              clients: instance.clientCount,
                                              idleDeadline: instance.idleDeadline.map { ($0 - now).inSeconds },
-                                             residentBytes: instance.process.residentBytes())
+                                             residentBytes: instance.process.residentBytes(),
+                                             memoryInUse: instance.group?.memoryInUse, processCount: instance.group?.processCount)
             }
             let state: ServiceStatus.State = if record?.invalidation != nil { .invalidated }
                 else if record?.isLaunching == true { .launching }
                 else if processes.isEmpty { .notRunning } else { .running }
             return ServiceStatus(identifier: manifest.identifier, title: manifest.display.title, state: state,
-                                 instances: manifest.instances, launches: record?.launches ?? 0, crashes: record?.crashes ?? 0,
+                                 instances: manifest.instances, limits: manifest.limits, limitEnforcement: resources.enforcement,
+                                 launches: record?.launches ?? 0, crashes: record?.crashes ?? 0,
                                  lastTermination: record?.lastTermination, invalidation: record?.invalidation?.reason,
                                  processes: processes)
         }
@@ -290,7 +304,7 @@ public actor Launcher {
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
-                                                        logger: configuration.logger)
+                                                        resources: resources, logger: configuration.logger)
         } catch {
             // A missing executable or sandbox can never work.
             if error.code == .invalidated { invalidate(identifier, error) }
@@ -416,6 +430,12 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
         public var idleDeadline: Double?
         /// Resident memory of the process tree, bytes.
         public var residentBytes: UInt64?
+        /// Memory charged to its control group (what `limits.memoryMiB` bounds), bytes; `nil`
+        /// when limits are not enforced.
+        public var memoryInUse: UInt64?
+        /// Processes in its control group (what `limits.processes` bounds, plus bubblewrap's
+        /// two when sandboxed); `nil` when limits are not enforced.
+        public var processCount: Int?
     }
 
     /// The service's identifier.
@@ -426,6 +446,11 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
     public var state: State
     /// Its instance policy.
     public var instances: ServiceManifest.InstancePolicy
+    /// Its manifest's resource limits.
+    public var limits: ServiceManifest.Limits
+    /// How `limits.memoryMiB` and `limits.processes` are enforced (`openFiles` and
+    /// `cpuSeconds` are rlimits, always applied).
+    public var limitEnforcement: LimitEnforcement
     /// Processes started for it so far.
     public var launches: Int
     /// Its processes that crashed so far.

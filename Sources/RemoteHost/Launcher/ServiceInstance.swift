@@ -17,6 +17,8 @@ final class ServiceInstance: LaunchedProcess {
     private let captures: [OutputCapture]
     /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
     private let spawnArguments: [String]
+    /// Its control groups (memory and processes limits), when the launcher enforces them.
+    let group: ControlGroup?
     private let logger: Logger
     private let hostIdentifier: String
     /// How long each step of stopping waits.
@@ -39,8 +41,10 @@ final class ServiceInstance: LaunchedProcess {
     }
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
-                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String]) {
+                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
+                 group: ControlGroup?) {
         self.spawnArguments = spawnArguments
+        self.group = group
         self.stopGrace = stopGrace
         self.manifest = manifest
         self.process = process
@@ -56,7 +60,7 @@ final class ServiceInstance: LaunchedProcess {
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
-                       stopGrace: Duration, logger: Logger) async throws(RemoteError) -> ServiceInstance {
+                       stopGrace: Duration, resources: ResourceControl, logger: Logger) async throws(RemoteError) -> ServiceInstance {
         var environment = [
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
@@ -86,6 +90,14 @@ final class ServiceInstance: LaunchedProcess {
             (executable, arguments) = (manifest.executablePath, manifest.arguments)
         }
 
+        // Memory and processes: bubblewrap's two processes (outside and the sandbox's pid 1) are
+        // not the service's to count.
+        let group: ControlGroup?
+        do {
+            group = try resources.makeGroup(for: manifest.identifier, limits: manifest.limits, extraProcesses: sandbox == .unsandboxed ? 0 : 2)
+        } catch {
+            throw RemoteError(.interrupted, "cannot make the control groups of \(manifest.identifier) (\(resources.explanation)): \(error)")
+        }
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
             let output = try Syscall.pipe(), errors = try Syscall.pipe()
@@ -110,7 +122,10 @@ final class ServiceInstance: LaunchedProcess {
             options.limits = [
                 .init(resource: Int32(RLIMIT_NOFILE.rawValue), soft: openFiles),
                 .init(resource: Int32(RLIMIT_CPU.rawValue), soft: UInt64(manifest.limits.cpuSeconds), hard: UInt64(manifest.limits.cpuSeconds) + 5),
+                // No core dumps: a service's memory is its users' data.
+                .init(resource: Int32(RLIMIT_CORE.rawValue), soft: 0),
             ]
+            if let group { options.controlGroups = [group.memory, group.pids] }
             let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
             var processLogger = logger
             processLogger[metadataKey: "service"] = "\(manifest.identifier)"
@@ -120,8 +135,10 @@ final class ServiceInstance: LaunchedProcess {
             let control = try Connection(socket: pair.first,
                                          configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
             return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
-                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace, spawnArguments: [executable] + arguments)
+                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
+                                   spawnArguments: [executable] + arguments, group: group)
         } catch {
+            group?.remove()
             // A missing or unusable executable can never work; running out of fds or memory can pass.
             let permanent = [ENOENT, EACCES, ENOEXEC, ENOTDIR, ELOOP, EISDIR, EPERM].contains(error.errno)
             throw RemoteError(permanent ? .invalidated : .interrupted, "cannot start \(manifest.identifier) (\(executable)): \(error)")
@@ -226,6 +243,8 @@ final class ServiceInstance: LaunchedProcess {
             }
             var reason = classify(termination)
             reason.uptime = uptime.inSeconds
+            // Every process of it is gone (reaped, or its orphans collected): its groups can go.
+            self.group?.remove()
             // Published before the tasks above finish: a stop() in one of them waits for it.
             ending.open(reason)
             await control.close(reason: "the service process ended")
@@ -261,6 +280,10 @@ final class ServiceInstance: LaunchedProcess {
         if sandboxed, control.peer == nil,
            let message = captures.last?.recentLines.last(where: { $0.hasPrefix("bwrap: ") }) {
             return TerminationReason(kind: .sandboxRefused, detail: BubblewrapCommand.refusal(String(message.dropFirst(7))))
+        }
+        if case .killed(SIGKILL, _) = termination, let group, group.outOfMemoryKills > 0 {
+            return TerminationReason(kind: .limit, detail: "limit: memory: it reached limits.memoryMiB (\(group.limits.memoryMiB) MiB) and the kernel's out-of-memory killer ended it (\(termination))",
+                                     signal: SIGKILL)
         }
         var reason = TerminationReason.ended(termination)
         if control.peer == nil {

@@ -75,6 +75,49 @@ enum Hostile {
     }
 
     /// Dies of a real memory fault, with the default disposition (no backtracer in the way).
+    /// Forks children that wait, until a fork fails; kills and reaps them all. Returns
+    /// "denied: ERRNO after N processes" (N counts this process), or "allowed" past 10,000.
+    static func forkBomb() -> String {
+        var children: [Int32] = []
+        var failure: Int32 = 0
+        while children.count < 10_000 {
+            let pid = fork()
+            if pid == 0 {
+                while true { pause() }
+            }
+            if pid < 0 {
+                failure = errno
+                break
+            }
+            children.append(pid)
+        }
+        for child in children { kill(child, SIGKILL) }
+        for child in children {
+            var status: Int32 = 0
+            waitpid(child, &status, 0)
+        }
+        return failure == 0 ? "allowed" : "denied: \(errnoName(failure)) after \(children.count + 1) processes"
+    }
+
+    /// Allocates and touches memory, 16 MiB at a time, until something stops it.
+    static func allocateForever() -> Never {
+        var blocks: [UnsafeMutableRawPointer] = []
+        while true {
+            guard let block = malloc(16 << 20) else { continue }
+            memset(block, 1, 16 << 20)
+            blocks.append(block)
+        }
+    }
+
+    /// Burns CPU until something stops it.
+    static func spinForever() -> Never {
+        var counter: UInt64 = 0
+        while true {
+            counter &+= 1
+            if counter == 0 { print("wrapped") }
+        }
+    }
+
     static func segfault() -> Never {
         signal(SIGSEGV, SIG_DFL)
         let address = UnsafeMutablePointer<Int>(bitPattern: 8)!

@@ -157,6 +157,12 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         let code = hostile_call(name)
         guard code >= 0 else { throw ServiceFailure(domain: "test", code: 404, message: "unknown attack \(name)") }
         return ServiceMessage(type: "attack", text: code == 0 ? "allowed" : "denied: \(errnoName(code))")
+    case "fork-bomb":
+        return ServiceMessage(type: "fork-bomb", text: Hostile.forkBomb())
+    case "allocate":
+        Hostile.allocateForever()
+    case "spin":
+        Hostile.spinForever()
     case "segv":
         Hostile.segfault()
     case "abort":
