@@ -3,9 +3,9 @@
 // Each run puts the input in a memfd and loads it with the registry's public entry point,
 // ServiceRegistry.load(file:) on /proc/self/fd/N: the size cap, JSON decoding with every check of
 // docs/Manifest.md, and the error report naming the key. The executable a manifest names
-// relative to its folder is then looked up in /proc/self/fd, so manifests also decode directly
-// (JSONDecoder, as load does) and what decodes has its activation rules matched against a few
-// item types, without a MIME database and with the system's.
+// relative to its folder is then looked up in /proc/self/fd, so a manifest refused for a file it
+// names is decoded again directly (JSONDecoder, as load does); what decodes has its activation
+// rules matched against a few sets of item types, without a MIME database and with the system's.
 import FoundationEssentials
 import Glibc
 import RemoteHost
@@ -18,6 +18,12 @@ private let itemSets: [[String]] = [
     ["text/plain"], ["image/png", "image/png"], ["text/uri-list", "image/jpeg", "text/x-csrc"],
     ["application/pdf"], Array(repeating: "image/png", count: 17), [], ["not a type"],
 ]
+
+private func fail(_ message: String) -> Never {
+    let line = Array("fuzz-manifest: \(message)\n".utf8)
+    _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+    abort()
+}
 
 @_cdecl("LLVMFuzzerInitialize")
 public func initialize(_ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>) -> Int32 {
@@ -34,17 +40,19 @@ public func initialize(_ argc: UnsafeMutablePointer<Int32>, _ argv: UnsafeMutabl
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func testOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
-    precondition(ftruncate(input, 0) == 0 && pwrite(input, data, size, 0) == size, "cannot fill the memfd: \(errno)")
-    do {
-        _ = try ServiceRegistry.load(file: path)
-    } catch {
-        precondition(error.file == path && !error.reason.isEmpty, "a manifest error without its file or reason: \(error)")
-    }
+    if ftruncate(input, 0) != 0 || pwrite(input, data, size, 0) != size { fail("cannot fill the memfd: \(errno)") }
     let manifest: ServiceManifest
     do {
-        manifest = try JSONDecoder().decode(ServiceManifest.self, from: Data(bytes: data, count: size))
+        manifest = try ServiceRegistry.load(file: path)
     } catch {
-        return 0
+        if error.file != path || error.reason.isEmpty { fail("a manifest error without its file or reason: \(error)") }
+        // What load checks after decoding: the files the manifest names (relative ones never exist
+        // here). Those manifests decoded, so their activation rules are matched too.
+        guard let key = error.key, key == "executable" || key == "display.icon" || key.hasPrefix("sandbox.readOnlyPaths["),
+              let decoded = try? JSONDecoder().decode(ServiceManifest.self, from: Data(bytes: data, count: size)) else {
+            return 0
+        }
+        manifest = decoded
     }
     for items in itemSets {
         _ = manifest.activationVerdict(for: items, database: MIMEDatabase(directories: []))
