@@ -3,8 +3,10 @@
 // RemoteView's libFuzzer targets (docs/Fuzzing.md), a package of its own so that the main
 // package's build (and CI) stays unaffected. Build and run one with `scripts/fuzz TARGET SECONDS`,
 // which builds with `swift build -c release --sanitize fuzzer --sanitize address
-// --enable-testable-imports`: every target of both packages, the generated protobuf-c code
-// (CProto) included, is then instrumented for coverage and checked by AddressSanitizer.
+// -Xswiftc -sanitize=fuzzer,address -Xswiftc -enable-testing` (why both: docs/Fuzzing.md): every
+// target of both packages, the generated protobuf-c code (CProto) included, is then instrumented
+// for coverage and checked by AddressSanitizer, and the targets reach package-level API with
+// `@testable import`.
 import PackageDescription
 
 let package = Package(
@@ -24,6 +26,7 @@ let package = Package(
         ),
         // The manifest parser: ServiceRegistry.load(file:) (JSON decoding with every check, and
         // the error report) over the input's bytes, and the activation rules of what decodes.
+        // Public API only.
         .executableTarget(
             name: "fuzz-manifest",
             dependencies: [.product(name: "RemoteHost", package: "RemoteView")],
