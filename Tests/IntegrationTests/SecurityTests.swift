@@ -36,6 +36,7 @@ struct SecurityTests {
         ("init-module", "load a kernel module (`init_module`)", "denied: EPERM"),
         ("kexec-load", "load a new kernel (`kexec_load`)", "denied: EPERM"),
         ("write-usr", "create a file in `/usr`", "denied: EROFS"),
+        ("write-data-unentitled", "create a file in `/data` without `sandbox.dataFolder`", "denied: ENOENT"),
     ]
 
     /// With `sandbox.network`: inet and route netlink work, the rest stays denied.
@@ -116,7 +117,7 @@ struct SecurityTests {
             let pid = try #require(connection.processIdentifier)
             _ = await requestError(connection, ServiceMessage(type: "allocate"))
             let memory = try await termination(of: pid, in: events)
-            if enforced { #expect(memory.kind == .limit && memory.detail.hasPrefix("limit: memory"), "\(memory)") }
+            if enforced { #expect(memory.kind == .limit && "\(memory)".hasPrefix("limit: memory: it reached limits.memoryMiB"), "\(memory)") }
             SecurityTable.record("allocate past `limits.memoryMiB` (64 MiB)", "service ended, reason \(memory)", contained: memory.kind == .limit)
             // CPU: SIGXCPU at limits.cpuSeconds.
             _ = try await connection.request(ServiceMessage(type: "echo"))
@@ -126,6 +127,28 @@ struct SecurityTests {
             #expect(cpu.kind == .limit && cpu.signal == SIGXCPU, "\(cpu)")
             SecurityTable.record("a CPU spin past `limits.cpuSeconds` (1 s)", "service ended, reason \(cpu)", contained: cpu.kind == .limit)
             #expect(try await connection.request(ServiceMessage(type: "echo", text: "back")).text == "back", "relaunched after each")
+        }
+    }
+
+    @Test("writes outside its data folder: its executable's folder and the host's folders are read-only or absent; its data folder is writable")
+    func writesOutsideDataFolder() async throws {
+        let data = try TemporaryFolder("remoteview-security-data")
+        defer { LauncherTests.removeTree(data.path) }
+        var configuration = fastLauncherConfiguration()
+        configuration.dataRoot = data.path
+        try await withServices(["test.json": ServiceFolder.manifest(extra: #""sandbox": {"dataFolder": true}"#)], configuration: configuration) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let folder = String(testServiceExecutable[..<testServiceExecutable.lastIndex(of: "/")!])
+            let attempts = [(folder + "/written-by-service", "create a file beside its own executable"),
+                            (data.path + "/escaped", "create a file at the host path of the data root, outside its own data folder"),
+                            ("/data/../escaped", "climb out of `/data` with `..`")]
+            for (path, words) in attempts {
+                let outcome = try await connection.request(ServiceMessage(type: "write-file", text: path)).text ?? ""
+                let written = Syscall.isRegularFile(path) || Syscall.isRegularFile(data.path + "/escaped")
+                #expect(!written, "\(words): \(outcome)")
+                let shown = outcome == "allowed" ? "written inside the sandbox's own memory (its root is a tmpfs); no host file" : outcome.replacing("denied: ", with: "denied, errno ")
+                SecurityTable.record(words, shown, contained: !written)
+            }
         }
     }
 

@@ -156,6 +156,9 @@ struct ManifestTests {
         let problems = registry.problems.map(\.description).sorted()
         #expect(problems == [folder.path + "/fifo.json: not a regular file (a FIFO, device, socket or folder)",
                              folder.path + "/zero.json: not a regular file (a FIFO, device, socket or folder)"], "\(problems)")
+        SecurityTable.record("a FIFO (and a link to `/dev/zero`) named `*.json` in a manifest folder",
+                             "reported as \"not a regular file\" without being opened; the other manifests are listed",
+                             contained: registry.sortedServices.count == 1 && problems.count == 2)
     }
 
     @Test("not JSON, not an object, too large: refused for the whole file", arguments: ["{", "[]", "null", String(repeating: " ", count: 70_000) + "{}"])

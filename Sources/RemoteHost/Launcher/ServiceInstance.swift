@@ -282,7 +282,7 @@ final class ServiceInstance: LaunchedProcess {
             return TerminationReason(kind: .sandboxRefused, detail: BubblewrapCommand.refusal(String(message.dropFirst(7))))
         }
         if case .killed(SIGKILL, _) = termination, let group, group.outOfMemoryKills > 0 {
-            return TerminationReason(kind: .limit, detail: "limit: memory: it reached limits.memoryMiB (\(group.limits.memoryMiB) MiB) and the kernel's out-of-memory killer ended it (\(termination))",
+            return TerminationReason(kind: .limit, detail: "memory: it reached limits.memoryMiB (\(group.limits.memoryMiB) MiB) and the kernel's out-of-memory killer ended it (\(termination))",
                                      signal: SIGKILL)
         }
         var reason = TerminationReason.ended(termination)

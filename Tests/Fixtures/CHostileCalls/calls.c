@@ -152,6 +152,7 @@ int hostile_call(const char *name) {
     if (IS("init-module")) return result(syscall(SYS_init_module, NULL, 0, ""));
     if (IS("kexec-load")) return result(syscall(SYS_kexec_load, 0, 0, NULL, 0));
     if (IS("write-usr")) return create_file("/usr/remoteview-hostile");
+    if (IS("write-data-unentitled")) return create_file("/data/remoteview-hostile");
     return -1;
 #undef IS
 }
