@@ -90,6 +90,8 @@ struct KillStorm: AsyncParsableCommand {
         let registry = ServiceRegistry(scanning: [environment.folder])
         guard registry.problems.isEmpty else { throw StressError("invalid manifests: \(registry.problems)") }
 
+        let watch = Task { await DeadlineWatch.shared.run() }
+        defer { watch.cancel() }
         let runStart = ProcFS.bootTicks()
         // Warm-up: what a process makes once (the event loop, Dispatch's timers, the seccomp
         // program, Cairo) is made before the baseline.
@@ -148,6 +150,7 @@ struct KillStorm: AsyncParsableCommand {
               + "); \(tally.missed) aimed at a process that was gone or not yet there")
         print("launches: \(statuses.map(\.launches).reduce(0, +)), crashes booked: \(statuses.map(\.crashes).reduce(0, +)), "
               + "services invalidated: \(statuses.filter { $0.state == .invalidated }.count)")
+        print("terminations: " + tally.terminations.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         print("frames composited: \(tally.frames)")
         print("operations: \(tally.started) started, \(tally.ended) ended")
         for operation in Operation.allCases {
@@ -245,15 +248,15 @@ enum Outcome: Sendable, CustomStringConvertible {
 /// Runs `body` in a task of its own and returns its outcome, or `.hung` if it has not ended
 /// within `deadline` (the task is then cancelled and left to itself: it is what a hung request
 /// is). `body` returns whether the answer was right.
+///
+/// One watch checks every deadline (``DeadlineWatch``): a `Task.sleep` per operation would keep
+/// each cancelled sleep's timer and task in memory until its deadline, tens of MiB in a storm,
+/// which would hide a leak of the framework's own.
 func guarded(_ deadline: Duration, _ body: @escaping @Sendable () async throws(RemoteError) -> Bool) async -> Outcome {
     let race = Race()
     return await withCheckedContinuation { continuation in
         race.state.withLock { $0.continuation = continuation }
-        let timer = Task {
-            try? await Task.sleep(for: deadline)
-            guard !Task.isCancelled, race.end(.hung) else { return }
-            race.state.withLock { $0.worker }?.cancel()
-        }
+        let entry = DeadlineWatch.shared.add(race, deadline: .now + deadline)
         let worker = Task {
             let outcome: Outcome
             do throws(RemoteError) {
@@ -261,24 +264,63 @@ func guarded(_ deadline: Duration, _ body: @escaping @Sendable () async throws(R
             } catch {
                 outcome = .failed(error)
             }
-            if race.end(outcome) { timer.cancel() }
+            DeadlineWatch.shared.remove(entry)
+            _ = race.end(outcome)
         }
         race.state.withLock { $0.worker = worker }
     }
 }
 
 /// Whichever of an operation and its deadline ends first.
-private final class Race: Sendable {
+final class Race: Sendable {
     let state = Mutex<(continuation: CheckedContinuation<Outcome, Never>?, worker: Task<Void, Never>?)>((nil, nil))
 
     /// Resumes the waiter with `outcome` if nothing did before.
     func end(_ outcome: Outcome) -> Bool {
         guard let continuation = state.withLock({ state in
-            defer { state.continuation = nil }
+            defer { state.continuation = nil; state.worker = nil }
             return state.continuation
         }) else { return false }
         continuation.resume(returning: outcome)
         return true
+    }
+
+    /// Ends the wait as hung and cancels the operation.
+    func expire() {
+        let worker = state.withLock { $0.worker }
+        if end(.hung) { worker?.cancel() }
+    }
+}
+
+/// The deadlines of every operation under way, checked four times a second by ``run()``.
+final class DeadlineWatch: Sendable {
+    static let shared = DeadlineWatch()
+    private let entries = Mutex<(next: Int, races: [Int: (deadline: ContinuousClock.Instant, race: Race)])>((0, [:]))
+
+    func add(_ race: Race, deadline: ContinuousClock.Instant) -> Int {
+        entries.withLock { entries in
+            entries.next += 1
+            entries.races[entries.next] = (deadline, race)
+            return entries.next
+        }
+    }
+
+    func remove(_ entry: Int) {
+        _ = entries.withLock { $0.races.removeValue(forKey: entry) }
+    }
+
+    /// Expires what is past its deadline, until cancelled.
+    func run() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(250))
+            let now = ContinuousClock.now
+            let expired = entries.withLock { entries in
+                let due = entries.races.filter { $0.value.deadline <= now }
+                for key in due.keys { entries.races.removeValue(forKey: key) }
+                return due.values.map(\.race)
+            }
+            for race in expired { race.expire() }
+        }
     }
 }
 
@@ -293,6 +335,8 @@ struct Tally: Sendable {
     var outcomes: [Operation: [String: Int]] = [:]
     var disruptions: [Disruption: Int] = [:]
     var missed = 0
+    /// How the service processes ended, by kind (and signal).
+    var terminations: [String: Int] = [:]
     /// The first unexpected things, to print.
     var notes: [String] = []
 
@@ -344,7 +388,9 @@ final class Storm: Sendable {
             for await event in events {
                 switch event {
                 case .launched(let identifier, let pid): live.withLock { $0[pid] = identifier }
-                case .terminated(_, let pid, _): _ = live.withLock { $0.removeValue(forKey: pid) }
+                case .terminated(_, let pid, let reason):
+                    _ = live.withLock { $0.removeValue(forKey: pid) }
+                    tally.withLock { $0.terminations[reason.kind.rawValue + (reason.signal.map { " (signal \($0))" } ?? ""), default: 0] += 1 }
                 case .invalidated(let identifier, let reason): tally.withLock { $0.note("\(identifier) invalidated by the launcher: \(reason)") }
                 }
             }
@@ -376,14 +422,20 @@ final class Storm: Sendable {
                 let damage = shown.damage
                 frames = Task { for await _ in damage { self.tally.withLock { $0.frames += 1 } } }
                 view = shown
-                await perform(.present, client: index, service: service) { () throws(RemoteError) in
-                    try await shown.present(width: 64, height: 48)
-                    return true
-                }
             }
+            // A view is shown once a present went through (a present that failed, the process
+            // killed under it, is not kept for the next process): until then, present again.
+            var presented = false
             let rounds = Int.random(in: 10...100, using: &random)
             for _ in 0..<rounds {
                 if stopped.load(ordering: .relaxed) || slots.withLock({ $0[index]?.invalidatedByStorm ?? true }) { break }
+                if let view, !presented {
+                    presented = await perform(.present, client: index, service: service) { () throws(RemoteError) in
+                        try await view.present(width: 64, height: 48)
+                        return true
+                    }.isOK
+                    if !presented { continue }
+                }
                 let count = Int.random(in: 1...3, using: &random)
                 let choices = (0..<count).map { _ in (Int.random(in: 0..<100, using: &random), Int.random(in: 0...2048, using: &random)) }
                 let (shown, current) = (view, service)
@@ -454,7 +506,8 @@ final class Storm: Sendable {
     }
 
     /// Runs one operation under the deadline and counts how it ended.
-    private func perform(_ operation: Operation, client: Int, service: Int, _ body: @escaping @Sendable () async throws(RemoteError) -> Bool) async {
+    @discardableResult
+    private func perform(_ operation: Operation, client: Int, service: Int, _ body: @escaping @Sendable () async throws(RemoteError) -> Bool) async -> Outcome {
         tally.withLock { $0.started += 1 }
         let outcome = await guarded(deadline, body)
         let stormInvalidated = slots.withLock { $0[client]?.invalidatedByStorm ?? false }
@@ -482,6 +535,7 @@ final class Storm: Sendable {
                 }
             }
         }
+        return outcome
     }
 
     // MARK: disruptions
@@ -506,7 +560,12 @@ final class Storm: Sendable {
                 print("  \(pad(String(format: "%.1f s", elapsed.seconds), 8)) \(pad(String(made), 6)) disruptions, \(figures.ended) operations ended, "
                       + "\(figures.frames) frames, \(live.withLock { $0.count }) processes")
             }
-            if pace > 0 { try? await Task.sleep(for: .microseconds(Int.random(in: 0...Int(pace * 2000), using: &random))) }
+            if pace > 0 {
+                var pause = Duration.microseconds(Int.random(in: 0...Int(pace * 2000), using: &random))
+                if let duration { pause = min(pause, duration - elapsed) }
+                try? await Task.sleep(for: pause)
+                if let duration, ContinuousClock.now - start >= duration { break }
+            }
             let kind = kinds.randomElement(using: &random)!
             if kind == .invalidate {
                 let client = Int.random(in: 0..<clients, using: &random)
