@@ -53,6 +53,9 @@ struct KillStorm: AsyncParsableCommand {
     @Option(help: "Seconds a request or message may take before it counts as hung.")
     var deadline = 30.0
 
+    @Option(help: "The disruptions to choose from, comma-separated: \(Disruption.allCases.map(\.rawValue).joined(separator: ",")).")
+    var only: String?
+
     @Flag(help: "Run the services without bubblewrap.")
     var unsandboxed = false
 
@@ -62,6 +65,11 @@ struct KillStorm: AsyncParsableCommand {
     func validate() throws {
         guard services >= 2, clients >= 1 else { throw ValidationError("--services must be at least 2, --clients at least 1") }
         guard kills >= 0, kills > 0 || duration != nil else { throw ValidationError("--kills 0 needs --duration") }
+        if let only {
+            for name in only.split(separator: ",") where Disruption(rawValue: String(name)) == nil {
+                throw ValidationError("--only: \(name) is none of \(Disruption.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
         guard pace >= 0, deadline > 1, (duration ?? 1) > 0 else { throw ValidationError("--pace, --deadline and --duration must be positive") }
     }
 
@@ -117,7 +125,8 @@ struct KillStorm: AsyncParsableCommand {
         let started = ContinuousClock.now
 
         let storm = Storm(identifiers: identifiers, clients: clients, kills: kills, duration: duration.map { .seconds($0) },
-                          pace: pace, deadline: deadline, sandboxed: !unsandboxed, seed: seed, marker: environment.serviceExecutable)
+                          pace: pace, deadline: deadline, sandboxed: !unsandboxed,
+                          only: only.map { Set($0.split(separator: ",").compactMap { Disruption(rawValue: String($0)) }) }, seed: seed, marker: environment.serviceExecutable)
         let stormSeconds = Mutex<Double>(0)
         let (statuses, aliveFailures) = try await withLauncher(registry: registry, configuration: configuration) { launcher in
             await storm.run(launcher: launcher)
@@ -196,17 +205,17 @@ struct KillStorm: AsyncParsableCommand {
 }
 
 /// A kind of disruption.
-enum Disruption: CaseIterable, Hashable, Sendable {
+enum Disruption: String, CaseIterable, Hashable, Sendable {
     /// SIGKILL of the process the launcher started (bubblewrap when sandboxed).
-    case killLaunched
+    case killLaunched = "launched"
     /// SIGKILL of the sandbox's pid 1 (the inner bubblewrap).
-    case killSandboxInit
+    case killSandboxInit = "sandbox-init"
     /// SIGKILL of the service inside the sandbox.
-    case killService
+    case killService = "service"
     /// SIGSTOP, then SIGCONT 1-300 ms later, of any process of a service.
-    case stopContinue
+    case stopContinue = "stop"
     /// `ServiceConnection.invalidate()` of a random client's connection.
-    case invalidate
+    case invalidate = "invalidate"
 
     var label: String {
         switch self {
@@ -356,6 +365,8 @@ final class Storm: Sendable {
     let pace: Double
     let deadline: Duration
     let sandboxed: Bool
+    /// The disruptions to choose from (all when `nil`).
+    let only: Set<Disruption>?
     let seed: UInt64
     /// The service executable's path: on the command line of each process of a service.
     let marker: String
@@ -368,7 +379,7 @@ final class Storm: Sendable {
     private let live = Mutex<[Int32: String]>([:])
 
     init(identifiers: [String], clients: Int, kills: Int, duration: Duration?, pace: Double, deadline: Duration,
-         sandboxed: Bool, seed: UInt64, marker: String) {
+         sandboxed: Bool, only: Set<Disruption>?, seed: UInt64, marker: String) {
         self.identifiers = identifiers
         self.clients = clients
         self.kills = kills
@@ -376,6 +387,7 @@ final class Storm: Sendable {
         self.pace = pace
         self.deadline = deadline
         self.sandboxed = sandboxed
+        self.only = only
         self.seed = seed
         self.marker = marker
         slots = Mutex(Array(repeating: nil, count: clients))
@@ -388,9 +400,13 @@ final class Storm: Sendable {
             for await event in events {
                 switch event {
                 case .launched(let identifier, let pid): live.withLock { $0[pid] = identifier }
-                case .terminated(_, let pid, let reason):
+                case .terminated(let identifier, let pid, let reason):
                     _ = live.withLock { $0.removeValue(forKey: pid) }
-                    tally.withLock { $0.terminations[reason.kind.rawValue + (reason.signal.map { " (signal \($0))" } ?? ""), default: 0] += 1 }
+                    tally.withLock { tally in
+                        tally.terminations[reason.kind.rawValue + (reason.signal.map { " (signal \($0))" } ?? ""), default: 0] += 1
+                        // A kill is a kill, a stop a stop; anything else deserves a look.
+                        if reason.kind != .killed, reason.kind != .stopped { tally.note("\(identifier) \(pid) ended: \(reason)") }
+                    }
                 case .invalidated(let identifier, let reason): tally.withLock { $0.note("\(identifier) invalidated by the launcher: \(reason)") }
                 }
             }
@@ -546,7 +562,8 @@ final class Storm: Sendable {
         var random = SplitMix64(seed: seed)
         var pending: [Task<Void, Never>] = []
         let start = ContinuousClock.now
-        let kinds = sandboxed ? Disruption.allCases : Disruption.allCases.filter { $0 != .killSandboxInit && $0 != .killService }
+        let kinds = (sandboxed ? Disruption.allCases : Disruption.allCases.filter { $0 != .killSandboxInit && $0 != .killService })
+            .filter { only?.contains($0) ?? true }
         var reported = 0
         while true {
             let made = tally.withLock { $0.disruptionTotal }
