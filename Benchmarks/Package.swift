@@ -38,7 +38,8 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xclang-linker", "-no-pie"])]
         ),
         // Soak and stress runs against bench-service (docs/Benchmarks.md): `remoteview-stress soak`
-        // checks that memory stays flat over many connections. Build it on its own
+        // checks that memory stays flat over many connections, `killstorm` that nothing hangs,
+        // is lost or leaks while services are killed at random. Build it on its own
         // (`swift build -c release --product remoteview-stress`): it needs no gRPC.
         .executableTarget(
             name: "remoteview-stress",
@@ -46,9 +47,12 @@ let package = Package(
                 .product(name: "RemoteHost", package: "RemoteView"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "bench-service",
+                "CStress",
             ],
             path: "Sources/Stress"
         ),
+        // pidfds and memfds for remoteview-stress (not in Swift's Glibc module).
+        .target(name: "CStress", path: "Sources/CStress"),
         // gRPC-Swift unary Echo over a Unix socket, server and client, for the same-run comparison.
         .executableTarget(
             name: "grpc-peer",

@@ -53,6 +53,29 @@ struct RemoteViewTests {
         }
     }
 
+    @Test("a view released while its service still draws for it ends nothing: the service and the connection live on")
+    func releasedViewIsNoViolation() async throws {
+        // Found by remoteview-stress killstorm: a client let go of its view, then invalidated its
+        // connection; a commit in between was taken for a protocol violation, and the process
+        // (shared: every client's) was ended.
+        try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            var view: RemoteView? = RemoteView(connection: connection)
+            try await view?.present(width: 32, height: 24)
+            _ = try await nextDamage(try #require(view))
+            let pid = connection.processIdentifier
+            view = nil
+            // The service still shows the view on this connection and draws one more frame.
+            #expect(try await connection.request(ServiceMessage(type: "paint", text: "ff0000 0 0 4 4")).type == "painted")
+            // settle is answered after that commit, on the same socket: the host has read it.
+            _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle))
+            #expect(try await connection.request(ServiceMessage(type: "echo", text: "still")).text == "still")
+            #expect(connection.processIdentifier == pid, "the same process")
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 1 && status.crashes == 0, "\(String(describing: status.lastTermination))")
+        }
+    }
+
     @Test("a relaunched service draws again at the size the view was given")
     func relaunchKeepsSize() async throws {
         try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in

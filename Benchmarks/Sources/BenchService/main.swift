@@ -2,8 +2,9 @@
 // only), so that figures measure the framework, not a service's own start-up.
 //   requests: "echo" (payload and attachments back), "started" (when main was reached and the
 //   request handled, CLOCK_MONOTONIC ns), "count" (one-way messages since the last
-//   count), "memory" (heap in use and RSS, for remoteview-stress), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
-//   allows), "tick W H FPS SECONDS" (repaint everything FPS times a second)
+//   count), "memory" (heap in use and RSS, for remoteview-stress), "delay MS" (replies after MS
+//   milliseconds: a request still outstanding when remoteview-stress killstorm strikes), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
+//   allows), "tick FPS SECONDS" (repaint everything FPS times a second)
 //   "share.complete" (finishes the view's share, replying when), and it takes shares
 //   view: a solid colour, plus the stream's stamped frames
 import Glibc
@@ -99,6 +100,14 @@ await ServiceMain.exit(serving: "com.example.bench", shareTitle: "Benchmark shar
         return ServiceMessage(type: "started", text: "\(reachedMain) \(monotonicNanoseconds())")
     case "count":
         return ServiceMessage(type: "count", text: String(received.exchange(0, ordering: .relaxed)))
+    case "delay":
+        // For remoteview-stress killstorm: a request that is outstanding for a while. Cancelled
+        // (the host gave up on it), it throws and no reply is sent.
+        guard let milliseconds = request.text.flatMap({ Int($0) }), (0...60_000).contains(milliseconds) else {
+            throw ServiceFailure(domain: "bench", code: 1, message: "delay MS (0…60000)")
+        }
+        try await Task.sleep(for: .milliseconds(milliseconds))
+        return ServiceMessage(type: "delay", text: request.text ?? "")
     case "memory":
         // For remoteview-stress soak: "HEAP RSS", this process's heap in use (mallinfo2) and resident memory, bytes.
         let usage = MemoryUsage.current()

@@ -8,5 +8,5 @@ struct RemoteViewStress: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remoteview-stress",
         abstract: "Soak and stress runs of RemoteView against bench-service (release build).",
-        subcommands: [Soak.self])
+        subcommands: [Soak.self, KillStorm.self])
 }

@@ -9,13 +9,17 @@ struct StressEnvironment {
     let serviceExecutable: String
     /// A fresh folder of manifests (removed by ``remove()``).
     let folder: String
+    /// The identifiers of the manifests written into it.
+    let identifiers: [String]
 
     /// The identifier of the shared service's manifest.
     static let shared = "com.example.stress.shared"
     /// The identifier of the manifest with a process per connection.
     static let perConnection = "com.example.stress.perconnection"
 
-    init() throws {
+    /// bench-service's manifests: by default ``shared`` and ``perConnection``; or one per
+    /// element of `services`, an identifier and its instance policy.
+    init(services: [(identifier: String, policy: ServiceManifest.InstancePolicy)] = [(Self.shared, .shared), (Self.perConnection, .perConnection)]) throws {
         var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let length = readlink("/proc/self/exe", &path, path.count - 1)
         guard length > 0 else { throw StressError("cannot read /proc/self/exe") }
@@ -28,9 +32,10 @@ struct StressEnvironment {
         var template = Array("/tmp/remoteview-stress-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw StressError("mkdtemp failed: errno \(errno)") }
         folder = String(cString: made)
-        for (identifier, instances) in [(Self.shared, "shared"), (Self.perConnection, "perConnection")] {
+        identifiers = services.map(\.identifier)
+        for (identifier, policy) in services {
             try write("\(identifier).json", """
-                { "identifier": "\(identifier)", "executable": "\(serviceExecutable)", "display": { "title": "Stress service" }, "idleTimeout": 3600, "instances": "\(instances)" }
+                { "identifier": "\(identifier)", "executable": "\(serviceExecutable)", "display": { "title": "Stress service" }, "idleTimeout": 3600, "instances": "\(policy.rawValue)" }
                 """)
         }
     }
@@ -56,7 +61,7 @@ struct StressEnvironment {
 
     /// Deletes the manifests and their folder.
     func remove() {
-        for identifier in [Self.shared, Self.perConnection] { unlink("\(folder)/\(identifier).json") }
+        for identifier in identifiers { unlink("\(folder)/\(identifier).json") }
         rmdir(folder)
     }
 }
@@ -75,7 +80,7 @@ func formatBytes(_ bytes: Int) -> String {
 }
 
 /// `String(format:)` without Foundation, for one floating-point value.
-private extension String {
+extension String {
     init(format: String, _ value: Double) {
         var buffer = [CChar](repeating: 0, count: 64)
         _ = withVaList([value]) { vsnprintf(&buffer, buffer.count, format, $0) }

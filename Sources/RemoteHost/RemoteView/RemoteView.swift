@@ -166,10 +166,13 @@ extension RemoteView: ServiceChannelListener {
         state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image)
         }
-        let identifier = connection.identifier
         channel.route(surface: { [weak self] message, attachments, context in
             do throws(RemoteError) {
-                guard let self else { throw RemoteError(.protocolViolation, "\(message.name) but no remote view shows \(identifier)") }
+                // The host let go of the view while the service still drew for it: what was in
+                // flight is no fault of the service's (ending it would end a shared process
+                // under every other client). Dropped: the attachments close, and without a
+                // frame_done the service draws no more for this connection.
+                guard let self else { return }
                 for reply in try self.receive(message, attachments: attachments) {
                     try? await context.connection.send(reply)
                 }
