@@ -403,10 +403,11 @@ extension Syscall {
         return result
     }
 
-    /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): an orphaned descendant
-    /// is re-parented to it, not to the system's init, so it can still be signalled and reaped.
-    package static func becomeChildSubreaper() throws(SystemCallError) {
-        _ = try retrying("prctl(PR_SET_CHILD_SUBREAPER)") { rv_set_child_subreaper(1) }
+    /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), or no longer one: an
+    /// orphaned descendant is re-parented to a subreaper, not to the system's init, so it can
+    /// still be signalled and reaped. Children already adopted stay.
+    package static func setChildSubreaper(_ on: Bool) throws(SystemCallError) {
+        _ = try retrying("prctl(PR_SET_CHILD_SUBREAPER)") { rv_set_child_subreaper(on ? 1 : 0) }
     }
 
     /// Whether this process is a child subreaper.

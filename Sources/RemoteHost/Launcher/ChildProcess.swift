@@ -126,21 +126,28 @@ public final class ChildProcess: Sendable {
         let argv = CStringArray([executable] + arguments)
         let envp = CStringArray(options.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
         defer { argv.free(); envp.free() }
-        let spawned = executable.withCString { path in
-            request.path = path
-            request.argv = UnsafePointer(argv.pointers)
-            request.envp = UnsafePointer(envp.pointers)
-            return Result { () throws(SystemCallError) in try Syscall.spawn(&request, executable: executable) }
+        // Spawned and recorded under the lock that orphan collection lists children under, so
+        // a process just started is never taken for another's orphan.
+        let spawned = started.withLock { started in
+            let result = executable.withCString { path in
+                request.path = path
+                request.argv = UnsafePointer(argv.pointers)
+                request.envp = UnsafePointer(envp.pointers)
+                return Result { () throws(SystemCallError) in try Syscall.spawn(&request, executable: executable) }
+            }
+            if case .success(let pid) = result { started[pid] = Started(child: nil, pending: true) }
+            return result
         }
         let pid = try spawned.get()
         // Not reaped yet, so the pid cannot have been reused.
         do {
             let child = ChildProcess(pid: pid, handle: try ProcessDescriptor(pid: pid, isChild: true))
-            started.withLock { $0[pid] = WeakChild(child: child) }
+            started.withLock { $0[pid] = Started(child: child, pending: false) }
             return child
         } catch {
             Syscall.kill(pid, SIGKILL)
             Syscall.reapBlocking(pid)
+            _ = started.withLock { $0.removeValue(forKey: pid) }
             throw error
         }
     }
@@ -153,23 +160,26 @@ public final class ChildProcess: Sendable {
     deinit {
         let pid = self.pid
         Self.started.withLock { started in
-            if started[pid]?.child == nil { started[pid] = nil }
+            if let entry = started[pid], entry.child == nil, !entry.pending { started[pid] = nil }
         }
     }
 
     // MARK: orphans
 
-    private struct WeakChild {
+    private struct Started {
         weak var child: ChildProcess?
+        /// Spawned, its object not made yet.
+        var pending: Bool
     }
 
     /// The processes this type started, by pid, while their objects live: never taken for an
     /// orphan (a pid is only reused once its process is reaped, which its object does).
-    private static let started = Mutex<[Int32: WeakChild]>([:])
+    private static let started = Mutex<[Int32: Started]>([:])
 
     /// Whether `pid` is a process started here that has not been reaped.
-    private static func isStartedAndRunning(_ pid: Int32) -> Bool {
-        started.withLock { $0[pid]?.child.map { $0.termination == nil } ?? false }
+    private static func isStartedAndRunning(_ pid: Int32, in started: [Int32: Started]) -> Bool {
+        guard let entry = started[pid] else { return false }
+        return entry.pending || entry.child.map { $0.termination == nil } ?? false
     }
 
     /// What a process left behind, for ``collectOrphans(of:until:)``.
@@ -201,24 +211,29 @@ public final class ChildProcess: Sendable {
     /// Kills and reaps this process's children that `leftovers` describes, except the processes
     /// started here that still run. Returns their pids.
     ///
-    /// With this process a child subreaper (`Syscall.becomeChildSubreaper()`), what a service
+    /// With this process a child subreaper (``OrphanAdoption``), what a service
     /// leaves behind when its first process dies comes back here rather than to the system's
     /// init: under bubblewrap, the sandbox's pid 1 when the outer bubblewrap died before it
     /// could pass on its death signal (its session is the outer bubblewrap's pid, since the
     /// launcher starts that in a session of its own); unsandboxed, the service's children. Each
     /// gets `SIGKILL` through a pidfd, and is reaped. One that has not exited by `deadline` (a
     /// process stuck in the kernel) is given up on: it is among the pids returned, unreaped.
-    package static func collectOrphans(of leftovers: Leftovers, until deadline: ContinuousClock.Instant) async -> [Int32] {
-        var collected: [Int32] = []
+    ///
+    /// - Returns: Each process collected, and whether it was still running (not a zombie).
+    package static func collectOrphans(of leftovers: Leftovers, until deadline: ContinuousClock.Instant) async -> [(pid: Int32, wasRunning: Bool)] {
+        var collected: [(pid: Int32, wasRunning: Bool)] = []
         // Killing pid 1 of a pid namespace takes the namespace's processes along; an orphan's
         // own children come back here in turn: look again until nothing is left.
         for _ in 0..<8 {
-            let orphans = Syscall.childProcesses(of: Syscall.processID).filter { pid in
-                !isStartedAndRunning(pid) && leftovers.include(pid)
+            // Listed under the lock a spawn records its process under (see start).
+            let orphans = started.withLock { started in
+                Syscall.childProcesses(of: Syscall.processID).filter { pid in
+                    !isStartedAndRunning(pid, in: started) && leftovers.include(pid)
+                }.map { (pid: $0, wasRunning: Syscall.processStatus(of: $0).map { $0.state != "Z" } ?? false) }
             }
             if orphans.isEmpty { break }
             var held: [ProcessDescriptor] = []
-            for pid in orphans {
+            for (pid, _) in orphans {
                 // Our child, not reaped: its pid cannot have been reused.
                 guard let orphan = try? ProcessDescriptor(pid: pid, isChild: true) else { continue }
                 orphan.send(signal: SIGKILL)
@@ -308,5 +323,37 @@ private struct CStringArray {
             index += 1
         }
         pointers.deallocate()
+    }
+}
+
+/// Whether this process is a child subreaper (`PR_SET_CHILD_SUBREAPER`), counted over the
+/// launchers that want it: the first makes it one, the last to finish (or go) undoes it, unless
+/// it already was one before. So orphans come back to the host while a launcher runs, and go to
+/// the system's init as usual otherwise.
+enum OrphanAdoption {
+    private static let state = Mutex<(holders: Int, before: Bool?)>((0, nil))
+
+    /// One more launcher wants orphans back; `nil`, or why the process cannot be a subreaper.
+    static func acquire() -> SystemCallError? {
+        state.withLock { state -> SystemCallError? in
+            if state.holders == 0 {
+                let already = Syscall.isChildSubreaper
+                state.before = already
+                if !already {
+                    do throws(SystemCallError) { try Syscall.setChildSubreaper(true) } catch { return error }
+                }
+            }
+            state.holders += 1
+            return nil
+        }
+    }
+
+    /// A launcher that acquired no longer needs orphans back.
+    static func release() {
+        state.withLock { state in
+            guard state.holders > 0 else { return }
+            state.holders -= 1
+            if state.holders == 0, state.before == false { try? Syscall.setChildSubreaper(false) }
+        }
     }
 }

@@ -43,12 +43,14 @@ public actor Launcher {
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
         /// Whether the launcher makes the host process a child subreaper
-        /// (`PR_SET_CHILD_SUBREAPER`, as systemd and tini are), so that whatever a service leaves
-        /// behind comes back to the host, and is killed and reaped when the service ends, rather
-        /// than living on under the system's init. Default `true`.
+        /// (`PR_SET_CHILD_SUBREAPER`, as systemd and tini are) while it exists and runs, so that
+        /// whatever a service leaves behind comes back to the host, and is killed and reaped
+        /// when the service ends, rather than living on under the system's init. Default `true`.
         ///
-        /// It applies to the whole process: orphans of processes the host started itself, not
-        /// through a launcher, come back to it too, and reaping those is the host's own job.
+        /// It applies to the whole process while any such launcher runs: orphans of processes
+        /// the host started itself, not through a launcher, come back to it too, and reaping
+        /// those is the host's own job. Once the last launcher's ``Launcher/run()`` has
+        /// returned, the process is a subreaper again only if it was one before.
         public var adoptsOrphans: Bool
 
         /// Policy knobs; each default suits an interactive host.
@@ -97,6 +99,8 @@ public actor Launcher {
     /// The control groups that enforce memory and processes limits.
     private nonisolated let resources: ResourceControl
     private static let serial = Atomic<Int>(0)
+    /// Whether this launcher holds ``OrphanAdoption`` (until its work is over).
+    private nonisolated let adoptingOrphans = Atomic<Bool>(false)
 
     private struct WeakConnection {
         weak var connection: ServiceConnection?
@@ -116,11 +120,11 @@ public actor Launcher {
         case .none:
             configuration.logger.warning("limits.memoryMiB and limits.processes are not enforced: \(resources.explanation)")
         }
-        if configuration.adoptsOrphans, !Syscall.isChildSubreaper {
-            do {
-                try Syscall.becomeChildSubreaper()
-            } catch {
+        if configuration.adoptsOrphans {
+            if let error = OrphanAdoption.acquire() {
                 configuration.logger.error("cannot make the host a child subreaper (\(error)): a sandbox orphaned by a killed bubblewrap would outlive its service")
+            } else {
+                adoptingOrphans.store(true, ordering: .relaxed)
             }
         }
     }
@@ -141,11 +145,22 @@ public actor Launcher {
         }
         await withTaskCancellationHandler {
             await work.value
-            // Every process is reaped: the launcher's control groups are empty.
+            // Every process is reaped: the launcher's control groups are empty, and nothing of
+            // its services can come back to the host any more.
             resources.remove()
+            releaseOrphans()
         } onCancel: {
             Task { await self.shutdown() }
         }
+    }
+
+    deinit {
+        resources.remove()
+        releaseOrphans()
+    }
+
+    private nonisolated func releaseOrphans() {
+        if adoptingOrphans.exchange(false, ordering: .relaxed) { OrphanAdoption.release() }
     }
 
     /// Stops every service (goodbye → SIGTERM → SIGKILL), invalidates every connection, and

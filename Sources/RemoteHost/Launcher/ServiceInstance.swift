@@ -234,7 +234,14 @@ final class ServiceInstance: LaunchedProcess {
             let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants },
                                                    bubblewrapArguments: sandboxed ? spawnArguments : nil)
             let orphans = await ChildProcess.collectOrphans(of: leftovers, until: .now.advanced(by: stopGrace))
-            if !orphans.isEmpty { logger.warning("killed what the service left behind: pids \(orphans.sorted())") }
+            // A zombie is usual (bubblewrap's pid 1 may end after the outer one); a process still
+            // running is what the subreaper is for.
+            let running = orphans.filter(\.wasRunning).map(\.pid).sorted()
+            if !running.isEmpty {
+                logger.warning("killed what the service left behind: pids \(running)")
+            } else if !orphans.isEmpty {
+                logger.debug("reaped what the service left behind: pids \(orphans.map(\.pid).sorted())")
+            }
             // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
             // if it never handshook, bubblewrap's complaint on stderr.
             _ = await controlDone.value(before: .now.advanced(by: stopGrace))
