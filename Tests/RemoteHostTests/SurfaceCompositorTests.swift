@@ -13,13 +13,13 @@ struct SurfaceCompositorTests {
         let layout: BufferDescription
         let file: MemoryFile
 
-        init(id: UInt32, width: Int, height: Int, colour: UInt32, seal: Bool = true) throws {
+        init(id: UInt32, width: Int, height: Int, colour: UInt32, seal: Bool = true, fill: Bool = true) throws {
             layout = BufferDescription(id: id, width: width, height: height, stride: width * 4)
             let file = try MemoryFile(name: "buffer-\(id)")
             try file.resize(to: layout.byteCount)
             if seal { try file.addSeals([.shrink, .grow]) }
             self.file = file
-            try fill(PixelRect(x: 0, y: 0, width: width, height: height), colour)
+            if fill { try self.fill(PixelRect(x: 0, y: 0, width: width, height: height), colour) }
         }
 
         func fill(_ rect: PixelRect, _ colour: UInt32) throws {
@@ -114,6 +114,24 @@ struct SurfaceCompositorTests {
         ("a damage rect of the same size as the buffer, shifted", ["damage rect 0 (4×4 at (1, 1)) is outside the buffer (4×4)"]),
         ("a damage rect no codec would pass (called directly)", ["damage rect 0 (0×-3 at (0, 0)) is out of bounds"]),
     ]
+
+    @Test("one surface maps at most two buffers of the largest size: a third is a violation that names the bytes, and nothing more is mapped")
+    func mappedBytesBound() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            // 16384 × 4096 × 4 bytes = 256 MiB each, sparse: nothing is written, only mapped.
+            let buffers = try (1...3).map { id in try ServiceBuffer(id: UInt32(id), width: 16_384, height: 4_096, colour: 0, fill: false) }
+            for buffer in buffers.prefix(2) {
+                let (message, fds) = try buffer.attach()
+                try compositor.receive(message, attachments: fds)
+            }
+            let (message, fds) = try buffers[2].attach()
+            let error = #expect(throws: RemoteError.self) { try compositor.receive(message, attachments: fds) }
+            #expect(error?.code == .protocolViolation)
+            #expect(error?.reason.contains("attach_buffer of buffer 3 (268435456 bytes) would map 805306368 bytes, more than the 536870912 one surface may map") == true,
+                    "\(String(describing: error))")
+        }
+    }
 
     @Test("every broken rule is a protocol violation that names it", arguments: 0..<violations.count)
     func rejected(_ index: Int) async throws {

@@ -39,6 +39,10 @@ package final class SurfaceCompositor: Sendable {
     /// The most buffers one surface may have attached at once.
     package static let maxBuffers = 8
 
+    /// The most bytes one surface may have mapped at once: two buffers of the largest size
+    /// (`SurfaceLimits.maxBufferBytes`, 256 MiB), enough for double buffering at 16384 × 4096.
+    package static let maxMappedBytes = 2 * SurfaceLimits.maxBufferBytes
+
     private let state = Mutex(State())
 
     package init() {}
@@ -71,11 +75,20 @@ package final class SurfaceCompositor: Sendable {
             guard attachments.count == 1, let fd = attachments[0].take() else {
                 throw violation("attach_buffer of buffer \(layout.id) without its memfd")
             }
+            // Counted before anything is mapped.
+            let mappedBefore = state.withLock { $0.buffers.values.reduce(0) { $0 + $1.layout.byteCount } }
+            guard mappedBefore + layout.byteCount <= Self.maxMappedBytes else {
+                throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(mappedBefore + layout.byteCount) bytes, more than the \(Self.maxMappedBytes) one surface may map")
+            }
             let mapped = try MappedBuffer(mapping: fd, as: layout)  // fd closes here; the mapping stays
             try state.withLock { (state) throws(RemoteError) in
                 guard state.buffers[layout.id] == nil else { throw violation("buffer \(layout.id) is attached twice") }
                 guard state.buffers.count < Self.maxBuffers else {
                     throw violation("more than \(Self.maxBuffers) buffers attached at once")
+                }
+                let total = state.buffers.values.reduce(0) { $0 + $1.layout.byteCount } + layout.byteCount
+                guard total <= Self.maxMappedBytes else {
+                    throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(total) bytes, more than the \(Self.maxMappedBytes) one surface may map")
                 }
                 state.buffers[layout.id] = mapped
             }
