@@ -466,12 +466,9 @@ struct HostileLauncherTests {
     /// `ticks`, whoever their parent is now.
     static func sandboxProcesses(startedAfter ticks: UInt64) -> [Int32] {
         ((try? Syscall.directoryEntries("/proc")) ?? []).compactMap { Int32($0) }.filter { pid in
-            guard let stat = Syscall.readSmallFile("/proc/\(pid)/stat"), let close = stat.lastIndex(of: UInt8(ascii: ")")),
-                  let command = Syscall.readSmallFile("/proc/\(pid)/cmdline", limit: 1 << 16) else { return false }
-            let fields = stat[(close + 2)...].split(separator: UInt8(ascii: " "))
-            // Field 22, the start time, is the 20th after the command name.
-            guard fields.count > 19, let start = UInt64(String(decoding: fields[19], as: UTF8.self)), start + 1 >= ticks else { return false }
-            return String(decoding: command, as: UTF8.self).contains(testServiceExecutable)
+            guard let status = Syscall.processStatus(of: pid), status.startTicks + 1 >= ticks,
+                  let command = Syscall.commandLine(of: pid) else { return false }
+            return command.contains { $0.contains(testServiceExecutable) }
         }
     }
 

@@ -423,20 +423,25 @@ extension Syscall {
         package var group: Int32
         /// Its session.
         package var session: Int32
+        /// When it started, in clock ticks (`sysconf(_SC_CLK_TCK)`) since boot.
+        package var startTicks: UInt64
     }
 
-    /// Process `pid`'s name, state, group and session (`/proc/PID/stat`), or `nil` once it is
-    /// gone. Readable for a zombie too.
+    /// Process `pid`'s name, state, group, session and start time (`/proc/PID/stat`), or `nil`
+    /// once it is gone. Readable for a zombie too.
     package static func processStatus(of pid: Int32) -> ProcessStatus? {
         guard let stat = readSmallFile("/proc/\(pid)/stat", limit: 4096) else { return nil }
         // The command name (field 2) is in parentheses and may hold spaces or ')': up to the last ')'.
         guard let open = stat.firstIndex(of: UInt8(ascii: "(")), let close = stat.lastIndex(of: UInt8(ascii: ")")),
               open < close else { return nil }
         let fields = stat[(close + 1)...].split(separator: UInt8(ascii: " "))
-        guard fields.count > 3, let state = String(decoding: fields[0], as: UTF8.self).first,
+        // Fields 3 (state), 5 (group), 6 (session) and 22 (start time) are 0, 2, 3 and 19 here.
+        guard fields.count > 19, let state = String(decoding: fields[0], as: UTF8.self).first,
               let group = Int32(String(decoding: fields[2], as: UTF8.self)),
-              let session = Int32(String(decoding: fields[3], as: UTF8.self)) else { return nil }
-        return ProcessStatus(name: String(decoding: stat[(open + 1)..<close], as: UTF8.self), state: state, group: group, session: session)
+              let session = Int32(String(decoding: fields[3], as: UTF8.self)),
+              let start = UInt64(String(decoding: fields[19], as: UTF8.self)) else { return nil }
+        return ProcessStatus(name: String(decoding: stat[(open + 1)..<close], as: UTF8.self), state: state, group: group,
+                             session: session, startTicks: start)
     }
 
     /// Process `pid`'s arguments (`/proc/PID/cmdline`); `[]` for a zombie, `nil` once gone.

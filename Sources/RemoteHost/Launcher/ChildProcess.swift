@@ -198,11 +198,9 @@ public final class ChildProcess: Sendable {
             self.bubblewrapArguments = bubblewrapArguments
         }
 
-        /// Whether this process's child `pid` is one of them.
-        func include(_ pid: Int32) -> Bool {
-            if descendants.contains(pid) { return true }
-            guard let status = Syscall.processStatus(of: pid) else { return false }
-            if status.session == session || status.group == session { return true }
+        /// Whether this process's child `pid`, whose `/proc` status is `status`, is one of them.
+        func include(_ pid: Int32, _ status: Syscall.ProcessStatus) -> Bool {
+            if descendants.contains(pid) || status.session == session || status.group == session { return true }
             guard let bubblewrapArguments, status.name == "bwrap" else { return false }
             return status.state == "Z" || Syscall.commandLine(of: pid) == bubblewrapArguments
         }
@@ -227,9 +225,11 @@ public final class ChildProcess: Sendable {
         for _ in 0..<8 {
             // Listed under the lock a spawn records its process under (see start).
             let orphans = started.withLock { started in
-                Syscall.childProcesses(of: Syscall.processID).filter { pid in
-                    !isStartedAndRunning(pid, in: started) && leftovers.include(pid)
-                }.map { (pid: $0, wasRunning: Syscall.processStatus(of: $0).map { $0.state != "Z" } ?? false) }
+                Syscall.childProcesses(of: Syscall.processID).compactMap { pid -> (pid: Int32, wasRunning: Bool)? in
+                    guard !isStartedAndRunning(pid, in: started), let status = Syscall.processStatus(of: pid),
+                          leftovers.include(pid, status) else { return nil }
+                    return (pid, status.state != "Z")
+                }
             }
             if orphans.isEmpty { break }
             var held: [ProcessDescriptor] = []
