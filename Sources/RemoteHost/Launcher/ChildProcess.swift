@@ -189,7 +189,7 @@ public final class ChildProcess: Sendable {
         /// Descendants it was seen with.
         package var descendants: Set<Int32> = []
         /// The arguments it was started with, when it is bubblewrap: a process that came back
-        /// with the same arguments, or a zombie bubblewrap, is the sandbox's pid 1 (a fork of it).
+        /// with the same arguments, or a bubblewrap that is a zombie or already exiting, is the sandbox's pid 1 (a fork of it).
         package var bubblewrapArguments: [String]?
 
         package init(session: Int32, descendants: Set<Int32> = [], bubblewrapArguments: [String]? = nil) {
@@ -202,7 +202,10 @@ public final class ChildProcess: Sendable {
         func include(_ pid: Int32, _ status: Syscall.ProcessStatus) -> Bool {
             if descendants.contains(pid) || status.session == session || status.group == session { return true }
             guard let bubblewrapArguments, status.name == "bwrap" else { return false }
-            return status.state == "Z" || Syscall.commandLine(of: pid) == bubblewrapArguments
+            // A zombie, or a process already exiting (its memory, and so its arguments, gone):
+            // the sandbox's pid 1 dying of its death signal, about to be a zombie here.
+            guard status.state != "Z", let arguments = Syscall.commandLine(of: pid), !arguments.isEmpty else { return true }
+            return arguments == bubblewrapArguments
         }
     }
 
