@@ -391,7 +391,7 @@ struct LauncherTests {
         #expect(lines.allSatisfy { $0.metadata["service"] == "com.example.test" })
     }
 
-    @Test("when the host is killed, its services are gone within a second")
+    @Test("when the host is killed, its services are gone within a second, and the next launcher removes its control groups")
     func hostDeathTakesServices() async throws {
         let folder = try ServiceFolder(["test.json": ServiceFolder.manifest()])
         defer { folder.remove() }
@@ -417,6 +417,11 @@ struct LauncherTests {
             try await withDeadline(.seconds(1), "the services' exit after the host's death") {
                 for watcher in watchers { _ = try await watcher.waitForExit() }
             }
+            // The killed host could not remove its control groups; the next launcher does.
+            let stale = launcherControlGroups(ofProcess: host.pid)
+            guard !stale.isEmpty else { return }   // no writable control groups on this machine
+            try await withLauncher(registry: ServiceRegistry(scanning: [folder.path])) { _ in }
+            #expect(launcherControlGroups(ofProcess: host.pid).isEmpty, "left behind: \(launcherControlGroups(ofProcess: host.pid).sorted())")
         }
     }
 

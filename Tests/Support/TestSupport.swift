@@ -50,14 +50,36 @@ public func childProcesses() -> Set<Int32> {
     Set(Syscall.childProcesses(of: Syscall.processID))
 }
 
-/// What leaked: fds and child processes present after `body` that were not there before.
+/// This process's own folders in the `memory` and `pids` hierarchies of control groups v1,
+/// where its launchers make theirs (none without those hierarchies).
+public func ownControlGroupFolders() -> [String] {
+    let text = String(decoding: Syscall.readSmallFile("/proc/self/cgroup", limit: 1 << 16) ?? [], as: UTF8.self)
+    return text.split(separator: "\n").compactMap { line in
+        let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, ["memory", "pids"].contains(String(parts[1])) else { return nil }
+        let folder = "/sys/fs/cgroup/\(parts[1])\(parts[2] == "/" ? "" : String(parts[2]))"
+        return Syscall.isDirectory(folder) ? folder : nil
+    }
+}
+
+/// The control group folders (`remoteview-PID-N`) that process `pid`'s launchers made beside
+/// this process's, as paths.
+public func launcherControlGroups(ofProcess pid: Int32 = Syscall.processID) -> Set<String> {
+    Set(ownControlGroupFolders().flatMap { folder in
+        ((try? Syscall.directoryEntries(folder)) ?? []).filter { $0.hasPrefix("remoteview-\(pid)-") }.map { folder + "/" + $0 }
+    })
+}
+
+/// What leaked: fds, child processes and launchers' control groups present after `body` that
+/// were not there before.
 public struct Leaks: Equatable, CustomStringConvertible {
     public var descriptors: Set<Int32>
     public var children: Set<Int32>
-    public var isEmpty: Bool { descriptors.isEmpty && children.isEmpty }
+    public var controlGroups: Set<String> = []
+    public var isEmpty: Bool { descriptors.isEmpty && children.isEmpty && controlGroups.isEmpty }
     public var description: String {
         let fds = descriptors.sorted().map { "\($0) -> \(Self.target(of: $0))" }
-        return "leaked fds \(fds), child processes \(children.sorted())"
+        return "leaked fds \(fds), child processes \(children.sorted()), control groups \(controlGroups.sorted())"
     }
 
     static func target(of fd: Int32) -> String {
@@ -85,11 +107,13 @@ func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks
     _ = try? await withDeadline { 0 }
     let descriptors = openDescriptors()
     let children = childProcesses()
+    let groups = launcherControlGroups()
     let result = try await body()
     // Dispatch (behind Task.sleep) makes its timerfds lazily, per clock and quality of service;
     // RemoteView itself never creates a timerfd, so one is never ours.
     let leaked = openDescriptors().subtracting(descriptors).filter { Leaks.target(of: $0) != "anon_inode:[timerfd]" }
-    return (result, Leaks(descriptors: leaked, children: childProcesses().subtracting(children)))
+    return (result, Leaks(descriptors: leaked, children: childProcesses().subtracting(children),
+                          controlGroups: launcherControlGroups().subtracting(groups)))
 }
 
 /// A fresh folder under /tmp, for files a test writes (manifests); ``remove()`` deletes it.

@@ -52,9 +52,12 @@ final class ResourceControl: Sendable {
                 : "no cgroup v1 memory and pids hierarchies are mounted at /sys/fs/cgroup"
             return ResourceControl(enforcement: .none, explanation: reason, bases: nil)
         }
+        let parents = (memory: BubblewrapCommand.normalised("/sys/fs/cgroup/memory/\(memory)"),
+                       pids: BubblewrapCommand.normalised("\(ControlGroup.pidsRoot)/\(pids)"))
+        // A host that was killed could not remove its folders: the first launcher after it does.
+        for parent in [parents.memory, parents.pids] { removeStaleFolders(in: parent) }
         let name = "remoteview-\(Syscall.processID)-\(launcher)"
-        let bases = (memory: BubblewrapCommand.normalised("/sys/fs/cgroup/memory/\(memory)/\(name)"),
-                     pids: BubblewrapCommand.normalised("/sys/fs/cgroup/pids/\(pids)/\(name)"))
+        let bases = (memory: parents.memory + "/" + name, pids: parents.pids + "/" + name)
         do {
             try Syscall.makeDirectory(bases.memory)
             do { try Syscall.makeDirectory(bases.pids) } catch {
@@ -98,6 +101,25 @@ final class ResourceControl: Sendable {
         try? Syscall.removeDirectory(bases.memory)
         try? Syscall.removeDirectory(bases.pids)
     }
+
+    /// Removes the `remoteview-PID-N` folders in `parent` of hosts that no longer run (a host
+    /// killed by SIGKILL leaves its folders behind), with their groups. Whatever still runs in
+    /// such a group (a sandbox that outlived its host) is killed first; a group that is not
+    /// empty yet stays for the next launcher to remove.
+    static func removeStaleFolders(in parent: String) {
+        for name in (try? Syscall.directoryEntries(parent)) ?? [] where name.hasPrefix("remoteview-") {
+            let fields = name.dropFirst("remoteview-".count).split(separator: "-")
+            guard fields.count == 2, let pid = Int32(fields[0]), Int(fields[1]) != nil,
+                  pid != Syscall.processID, !Syscall.processExists(pid) else { continue }
+            let folder = parent + "/" + name
+            guard Syscall.isDirectory(folder) else { continue }
+            for group in (try? Syscall.directoryEntries(folder)) ?? [] where Syscall.isDirectory(folder + "/" + group) {
+                ControlGroup.killMembers(of: folder + "/" + group)
+                try? Syscall.removeDirectory(folder + "/" + group)
+            }
+            try? Syscall.removeDirectory(folder)
+        }
+    }
 }
 
 /// One service process's control groups.
@@ -134,6 +156,79 @@ final class ControlGroup: Sendable {
     func remove() {
         try? Syscall.removeDirectory(memory)
         try? Syscall.removeDirectory(pids)
+    }
+
+    /// Removes both folders once the processes still in them are gone, by `deadline`; returns
+    /// whether it did.
+    ///
+    /// Called when the service's process is reaped: the sandbox's other processes are then
+    /// dying with their pid namespace, but a group cannot be removed (`EBUSY`) until the last
+    /// has left it, and control groups v1 tell no one when that happens. So whatever is still
+    /// in the group is sent SIGKILL (it belongs to the service), and the removal is retried with
+    /// a growing pause (1 ms, doubling, at most 50 ms).
+    func remove(until deadline: ContinuousClock.Instant) async -> Bool {
+        var pause = Duration.milliseconds(1)
+        while true {
+            Self.killMembers(of: pids)
+            Self.killMembers(of: memory)
+            var gone = true
+            for folder in [memory, pids] {
+                do { try Syscall.removeDirectory(folder) } catch where error.errno != ENOENT { gone = false } catch {}
+            }
+            if gone { return true }
+            let next = ContinuousClock.now.advanced(by: pause)
+            guard next < deadline else { return false }
+            do { try await EventLoop.shared.sleep(until: next) } catch { return false }
+            pause = min(pause * 2, .milliseconds(50))
+        }
+    }
+
+    /// Kills every process in the group and waits, until `deadline`, for each to exit; returns
+    /// their pids.
+    ///
+    /// Whatever is in a service's group is the service's, wherever it went: the sandbox's pid 1,
+    /// or, unsandboxed, a daemon that left the service's session and process group. Each is held
+    /// by a pidfd before it is signalled, and only if it is still in the group then, so a
+    /// reused pid is never signalled. A process that forks as it is killed puts its child in
+    /// the group: the group is read again until nothing new is in it.
+    func killMembers(until deadline: ContinuousClock.Instant) async -> Set<Int32> {
+        var held: [Int32: ProcessDescriptor] = [:]
+        for _ in 0..<8 {
+            let fresh = Self.members(of: pids).filter { held[$0] == nil }
+            if fresh.isEmpty { break }
+            for pid in fresh {
+                guard let member = try? ProcessDescriptor(pid: pid, isChild: false), isMember(pid) else { continue }
+                member.send(signal: SIGKILL)
+                held[pid] = member
+            }
+        }
+        for member in held.values { _ = try? await member.waitForExit(until: deadline) }
+        return Set(held.keys)
+    }
+
+    /// Whether process `pid` is in this group's `pids` folder (`/proc/PID/cgroup`).
+    private func isMember(_ pid: Int32) -> Bool {
+        let path = String(pids.dropFirst(ControlGroup.pidsRoot.count))
+        let text = String(decoding: Syscall.readSmallFile("/proc/\(pid)/cgroup", limit: 1 << 16) ?? [], as: UTF8.self)
+        return text.split(separator: "\n").contains { line in
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            return parts.count == 3 && parts[1].split(separator: ",").contains("pids") && parts[2] == path
+        }
+    }
+
+    /// Where control groups v1 `pids` hierarchy is mounted.
+    static let pidsRoot = "/sys/fs/cgroup/pids"
+
+    /// The processes in the group at `folder` (its `cgroup.procs`).
+    static func members(of folder: String) -> [Int32] {
+        let text = String(decoding: Syscall.readSmallFile(folder + "/cgroup.procs", limit: 1 << 20) ?? [], as: UTF8.self)
+        return text.split(separator: "\n").compactMap { Int32($0) }.filter { $0 > 1 }
+    }
+
+    /// Sends SIGKILL to every process in the group at `folder`, by pid: for a group of a host
+    /// that is gone, or one about to be removed that must be empty.
+    static func killMembers(of folder: String) {
+        for pid in members(of: folder) { Syscall.kill(pid, SIGKILL) }
     }
 
     private static func number(_ path: String) -> UInt64? {

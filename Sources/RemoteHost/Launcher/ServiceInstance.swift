@@ -231,7 +231,10 @@ final class ServiceInstance: LaunchedProcess {
             // What it left behind that came back to the host (a child subreaper): the sandbox's
             // pid 1 orphaned by a bubblewrap killed too early to pass on its death signal, or,
             // unsandboxed, its children. Killed and reaped, so nothing outlives the service.
-            let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants },
+            // Whatever is still in its control groups is the service's too, wherever it went
+            // (unsandboxed, a daemon that left its session): killed, and awaited.
+            let strays = await self.group?.killMembers(until: .now.advanced(by: stopGrace)) ?? []
+            let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants }.union(strays),
                                                    bubblewrapArguments: sandboxed ? spawnArguments : nil)
             let orphans = await ChildProcess.collectOrphans(of: leftovers, until: .now.advanced(by: stopGrace))
             // A zombie is usual (bubblewrap's pid 1 may end after the outer one); a process still
@@ -250,8 +253,11 @@ final class ServiceInstance: LaunchedProcess {
             }
             var reason = classify(termination)
             reason.uptime = uptime.inSeconds
-            // Every process of it is gone (reaped, or its orphans collected): its groups can go.
-            self.group?.remove()
+            // Every process of it is gone or going (reaped, or its orphans collected): its groups
+            // can go once the last has left them.
+            if let controlGroup = self.group, !(await controlGroup.remove(until: .now.advanced(by: stopGrace))) {
+                logger.warning("control groups \(controlGroup.memory) and \(controlGroup.pids) still hold processes; left for the next launcher")
+            }
             // Published before the tasks above finish: a stop() in one of them waits for it.
             ending.open(reason)
             await control.close(reason: "the service process ended")
