@@ -73,3 +73,21 @@ void rv_heap_in_use(size_t *arenas, size_t *mapped) {
 void rv_stdout_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 
 int rv_name_this_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }
+
+// MARK: ThreadSanitizer
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if __has_feature(thread_sanitizer) || defined(__SANITIZE_THREAD__)
+// The ThreadSanitizer runtime's annotation interface (compiler-rt's tsan_interface.h).
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+int rv_thread_sanitizer(void) { return 1; }
+void rv_tsan_acquire(void *address) { __tsan_acquire(address); }
+void rv_tsan_release(void *address) { __tsan_release(address); }
+#else
+int rv_thread_sanitizer(void) { return 0; }
+void rv_tsan_acquire(void *address) { (void)address; }
+void rv_tsan_release(void *address) { (void)address; }
+#endif

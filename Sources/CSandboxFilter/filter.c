@@ -116,3 +116,19 @@ out:
     seccomp_release(ctx);
     return rc;
 }
+
+// SwiftPM's --sanitize gives C targets -fsanitize= too, so these see the build's sanitizers.
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+
+int rv_sanitizers(void) {
+    int sanitizers = 0;
+#if __has_feature(address_sanitizer) || defined(__SANITIZE_ADDRESS__)
+    sanitizers |= RV_SANITIZER_ADDRESS;
+#endif
+#if __has_feature(thread_sanitizer) || defined(__SANITIZE_THREAD__)
+    sanitizers |= RV_SANITIZER_THREAD;
+#endif
+    return sanitizers;
+}

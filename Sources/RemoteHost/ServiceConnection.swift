@@ -1,5 +1,5 @@
 import RemoteCore
-import Synchronization
+import struct Synchronization.Atomic
 
 /// A host's connection to a service by name, with XPC's semantics: the service process is
 /// launched on first use, relaunched on the next message after it crashed or exited idle, and

@@ -1,7 +1,6 @@
 @_exported import RemoteCore
 import Glibc
 import Logging
-import Synchronization
 
 /// The service side's entry point: picks up the socket the host passed, serves every
 /// connection on it, and exits when idle. Like `xpc_main()`.

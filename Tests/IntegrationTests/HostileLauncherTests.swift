@@ -3,7 +3,7 @@ import Glibc
 import Logging
 import RemoteHost
 import RemoteTestSupport
-import Synchronization
+import struct Synchronization.Atomic
 import Testing
 
 /// Services that misbehave on purpose (the fixture's hostile modes and requests, see

@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 import RemoteHost
 import RemoteTestSupport
 import Testing

@@ -2,7 +2,6 @@ import Glibc
 import RemoteHost
 import RemoteService
 import RemoteTestSupport
-import Synchronization
 import Testing
 
 /// The fixture's toolkit screen ("ui" mode: title, status label, button, text field, progress

@@ -1,6 +1,5 @@
 import Glibc
 import RemoteTestSupport
-import Synchronization
 import Testing
 @testable import RemoteCore
 

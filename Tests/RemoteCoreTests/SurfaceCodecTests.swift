@@ -3,7 +3,6 @@
 @testable import RemoteCore
 import RemoteTestSupport
 import Glibc
-import Synchronization
 import Testing
 
 /// Field numbers of the surface bodies and their submessages (remoteview.proto).

@@ -4,7 +4,6 @@
 @testable import RemoteHost
 @testable import RemoteService
 import RemoteTestSupport
-import Synchronization
 import Testing
 
 @Suite("Presenter and compositor")

@@ -1,7 +1,6 @@
 import Glibc
 import Logging
 import RemoteHost
-import Synchronization
 import Testing
 
 // Launching the fixture service from manifests the tests write, and waiting for what the

@@ -1,5 +1,4 @@
 import RemoteHost
-import Synchronization
 
 /// A share's updates as they come: all of them, and a wait for one in a given state.
 public final class ShareUpdates: Sendable {

@@ -82,6 +82,16 @@ int rv_is_child_subreaper(void);
 /// (`hblkhd`).
 void rv_heap_in_use(size_t *_Nonnull arenas, size_t *_Nonnull mapped);
 
+// MARK: ThreadSanitizer
+
+/// 1 when this module was compiled with ThreadSanitizer (`swift build --sanitize=thread` gives C
+/// targets `-fsanitize=thread`), else 0. Decided at compile time.
+int rv_thread_sanitizer(void);
+/// `__tsan_acquire(address)` / `__tsan_release(address)` in a ThreadSanitizer build, nothing
+/// otherwise: tell ThreadSanitizer about a lock it cannot see (RemoteCore's `Mutex`).
+void rv_tsan_acquire(void *_Nonnull address);
+void rv_tsan_release(void *_Nonnull address);
+
 // MARK: stdio
 
 /// Makes stdout line-buffered (Swift 6 cannot name the global `stdout`).

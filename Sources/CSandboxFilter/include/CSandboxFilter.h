@@ -12,4 +12,13 @@
 /// Returns 0, or a negative errno with `*failed_step` naming the libseccomp call that failed.
 int rv_sandbox_filter_export(int fd, int allow_inet, const char *_Nullable *_Nonnull failed_step);
 
+/// The sanitizers this build was compiled with: `RV_SANITIZER_ADDRESS`, `RV_SANITIZER_THREAD`
+/// (0 in a normal build). Decided by the compiler's flags, never at run time, so that a release
+/// build cannot be talked into the sanitizer-only behaviour of the launcher
+/// (`SanitizerEnvironment`).
+int rv_sanitizers(void);
+
+#define RV_SANITIZER_ADDRESS 1
+#define RV_SANITIZER_THREAD 2
+
 #endif

@@ -1,7 +1,6 @@
 import CSpawn
 import Glibc
 import RemoteCore
-import Synchronization
 
 /// A service process the host started, held by pidfd and reaped exactly once.
 ///
@@ -70,6 +69,7 @@ public final class ChildProcess: Sendable {
         var options = Options()
         options.pass(socket, as: 3)
         options.environment = environment.merging(["LISTEN_FDS": "1", "LISTEN_FDNAMES": "remoteview"]) { _, new in new }
+            .merging(SanitizerEnvironment.forService(sandboxed: false)?.variables ?? [:]) { own, _ in own }
         options.deathSignal = nil
         return try start(executable: executable, arguments: arguments, options: options)
     }

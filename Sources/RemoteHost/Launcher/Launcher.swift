@@ -1,6 +1,6 @@
 import Logging
 import RemoteCore
-import Synchronization
+import struct Synchronization.Atomic
 
 /// launchd for a host's own services: starts a service's process when a ``ServiceConnection``
 /// first needs it, sandboxed, watches it, relaunches it after a crash (throttled, with

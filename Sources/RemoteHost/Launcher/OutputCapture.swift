@@ -1,7 +1,6 @@
 import Glibc
 import Logging
 import RemoteCore
-import Synchronization
 
 /// Reads a service's stdout or stderr from a pipe and logs it line by line with the service's
 /// identifier, so a service's prints end up in the host's log (as launchd sends them to the

@@ -1,6 +1,6 @@
 import Glibc
 import RemoteCore
-import Synchronization
+import struct Synchronization.Atomic
 
 /// How a launcher enforces a manifest's `limits.memoryMiB` and `limits.processes`
 /// (``ServiceStatus/limitEnforcement``). `openFiles` and `cpuSeconds` are rlimits, always applied.

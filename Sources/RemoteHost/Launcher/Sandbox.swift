@@ -37,10 +37,12 @@ struct BubblewrapCommand {
     ///   manifest with the `sandbox.dataFolder` entitlement.
     ///   - dataRoot: The launcher's data root, which `readOnlyPaths` may not overlap.
     ///   - seccompDescriptor: The child's fd number holding the ``SeccompFilter`` program.
+    ///   - sanitizers: In a sanitized build only, the sanitizers' options and their suppression
+    ///     files (``SanitizerEnvironment``).
     /// - Throws: `invalidated` when a path of the manifest's `readOnlyPaths` is refused now
     ///   (``SandboxPaths``: it may have become a link to somewhere else since the manifest was read).
     init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil,
-         dataRoot: String? = nil, seccompDescriptor: Int32? = nil) throws(RemoteError) {
+         dataRoot: String? = nil, seccompDescriptor: Int32? = nil, sanitizers: SanitizerEnvironment? = nil) throws(RemoteError) {
         self.bubblewrap = bubblewrap
         var arguments = ["--unshare-all"]
         if manifest.sandbox.network { arguments.append("--share-net") }
@@ -84,6 +86,8 @@ struct BubblewrapCommand {
             }
         }
         if let dataFolder { arguments += ["--bind", dataFolder, Self.dataMountPoint] }
+        for file in sanitizers?.suppressionFiles ?? [] { arguments += ["--ro-bind-try", file, file] }
+        let environment = environment.merging(sanitizers?.variables ?? [:]) { _, sanitizer in sanitizer }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         if let seccompDescriptor { arguments += ["--seccomp", String(seccompDescriptor)] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments

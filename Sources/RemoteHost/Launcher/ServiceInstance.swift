@@ -1,7 +1,6 @@
 import Glibc
 import Logging
 import RemoteCore
-import Synchronization
 
 /// One running service process: the process (under bubblewrap, or not), the launcher's control
 /// connection on its fd 3, its captured output, its activity and how it ended.
@@ -81,12 +80,14 @@ final class ServiceInstance: LaunchedProcess {
             }
             let command = try BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
                                                 environment: environment, dataFolder: dataFolder, dataRoot: dataRoot,
-                                                seccompDescriptor: Self.seccompDescriptorNumber)
+                                                seccompDescriptor: Self.seccompDescriptorNumber,
+                                                sanitizers: SanitizerEnvironment.forService(sandboxed: true))
             (executable, arguments) = (command.bubblewrap, command.arguments)
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:
             logger.warning("launching without a sandbox (SandboxPolicy.unsandboxed): the service can read what the host can and reach the network")
             environment[FrameworkMessage.dataDirectoryVariable] = dataFolder
+            environment.merge(SanitizerEnvironment.forService(sandboxed: false)?.variables ?? [:]) { _, sanitizer in sanitizer }
             (executable, arguments) = (manifest.executablePath, manifest.arguments)
         }
 

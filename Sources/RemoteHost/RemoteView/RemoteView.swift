@@ -1,6 +1,5 @@
 import CCairo
 import RemoteCore
-import Synchronization
 
 /// A service's view embedded in the host: what the service drew as an image, a stream of
 /// damage, and the size the host gives it. Nothing toolkit-specific: any toolkit can blit

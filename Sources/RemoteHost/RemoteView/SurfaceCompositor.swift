@@ -1,5 +1,4 @@
 import RemoteCore
-import Synchronization
 
 /// The host's copy of what a service drew, composited from its commits: premultiplied ARGB32
 /// words, row after row. ``RemoteImage`` is the public, read-only face of it.

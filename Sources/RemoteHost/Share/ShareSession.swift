@@ -1,5 +1,4 @@
 import RemoteCore
-import Synchronization
 
 /// One running share: the activity's process, its embedded view, the updates it streams and
 /// the outcome it ends with. Made by ``ShareSheet/perform(_:launcher:presentation:cancelGrace:)``.

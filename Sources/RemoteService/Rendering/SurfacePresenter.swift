@@ -1,5 +1,4 @@
 import RemoteCore
-import Synchronization
 
 /// The service's side of its surface: buffers, damage and pacing (docs/Protocol.md, "Surfaces").
 ///

@@ -1,4 +1,4 @@
-import Synchronization
+import struct Synchronization.Atomic
 
 /// One host connection's presentation of the service's UI: made with the connection, it makes
 /// the view controller at the host's first size, then draws frames as the tree is damaged, one

@@ -1,5 +1,4 @@
 import Logging
-import Synchronization
 
 /// A share as its activity sees it (`NSExtensionContext`): the items the host shared, and how
 /// the activity reports what it is doing and how it ends.

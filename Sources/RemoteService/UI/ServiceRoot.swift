@@ -1,4 +1,3 @@
-import Synchronization
 
 /// The top of one presented view tree (one per host connection that shows the service): it
 /// owns the controller, the size and traits the host gave, the damage waiting for the next

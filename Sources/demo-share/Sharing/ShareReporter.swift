@@ -4,7 +4,6 @@
 import FoundationEssentials
 import Glibc
 import RemoteHost
-import Synchronization
 
 final class ShareReporter: Sendable {
     enum Mode: Sendable {

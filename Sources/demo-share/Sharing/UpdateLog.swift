@@ -1,6 +1,5 @@
 // The activity updates a headless share has seen, for the script's waits.
 import RemoteHost
-import Synchronization
 
 /// Every update of one share, in order, and whether the share has ended; a script's `wait`
 /// looks from where the previous one matched, and waits (event-driven, with a deadline) for

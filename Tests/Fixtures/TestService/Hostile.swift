@@ -3,7 +3,7 @@
 // so it can do what ServiceMain never would.
 import Glibc
 import RemoteService
-import Synchronization
+import struct Synchronization.Atomic
 
 enum Hostile {
     /// The continuations of "hang" requests, kept so that they are never dropped (or resumed).

@@ -5,7 +5,6 @@
 import Glibc
 import RawPacket
 import RemoteService
-import Synchronization
 
 enum HostileSurface {
     enum Mode: String {

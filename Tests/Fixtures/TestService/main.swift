@@ -4,7 +4,6 @@ import CHostileCalls
 import Glibc
 import RawPacket
 import RemoteService
-import Synchronization
 
 /// Cancellations this process observed, reported by the "cancellations" request.
 let cancellations = Tally()
