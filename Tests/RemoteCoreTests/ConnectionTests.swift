@@ -326,6 +326,36 @@ struct HostileConnectionTests {
         #expect(outcome?.code == .timeout)
     }
 
+    @Test("a peer that stops reading holds at most maxWaitingSends sends waiting; one more fails at once, naming the bound")
+    func tooManyWaitingSends() async throws {
+        let outcome = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let peer = pair.second
+            // A send timeout far past the test's deadline: only the bound can end a send here.
+            let transport = try SeqpacketSocket(pair.first, sendTimeout: .seconds(600), maxWaitingSends: 8)
+            let first = try await withThrowingTaskGroup(of: RemoteError?.self) { group -> RemoteError? in
+                for _ in 0..<16 {
+                    group.addTask {
+                        let payload = [UInt8](repeating: 1, count: 60_000)
+                        do {
+                            while true { try await transport.send(Envelope(id: 1, body: .message(type: "flood", payload: payload))) }
+                        } catch let error as RemoteError {
+                            return error
+                        }
+                    }
+                }
+                let first = try await group.next() ?? nil
+                // The 8 still waiting end with the socket.
+                transport.close()
+                return first
+            }
+            withExtendedLifetime(peer) {}
+            return first
+        }
+        #expect(outcome?.code == .timeout)
+        #expect(outcome?.reason.contains("8 sends already wait for room") == true, "\(String(describing: outcome))")
+    }
+
     @Test("the peer vanishing fails outstanding requests with interrupted")
     func vanishingPeer() async throws {
         let error = try await withoutLeaks {

@@ -7,6 +7,8 @@ import Synchronization
 ///
 /// Non-blocking underneath: a call that would block waits on the shared ``EventLoop`` instead of
 /// holding a thread, and a send waits at most ``sendTimeout`` for a peer that stopped reading.
+/// At most ``maxWaitingSends`` sends wait at once: past that, a send fails at once, so a peer
+/// that stopped reading never makes this process hold an unbounded number of packets.
 package final class SeqpacketSocket: Transport, @unchecked Sendable {
     // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` is only touched by
     // the single receiver that `state.receiving` admits; everything else is in `state`.
@@ -16,6 +18,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     let fd: Int32
     /// How long a send waits for a peer that does not read.
     package let sendTimeout: Duration
+    /// How many sends may wait at once for room in the peer's receive queue; one more fails
+    /// at once, as *timeout*.
+    package let maxWaitingSends: Int
+    /// The default ``maxWaitingSends``: far above what a caller that awaits each send (or a
+    /// few at once) ever reaches, and a bound on one that starts a task per event.
+    package static let defaultMaxWaitingSends = 1024
     private let loop: EventLoop
     private let registration: EventLoop.Registration
     private let buffers: ReceiveBuffers
@@ -41,7 +49,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 
     /// Takes ownership of a connected seqpacket socket (made non-blocking here).
-    package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), loop: EventLoop = .shared) throws(SystemCallError) {
+    package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), maxWaitingSends: Int = defaultMaxWaitingSends,
+                 loop: EventLoop = .shared) throws(SystemCallError) {
         let waiters = Waiters()
         try Syscall.setNonBlocking(socket.rawValue, true)
         // Runs on the loop thread. Interest is one-shot, so whatever fired, every waiter is
@@ -57,6 +66,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         self.buffers = ReceiveBuffers()
         self.fd = socket.release()
         self.sendTimeout = sendTimeout
+        self.maxWaitingSends = maxWaitingSends
         self.loop = loop
     }
 
@@ -145,7 +155,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             case .done: return
             case .wouldBlock:
                 if deadline == nil { deadline = .now.advanced(by: sendTimeout) }
-                let writable: Bool
+                let writable: Writable
                 do throws(WaitError) {
                     writable = try await waitWritable(until: deadline!)
                 } catch .deadlinePassed {
@@ -153,7 +163,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
                 } catch {
                     throw RemoteError(.cancelled, "sending \(envelope.body.name) was cancelled while the peer's queue was full")
                 }
-                guard writable else { throw RemoteError(.invalidated, "the connection was closed") }
+                switch writable {
+                case .maybe: break
+                case .closed: throw RemoteError(.invalidated, "the connection was closed")
+                case .tooManyWaiting:
+                    throw RemoteError(.timeout, "the peer is not reading: \(maxWaitingSends) sends already wait for room in its receive queue, \(envelope.body.name) is not sent")
+                }
             }
         }
     }
@@ -204,18 +219,32 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
     }
 
-    /// `true` when the socket may be writable again, `false` once it is closed.
+    /// What a wait for room to send found.
+    private enum Writable {
+        /// The socket may be writable again.
+        case maybe
+        /// It is closed.
+        case closed
+        /// ``maxWaitingSends`` sends wait already; this one did not.
+        case tooManyWaiting
+    }
+
+    /// Waits until the socket may be writable again, or is closed; returns at once when
+    /// ``maxWaitingSends`` sends wait already.
     ///
     /// - Throws: ``WaitError`` at `deadline`, or when the sending task is cancelled.
-    nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async throws(WaitError) -> Bool {
+    nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async throws(WaitError) -> Writable {
         let waiter = Waiter<Bool>()
+        var full = false
+        let maxWaitingSends = self.maxWaitingSends
         guard arm({ state in
-            state.writeWaiters.append(waiter)
-        }) else { return false }
+            if state.writeWaiters.count >= maxWaitingSends { full = true } else { state.writeWaiters.append(waiter) }
+        }) else { return .closed }
+        if full { return .tooManyWaiting }
         let waiters = self.waiters
         return try await waiter.wait(until: deadline, onAbandon: {
             waiters.state.withLock { $0.writeWaiters.remove(waiter) }
-        })
+        }) ? .maybe : .closed
     }
 
     /// Records a waiter with `register` and arms the loop for what every waiter needs, under
