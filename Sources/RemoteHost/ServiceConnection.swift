@@ -62,6 +62,17 @@ public final class ServiceConnection: Sendable {
 
         /// Whether new work can go to it.
         var isUsable: Bool { !connection.isClosed && instance.isUsable }
+
+        /// Whether it still counts among its instance's clients.
+        private let counted = Atomic<Bool>(true)
+
+        /// Takes it off its instance's clients, once (whoever sees it closed first: its job, or
+        /// the invalidation that closed it); returns how many clients are left, or `nil` when it
+        /// was already off.
+        @discardableResult
+        func leave() -> Int? {
+            counted.exchange(false, ordering: .acquiringAndReleasing) ? instance.closeChannel() : nil
+        }
     }
 
     private struct WeakListener {
@@ -220,6 +231,9 @@ public final class ServiceConnection: Sendable {
         let last = channel.instance.manifest.instances == .perConnection || channel.instance.clientCount <= 1
         return {
             await channel.connection.close(reason: reason)
+            // Off the clients now, so that once invalidate() returns, status() no longer counts it
+            // (its job, which sees the close later, does not count it off again).
+            channel.leave()
             if last {
                 await channel.instance.stop(TerminationReason(kind: .stopped, detail: reason), grace: grace)
             }
@@ -318,7 +332,7 @@ public final class ServiceConnection: Sendable {
         // Current before it runs, so that however soon it ends, its job reports it.
         if case .refuse(let invalidation) = machine.withLock({ $0.connected(channel) }) {
             await discard(channel, reason: "invalidated")
-            if instance.closeChannel() == 0 || instance.manifest.instances == .perConnection {
+            if channel.leave() == 0 || instance.manifest.instances == .perConnection {
                 await instance.stop(TerminationReason(kind: .stopped, detail: "invalidated by the host"), grace: instance.stopGrace)
             }
             throw invalidation
@@ -334,7 +348,7 @@ public final class ServiceConnection: Sendable {
                 announceInvalidation(announce)
             }
             await discard(channel, reason: "the launcher shut down")
-            instance.closeChannel()
+            channel.leave()
             throw RemoteError(.invalidated, "the launcher shut down")
         }
         // What a new process must know comes before any caller's message: the listeners send
@@ -376,7 +390,7 @@ public final class ServiceConnection: Sendable {
         } catch {
             failure = error
         }
-        channel.instance.closeChannel()
+        channel.leave()
         return failure
     }
 

@@ -15,8 +15,6 @@ struct MemoryLeakTests {
     /// The most heap a cycle may leave behind on average: well under one leaked connection,
     /// above what a growing table's amortised capacity adds.
     static let allowedGrowthPerCycle = 1024
-    /// The same, for a cycle that launches and stops a process.
-    static let allowedGrowthPerLaunch = 4096
 
     /// The fixture service's heap in use and resident memory, in bytes, as it reports them.
     static func serviceMemory(_ connection: ServiceConnection) async throws -> (heap: Int, resident: Int) {
@@ -138,7 +136,7 @@ struct MemoryLeakTests {
           arguments: ["shared", "perConnection"])
     func releasedConnection(_ instances: String) async throws {
         let manifest = ServiceFolder.manifest(extra: "\"instances\": \"\(instances)\"")
-        try await withServices(["test.json": manifest], within: .seconds(30)) { launcher, _ in
+        try await withServices(["test.json": manifest], within: .seconds(60)) { launcher, _ in
             let events = launcher.events()
             @Sendable func cycle() async throws {
                 var connection: ServiceConnection? = launcher.connection(to: "com.example.test")
@@ -156,19 +154,25 @@ struct MemoryLeakTests {
                 let reason = try await termination(of: pid, in: events)
                 #expect(reason.kind == .stopped && reason.detail.contains("released by the host"), "\(reason)")
             }
-            // Warm-up, as the other tests here: each cycle starts a process, and the tables that
-            // track processes (pids, pidfd registrations) reach their size over the first dozens.
-            for _ in 0..<30 { try await cycle() }
+            // Warm-up. Each cycle here launches and stops a process, which fills caches that
+            // outlast it: Dispatch keeps the continuations the event loop's thread allocates in
+            // each worker thread's cache, and the runtime's metadata tables grow. Measured with
+            // heaptrack over 800 cycles, the host's heap grows about 1.5 KB per launch for the
+            // first hundred, then stays flat (about 10 bytes per launch from 100 to 400).
+            @Sendable func cycles(_ count: Int) async throws -> Int {
+                // The least heap over the last ten: a transient allocation (a 64 KiB receive
+                // buffer in flight) does not count.
+                var lowest = Int.max
+                for index in 0..<count {
+                    try await cycle()
+                    if index >= count - 10 { lowest = min(lowest, Self.heap) }
+                }
+                return lowest
+            }
+            let before = try await cycles(100)
             // And nothing of each stays behind: 100 more.
-            let before = Self.heap
-            let cycles = 100
-            for _ in 0..<cycles { try await cycle() }
-            let growth = (Self.heap - before) / cycles
-            // Each cycle here launches and stops a whole process. The host's heap grows by
-            // about 1.1–1.9 KB per such cycle over 100 (not yet explained: see issue 13's
-            // note), well below the leaks this catches (a 64 KiB receive buffer, 17 KB per
-            // connection), so this bound is per launch, not per connection.
-            #expect(growth < Self.allowedGrowthPerLaunch, "the host's heap grew \(growth) bytes per released connection")
+            let growth = (try await cycles(100) - before) / 100
+            #expect(growth < Self.allowedGrowthPerCycle, "the host's heap grew \(growth) bytes per released connection")
         }
     }
 }
