@@ -486,6 +486,9 @@ package struct ServiceChannel: Sendable {
         self.instance = instance
     }
 
+    /// What the process's surfaces map in the host together, against the launcher's bound.
+    package var mappings: MappingBudget { instance.mappings }
+
     /// Routes the surface family from the service to `handler` (each message counts as activity
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(surface handler: @escaping Connection.SurfaceHandler) {

@@ -95,6 +95,26 @@ struct HostileSurfaceTests {
 
     // MARK: attach_buffer
 
+    @Test("the surfaces of one service process map at most maxMappedBytesPerService together: an attach_buffer past it, on any view, ends the process as a protocol violation that names the total")
+    func mappedBytesPerService() async throws {
+        var configuration = fastLauncherConfiguration()
+        configuration.maxMappedBytesPerService = 4096  // one 32 × 24 buffer (3072 bytes), not two
+        try await withServices(["view.json": ServiceFolder.manifest(identifier: Self.neighbour, mode: "view")],
+                               within: .seconds(20), configuration: configuration) { launcher, _ in
+            let events = launcher.events()
+            let first = RemoteView(connection: launcher.connection(to: Self.neighbour))
+            try await first.present(width: 32, height: 24)
+            #expect(try await nextDamage(first) == [PixelRect(x: 0, y: 0, width: 32, height: 24)])
+            // A second view on the same (shared) process: its first buffer is one too many.
+            let second = RemoteView(connection: launcher.connection(to: Self.neighbour))
+            try await second.present(width: 32, height: 24)
+            let (_, reason) = try await termination(of: Self.neighbour, in: events)
+            #expect(reason.kind == .protocolViolation, "\(reason)")
+            #expect(reason.detail.contains("(3072 bytes) would map 6144 bytes across the service's surfaces, more than the 4096 one service process may map"),
+                    "\(reason)")
+        }
+    }
+
     @Test("an unsealed memfd: ended as a protocol violation that says it is not sealed; the host and its neighbours carry on")
     func unsealedMemfd() async throws {
         try await withHostileView("unsealed") { scene in

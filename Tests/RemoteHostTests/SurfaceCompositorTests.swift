@@ -133,6 +133,34 @@ struct SurfaceCompositorTests {
         }
     }
 
+    @Test("the surfaces of one process share a budget: an attach past it on any of them is a violation naming the total; a destroyed buffer, or a surface that goes, gives its bytes back")
+    func sharedMappingBudget() async throws {
+        try await withoutLeaks {
+            // 512 × 512 × 4 bytes = 1 MiB a buffer; three fit.
+            let budget = MappingBudget(limit: 3 << 20)
+            var first: SurfaceCompositor? = SurfaceCompositor(budget: budget)
+            let second = SurfaceCompositor(budget: budget)
+            let buffers = try (1...4).map { id in try ServiceBuffer(id: UInt32(id), width: 512, height: 512, colour: 0, fill: false) }
+            func attach(_ buffer: ServiceBuffer, to compositor: SurfaceCompositor?) throws {
+                let (message, fds) = try buffer.attach()
+                try compositor?.receive(message, attachments: fds)
+            }
+            try attach(buffers[0], to: first)
+            try attach(buffers[1], to: first)
+            try attach(buffers[2], to: second)
+            #expect(budget.used == 3 << 20)
+            let error = #expect(throws: RemoteError.self) { try attach(buffers[3], to: second) }
+            #expect(error?.code == .protocolViolation)
+            #expect(error?.reason.contains("attach_buffer of buffer 4 (1048576 bytes) would map 4194304 bytes across the service's surfaces, more than the 3145728 one service process may map") == true,
+                    "\(String(describing: error))")
+            #expect(budget.used == 3 << 20, "a refused buffer counts for nothing")
+            try first?.receive(.destroyBuffer(1), attachments: [])
+            #expect(budget.used == 2 << 20)
+            first = nil
+            #expect(budget.used == 1 << 20, "the surface's last buffer went with it")
+        }
+    }
+
     @Test("every broken rule is a protocol violation that names it", arguments: 0..<violations.count)
     func rejected(_ index: Int) async throws {
         let (_, words) = Self.violations[index]

@@ -52,6 +52,11 @@ public actor Launcher {
         /// those is the host's own job. Once the last launcher's ``Launcher/run()`` has
         /// returned, the process is a subreaper again only if it was one before.
         public var adoptsOrphans: Bool
+        /// The most bytes of shared memory one service process may have mapped in the host
+        /// across all its surfaces (every ``RemoteView`` on it) at once; an `attach_buffer` past
+        /// it is a protocol violation that ends the process. Each surface has its own bound too
+        /// (two buffers of the largest size, 512 MiB). Default 1 GiB.
+        public var maxMappedBytesPerService: Int
 
         /// Policy knobs; each default suits an interactive host.
         public init(hostIdentifier: String = "remoteview.host", sandbox: SandboxPolicy = .bubblewrap(),
@@ -59,7 +64,7 @@ public actor Launcher {
                     minimumRelaunchInterval: Duration = .milliseconds(100), crashLoopLimit: Int = 5,
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
-                    adoptsOrphans: Bool = true) {
+                    adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30) {
             self.hostIdentifier = hostIdentifier
             self.sandbox = sandbox
             self.dataRoot = dataRoot
@@ -72,6 +77,7 @@ public actor Launcher {
             self.idleGracePeriod = idleGracePeriod
             self.logger = logger
             self.adoptsOrphans = adoptsOrphans
+            self.maxMappedBytesPerService = maxMappedBytesPerService
         }
 
         /// `$XDG_DATA_HOME/remoteview/services`, or `~/.local/share/remoteview/services` (the
@@ -319,7 +325,8 @@ public actor Launcher {
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
-                                                        resources: resources, logger: configuration.logger)
+                                                        resources: resources, maxMappedBytes: configuration.maxMappedBytesPerService,
+                                                        logger: configuration.logger)
         } catch {
             // A missing executable or sandbox can never work.
             if error.code == .invalidated { invalidate(identifier, error) }

@@ -18,6 +18,9 @@ final class ServiceInstance: LaunchedProcess {
     private let spawnArguments: [String]
     /// Its control groups (memory and processes limits), when the launcher enforces them.
     let group: ControlGroup?
+    /// What its surfaces (all its views) have mapped in the host, against the launcher's
+    /// ``Launcher/Configuration/maxMappedBytesPerService``.
+    let mappings: MappingBudget
     private let logger: Logger
     private let hostIdentifier: String
     /// How long each step of stopping waits.
@@ -41,8 +44,9 @@ final class ServiceInstance: LaunchedProcess {
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
                  captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
-                 group: ControlGroup?) {
+                 group: ControlGroup?, maxMappedBytes: Int) {
         self.spawnArguments = spawnArguments
+        self.mappings = MappingBudget(limit: maxMappedBytes)
         self.group = group
         self.stopGrace = stopGrace
         self.manifest = manifest
@@ -59,7 +63,7 @@ final class ServiceInstance: LaunchedProcess {
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
-                       stopGrace: Duration, resources: ResourceControl, logger: Logger) async throws(RemoteError) -> ServiceInstance {
+                       stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, logger: Logger) async throws(RemoteError) -> ServiceInstance {
         var environment = [
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
@@ -137,7 +141,7 @@ final class ServiceInstance: LaunchedProcess {
                                          configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
             return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
                                    captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                                   spawnArguments: [executable] + arguments, group: group)
+                                   spawnArguments: [executable] + arguments, group: group, maxMappedBytes: maxMappedBytes)
         } catch {
             group?.remove()
             // A missing or unusable executable can never work; running out of fds or memory can pass.

@@ -163,7 +163,7 @@ extension RemoteView: ServiceChannelListener {
     /// and its surface messages come here.
     package func channelWillRun(_ channel: ServiceChannel) {
         state.withLock { state in
-            state.compositor = SurfaceCompositor(keeping: state.compositor.image)
+            state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings)
         }
         channel.route(surface: { [weak self] message, attachments, context in
             do throws(RemoteError) {

@@ -1,4 +1,5 @@
 import RemoteCore
+import struct Synchronization.Atomic
 
 /// The host's copy of what a service drew, composited from its commits: premultiplied ARGB32
 /// words, row after row. ``RemoteImage`` is the public, read-only face of it.
@@ -43,12 +44,24 @@ package final class SurfaceCompositor: Sendable {
     package static let maxMappedBytes = 2 * SurfaceLimits.maxBufferBytes
 
     private let state = Mutex(State())
+    /// What every surface of the same service process maps together, when it is counted.
+    private let budget: MappingBudget?
 
-    package init() {}
+    /// A compositor whose buffers count against `budget` (the service process's, shared by all
+    /// its surfaces), if given.
+    package init(budget: MappingBudget? = nil) {
+        self.budget = budget
+    }
 
     /// A compositor for a new process of the same view: no buffers, the image kept until it draws.
-    package init(keeping image: CompositedImage) {
+    package init(keeping image: CompositedImage, budget: MappingBudget? = nil) {
+        self.budget = budget
         state.withLock { $0.image = image }
+    }
+
+    deinit {
+        // Its buffers are unmapped with it.
+        budget?.release(state.withLock { $0.buffers.values.reduce(0) { $0 + $1.layout.byteCount } })
     }
 
     /// The image as of the last commit.
@@ -79,8 +92,21 @@ package final class SurfaceCompositor: Sendable {
             guard mappedBefore + layout.byteCount <= Self.maxMappedBytes else {
                 throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(mappedBefore + layout.byteCount) bytes, more than the \(Self.maxMappedBytes) one surface may map")
             }
-            let mapped = try MappedBuffer(mapping: fd, as: layout)  // fd closes here; the mapping stays
+            // And against what the process's surfaces map together.
+            if let budget, budget.reserve(layout.byteCount) == nil {
+                throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(budget.used + layout.byteCount) bytes across the service's surfaces, more than the \(budget.limit) one service process may map")
+            }
+            let mapped: MappedBuffer
+            do throws(RemoteError) {
+                mapped = try MappedBuffer(mapping: fd, as: layout)  // fd closes here; the mapping stays
+            } catch {
+                budget?.release(layout.byteCount)
+                throw error
+            }
             try state.withLock { (state) throws(RemoteError) in
+                // Not kept: what it reserved goes back (the mapping goes with `mapped`).
+                var kept = false
+                defer { if !kept { budget?.release(layout.byteCount) } }
                 guard state.buffers[layout.id] == nil else { throw violation("buffer \(layout.id) is attached twice") }
                 guard state.buffers.count < Self.maxBuffers else {
                     throw violation("more than \(Self.maxBuffers) buffers attached at once")
@@ -90,6 +116,7 @@ package final class SurfaceCompositor: Sendable {
                     throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(total) bytes, more than the \(Self.maxMappedBytes) one surface may map")
                 }
                 state.buffers[layout.id] = mapped
+                kept = true
             }
             return []
         case .commit(let id, let damage, let frame):
@@ -118,7 +145,7 @@ package final class SurfaceCompositor: Sendable {
             try state.withLock { (state) throws(RemoteError) in
                 guard state.buffers[id] != nil else { throw violation("destroy_buffer of buffer \(id), which is not attached") }
                 guard state.inFlight?.buffer != id else { throw violation("destroy_buffer of buffer \(id) while the host holds it") }
-                state.buffers[id] = nil
+                if let removed = state.buffers.removeValue(forKey: id) { budget?.release(removed.layout.byteCount) }
             }
             return []
         case .preferredSize(let width, let height):
@@ -180,5 +207,40 @@ package final class SurfaceCompositor: Sendable {
 
     private func violation(_ reason: String) -> RemoteError {
         RemoteError(.protocolViolation, reason)
+    }
+}
+
+/// The bytes all surfaces of one service process have mapped in the host, against a limit
+/// (``Launcher/Configuration/maxMappedBytesPerService``): each surface's own bound
+/// (``SurfaceCompositor/maxMappedBytes``) times the views the host opened could be far more.
+package final class MappingBudget: Sendable {
+    /// The most bytes the surfaces may map together.
+    package let limit: Int
+    private let mapped = Atomic<Int>(0)
+
+    package init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Bytes mapped now.
+    package var used: Int { mapped.load(ordering: .relaxed) }
+
+    /// Counts `bytes` more, unless that would pass the limit; returns the new total, or `nil`
+    /// (nothing counted).
+    @discardableResult
+    package func reserve(_ bytes: Int) -> Int? {
+        var current = mapped.load(ordering: .relaxed)
+        while true {
+            let total = current + bytes
+            guard total <= limit else { return nil }
+            let (exchanged, original) = mapped.compareExchange(expected: current, desired: total, ordering: .relaxed)
+            if exchanged { return total }
+            current = original
+        }
+    }
+
+    /// Counts `bytes` fewer (unmapped).
+    package func release(_ bytes: Int) {
+        if bytes != 0 { mapped.subtract(bytes, ordering: .relaxed) }
     }
 }
