@@ -326,6 +326,18 @@ struct HostileConnectionTests {
         #expect(outcome?.code == .timeout)
     }
 
+    @Test("an empty packet reads as end of file (SOCK_SEQPACKET cannot tell them apart), as docs/Protocol.md says")
+    func emptyPacketIsEndOfFile() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let socket = try SeqpacketSocket(pair.first)
+            try rawSend(pair.second.rawValue, [])
+            let received = try await socket.receive()
+            #expect(received == nil, "\(String(describing: received))")
+            withExtendedLifetime(pair.second) {}
+        }
+    }
+
     @Test("a peer that stops reading holds at most maxWaitingSends sends waiting; one more fails at once, naming the bound")
     func tooManyWaitingSends() async throws {
         let outcome = try await withoutLeaks {
