@@ -517,7 +517,8 @@ struct  Remoteview__Cancel
 
 
 /*
- * A rectangle in buffer pixels; x and y may be negative (it is clipped to the buffer).
+ * A rectangle in buffer pixels. On the wire x and y are -16384..16384, but damage must lie
+ * entirely inside the committed buffer: it is never clipped (docs/Protocol.md, "Surfaces").
  */
 struct  Remoteview__Rect
 {
@@ -577,7 +578,7 @@ struct  Remoteview__Commit
   size_t n_damage;
   Remoteview__Rect **damage;
   /*
-   * increasing per surface
+   * increasing per surface; the first may be any value, 0 included
    */
   uint64_t frame;
 };
