@@ -56,11 +56,10 @@ public func childProcesses() -> Set<Int32> {
 /// This process's own folders in the `memory` and `pids` hierarchies of control groups v1,
 /// where its launchers make theirs (none without those hierarchies).
 public func ownControlGroupFolders() -> [String] {
-    let text = String(decoding: Syscall.readSmallFile("/proc/self/cgroup", limit: 1 << 16) ?? [], as: UTF8.self)
-    return text.split(separator: "\n").compactMap { line in
-        let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, ["memory", "pids"].contains(String(parts[1])) else { return nil }
-        let folder = "/sys/fs/cgroup/\(parts[1])\(parts[2] == "/" ? "" : String(parts[2]))"
+    let own = Syscall.controlGroups()
+    return ["memory", "pids"].compactMap { controller in
+        guard let path = own[controller] else { return nil }
+        let folder = "/sys/fs/cgroup/\(controller)\(path == "/" ? "" : path)"
         return Syscall.isDirectory(folder) ? folder : nil
     }
 }

@@ -236,7 +236,6 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async throws(WaitError) -> Writable {
         let waiter = Waiter<Bool>()
         var full = false
-        let maxWaitingSends = self.maxWaitingSends
         guard arm({ state in
             if state.writeWaiters.count >= maxWaitingSends { full = true } else { state.writeWaiters.append(waiter) }
         }) else { return .closed }

@@ -444,6 +444,21 @@ extension Syscall {
                              session: session, startTicks: start)
     }
 
+    /// Process `pid`'s control groups (`/proc/PID/cgroup`, `nil`: this process's), as each
+    /// controller's path in its hierarchy (`"memory": "/a/b"`; control groups v2's line has the
+    /// controller `""`). Empty once the process is gone.
+    package static func controlGroups(of pid: Int32? = nil) -> [String: String] {
+        let file = "/proc/\(pid.map(String.init) ?? "self")/cgroup"
+        var paths: [String: String] = [:]
+        for line in String(decoding: readSmallFile(file, limit: 1 << 16) ?? [], as: UTF8.self).split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3 else { continue }
+            let controllers = parts[1].split(separator: ",")
+            for controller in controllers.isEmpty ? [""] : controllers { paths[String(controller)] = String(parts[2]) }
+        }
+        return paths
+    }
+
     /// Process `pid`'s arguments (`/proc/PID/cmdline`); `[]` for a zombie, `nil` once gone.
     package static func commandLine(of pid: Int32) -> [String]? {
         guard let bytes = readSmallFile("/proc/\(pid)/cmdline", limit: 1 << 20) else { return nil }

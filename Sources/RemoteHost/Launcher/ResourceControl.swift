@@ -38,13 +38,7 @@ final class ResourceControl: Sendable {
     /// Finds the hierarchies this process may make groups in, and makes the launcher's folder
     /// (`remoteview-PID-N`) in each.
     static func detect(launcher: Int) -> ResourceControl {
-        var own: [String: String] = [:]
-        let text = String(decoding: Syscall.readSmallFile("/proc/self/cgroup", limit: 1 << 16) ?? [], as: UTF8.self)
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count == 3 else { continue }
-            for controller in parts[1].split(separator: ",") { own[String(controller)] = String(parts[2]) }
-        }
+        let own = Syscall.controlGroups()
         guard let memory = own["memory"], let pids = own["pids"],
               Syscall.isRegularFile("/sys/fs/cgroup/memory/cgroup.procs"), Syscall.isRegularFile("/sys/fs/cgroup/pids/cgroup.procs") else {
             let reason = Syscall.isRegularFile("/sys/fs/cgroup/cgroup.controllers")
@@ -164,13 +158,13 @@ final class ControlGroup: Sendable {
     /// Called when the service's process is reaped: the sandbox's other processes are then
     /// dying with their pid namespace, but a group cannot be removed (`EBUSY`) until the last
     /// has left it, and control groups v1 tell no one when that happens. So whatever is still
-    /// in the group is sent SIGKILL (it belongs to the service), and the removal is retried with
-    /// a growing pause (1 ms, doubling, at most 50 ms).
+    /// in the group is killed (``killMembers(until:)``: it belongs to the service), and the
+    /// removal is retried with a growing pause (1 ms, doubling, at most 50 ms).
     func remove(until deadline: ContinuousClock.Instant) async -> Bool {
         var pause = Duration.milliseconds(1)
         while true {
-            Self.killMembers(of: pids)
-            Self.killMembers(of: memory)
+            // Both hierarchies hold the same processes: they joined both at once.
+            _ = await killMembers(until: deadline)
             var gone = true
             for folder in [memory, pids] {
                 do { try Syscall.removeDirectory(folder) } catch where error.errno != ENOENT { gone = false } catch {}
@@ -208,12 +202,7 @@ final class ControlGroup: Sendable {
 
     /// Whether process `pid` is in this group's `pids` folder (`/proc/PID/cgroup`).
     private func isMember(_ pid: Int32) -> Bool {
-        let path = String(pids.dropFirst(ControlGroup.pidsRoot.count))
-        let text = String(decoding: Syscall.readSmallFile("/proc/\(pid)/cgroup", limit: 1 << 16) ?? [], as: UTF8.self)
-        return text.split(separator: "\n").contains { line in
-            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            return parts.count == 3 && parts[1].split(separator: ",").contains("pids") && parts[2] == path
-        }
+        Syscall.controlGroups(of: pid)["pids"] == String(pids.dropFirst(ControlGroup.pidsRoot.count))
     }
 
     /// Where control groups v1 `pids` hierarchy is mounted.
@@ -226,7 +215,8 @@ final class ControlGroup: Sendable {
     }
 
     /// Sends SIGKILL to every process in the group at `folder`, by pid: for a group of a host
-    /// that is gone, or one about to be removed that must be empty.
+    /// that is gone (``ResourceControl/removeStaleFolders(in:)``); a live service's group is
+    /// emptied through pidfds (``killMembers(until:)``).
     static func killMembers(of folder: String) {
         for pid in members(of: folder) { Syscall.kill(pid, SIGKILL) }
     }

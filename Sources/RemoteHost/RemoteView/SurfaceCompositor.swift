@@ -93,7 +93,7 @@ package final class SurfaceCompositor: Sendable {
                 throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(mappedBefore + layout.byteCount) bytes, more than the \(Self.maxMappedBytes) one surface may map")
             }
             // And against what the process's surfaces map together.
-            if let budget, budget.reserve(layout.byteCount) == nil {
+            if let budget, !budget.reserve(layout.byteCount) {
                 throw violation("attach_buffer of buffer \(layout.id) (\(layout.byteCount) bytes) would map \(budget.used + layout.byteCount) bytes across the service's surfaces, more than the \(budget.limit) one service process may map")
             }
             let mapped: MappedBuffer
@@ -225,18 +225,16 @@ package final class MappingBudget: Sendable {
     /// Bytes mapped now.
     package var used: Int { mapped.load(ordering: .relaxed) }
 
-    /// Counts `bytes` more, unless that would pass the limit; returns the new total, or `nil`
-    /// (nothing counted).
-    @discardableResult
-    package func reserve(_ bytes: Int) -> Int? {
+    /// Counts `bytes` more, unless that would pass the limit; returns whether it did (nothing is
+    /// counted when it did not).
+    package func reserve(_ bytes: Int) -> Bool {
         var current = mapped.load(ordering: .relaxed)
-        while true {
-            let total = current + bytes
-            guard total <= limit else { return nil }
-            let (exchanged, original) = mapped.compareExchange(expected: current, desired: total, ordering: .relaxed)
-            if exchanged { return total }
+        while current + bytes <= limit {
+            let (exchanged, original) = mapped.compareExchange(expected: current, desired: current + bytes, ordering: .relaxed)
+            if exchanged { return true }
             current = original
         }
+        return false
     }
 
     /// Counts `bytes` fewer (unmapped).
