@@ -79,7 +79,6 @@ public final class Connection: Sendable {
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     private let loop: EventLoop
     private let logger: Logger
-    private let nextID = Atomic<UInt64>(1)
     private let machine = Mutex(ConnectionStateMachine())
     /// Who handles the message families beyond requests and messages; let go when the
     /// connection ends (they often hold the connection).
@@ -301,7 +300,7 @@ public final class Connection: Sendable {
     /// Sends a one-way message; returns once it is handed to the transport.
     nonisolated(nonsending) public func send(_ message: ServiceMessage) async throws(RemoteError) {
         try await waitUntilSendable()
-        try await transport.send(Envelope(id: makeID(), body: .message(type: message.type, payload: message.payload),
+        try await transport.send(Envelope(body: .message(type: message.type, payload: message.payload),
                                           attachments: message.attachments))
     }
 
@@ -311,7 +310,7 @@ public final class Connection: Sendable {
             throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
         }
         try await waitUntilSendable()
-        try await transport.send(Envelope(id: makeID(), body: .surface(message), attachments: attachments))
+        try await transport.send(Envelope(body: .surface(message), attachments: attachments))
     }
 
     /// Sends an input event (a host to its service's view); returns once sent.
@@ -320,7 +319,7 @@ public final class Connection: Sendable {
             throw RemoteError(.invalidArgument, "\(event.name) is input, sent by the host, not the \(configuration.role)")
         }
         try await waitUntilSendable()
-        try await transport.send(Envelope(id: makeID(), body: .input(event)))
+        try await transport.send(Envelope(body: .input(event)))
     }
 
     /// Sends a share message (with the file items' memfds, in item order); returns once sent.
@@ -329,7 +328,7 @@ public final class Connection: Sendable {
             throw RemoteError(.invalidArgument, "\(message.name) is sent by the \(message.sender), not the \(configuration.role)")
         }
         try await waitUntilSendable()
-        try await transport.send(Envelope(id: makeID(), body: .share(message), attachments: attachments))
+        try await transport.send(Envelope(body: .share(message), attachments: attachments))
     }
 
     /// Measures one round trip to the peer (a ping answered by the connection itself, not a handler).
@@ -344,15 +343,15 @@ public final class Connection: Sendable {
                           timeout: Duration?, what: String) async throws(RemoteError) -> Envelope {
         try await waitUntilSendable()
         if Task.isCancelled { throw RemoteError(.cancelled, "\(what) was cancelled before it was sent") }
-        let id = makeID()
         let waiter = ConnectionStateMachine.ReplyWaiter()
-        try machine.withLock { $0.requestSent(id, expectsPong: expectsPong, waiter: waiter) }.get()
-        do {
-            try await transport.send(Envelope(id: id, body: body, attachments: attachments))
-        } catch {
-            machine.withLock { $0.requestEnded(id) }
-            throw error
+        // The waiter is recorded as the request is written, under the transport's numbering
+        // lock: ids go out in write order, and the read loop, which checks an answer's
+        // `reply_to` against `lastSentID` (taking that lock), finds the waiter recorded.
+        var recorded: Result<Void, RemoteError> = .success(())
+        let id = try await transport.send(Envelope(body: body, attachments: attachments)) { id in
+            recorded = machine.withLock { $0.requestSent(id, expectsPong: expectsPong, waiter: waiter) }
         }
+        try recorded.get()
         let result: Result<Envelope, RemoteError>
         do throws(WaitError) {
             result = try await waiter.wait(until: timeout.map { .now.advanced(by: $0) }, loop: loop)
@@ -378,7 +377,7 @@ public final class Connection: Sendable {
     nonisolated(nonsending) private func handshake() async throws(RemoteError) -> Handshake {
         let ours = Handshake(role: configuration.role, identifier: configuration.identifier,
                              capabilities: configuration.capabilities)
-        try await transport.send(Envelope(id: makeID(), body: .handshake(ours)))
+        try await transport.send(Envelope(body: .handshake(ours)))
         // Requests and messages may follow it at once, before the peer's handshake arrives (as
         // XPC queues messages to a connection still being set up): the peer reads them after
         // the handshake, and if the handshake fails, so do they. A first request to a service
@@ -485,10 +484,10 @@ public final class Connection: Sendable {
         case .protocolError(let code, let reason):
             throw RemoteError(.protocolViolation, "the peer reported a protocol error (\(code)): \(reason)")
         case .ping:
-            try await transport.send(Envelope(id: makeID(), replyTo: envelope.id, body: .pong(nonce: 0)))
+            try await transport.send(Envelope(replyTo: envelope.id, body: .pong(nonce: 0)))
         case .pong, .reply, .failure:
             let replyTo = envelope.replyTo!
-            guard replyTo < nextID.load(ordering: .relaxed) else {
+            guard replyTo <= transport.lastSentID else {
                 throw RemoteError(.protocolViolation, "\(envelope.body.name) to envelope \(replyTo), which was never sent")
             }
             switch machine.withLock({ $0.answerReceived(to: replyTo, isPong: envelope.body.name == "pong", kind: envelope.body.name) }) {
@@ -563,7 +562,7 @@ public final class Connection: Sendable {
         }
         guard !Task.isCancelled else { return }
         do {
-            try await transport.send(Envelope(id: makeID(), replyTo: id, body: body, attachments: attachments))
+            try await transport.send(Envelope(replyTo: id, body: body, attachments: attachments))
         } catch where error.code == .invalidArgument {
             logger.error("reply to \"\(message.type)\" cannot be sent: \(error.reason)")
             await sendBestEffort(.failure(ServiceFailure(domain: "RemoteView", code: 2, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
@@ -574,15 +573,12 @@ public final class Connection: Sendable {
 
     nonisolated(nonsending) private func sendBestEffort(_ body: Envelope.Body, replyTo: UInt64? = nil) async {
         do {
-            try await transport.send(Envelope(id: makeID(), replyTo: replyTo, body: body))
+            try await transport.send(Envelope(replyTo: replyTo, body: body))
         } catch {
             logger.debug("could not send \(body.name): \(error)")
         }
     }
 
-    private func makeID() -> UInt64 {
-        nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-    }
 }
 
 /// What a handler is given with each message: the connection it came on, who the peer is, and

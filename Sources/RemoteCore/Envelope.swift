@@ -46,13 +46,19 @@ package enum ProtocolErrorCode: Int32, Sendable, CaseIterable {
 ///
 /// The wire layer: ``Connection`` builds and reads these; authors never see them.
 package struct Envelope: Sendable {
-    /// Sender-assigned, never 0.
+    /// Sender-assigned, never 0 on the wire, increasing in the order packets are written (a
+    /// transport numbers what it sends: see ``Transport/send(_:written:)``).
     package var id: UInt64
     /// The request this answers, if it is a reply.
     package var replyTo: UInt64?
     package var body: Body
     /// The fds riding with the packet; `fd_count` on the wire is their count.
     package var attachments: [Attachment]
+
+    /// An envelope to send: its id is 0 until the transport numbers it as it writes it.
+    package init(replyTo: UInt64? = nil, body: Body, attachments: [Attachment] = []) {
+        self.init(id: 0, replyTo: replyTo, body: body, attachments: attachments)
+    }
 
     package init(id: UInt64, replyTo: UInt64? = nil, body: Body, attachments: [Attachment] = []) {
         self.id = id

@@ -197,6 +197,50 @@ package enum EnvelopeCodec {
 
     // MARK: encode
 
+    /// An envelope encoded without its id, for a sender that numbers packets as it writes them
+    /// (``SeqpacketSocket`` does, so ids increase in write order whichever task sends first).
+    ///
+    /// protobuf-c writes fields in field-number order, so the id (field 1, a varint) comes first:
+    /// the packet is encoded with id 1 and ``bytes`` keeps everything after that field, which
+    /// ``withIDField(_:_:)`` puts the real one in front of.
+    package struct UnnumberedPacket: Sendable {
+        /// The encoded envelope after its id field.
+        package let bytes: ArraySlice<UInt8>
+
+        /// The id field for `id` (tag 0x08, then the id as a varint), valid in `body` only.
+        package static func withIDField<R, E: Error>(_ id: UInt64, _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+            try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maxIDFieldSize) { (field) throws(E) -> R in
+                field[0] = 0x08
+                var rest = id
+                var count = 1
+                repeat {
+                    field[count] = UInt8(truncatingIfNeeded: rest & 0x7F) | (rest > 0x7F ? 0x80 : 0)
+                    rest >>= 7
+                    count += 1
+                } while rest != 0
+                return try body(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(field)[0..<count]))
+            }
+        }
+
+        /// The largest id field: a tag byte and a 10-byte varint.
+        package static let maxIDFieldSize = 11
+    }
+
+    /// Encodes `envelope` without its id (ignored), for the sender to number as it writes it.
+    ///
+    /// - Throws: as ``encode(_:)``; the size bound leaves room for the largest id.
+    package static func encodeUnnumbered(_ envelope: Envelope) throws(RemoteError) -> UnnumberedPacket {
+        var numbered = envelope
+        numbered.id = 1
+        let packet = try encode(numbered)
+        precondition(packet.count >= 2 && packet[0] == 0x08 && packet[1] == 0x01, "protobuf-c no longer writes Envelope.id first")
+        let size = packet.count - 2 + UnnumberedPacket.maxIDFieldSize
+        guard size <= WireLimits.maxPacketSize else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes with its id, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+        }
+        return UnnumberedPacket(bytes: packet[2...])
+    }
+
     /// Encodes `envelope` into the bytes of one packet.
     ///
     /// - Throws: ``RemoteError`` with ``RemoteError/Code/invalidArgument`` when the envelope could

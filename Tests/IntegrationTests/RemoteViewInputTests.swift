@@ -278,4 +278,45 @@ struct RemoteViewInputTests {
             for damage in frames.dropFirst() { for rect in damage { #expect(rect == bar, "\(rect)") } }
         }
     }
+
+    @Test("ids in write order: 10,000 mixed rounds of clicks, moves, typing, settles and resizes, sent from two tasks at once while frames stream, and neither side (each enforcing increasing ids) sees a violation")
+    func strictIDsThroughManyRounds() async throws {
+        try await withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
+            try await view.present(width: Self.width, height: Self.height)
+            try await view.settle()
+            let screen = Screen(view: view)
+            let button = try #require(try await screen.layout()["button"])
+            let (x, y) = Self.center(button)
+            let rounds = 10_000
+            // Settles (requests the host numbers) race input and the host's release_buffer and
+            // frame_done, which its read loop sends as each frame is composited: the case where
+            // a request's id was once overtaken.
+            try await withDeadline(.seconds(120), "\(rounds) rounds") {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for round in 0..<rounds {
+                            switch round % 4 {
+                            case 0: try await view.click(x: x, y: y)
+                            case 1: try await view.send(.pointer(PointerEvent(.moved, x: Double(round % 300), y: 20)))
+                            case 2: try await view.type("x")
+                            default:
+                                if round % 1_000 == 3 { try await view.present(width: Self.width - round % 7, height: Self.height) }
+                                else { try await view.send(.focus(round % 8 == 3)) }
+                            }
+                        }
+                    }
+                    group.addTask {
+                        for _ in 0..<(rounds / 4) { try await view.settle() }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            try await view.settle()
+            let state = try await screen.state()
+            #expect(state["count"] == "\(rounds / 4)", "every click arrived: \(state["count"] ?? "nil")")
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 1 && status.crashes == 0, "one process served every round: \(status)")
+        }
+    }
 }

@@ -288,6 +288,46 @@ struct HostileConnectionTests {
         #expect(error?.reason.contains("never sent") == true)
     }
 
+    @Test("ids must increase per direction: a repeated id, and a reply with a lower id after one with a higher, are violations naming both ids; the fds of the refused packet are closed")
+    func idsOutOfOrder() async throws {
+        let (repeated, told) = try await hostFacing { fd in
+            try rawSend(fd, Self.handshake())
+            try rawSend(fd, EnvelopeCodec.encode(Envelope(id: 1, body: .message(type: "again", payload: []))))
+        }
+        #expect(repeated?.code == .protocolViolation)
+        #expect(repeated?.reason.contains("message envelope 1 follows envelope 1: ids must increase per direction") == true, "\(String(describing: repeated))")
+        #expect(told.contains { if case .protocolError(.malformed, let reason) = $0.body { reason.contains("ids must increase") } else { false } })
+
+        // The host's case from the report: answers to two requests, the second with the lower id.
+        let outcome = try await withoutLeaks { () -> RemoteError? in
+            let pair = try SeqpacketSocket.pair()
+            let host = try Connection(socket: pair.first, configuration: .testHost)
+            let peer = try SeqpacketSocket(pair.second)
+            return await withTaskGroup(of: RemoteError?.self) { group in
+                group.addTask { do throws(RemoteError) { try await host.run(); return nil } catch { return error } }
+                group.addTask { _ = try? await host.request(ServiceMessage(type: "first")); return nil }
+                group.addTask { _ = try? await host.request(ServiceMessage(type: "second")); return nil }
+                do {
+                    try rawSend(peer.fd, Self.handshake())
+                    // The host's handshake and both requests (ids 1, 2, 3), so both answers are due.
+                    for _ in 0..<3 { _ = try await peer.receive() }
+                    let file = try MemoryFile(name: "stray")
+                    try rawSend(peer.fd, EnvelopeCodec.encode(Envelope(id: 12, replyTo: 2, body: .reply(type: "x", payload: []))))
+                    try rawSend(peer.fd, EnvelopeCodec.encode(Envelope(id: 2, replyTo: 3, body: .reply(type: "x", payload: []), attachments: [Attachment(duplicating: file.fd)])),
+                                fds: [file.fd.rawValue])
+                } catch {
+                    Issue.record("the raw peer could not send: \(error)")
+                }
+                var first: RemoteError?
+                for await error in group where first == nil { first = error }
+                peer.close()
+                return first
+            }
+        }
+        #expect(outcome?.code == .protocolViolation)
+        #expect(outcome?.reason.contains("reply envelope 2 follows envelope 12") == true, "\(String(describing: outcome))")
+    }
+
     @Test("a peer that never handshakes times out")
     func silentPeer() async throws {
         let outcome = try await withoutLeaks {
@@ -350,7 +390,7 @@ struct HostileConnectionTests {
                     group.addTask {
                         let payload = [UInt8](repeating: 1, count: 60_000)
                         do {
-                            while true { try await transport.send(Envelope(id: 1, body: .message(type: "flood", payload: payload))) }
+                            while true { try await transport.send(Envelope(body: .message(type: "flood", payload: payload))) }
                         } catch let error as RemoteError {
                             return error
                         }
@@ -399,6 +439,35 @@ struct HostileConnectionTests {
 /// The transport alone, against a raw peer.
 @Suite("Seqpacket transport")
 struct SeqpacketTransportTests {
+    @Test("ids are taken as packets are written: 8 tasks sending at once, through a full queue, give ids 1, 2, 3 … in the order they arrive")
+    func numberedInWriteOrder() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let ours = try SeqpacketSocket(pair.first)
+            let theirs = try SeqpacketSocket(pair.second)
+            let senders = 8, each = 500
+            // Large packets fill the peer's queue, so senders wait and retry, overtaking each other.
+            let payload = [UInt8](repeating: 7, count: 20_000)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<senders {
+                    group.addTask {
+                        for _ in 0..<each { try await ours.send(Envelope(body: .message(type: "n", payload: payload))) }
+                    }
+                }
+                // theirs.receive() itself refuses an id not above the last one; check contiguity too.
+                for expected in 1...UInt64(senders * each) {
+                    let envelope = try #require(try await theirs.receive())
+                    #expect(envelope.id == expected)
+                    if envelope.id != expected { break }
+                }
+                try await group.waitForAll()
+            }
+            #expect(ours.lastSentID == UInt64(senders * each))
+            ours.close()
+            theirs.close()
+        }
+    }
+
     @Test("a peer that closes with our data unread still delivers what it sent first (its goodbye), then end of file")
     func goodbyeSurvivesReset() async throws {
         try await withoutLeaks {
@@ -407,7 +476,7 @@ struct SeqpacketTransportTests {
             let theirs = pair.second
             // Left unread in the peer's queue: closing it then makes Linux report ECONNRESET
             // to us, ahead of the packets the peer queued for us before it closed.
-            try await ours.send(Envelope(id: 1, body: .ping(nonce: 7)))
+            try await ours.send(Envelope(body: .ping(nonce: 7)))
             try rawSend(theirs.rawValue, EnvelopeCodec.encode(Envelope(id: 1, body: .goodbye(reason: "idle exit"))))
             theirs.close()
             let first = try await ours.receive()

@@ -290,6 +290,17 @@ private struct EnvelopeCodecRoundTripTests {
         #expect(decoded.replyTo == UInt64.max)
     }
 
+    @Test("a packet encoded without its id, with the id field put in front as it is sent, is the packet encoded with that id", arguments: samples)
+    func numberedAsSent(_ sample: Sample) throws {
+        let unnumbered = try EnvelopeCodec.encodeUnnumbered(sample.envelope)
+        for id: UInt64 in [1, 127, 128, 16_383, 16_384, 1 << 32, UInt64.max - 1, UInt64.max] {
+            var numbered = sample.envelope
+            numbered.id = id
+            let sent = EnvelopeCodec.UnnumberedPacket.withIDField(id) { field in Array(field) } + unnumbered.bytes
+            #expect(sent == (try EnvelopeCodec.encode(numbered)), "id \(id)")
+        }
+    }
+
     @Test("a decoded envelope re-encodes to the same bytes", arguments: samples)
     func encodingIsStable(_ sample: Sample) throws {
         let packet = try EnvelopeCodec.encode(sample.envelope)

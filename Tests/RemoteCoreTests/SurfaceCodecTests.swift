@@ -157,9 +157,9 @@ struct SurfaceConnectionTests {
                                           configuration: .init(role: role == .host ? .service : .host, identifier: "com.example.receiver"))
                 receiver.route(surface: { _, _, _ in })
                 let raw = try SeqpacketSocket(pair.second)
-                try await raw.send(Envelope(id: 1, body: .handshake(Handshake(role: role, identifier: "com.example.rude"))))
+                try await raw.send(Envelope(body: .handshake(Handshake(role: role, identifier: "com.example.rude"))))
                 // Built as the right side would, then sent by the wrong one.
-                try await raw.send(Envelope(id: 2, body: .surface(body)))
+                try await raw.send(Envelope(body: .surface(body)))
                 do { try await receiver.run() } catch let error as RemoteError { return error } catch { return nil }
                 return nil
             }
@@ -170,8 +170,8 @@ struct SurfaceConnectionTests {
             let pair = try SeqpacketSocket.pair()
             let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: .testHost)
             let raw = try SeqpacketSocket(pair.second)
-            try await raw.send(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.rude"))))
-            try await raw.send(Envelope(id: 2, body: .surface(.preferredSize(width: 1, height: 1))))
+            try await raw.send(Envelope(body: .handshake(Handshake(role: .service, identifier: "com.example.rude"))))
+            try await raw.send(Envelope(body: .surface(.preferredSize(width: 1, height: 1))))
             do { try await host.run() } catch let error as RemoteError { return error } catch { return nil }
             return nil
         }

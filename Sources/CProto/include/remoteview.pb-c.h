@@ -259,7 +259,7 @@ struct  Remoteview__Envelope
 {
   ProtobufCMessage base;
   /*
-   * Sender-assigned, unique per direction of a connection, never 0.
+   * Sender-assigned, never 0, increasing per direction in the order packets are written.
    */
   uint64_t id;
   /*

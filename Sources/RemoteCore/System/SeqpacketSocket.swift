@@ -10,8 +10,9 @@ import Synchronization
 /// At most ``maxWaitingSends`` sends wait at once: past that, a send fails at once, so a peer
 /// that stopped reading never makes this process hold an unbounded number of packets.
 package final class SeqpacketSocket: Transport, @unchecked Sendable {
-    // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` is only touched by
-    // the single receiver that `state.receiving` admits; everything else is in `state`.
+    // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` (with the last id
+    // received) is only touched by the single receiver that `state.receiving` admits; the last
+    // id sent is in `numbering`; everything else is in `state`.
 
     /// The descriptor, owned by this object and closed when it goes away (for this module's
     /// tests to borrow).
@@ -28,6 +29,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     private let registration: EventLoop.Registration
     private let buffers: ReceiveBuffers
     private let waiters: Waiters
+    /// The id of the last packet written; taken with each write (see ``send(_:written:)``).
+    private let numbering = Mutex<UInt64>(0)
 
     private final class Waiters: Sendable {
         let state = Mutex(State())
@@ -127,8 +130,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         writers.resumeAll(returning: false)
     }
 
-    nonisolated(nonsending) package func send(_ envelope: Envelope) async throws(RemoteError) {
-        let packet = try EnvelopeCodec.encode(envelope)
+    nonisolated(nonsending) package func send(_ envelope: Envelope, written: (UInt64) -> Void) async throws(RemoteError) -> UInt64 {
+        let packet = try EnvelopeCodec.encodeUnnumbered(envelope)
         var fds: [Int32] = []
         fds.reserveCapacity(envelope.attachments.count)
         for attachment in envelope.attachments {
@@ -141,10 +144,18 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         var deadline: ContinuousClock.Instant?
         while true {
             guard enter() else { throw RemoteError(.invalidated, "the connection was closed") }
-            let result: IOResult<Int>
+            let result: IOResult<UInt64>
             do {
                 defer { leave() }
-                result = try Self.sendPacket(fd, packet, fds)
+                // The id is taken and the packet written under one lock, so ids go out in order;
+                // an attempt that would block takes none.
+                result = try numbering.withLock { (last: inout UInt64) throws(SystemCallError) -> IOResult<UInt64> in
+                    let id = last + 1
+                    guard case .done = try Self.sendPacket(fd, id: id, packet, fds) else { return .wouldBlock }
+                    last = id
+                    written(id)
+                    return .done(id)
+                }
             } catch {
                 if error.errno == EPIPE || error.errno == ECONNRESET || error.errno == ENOTCONN {
                     throw RemoteError(.interrupted, "the peer closed the connection")
@@ -152,7 +163,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
                 throw RemoteError(.interrupted, "\(error)")
             }
             switch result {
-            case .done: return
+            case .done(let id): return id
             case .wouldBlock:
                 if deadline == nil { deadline = .now.advanced(by: sendTimeout) }
                 let writable: Writable
@@ -263,33 +274,44 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     // MARK: packets
 
-    private static func sendPacket(_ fd: Int32, _ packet: [UInt8], _ fds: [Int32]) throws(SystemCallError) -> IOResult<Int> {
-        var packet = packet
-        return try packet.withUnsafeMutableBytes { bytes in Result { () throws(SystemCallError) in
-            var iov = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
-            return try withUnsafeMutablePointer(to: &iov) { (iovPointer) throws(SystemCallError) -> IOResult<Int> in
-                var message = msghdr()
-                message.msg_iov = iovPointer
-                message.msg_iovlen = 1
-                guard !fds.isEmpty else { return try Syscall.sendMessage(fd, &message) }
-                let payloadLength = fds.count * MemoryLayout<Int32>.size
-                let controlLength = rv_cmsg_space(payloadLength)
-                let control = UnsafeMutableRawPointer.allocate(byteCount: controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
-                defer { control.deallocate() }
-                control.initializeMemory(as: UInt8.self, repeating: 0, count: controlLength)
-                message.msg_control = control
-                message.msg_controllen = controlLength
-                let header = rv_cmsg_firsthdr(&message)!
-                header.pointee.cmsg_level = SOL_SOCKET
-                header.pointee.cmsg_type = Int32(SCM_RIGHTS)
-                header.pointee.cmsg_len = rv_cmsg_len(payloadLength)
-                let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
-                for (index, descriptor) in fds.enumerated() {
-                    data.storeBytes(of: descriptor, toByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
+    package var lastSentID: UInt64 {
+        numbering.withLock { $0 }
+    }
+
+    /// One `sendmsg` of `packet` numbered `id`: the id field and the rest as two iovecs, the fds
+    /// as one `SCM_RIGHTS` message.
+    private static func sendPacket(_ fd: Int32, id: UInt64, _ packet: EnvelopeCodec.UnnumberedPacket,
+                                   _ fds: [Int32]) throws(SystemCallError) -> IOResult<Int> {
+        try EnvelopeCodec.UnnumberedPacket.withIDField(id) { (field) throws(SystemCallError) -> IOResult<Int> in
+            // (ArraySlice.withUnsafeBytes rethrows untyped, so the typed error rides in a Result.)
+            try packet.bytes.withUnsafeBytes { rest in Result { () throws(SystemCallError) -> IOResult<Int> in
+                // sendmsg only reads the iovecs' bytes.
+                var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: field.baseAddress), iov_len: field.count),
+                           iovec(iov_base: UnsafeMutableRawPointer(mutating: rest.baseAddress), iov_len: rest.count))
+                return try withUnsafeMutableBytes(of: &iov) { (iovs) throws(SystemCallError) -> IOResult<Int> in
+                    var message = msghdr()
+                    message.msg_iov = iovs.baseAddress!.assumingMemoryBound(to: iovec.self)
+                    message.msg_iovlen = 2
+                    guard !fds.isEmpty else { return try Syscall.sendMessage(fd, &message) }
+                    let payloadLength = fds.count * MemoryLayout<Int32>.size
+                    let controlLength = rv_cmsg_space(payloadLength)
+                    let control = UnsafeMutableRawPointer.allocate(byteCount: controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+                    defer { control.deallocate() }
+                    control.initializeMemory(as: UInt8.self, repeating: 0, count: controlLength)
+                    message.msg_control = control
+                    message.msg_controllen = controlLength
+                    let header = rv_cmsg_firsthdr(&message)!
+                    header.pointee.cmsg_level = SOL_SOCKET
+                    header.pointee.cmsg_type = Int32(SCM_RIGHTS)
+                    header.pointee.cmsg_len = rv_cmsg_len(payloadLength)
+                    let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
+                    for (index, descriptor) in fds.enumerated() {
+                        data.storeBytes(of: descriptor, toByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
+                    }
+                    return try Syscall.sendMessage(fd, &message)
                 }
-                return try Syscall.sendMessage(fd, &message)
-            }
-        } }.get()
+            } }.get()
+        }
     }
 
     /// One `recvmsg`: an envelope, `nil` at end of file, or would-block.
@@ -346,7 +368,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             }
             return .done(nil)
         }
-        return .done(try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: buffers.packet, count: count), attachments: attachments))
+        let envelope = try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: buffers.packet, count: count), attachments: attachments)
+        guard envelope.id > buffers.lastID.pointee else {
+            throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(buffers.lastID.pointee): ids must increase per direction")
+        }
+        buffers.lastID.pointee = envelope.id
+        return .done(envelope)
     }
 }
 
@@ -362,9 +389,16 @@ private struct ReceiveBuffers: @unchecked Sendable {
     static let controlLength = rv_cmsg_space(WireLimits.maxAttachments * MemoryLayout<Int32>.size)
     let packet = UnsafeMutableRawPointer.allocate(byteCount: WireLimits.maxPacketSize, alignment: 16)
     let control = UnsafeMutableRawPointer.allocate(byteCount: ReceiveBuffers.controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+    /// The id of the last envelope received (0 before the first): the next must be above it.
+    let lastID: UnsafeMutablePointer<UInt64> = {
+        let pointer = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+        pointer.initialize(to: 0)
+        return pointer
+    }()
 
     func deallocate() {
         packet.deallocate()
         control.deallocate()
+        lastID.deallocate()
     }
 }
