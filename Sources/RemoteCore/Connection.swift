@@ -34,16 +34,20 @@ public final class Connection: Sendable {
         public var defaultRequestTimeout: Duration?
         /// The most requests the peer may have outstanding with this side at once.
         public var maxIncomingRequests: Int
+        /// The identifier the peer must give in its handshake (a host knows which service it
+        /// launched); `nil` takes any. Another one is a protocol violation that names both.
+        public var expectedPeerIdentifier: String?
 
         public init(role: PeerRole, identifier: String, capabilities: [String] = [],
                     handshakeTimeout: Duration = .seconds(5), defaultRequestTimeout: Duration? = .seconds(30),
-                    maxIncomingRequests: Int = 256) {
+                    maxIncomingRequests: Int = 256, expectedPeerIdentifier: String? = nil) {
             self.role = role
             self.identifier = identifier
             self.capabilities = capabilities
             self.handshakeTimeout = handshakeTimeout
             self.defaultRequestTimeout = defaultRequestTimeout
             self.maxIncomingRequests = maxIncomingRequests
+            self.expectedPeerIdentifier = expectedPeerIdentifier
         }
     }
 
@@ -404,7 +408,7 @@ public final class Connection: Sendable {
         guard case .handshake(let theirs) = first.body else {
             throw refuse(.unexpected, "expected a handshake first, got \(first.body.name)")
         }
-        switch machine.withLock({ $0.handshakeReceived(theirs, ours: ours) }) {
+        switch machine.withLock({ $0.handshakeReceived(theirs, ours: ours, expecting: configuration.expectedPeerIdentifier) }) {
         case .open(let openers):
             openers.resumeAll(returning: .success(theirs))
             logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(theirs.protocolVersion))")

@@ -219,8 +219,9 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// The peer's handshake arrived; `ours` is this side's.
-    package mutating func handshakeReceived(_ theirs: Handshake, ours: Handshake) -> HandshakeAction {
+    /// The peer's handshake arrived; `ours` is this side's; `expected` is the identifier the
+    /// peer must have, if any.
+    package mutating func handshakeReceived(_ theirs: Handshake, ours: Handshake, expecting expected: String? = nil) -> HandshakeAction {
         switch state {
         case .handshaking(var handshaking):
             if theirs.protocolVersion != ours.protocolVersion {
@@ -232,6 +233,11 @@ package struct ConnectionStateMachine: Sendable {
                 handshaking.refusal = .role
                 state = .handshaking(handshaking)
                 return .refuse(RemoteError(.protocolViolation, "both peers claim to be the \(ours.role)"))
+            }
+            if let expected, theirs.identifier != expected {
+                handshaking.refusal = .unexpected
+                state = .handshaking(handshaking)
+                return .refuse(RemoteError(.protocolViolation, "the \(theirs.role) says it is \"\(theirs.identifier)\" in its handshake, but it was launched as \"\(expected)\""))
             }
             state = .modifying
             let openers = handshaking.queued.openers.takeAll()

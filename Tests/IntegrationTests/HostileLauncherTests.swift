@@ -31,6 +31,17 @@ struct HostileLauncherTests {
 
     // MARK: 1. never handshakes
 
+    @Test("a service whose handshake gives another identifier than its manifest's: the request fails with a protocol violation that names both")
+    func wrongIdentifier() async throws {
+        try await withServices(["liar.json": ServiceFolder.manifest(identifier: "com.example.test", handshakeIdentifier: "com.other.name")]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let error = await #expect(throws: RemoteError.self) { try await connection.request(ServiceMessage(type: "echo", text: "hi")) }
+            #expect(error?.reason.contains(#"says it is "com.other.name" in its handshake, but it was launched as "com.example.test""#) == true,
+                    "\(String(describing: error))")
+            await connection.invalidate()
+        }
+    }
+
     @Test("a service that never handshakes: the request fails within the handshake timeout, the process is stopped and reaped, the good service answers meanwhile")
     func neverHandshakes() async throws {
         try await withServices(Self.manifests("mute")) { launcher, _ in

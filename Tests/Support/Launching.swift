@@ -126,14 +126,15 @@ public struct ServiceFolder: Sendable {
     /// Deletes the folder.
     public func remove() { folder.remove() }
 
-    /// A manifest for the fixture service in `mode`.
+    /// A manifest of the test service in `mode`; it handshakes as `identifier`, or as
+    /// `handshakeIdentifier` when given (a service that lies about who it is).
     public static func manifest(identifier: String = "com.example.test", mode: String = "serve", idleTimeout: Double = 30,
-                                extra: String? = nil) -> String {
+                                handshakeIdentifier: String? = nil, extra: String? = nil) -> String {
         """
         {
           "identifier": "\(identifier)",
           "executable": "\(testServiceExecutable)",
-          "arguments": ["\(mode)"],
+          "arguments": ["\(mode)", "\(handshakeIdentifier ?? identifier)"],
           "display": { "title": "Test service" },
           "idleTimeout": \(idleTimeout)\(extra.map { ",\n  " + $0 } ?? "")
         }

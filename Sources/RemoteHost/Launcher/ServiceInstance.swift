@@ -138,7 +138,8 @@ final class ServiceInstance: LaunchedProcess {
             let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
                             try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
             let control = try Connection(socket: pair.first,
-                                         configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil))
+                                         configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
+                                                              expectedPeerIdentifier: manifest.identifier))
             return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
                                    captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
                                    spawnArguments: [executable] + arguments, group: group, maxMappedBytes: maxMappedBytes)
@@ -392,6 +393,8 @@ final class ServiceInstance: LaunchedProcess {
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
             attachment = Attachment(pair.second)
+            var configuration = configuration
+            configuration.expectedPeerIdentifier = manifest.identifier
             connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")

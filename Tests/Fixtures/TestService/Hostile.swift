@@ -170,7 +170,7 @@ enum Hostile {
 /// messages with fds (on fd 3 and on client connections), floods it with concurrent requests,
 /// says "idle exit" while a request is outstanding, or says it but keeps running.
 enum TalkBack {
-    static let configuration = Connection.Configuration(role: .service, identifier: "com.example.test")
+    static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier)
     /// Every connection of this process: fd 3 first.
     static let connections = Mutex<[Connection]>([])
     /// What the host answered to the requests and messages sent on fd 3.

@@ -27,7 +27,7 @@ enum HostileSurface {
         case truncate
     }
 
-    static let configuration = Connection.Configuration(role: .service, identifier: "com.example.test")
+    static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier)
     /// The frames of the flood.
     static let floodFrames: UInt64 = 1000
     /// What the hostile frames are filled with (premultiplied ARGB words): frame 1 and buffer 1

@@ -5,6 +5,10 @@ import Glibc
 import RawPacket
 import RemoteService
 
+/// The identifier this process handshakes with: its manifest's, which the test manifests pass as
+/// the second argument (one executable serves them all).
+let serviceIdentifier = CommandLine.arguments.count > 2 ? CommandLine.arguments[2] : "com.example.test"
+
 /// Cancellations this process observed, reported by the "cancellations" request.
 let cancellations = Tally()
 /// Handlers of "hang" and "sleep" that have started in this process (whether or not they still
@@ -94,7 +98,7 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     case "open-memfds":
         return ServiceMessage(type: "open-memfds", text: openMemoryFiles().sorted().joined(separator: "\n"))
     case "fail":
-        throw ServiceFailure(domain: "com.example.test", code: 42, message: "asked to fail")
+        throw ServiceFailure(domain: serviceIdentifier, code: 42, message: "asked to fail")
     case "crash":
         exit(3)
     case "stat":
@@ -175,7 +179,7 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     case "spawn-stubborn":
         return Hostile.spawnStubborn(Int(request.text ?? "") ?? 3)
     default:
-        throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
+        throw ServiceFailure(domain: serviceIdentifier, code: 404, message: "unknown request \(request.type)")
     }
 }
 
@@ -193,29 +197,29 @@ func waitForHangup() {
 let mode = CommandLine.arguments.dropFirst().first ?? "serve"
 switch mode {
 case "serve":
-    await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
+    await ServiceMain.exit(serving: serviceIdentifier, onRequest: serve)
 case "view":
     // A view: a blue background and the rects "paint" requests add.
-    await ServiceMain.exit(serving: "com.example.test", viewController: { PaintController() }, onRequest: serve)
+    await ServiceMain.exit(serving: serviceIdentifier, viewController: { PaintController() }, onRequest: serve)
 case "ui":
     // A toolkit screen: label, button, text field, progress, and a log of what reached it.
-    await ServiceMain.exit(serving: "com.example.test", viewController: { ScreenController() }, onRequest: serve)
+    await ServiceMain.exit(serving: serviceIdentifier, viewController: { ScreenController() }, onRequest: serve)
 case "share", "share-ignore-cancel":
     // A share activity (Share.swift); "share-ignore-cancel" never answers share_cancel.
     let ignoresCancel = mode == "share-ignore-cancel"
-    await ServiceMain.exit(serving: "com.example.test", shareTitle: "Test share",
+    await ServiceMain.exit(serving: serviceIdentifier, shareTitle: "Test share",
                            viewController: { ShareTestController(ignoresCancel: ignoresCancel) }, onRequest: serve)
 case "uppercase":
     // The Swift twin of Examples/uppercase-c (Share.swift).
-    await ServiceMain.exit(sharing: "com.example.test", title: "Uppercase") { UppercaseController() }
+    await ServiceMain.exit(sharing: serviceIdentifier, title: "Uppercase") { UppercaseController() }
 case "ignore-idle":
     // A service that does not exit when idle, so the host has to stop it.
     unsetenv(ServiceMain.idleTimeoutVariable)
-    await ServiceMain.exit(serving: "com.example.test", onRequest: serve)
+    await ServiceMain.exit(serving: serviceIdentifier, onRequest: serve)
 case "ignore-goodbye":
     // Stays alive after the host's goodbye and ignores SIGTERM, so the host has to SIGKILL it.
     signal(SIGTERM, SIG_IGN)
-    _ = try? await ServiceMain.run(identifier: "com.example.test", onRequest: serve)
+    _ = try? await ServiceMain.run(identifier: serviceIdentifier, onRequest: serve)
     while true { pause() }
 case "garbage":
     sendRaw([0xff, 0xff, 0xff, 0xff, 0x0f, 0x08])
@@ -226,7 +230,7 @@ case "wrong-version":
     waitForHangup()
 case "fd-mismatch":
     // Declares one fd and sends none.
-    var bytes = try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.test"))))
+    var bytes = try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: serviceIdentifier))))
     bytes += [0x18, 0x01]  // field 3 (fd_count), varint 1
     sendRaw(bytes)
     waitForHangup()
@@ -237,7 +241,7 @@ case "mute":
     while true { pause() }
 case "drop-control":
     // Handshakes on fd 3, reads the host's handshake, closes fd 3, and keeps running.
-    sendRaw(try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: "com.example.test")))))
+    sendRaw(try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: serviceIdentifier)))))
     var packet = [UInt8](repeating: 0, count: 65_536)
     _ = recv(3, &packet, packet.count, 0)
     close(3)
