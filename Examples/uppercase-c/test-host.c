@@ -572,7 +572,7 @@ static void run_complete(peer *main)
     settle(&p, &v);
     uint64_t id = request(&p, "com.example.unknown");
     e = next_share_body(&p, &v);
-    CHECK(e->body_case == BODY(FAILURE) && e->reply_to == id && e->failure->message[0], "unknown request: %s", body_name(e->body_case));
+    CHECK(e->body_case == BODY(FAILURE) && e->reply_to == id && strcmp(e->failure->domain, "RemoteView") == 0 && e->failure->code == 1 && e->failure->message[0], "unknown request: %s", body_name(e->body_case));
     remoteview__envelope__free_unpacked(e, NULL);
 
     /* typing redraws the text */

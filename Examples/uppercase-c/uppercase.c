@@ -495,13 +495,13 @@ static void pump(conn *c)
 
 /* ---------- requests and messages ---------- */
 
-static void send_failure(conn *c, uint64_t reply_to, int64_t code, const char *message)
+static void send_failure(conn *c, uint64_t reply_to, const char *domain, int64_t code, const char *message)
 {
     Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
     Remoteview__Failure f = REMOTEVIEW__FAILURE__INIT;
     char msg[4097];
     snprintf(msg, sizeof msg, "%s", message);
-    f.domain = ERROR_DOMAIN;
+    f.domain = (char *)domain;
     f.code = code;
     f.message = msg;
     e.reply_to = reply_to;
@@ -514,15 +514,16 @@ static void on_request(conn *c, uint64_t id, const Remoteview__ServiceMessage *m
 {
     if (strcmp(m->type, "remoteview.settle") == 0) {
         if (c->n_settles == MAX_OUTSTANDING_REQUESTS) {
-            send_failure(c, id, 2, "too many outstanding requests");
+            send_failure(c, id, ERROR_DOMAIN, 2, "too many outstanding requests");
             return;
         }
         c->settles[c->n_settles++] = id;
         return; /* answered by pump() */
     }
     char msg[400];
-    snprintf(msg, sizeof msg, "%s does not handle the request \"%.256s\"", SERVICE_IDENTIFIER, m->type);
-    send_failure(c, id, 1, msg);
+    /* Protocol.md: an unknown request type is answered in the framework's domain, code 1. */
+    snprintf(msg, sizeof msg, "%s handles no request of type \"%.256s\"", SERVICE_IDENTIFIER, m->type);
+    send_failure(c, id, "RemoteView", 1, msg);
 }
 
 static void on_cancel(conn *c, uint64_t request_id)

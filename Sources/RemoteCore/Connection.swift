@@ -129,9 +129,10 @@ public final class Connection: Sendable {
                       onRequest: onRequest, onMessage: onMessage)
     }
 
-    /// The default request handler: answers every request with a `RemoteView` failure.
-    public static let refuseRequests: RequestHandler = { message, _ in
-        throw ServiceFailure(domain: "RemoteView", code: 1, message: "no handler for request \"\(message.type)\"")
+    /// The default request handler: answers every request with
+    /// ``ServiceFailure/unknownRequest(_:handler:)`` (domain `RemoteView`, code 1).
+    public static let refuseRequests: RequestHandler = { message, context in
+        throw ServiceFailure.unknownRequest(message.type, handler: context.connection.configuration.identifier)
     }
 
     /// Routes the surface family (`attach_buffer` … `preferred_size`) to `handler`, from now
@@ -569,7 +570,7 @@ public final class Connection: Sendable {
             try await transport.send(Envelope(replyTo: id, body: body, attachments: attachments))
         } catch where error.code == .invalidArgument {
             logger.error("reply to \"\(message.type)\" cannot be sent: \(error.reason)")
-            await sendBestEffort(.failure(ServiceFailure(domain: "RemoteView", code: 2, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
+            await sendBestEffort(.failure(ServiceFailure(domain: ServiceFailure.frameworkDomain, code: ServiceFailure.FrameworkCode.replyNotSent, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
         } catch {
             logger.debug("reply to \"\(message.type)\" not sent: \(error)")
         }

@@ -69,3 +69,29 @@ public struct ServiceFailure: Error, Sendable, Hashable, CustomStringConvertible
 
     public var description: String { "\(domain) \(code): \(message)" }
 }
+
+extension ServiceFailure {
+    /// The domain of the failures the framework itself answers with (`Protocol.md`, "Requests").
+    public static let frameworkDomain = "RemoteView"
+
+    /// The framework's failure codes, in ``frameworkDomain``.
+    public enum FrameworkCode {
+        /// The receiver handles no request of this type.
+        public static let unknownRequest: Int64 = 1
+        /// The handler's reply could not be sent (too large, say); the message says why.
+        public static let replyNotSent: Int64 = 2
+    }
+
+    /// The answer to a request of a type the receiver does not handle: domain `RemoteView`,
+    /// code 1. Throw it from a request handler's `default:` case, so a host can tell "not
+    /// supported" from a failure of the work.
+    public static func unknownRequest(_ type: String, handler: String? = nil) -> ServiceFailure {
+        ServiceFailure(domain: frameworkDomain, code: FrameworkCode.unknownRequest,
+                       message: "\(handler.map { "\($0) handles" } ?? "there is") no request of type \"\(type)\"")
+    }
+
+    /// Whether this is ``unknownRequest(_:handler:)``'s failure (from any peer that follows the protocol).
+    public var isUnknownRequest: Bool {
+        domain == Self.frameworkDomain && code == FrameworkCode.unknownRequest
+    }
+}

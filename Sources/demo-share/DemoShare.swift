@@ -286,7 +286,7 @@ struct Service: AsyncParsableCommand {
                 try await Task.sleep(for: .seconds(10))
                 return ServiceMessage(type: "slow")
             default:
-                throw ServiceFailure(domain: "com.example.demo-share", code: 404, message: "unknown request \"\(request.type)\"")
+                throw ServiceFailure.unknownRequest(request.type, handler: "com.example.demo-share")
             }
         }
     }

@@ -106,6 +106,16 @@ struct ConnectionTests {
         }
     }
 
+    @Test("a request nobody handles is answered in the framework's domain, code 1 (unknown request), naming the type")
+    func unknownRequest() async throws {
+        try await withPair(onRequest: Connection.refuseRequests) { host, _ in
+            let error = await #expect(throws: RemoteError.self) { try await host.request(ServiceMessage(type: "com.example.nothing")) }
+            #expect(error?.remote?.domain == "RemoteView" && error?.remote?.code == 1, "\(String(describing: error))")
+            #expect(error?.remote?.isUnknownRequest == true)
+            #expect(error?.remote?.message.contains(#"no request of type "com.example.nothing""#) == true)
+        }
+    }
+
     @Test("cancelling the requesting task fails it with cancelled and cancels the peer's handler")
     func cancellation() async throws {
         let started = AsyncStream.makeStream(of: Void.self)

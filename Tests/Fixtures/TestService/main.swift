@@ -179,7 +179,7 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     case "spawn-stubborn":
         return Hostile.spawnStubborn(Int(request.text ?? "") ?? 3)
     default:
-        throw ServiceFailure(domain: serviceIdentifier, code: 404, message: "unknown request \(request.type)")
+        throw ServiceFailure.unknownRequest(request.type, handler: serviceIdentifier)
     }
 }
 
