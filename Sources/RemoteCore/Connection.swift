@@ -65,12 +65,16 @@ public final class Connection: Sendable {
     public typealias MessageHandler = nonisolated(nonsending) @Sendable (ServiceMessage, ConnectionContext) async -> Void
     /// Receives one message of the surface family (with the buffer's memfd for
     /// `attach_buffer`), in order, validated and known to come from the side that may send it.
-    package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment], ConnectionContext) async -> Void
+    /// A handler that finds the message breaks a rule only it can check throws a
+    /// `protocolViolation` naming it: the connection then ends as for any other violation (the
+    /// peer is told, outstanding requests fail with that error, nothing after it is read).
+    package typealias SurfaceHandler = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment], ConnectionContext) async throws(RemoteError) -> Void
     /// Receives one input event (a service receives them from its host), in order, validated.
     package typealias InputHandler = nonisolated(nonsending) @Sendable (InputEvent, ConnectionContext) async -> Void
     /// Receives one message of the share family (with the file items' memfds), in order,
-    /// validated and known to come from the side that may send it.
-    package typealias ShareHandler = nonisolated(nonsending) @Sendable (ShareMessage, [Attachment], ConnectionContext) async -> Void
+    /// validated and known to come from the side that may send it; throws a violation as a
+    /// ``SurfaceHandler`` does.
+    package typealias ShareHandler = nonisolated(nonsending) @Sendable (ShareMessage, [Attachment], ConnectionContext) async throws(RemoteError) -> Void
 
     /// This side's configuration.
     public let configuration: Configuration
@@ -514,7 +518,7 @@ public final class Connection: Sendable {
             guard let handler = routes.withLock({ $0.surface }) else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
             }
-            await handler(message, envelope.attachments, context)
+            try await handler(message, envelope.attachments, context)
         case .input(let event):
             guard configuration.role == .service else {
                 throw refuse(.unexpected, "\(event.name) is input, which only the host sends, and this side is the host")
@@ -530,7 +534,7 @@ public final class Connection: Sendable {
             guard let handler = routes.withLock({ $0.share }) else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no share")
             }
-            await handler(message, envelope.attachments, context)
+            try await handler(message, envelope.attachments, context)
         }
         return true
     }

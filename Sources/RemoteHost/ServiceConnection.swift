@@ -493,9 +493,9 @@ package struct ServiceChannel: Sendable {
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(surface handler: @escaping Connection.SurfaceHandler) {
         let clock = instance.idleClock
-        connection.route(surface: { message, attachments, context in
+        connection.route(surface: { message, attachments, context throws(RemoteError) in
             clock.touch()
-            await handler(message, attachments, context)
+            try await handler(message, attachments, context)
         })
     }
 
@@ -503,9 +503,9 @@ package struct ServiceChannel: Sendable {
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(share handler: @escaping Connection.ShareHandler) {
         let clock = instance.idleClock
-        connection.route(share: { message, attachments, context in
+        connection.route(share: { message, attachments, context throws(RemoteError) in
             clock.touch()
-            await handler(message, attachments, context)
+            try await handler(message, attachments, context)
         })
     }
 

@@ -207,7 +207,7 @@ struct HostileLauncherTests {
             })
             let good = launcher.connection(to: Self.good)
             let called = try await talker.request(ServiceMessage(type: "call-host", text: "32")).text
-            #expect(called == "32x refused: no handler for request \"com.example.ask\"")
+            #expect(called == "32x refused: com.example.tests handles no request of type \"com.example.ask\"")
             #expect(notes.load(ordering: .relaxed) == 32, "one-way messages arrive in order, before the reply sent after them")
             // On fd 3 the host accepts nothing from the service: 20 requests refused, 20 messages dropped.
             #expect(try await talker.request(ServiceMessage(type: "report")).text == "refused=20 other=")

@@ -150,6 +150,18 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("a bad commit while settle() waits: settle() throws the violation (the settled reply right behind the commit is never taken), and the service is ended with it")
+    func settleThrowsWhenEnded() async throws {
+        try await withHostileView("settleDamage") { scene in
+            #expect(try await nextDamage(scene.hostile) == [Self.whole], "its good first frame")
+            let error = await #expect(throws: RemoteError.self) { try await scene.hostile.settle() }
+            #expect(error?.code == .protocolViolation, "\(String(describing: error))")
+            #expect(error?.reason.contains("damage rect 0 (10×10 at (60, 0)) is outside the buffer (64×48)") == true, "\(String(describing: error))")
+            try await Self.expectViolation(scene, ["damage rect 0 (10×10 at (60, 0)) is outside the buffer (64×48)"])
+            #expect(Self.isFilled(scene.hostile, with: Self.green), "the image keeps the last good frame")
+        }
+    }
+
     @Test("a commit of a buffer id that was never attached: ended as a protocol violation that names the id")
     func unattachedCommit() async throws {
         try await withHostileView("unattached") { scene in

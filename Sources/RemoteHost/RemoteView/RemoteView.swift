@@ -165,19 +165,16 @@ extension RemoteView: ServiceChannelListener {
         state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings)
         }
-        channel.route(surface: { [weak self] message, attachments, context in
-            do throws(RemoteError) {
-                // The host let go of the view while the service still drew for it: what was in
-                // flight is no fault of the service's (ending it would end a shared process
-                // under every other client). Dropped: the attachments close, and without a
-                // frame_done the service draws no more for this connection.
-                guard let self else { return }
-                for reply in try self.receive(message, attachments: attachments) {
-                    try? await context.connection.send(reply)
-                }
-            } catch {
-                // A broken surface rule ends the service, with the reason.
-                await channel.endService(violating: error.reason)
+        channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
+            // The host let go of the view while the service still drew for it: what was in
+            // flight is no fault of the service's (ending it would end a shared process
+            // under every other client). Dropped: the attachments close, and without a
+            // frame_done the service draws no more for this connection.
+            guard let self else { return }
+            // A broken surface rule (thrown) ends the connection as a violation, before anything
+            // the service sent after it is read (a settle's reply, say), and the service with it.
+            for reply in try self.receive(message, attachments: attachments) {
+                try? await context.connection.send(reply)
             }
         })
     }

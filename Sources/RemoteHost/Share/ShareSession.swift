@@ -150,12 +150,13 @@ public final class ShareSession: Sendable {
         state.withLock { $0.channels.last(where: { $0.connection === connection }) }
     }
 
-    /// A share message from the service on `channel`.
-    private func receive(_ message: ShareMessage, attachments: [Attachment], on channel: ServiceChannel) async {
+    /// A share message from the service on `channel`; throws a broken rule as a violation,
+    /// which ends the connection and the service.
+    private func receive(_ message: ShareMessage, attachments: [Attachment], on channel: ServiceChannel) throws(RemoteError) {
         var items: [ShareItem] = []
         if case .complete(.completed, let wire, _) = message {
             do { items = try ShareItem.received(wire, attachments: attachments) } catch {
-                return await channel.endService(violating: error.reason)
+                throw RemoteError(.protocolViolation, error.reason)
             }
         }
         switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
@@ -166,7 +167,7 @@ public final class ShareSession: Sendable {
             channel.endWork()
             finish(outcome)
         case .violation(let reason):
-            await channel.endService(violating: reason)
+            throw RemoteError(.protocolViolation, reason)
         }
     }
 
@@ -175,9 +176,9 @@ public final class ShareSession: Sendable {
 extension ShareSession: ServiceChannelListener {
     package func channelWillRun(_ channel: ServiceChannel) {
         state.withLock { $0.channels.append(channel) }
-        channel.route(share: { [weak self] message, attachments, _ in
-            guard let self else { return await channel.endService(violating: "\(message.name) but no share session is open") }
-            await self.receive(message, attachments: attachments, on: channel)
+        channel.route(share: { [weak self] message, attachments, _ throws(RemoteError) in
+            guard let self else { throw RemoteError(.protocolViolation, "\(message.name) but no share session is open") }
+            try self.receive(message, attachments: attachments, on: channel)
         })
     }
 

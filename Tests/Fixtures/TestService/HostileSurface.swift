@@ -16,6 +16,9 @@ enum HostileSurface {
         case stride
         /// A good first frame, then a commit whose damage rect reaches past the right edge.
         case damage
+        /// A good first frame; then, asked to settle, a commit whose damage reaches past the
+        /// right edge, and the settled reply right behind it.
+        case settleDamage
         /// commit of buffer 9, never attached (buffer 1 is).
         case unattached
         /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
@@ -86,6 +89,8 @@ enum HostileSurface {
         /// release_buffer and frame_done from the host, in order (the script is the one reader).
         private let fromHost: AsyncStream<SurfaceMessage>
         private let fromHostSink: AsyncStream<SurfaceMessage>.Continuation
+        /// The size of the first frame, once the host has taken it (settleDamage mode).
+        private let firstFrame = Mutex<(Int, Int)?>(nil)
         /// "next" requests (truncate mode).
         private let proceed: AsyncStream<Void>
         private let proceedSink: AsyncStream<Void>.Continuation
@@ -115,6 +120,11 @@ enum HostileSurface {
             switch request.type {
             case "echo":
                 return ServiceMessage(type: "echo", payload: request.payload)
+            case FrameworkMessage.settle where mode == .settleDamage:
+                // Behind the first frame: a bad commit, then the reply the host must never take.
+                guard let (width, _) = firstFrame.withLock({ $0 }) else { throw ServiceFailure(domain: "test", code: 1, message: "no first frame yet") }
+                try await commit(1, [PixelRect(x: width - 4, y: 0, width: 10, height: 10)], frame: 2)
+                return ServiceMessage(type: FrameworkMessage.settled)
             case "next", "report":
                 // What the script did, once it is done ("next" first lets truncate's second frame go).
                 if request.type == "next" { proceedSink.yield() }
@@ -167,6 +177,13 @@ enum HostileSurface {
                 try buffer.fill(second)
                 try await commit(1, [PixelRect(x: width - 4, y: 0, width: 10, height: 10)], frame: 2)
                 return "committed damage past the right edge"
+            case .settleDamage:
+                let buffer = try Buffer(id: 1, width: width, height: height, colour: first)
+                try await attach(buffer)
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                firstFrame.withLock { $0 = (width, height) }
+                return "drew the first frame"
             case .unattached:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(9, [], frame: 1)
