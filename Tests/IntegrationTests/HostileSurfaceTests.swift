@@ -150,6 +150,16 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("a service that does not handle remoteview.settle (it answers unknown request): settle() falls back to a ping and returns, with the frame it had committed")
+    func settleWithoutSupport() async throws {
+        try await withHostileView("truncate") { scene in
+            #expect(try await nextDamage(scene.hostile) == [Self.whole], "its first frame")
+            try await scene.hostile.settle()
+            #expect(Self.isFilled(scene.hostile, with: Self.green))
+            _ = try await scene.hostile.connection.request(ServiceMessage(type: "next"))
+        }
+    }
+
     @Test("a bad commit while settle() waits: settle() throws the violation (the settled reply right behind the commit is never taken), and the service is ended with it")
     func settleThrowsWhenEnded() async throws {
         try await withHostileView("settleDamage") { scene in

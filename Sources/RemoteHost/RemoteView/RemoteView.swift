@@ -103,10 +103,22 @@ public final class RemoteView: Sendable {
 
     /// Returns once the service has drawn, and the host composited, everything its view had
     /// pending when this was called: input sent before it, and animations it started, are
-    /// in ``image`` after it. (A request on the connection; the service answers once no damage
-    /// and no animation is left.)
+    /// in ``image`` after it. (The request `remoteview.settle`; the service answers once no
+    /// damage and no animation is left, behind its commits.)
+    ///
+    /// A service that does not handle `remoteview.settle` (it answers "unknown request", as
+    /// `docs/Protocol.md` allows) gets a ping instead: then what the service had committed
+    /// before it read the ping is in ``image``, but an animation it has not drawn yet is not
+    /// waited for.
+    ///
+    /// - Throws: `RemoteError`: the reason the service was ended, if it was meanwhile (a broken
+    ///   surface rule, a crash), `timeout`, or what the request throws.
     public func settle(timeout: Duration = .seconds(10)) async throws(RemoteError) {
-        _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
+        do {
+            _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
+        } catch let error where error.code == .remoteError && error.remote?.isUnknownRequest == true {
+            _ = try await connection.withChannel { connection throws(RemoteError) in try await connection.ping(timeout: timeout) }
+        }
     }
 
     /// Writes what the service drew, as of its last frame, as a PNG to `path`.

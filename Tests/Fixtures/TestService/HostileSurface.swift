@@ -90,7 +90,7 @@ enum HostileSurface {
         private let fromHost: AsyncStream<SurfaceMessage>
         private let fromHostSink: AsyncStream<SurfaceMessage>.Continuation
         /// The size of the first frame, once the host has taken it (settleDamage mode).
-        private let firstFrame = Mutex<(Int, Int)?>(nil)
+        private let firstFrame = Latch<(Int, Int)>()
         /// "next" requests (truncate mode).
         private let proceed: AsyncStream<Void>
         private let proceedSink: AsyncStream<Void>.Continuation
@@ -122,7 +122,9 @@ enum HostileSurface {
                 return ServiceMessage(type: "echo", payload: request.payload)
             case FrameworkMessage.settle where mode == .settleDamage:
                 // Behind the first frame: a bad commit, then the reply the host must never take.
-                guard let (width, _) = firstFrame.withLock({ $0 }) else { throw ServiceFailure(domain: "test", code: 1, message: "no first frame yet") }
+                guard let (width, _) = await firstFrame.waitUncancellably(until: .now.advanced(by: .seconds(10))) else {
+                    throw ServiceFailure(domain: "test", code: 1, message: "no frame_done of the first frame")
+                }
                 try await commit(1, [PixelRect(x: width - 4, y: 0, width: 10, height: 10)], frame: 2)
                 return ServiceMessage(type: FrameworkMessage.settled)
             case "next", "report":
@@ -131,7 +133,8 @@ enum HostileSurface {
                 let script = self.script.withLock { $0 }
                 return ServiceMessage(type: "report", text: await script?.value ?? "no script: the host never sent a size")
             default:
-                throw ServiceFailure(domain: "com.example.test", code: 404, message: "unknown request \(request.type)")
+                // remoteview.settle too, except in settleDamage mode: these services do not settle.
+                throw ServiceFailure.unknownRequest(request.type, handler: serviceIdentifier)
             }
         }
 
@@ -182,7 +185,7 @@ enum HostileSurface {
                 try await attach(buffer)
                 try await commit(1, [], frame: 1)
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
-                firstFrame.withLock { $0 = (width, height) }
+                _ = firstFrame.open((width, height))
                 return "drew the first frame"
             case .unattached:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
