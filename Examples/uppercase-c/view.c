@@ -22,8 +22,9 @@ void view_resize(view *vw, uint32_t w, uint32_t h, uint32_t scale_permille)
 {
     double s = scale_permille / 1000.0;
     double pw = round(w * s), ph = round(h * s);
-    /* A view of 16384 points at scale 8 would need 131072 pixels a side, more than a buffer
-     * may have: draw at the largest scale that fits (Protocol.md does not say; a guess). */
+    /* Protocol.md: pixels = points x scale, rounded, halves up (C's round() for positive
+     * values), and the host never sends a size whose pixels exceed a buffer's bounds. The fit
+     * below only guards this process against a host that does. */
     double fit = 1.0;
     if (pw > MAX_SIDE) fit = fmin(fit, MAX_SIDE / pw);
     if (ph > MAX_SIDE) fit = fmin(fit, MAX_SIDE / ph);

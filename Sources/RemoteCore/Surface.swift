@@ -119,12 +119,19 @@ public struct SurfaceSize: Sendable, Hashable {
         self.scalePermille = scalePermille
     }
 
-    /// The size in pixels (points × scale), at least 1 × 1.
+    /// The size in pixels: each side is points × scale ÷ 1000, rounded to the nearest
+    /// integer, halves up (`(points × scalePermille + 500) / 1000` in integers), and at least 1
+    /// (as Wayland's fractional scale rounds). The buffers a service commits have exactly this size.
     public var pixels: (width: Int, height: Int) {
-        (max(1, width * scalePermille / 1000), max(1, height * scalePermille / 1000))
+        (Self.pixels(width, scalePermille), Self.pixels(height, scalePermille))
     }
 
-    /// Why this size is impossible, or `nil` when it is fine.
+    private static func pixels(_ points: Int, _ scalePermille: Int) -> Int {
+        max(1, (points * scalePermille + 500) / 1000)
+    }
+
+    /// Why this size is impossible, or `nil` when it is fine: each side 1…16384 points, the
+    /// scale 250…8000‰, and in pixels at most 16384 a side and `maxBufferBytes` as ARGB.
     public var problem: String? {
         let dimensions = 1...SurfaceLimits.maxDimension
         guard dimensions.contains(width), dimensions.contains(height) else {
@@ -132,6 +139,11 @@ public struct SurfaceSize: Sendable, Hashable {
         }
         guard SurfaceLimits.scalePermille.contains(scalePermille) else {
             return "scale \(scalePermille)‰ is outside \(SurfaceLimits.scalePermille)‰"
+        }
+        let (pixelWidth, pixelHeight) = pixels
+        guard pixelWidth <= SurfaceLimits.maxDimension, pixelHeight <= SurfaceLimits.maxDimension,
+              pixelWidth * pixelHeight * 4 <= SurfaceLimits.maxBufferBytes else {
+            return "size \(width)×\(height) at scale \(scalePermille)‰ is \(pixelWidth)×\(pixelHeight) pixels; a buffer has at most \(SurfaceLimits.maxDimension) a side and \(SurfaceLimits.maxBufferBytes) bytes"
         }
         return nil
     }

@@ -172,6 +172,14 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("a buffer of another size than the view's (points × scale, rounded): ended as a protocol violation giving both sizes")
+    func wrongSize() async throws {
+        try await withHostileView("wrongSize") { scene in
+            try await Self.expectViolation(scene, ["commit of buffer 1 at 32×24 pixels, but the view is 64×48 pixels"])
+            #expect(scene.hostile.image.width == 0, "nothing of it was shown")
+        }
+    }
+
     @Test("a commit of a buffer id that was never attached: ended as a protocol violation that names the id")
     func unattachedCommit() async throws {
         try await withHostileView("unattached") { scene in

@@ -51,6 +51,48 @@ struct SurfaceCompositorTests {
         }
     }
 
+    @Test("points to pixels: each side rounded to the nearest pixel, halves up, at least 1; a size whose pixels exceed a buffer's bounds is refused, naming them")
+    func pointsToPixels() {
+        #expect(SurfaceSize(width: 33, height: 21, scalePermille: 1500).pixels == (50, 32))   // 49.5, 31.5
+        #expect(SurfaceSize(width: 100, height: 81, scalePermille: 1500).pixels == (150, 122)) // 121.5
+        #expect(SurfaceSize(width: 7, height: 5, scalePermille: 1250).pixels == (9, 6))        // 8.75, 6.25
+        #expect(SurfaceSize(width: 1, height: 1, scalePermille: 250).pixels == (1, 1))         // 0.25
+        #expect(SurfaceSize(width: 3, height: 3, scalePermille: 333).pixels == (1, 1))         // 0.999
+        #expect(SurfaceSize(width: 16_384, height: 1, scalePermille: 1000).problem == nil)
+        let tooWide = SurfaceSize(width: 4_096, height: 10, scalePermille: 8_000).problem
+        #expect(tooWide?.contains("is 32768×80 pixels; a buffer has at most 16384 a side") == true, "\(tooWide ?? "nil")")
+        let tooLarge = SurfaceSize(width: 16_384, height: 16_384, scalePermille: 1000).problem
+        #expect(tooLarge?.contains("268435456 bytes") == true, "\(tooLarge ?? "nil")")
+    }
+
+    @Test("a commit must be of a size the host gave: none given, or another size, is a violation naming both; an older size is taken until a newer one is committed")
+    func committedSize() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor(checksSize: true)
+            let small = try ServiceBuffer(id: 1, width: 8, height: 4, colour: Self.red)
+            let large = try ServiceBuffer(id: 2, width: 12, height: 6, colour: Self.blue)
+            for buffer in [small, large] {
+                let (attach, fds) = try buffer.attach()
+                try compositor.receive(attach, attachments: fds)
+            }
+            #expect(throws: RemoteError(.protocolViolation, "commit of buffer 1 before the host gave the view a size")) {
+                try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
+            }
+            compositor.sizeGiven(SurfaceSize(width: 4, height: 2, scalePermille: 2000))  // 8×4
+            compositor.sizeGiven(SurfaceSize(width: 8, height: 4, scalePermille: 1500))  // 12×6
+            // The older size still answers (the newer resize may not have reached the service).
+            try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
+            _ = compositor.present()
+            try compositor.receive(.commit(bufferID: 2, damage: [], frame: 2), attachments: [])
+            _ = compositor.present()
+            #expect(compositor.image.width == 12 && compositor.image.height == 6)
+            // Once the newer size was committed, the older one is gone.
+            #expect(throws: RemoteError(.protocolViolation, "commit of buffer 1 at 8×4 pixels, but the view is 12×6 pixels (points × scale, rounded)")) {
+                try compositor.receive(.commit(bufferID: 1, damage: [], frame: 3), attachments: [])
+            }
+        }
+    }
+
     @Test("only the damaged rects are copied")
     func damageOnly() async throws {
         try await withoutLeaks {

@@ -25,7 +25,7 @@ public final class RemoteView: Sendable {
     public let damage: AsyncStream<[PixelRect]>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
-    private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?, traits: Traits?, focused: Bool?)>((SurfaceCompositor(), nil, nil, nil))
+    private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?, traits: Traits?, focused: Bool?)>((SurfaceCompositor(checksSize: true), nil, nil, nil))
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
     public enum Presentation: Sendable, Hashable {
@@ -58,7 +58,10 @@ public final class RemoteView: Sendable {
     public func present(width: Int, height: Int, scalePermille: Int = 1000) async throws(RemoteError) {
         let size = SurfaceSize(width: width, height: height, scalePermille: scalePermille)
         if let problem = size.problem { throw RemoteError(.invalidArgument, problem) }
-        try await connection.withChannel { connection throws(RemoteError) in try await connection.send(.resize(size)) }
+        try await connection.withChannel { connection throws(RemoteError) in
+            state.withLock { $0.compositor }.sizeGiven(size)
+            try await connection.send(.resize(size))
+        }
         // Kept for relaunches (after the send, so a first launch does not send it twice).
         state.withLock { $0.size = size }
     }
@@ -175,7 +178,7 @@ extension RemoteView: ServiceChannelListener {
     /// and its surface messages come here.
     package func channelWillRun(_ channel: ServiceChannel) {
         state.withLock { state in
-            state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings)
+            state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
         }
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
             // The host let go of the view while the service still drew for it: what was in
@@ -196,6 +199,7 @@ extension RemoteView: ServiceChannelListener {
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
         let (size, traits, focused) = state.withLock { ($0.size, $0.traits, $0.focused) }
         guard let size else { return }
+        state.withLock { $0.compositor }.sizeGiven(size)
         try await channel.connection.send(.resize(size))
         if let traits { try await channel.connection.send(.traits(traits)) }
         if let focused { try await channel.connection.send(.focus(focused)) }

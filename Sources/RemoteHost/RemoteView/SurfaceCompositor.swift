@@ -34,7 +34,14 @@ package final class SurfaceCompositor: Sendable {
         var lastFrame: UInt64?
         var image = CompositedImage(width: 0, height: 0)
         var preferredSize: (width: Int, height: Int)?
+        /// The sizes in pixels the host gave the view, oldest first: a commit answers one of
+        /// them (a service may still draw for an older one when a newer is on its way), and
+        /// the ones before it are gone then.
+        var sizes: [(width: Int, height: Int)] = []
     }
+
+    /// How many sizes a commit may answer: the last ones the host gave.
+    package static let sizesKept = 16
 
     /// The most buffers one surface may have attached at once.
     package static let maxBuffers = 8
@@ -46,17 +53,31 @@ package final class SurfaceCompositor: Sendable {
     private let state = Mutex(State())
     /// What every surface of the same service process maps together, when it is counted.
     private let budget: MappingBudget?
+    /// Whether a commit must be of a size the host gave (``sizeGiven(_:)``).
+    private let checksSize: Bool
 
     /// A compositor whose buffers count against `budget` (the service process's, shared by all
-    /// its surfaces), if given.
-    package init(budget: MappingBudget? = nil) {
+    /// its surfaces), if given; with `checksSize`, a committed buffer must have a size the host
+    /// gave with ``sizeGiven(_:)``.
+    package init(budget: MappingBudget? = nil, checksSize: Bool = false) {
         self.budget = budget
+        self.checksSize = checksSize
     }
 
     /// A compositor for a new process of the same view: no buffers, the image kept until it draws.
-    package init(keeping image: CompositedImage, budget: MappingBudget? = nil) {
+    package init(keeping image: CompositedImage, budget: MappingBudget? = nil, checksSize: Bool = false) {
         self.budget = budget
+        self.checksSize = checksSize
         state.withLock { $0.image = image }
+    }
+
+    /// The host is sending `size` to the service: a commit of a buffer of its pixel size is
+    /// allowed from now on (and of the sizes given before it, until one of it or a later one).
+    package func sizeGiven(_ size: SurfaceSize) {
+        state.withLock { state in
+            state.sizes.append(size.pixels)
+            if state.sizes.count > Self.sizesKept { state.sizes.removeFirst(state.sizes.count - Self.sizesKept) }
+        }
     }
 
     deinit {
@@ -131,6 +152,15 @@ package final class SurfaceCompositor: Sendable {
                     throw violation("commit of frame \(frame) after frame \(last): frame numbers must increase")
                 }
                 let layout = buffer.layout
+                if checksSize {
+                    guard let answered = state.sizes.lastIndex(where: { $0 == (layout.width, layout.height) }) else {
+                        guard let latest = state.sizes.last else {
+                            throw violation("commit of buffer \(id) before the host gave the view a size")
+                        }
+                        throw violation("commit of buffer \(id) at \(layout.width)×\(layout.height) pixels, but the view is \(latest.width)×\(latest.height) pixels (points × scale, rounded)\(state.sizes.count > 1 ? ", or one of the \(state.sizes.count - 1) sizes given before it" : "")")
+                    }
+                    state.sizes.removeFirst(answered)
+                }
                 // Damage names what changed in the buffer: a rect reaching outside it is a lie.
                 for (index, rect) in damage.enumerated()
                 where rect.x < 0 || rect.y < 0 || rect.x + rect.width > layout.width || rect.y + rect.height > layout.height {

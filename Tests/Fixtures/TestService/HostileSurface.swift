@@ -21,6 +21,8 @@ enum HostileSurface {
         case settleDamage
         /// commit of buffer 9, never attached (buffer 1 is).
         case unattached
+        /// A first frame of half the size the host gave.
+        case wrongSize
         /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
         case unreleased
         /// Commits `floodFrames` frames, alternating two buffers, never waiting for frame_done.
@@ -187,6 +189,10 @@ enum HostileSurface {
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
                 _ = firstFrame.open((width, height))
                 return "drew the first frame"
+            case .wrongSize:
+                try await attach(Buffer(id: 1, width: width / 2, height: height / 2, colour: first))
+                try await commit(1, [], frame: 1)
+                return "committed a buffer of half the size"
             case .unattached:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(9, [], frame: 1)
