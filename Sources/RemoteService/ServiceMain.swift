@@ -157,7 +157,11 @@ final class ServiceRuntime: Sendable {
         makeController = viewController
         self.identifier = identifier
         self.shareTitle = shareTitle
-        self.capabilities = shareTitle == nil || capabilities.contains(ShareCapability.name) ? capabilities : capabilities + [ShareCapability.name]
+        // What the framework's own capabilities promise, announced whenever it is true.
+        var announced = capabilities
+        if viewController != nil, !announced.contains(SurfaceCapability.name) { announced.append(SurfaceCapability.name) }
+        if shareTitle != nil, !announced.contains(ShareCapability.name) { announced.append(ShareCapability.name) }
+        self.capabilities = announced
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
         self.onRequest = onRequest
         self.onMessage = onMessage

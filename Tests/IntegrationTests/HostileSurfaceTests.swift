@@ -180,6 +180,25 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("capabilities: a service that does not announce \"surfaces\" has no view to present (a clear error, nothing sent), and one that sends surface messages anyway is ended as a protocol violation")
+    func surfacesCapability() async throws {
+        let manifests = ["plain.json": ServiceFolder.manifest(identifier: Self.good),
+                         "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-unannounced")]
+        try await withServices(manifests, within: .seconds(30)) { launcher, _ in
+            let plain = RemoteView(connection: launcher.connection(to: Self.good))
+            let error = await #expect(throws: RemoteError.self) { try await plain.present(width: 64, height: 48) }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.reason.contains(#"does not announce the "surfaces" capability in its handshake"#) == true, "\(String(describing: error))")
+            #expect(try await plain.connection.request(ServiceMessage(type: "echo", text: "still fine")).text == "still fine")
+
+            let events = launcher.events()
+            let hostile = RemoteView(connection: launcher.connection(to: Self.hostile))
+            _ = try? await hostile.connection.request(ServiceMessage(type: "echo", text: "wake up"))
+            let (_, reason) = try await termination(of: Self.hostile, in: events)
+            #expect(reason.kind == .protocolViolation && reason.detail.contains(#"attach_buffer from a service that did not announce the "surfaces" capability"#), "\(reason)")
+        }
+    }
+
     @Test("a commit of a buffer id that was never attached: ended as a protocol violation that names the id")
     func unattachedCommit() async throws {
         try await withHostileView("unattached") { scene in

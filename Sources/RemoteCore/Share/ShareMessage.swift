@@ -144,3 +144,9 @@ package enum ShareMessage: Sendable {
 package enum ShareCapability {
     package static let name = "share"
 }
+
+/// The handshake capability of a service that has a view: it answers `resize` with frames and
+/// takes input (`docs/Protocol.md`, "Capabilities").
+package enum SurfaceCapability {
+    package static let name = "surfaces"
+}

@@ -59,11 +59,20 @@ public final class RemoteView: Sendable {
         let size = SurfaceSize(width: width, height: height, scalePermille: scalePermille)
         if let problem = size.problem { throw RemoteError(.invalidArgument, problem) }
         try await connection.withChannel { connection throws(RemoteError) in
+            try await Self.requireSurfaces(connection)
             state.withLock { $0.compositor }.sizeGiven(size)
             try await connection.send(.resize(size))
         }
         // Kept for relaunches (after the send, so a first launch does not send it twice).
         state.withLock { $0.size = size }
+    }
+
+    /// Throws unless the peer on `connection` announced the `surfaces` capability (it has a view).
+    private static func requireSurfaces(_ connection: Connection) async throws(RemoteError) {
+        let peer = try await connection.peerHandshake()
+        guard peer.capabilities.contains(SurfaceCapability.name) else {
+            throw RemoteError(.invalidArgument, "\(peer.identifier) does not announce the \"\(SurfaceCapability.name)\" capability in its handshake (it announced \(peer.capabilities)), so it has no view to present")
+        }
     }
 
     /// Sends input to the service (launching it if needed). Pointer coordinates are in the
@@ -73,7 +82,10 @@ public final class RemoteView: Sendable {
     ///   sending on the connection throws.
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
-        try await connection.withChannel { connection throws(RemoteError) in try await connection.send(event) }
+        try await connection.withChannel { connection throws(RemoteError) in
+            try await Self.requireSurfaces(connection)
+            try await connection.send(event)
+        }
         // Kept for relaunches, like the size.
         switch event {
         case .traits(let traits): state.withLock { $0.traits = traits }
@@ -186,6 +198,9 @@ extension RemoteView: ServiceChannelListener {
             // under every other client). Dropped: the attachments close, and without a
             // frame_done the service draws no more for this connection.
             guard let self else { return }
+            guard context.peer.capabilities.contains(SurfaceCapability.name) else {
+                throw RemoteError(.protocolViolation, "\(message.name) from a service that did not announce the \"\(SurfaceCapability.name)\" capability")
+            }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
             for reply in try self.receive(message, attachments: attachments) {
@@ -198,7 +213,8 @@ extension RemoteView: ServiceChannelListener {
     /// was given last, before anything else.
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
         let (size, traits, focused) = state.withLock { ($0.size, $0.traits, $0.focused) }
-        guard let size else { return }
+        // A process without a view (it did not announce one) is not sent a size.
+        guard let size, try await channel.connection.peerHandshake().capabilities.contains(SurfaceCapability.name) else { return }
         state.withLock { $0.compositor }.sizeGiven(size)
         try await channel.connection.send(.resize(size))
         if let traits { try await channel.connection.send(.traits(traits)) }

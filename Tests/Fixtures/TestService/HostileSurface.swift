@@ -23,6 +23,8 @@ enum HostileSurface {
         case unattached
         /// A first frame of half the size the host gave.
         case wrongSize
+        /// A good first frame from a client connection that does not announce "surfaces".
+        case unannounced
         /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
         case unreleased
         /// Commits `floodFrames` frames, alternating two buffers, never waiting for frame_done.
@@ -32,7 +34,7 @@ enum HostileSurface {
         case truncate
     }
 
-    static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier)
+    static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier, capabilities: ["surfaces"])
     /// The frames of the flood.
     static let floodFrames: UInt64 = 1000
     /// What the hostile frames are filled with (premultiplied ARGB words): frame 1 and buffer 1
@@ -68,10 +70,14 @@ enum HostileSurface {
         var raw: RawSocket?
         if mode == .stride, let copy = try? socket.duplicate() { raw = RawSocket(copy) }
         let client = Client(mode: mode, raw: raw)
+        var configuration = configuration
+        if mode == .unannounced { configuration.capabilities = [] }
         guard let connection = try? Connection(socket: socket, configuration: configuration,
                                                onRequest: { request, _ in try await client.serve(request) }) else { return }
         connection.route(surface: { message, _, context in client.receive(message, on: context.connection) })
         Task { try? await connection.run() }
+        // Draws at once, unasked, at 64×48: a host that was never told of a view gets frames.
+        if mode == .unannounced { client.receive(.resize(SurfaceSize(width: 64, height: 48)), on: connection) }
     }
 
     /// A socket the fixture writes raw packets to.
@@ -189,6 +195,10 @@ enum HostileSurface {
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
                 _ = firstFrame.open((width, height))
                 return "drew the first frame"
+            case .unannounced:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first))
+                try await commit(1, [], frame: 1)
+                return "committed a first frame"
             case .wrongSize:
                 try await attach(Buffer(id: 1, width: width / 2, height: height / 2, colour: first))
                 try await commit(1, [], frame: 1)
