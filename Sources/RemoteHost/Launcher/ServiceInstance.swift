@@ -64,6 +64,32 @@ final class ServiceInstance: LaunchedProcess {
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
                        stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, logger: Logger) async throws(RemoteError) -> ServiceInstance {
+        let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, resources: resources, logger: logger)
+        let control = Connection(transport: started.socket,
+                                 configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
+                                                      expectedPeerIdentifier: manifest.identifier))
+        return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
+                               captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
+                               spawnArguments: started.spawnArguments, group: started.group, maxMappedBytes: maxMappedBytes)
+    }
+
+    /// A process started as the launcher starts one, before anything was said on its fd 3.
+    struct Started: Sendable {
+        let process: ChildProcess
+        /// The host's end of the process's fd 3.
+        let socket: SeqpacketSocket
+        let captures: [OutputCapture]
+        let group: ControlGroup?
+        /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
+        let spawnArguments: [String]
+        /// A logger naming the process.
+        let logger: Logger
+    }
+
+    /// Starts the service's process (see ``launch(_:sandbox:dataRoot:hostIdentifier:stopGrace:resources:maxMappedBytes:logger:)``)
+    /// and returns it with the host's end of its fd 3.
+    static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String,
+                      resources: ResourceControl, logger: Logger) async throws(RemoteError) -> Started {
         var environment = [
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
@@ -137,12 +163,8 @@ final class ServiceInstance: LaunchedProcess {
             processLogger[metadataKey: "pid"] = "\(process.pid)"
             let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
                             try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
-            let control = try Connection(socket: pair.first,
-                                         configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
-                                                              expectedPeerIdentifier: manifest.identifier))
-            return ServiceInstance(manifest: manifest, process: process, control: control, sandboxed: sandbox != .unsandboxed,
-                                   captures: captures, logger: processLogger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                                   spawnArguments: [executable] + arguments, group: group, maxMappedBytes: maxMappedBytes)
+            return Started(process: process, socket: try SeqpacketSocket(pair.first), captures: captures, group: group,
+                           spawnArguments: [executable] + arguments, logger: processLogger)
         } catch {
             group?.remove()
             // A missing or unusable executable can never work; running out of fds or memory can pass.

@@ -1,0 +1,67 @@
+import Glibc
+import Logging
+import RemoteCore
+
+/// A service process started exactly as the launcher starts one (the sandbox, the seccomp
+/// filter, the limits, the environment, the socket at fd 3), whose fd 3 the caller speaks on
+/// itself, packet by packet: for a tool that tries a service against the protocol
+/// (`remoteview-check`), not for a host, which uses ``Launcher``.
+package final class RawServiceProcess: Sendable {
+    /// The process the launcher would have started (bubblewrap's, when sandboxed).
+    package let process: ChildProcess
+    /// The host's end of the process's fd 3: nothing has been said on it yet.
+    package let socket: SeqpacketSocket
+    private let started: ServiceInstance.Started
+    private let resources: ResourceControl
+
+    private init(started: ServiceInstance.Started, resources: ResourceControl) {
+        self.started = started
+        self.resources = resources
+        process = started.process
+        socket = started.socket
+    }
+
+    /// Starts `manifest`'s service, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
+    /// its output logged to `logger`.
+    package static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String,
+                              logger: Logger) async throws(RemoteError) -> RawServiceProcess {
+        let resources = ResourceControl.detect(launcher: Int(Syscall.processID))
+        do {
+            let started = try await ServiceInstance.start(manifest, sandbox: sandbox, dataRoot: dataRoot, resources: resources, logger: logger)
+            return RawServiceProcess(started: started, resources: resources)
+        } catch {
+            resources.remove()
+            throw error
+        }
+    }
+
+    /// How the process ended, waiting at most until `deadline`; `nil` if it still runs then.
+    package func exit(before deadline: ContinuousClock.Instant) async -> Termination? {
+        let process = self.process
+        return await withTaskGroup(of: Termination?.self) { group in
+            group.addTask { try? await process.waitForExit() }
+            group.addTask {
+                try? await EventLoop.shared.sleep(until: deadline)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// Ends the process if it still runs (SIGKILL, its whole control group too), reaps it, and
+    /// removes what was made for it. Returns how it ended.
+    @discardableResult
+    package func stop() async -> Termination {
+        socket.close()
+        if process.termination == nil { process.send(signal: SIGKILL) }
+        let termination = await process.waitForExitUncancellably()
+        if let group = started.group {
+            _ = await group.killMembers(until: .now.advanced(by: .seconds(2)))
+            _ = await group.remove(until: .now.advanced(by: .seconds(2)))
+        }
+        resources.remove()
+        return termination
+    }
+}
