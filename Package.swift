@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "RemoteService", targets: ["RemoteService"]),
         .library(name: "RemoteHost", targets: ["RemoteHost"]),
         .executable(name: "demo-share", targets: ["demo-share"]),
+        .executable(name: "remoteview-check", targets: ["remoteview-check"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -92,6 +93,16 @@ let package = Package(
             ],
             // The demo's service manifests; their executable is this one ("../../demo-share").
             resources: [.copy("Services")]
+        ),
+        // The conformance checker for service authors: runs a service, sandboxed, through the
+        // protocol's rules and prints which it breaks.
+        .executableTarget(
+            name: "remoteview-check",
+            dependencies: [
+                "RemoteHost",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         // Raw packets on a socket, past the codec's checks: for the tests and the hostile fixture.
         .target(

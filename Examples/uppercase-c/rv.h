@@ -18,6 +18,11 @@
 #define MAX_SHARE_TEXT 32768        /* a TEXT item's text: 1..32768 bytes */
 #define BUFFERS_PER_SIZE 2
 
+/* Deliberately broken builds, for the conformance checker's own tests: `--break=RULE` as the
+ * first argument breaks exactly one rule (ids, idle-goodbye, commit-early, buffer-size,
+ * fd3-exit, identifier); without it, nothing is broken. */
+int rv_breaks(const char *rule);
+
 /* ---------- wire.c: transport, validation ---------- */
 
 typedef struct outpkt {

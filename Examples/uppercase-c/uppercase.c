@@ -118,7 +118,10 @@ static void flush(conn *c)
  * Returns 0, or -1 when it is larger than the peer accepts. */
 static int send_env(conn *c, Remoteview__Envelope *e, int fd)
 {
-    e->id = ++c->next_id;
+    if (rv_breaks("ids") && c->next_id > 0)
+        e->id = c->next_id; /* broken on purpose: the same id again */
+    else
+        e->id = ++c->next_id;
     e->fd_count = fd >= 0 ? 1 : 0;
     size_t n = remoteview__envelope__get_packed_size(e);
     size_t limit = c->peer_max_packet && c->peer_max_packet < MAX_PACKET ? c->peer_max_packet : MAX_PACKET;
@@ -161,7 +164,7 @@ static void send_handshake(conn *c)
     char *caps[] = { "surfaces", "share" };
     h.protocol_version = 1;
     h.role = REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE;
-    h.identifier = SERVICE_IDENTIFIER;
+    h.identifier = rv_breaks("identifier") ? "com.example.someone-else" : SERVICE_IDENTIFIER;
     h.n_capabilities = 2;
     h.capabilities = caps;
     h.max_packet_size = MAX_PACKET;
@@ -442,7 +445,7 @@ static void pump(conn *c)
             view_unlink_free(vw, b);
         }
     }
-    if (vw->has_size && dirty(c) && !vw->in_flight) {
+    if (vw->has_size && dirty(c) && (!vw->in_flight || rv_breaks("commit-early"))) {
         buffer *b = view_free_buffer(vw);
         if (!b && view_count_current(vw) < BUFFERS_PER_SIZE) {
             int memfd;
@@ -828,8 +831,16 @@ static int setup(void)
     return 0;
 }
 
-int main(void)
+static const char *broken_rule = "";
+
+int rv_breaks(const char *rule)
 {
+    return strcmp(broken_rule, rule) == 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strncmp(argv[1], "--break=", 8) == 0) broken_rule = argv[1] + 8;
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stderr, NULL, _IOLBF, 0);
     if (setup() != 0) return 2;
@@ -844,6 +855,8 @@ int main(void)
                 if (c == main_conn) {
                     conn_free(c);
                     main_conn = NULL;
+                    if (rv_breaks("fd3-exit"))
+                        for (;;) pause(); /* broken on purpose: never exits */
                     exit_all("the host closed the service", 0);
                 }
                 conn_free(c);
@@ -864,7 +877,7 @@ int main(void)
             int64_t left = last_activity + idle_timeout_ms - now;
             if (left <= 0) {
                 logf_("idle exit");
-                exit_all("idle exit", 0);
+                exit_all(rv_breaks("idle-goodbye") ? NULL : "idle exit", 0); /* broken: no goodbye */
             }
             if (timeout < 0 || left < timeout) timeout = (int)left;
         }

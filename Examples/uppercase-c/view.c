@@ -21,7 +21,7 @@
 void view_resize(view *vw, uint32_t w, uint32_t h, uint32_t scale_permille)
 {
     double s = scale_permille / 1000.0;
-    double pw = round(w * s), ph = round(h * s);
+    double pw = round(w * s) + (rv_breaks("buffer-size") ? 1 : 0), ph = round(h * s);
     /* Protocol.md: pixels = points x scale, rounded, halves up (C's round() for positive
      * values), and the host never sends a size whose pixels exceed a buffer's bounds. The fit
      * below only guards this process against a host that does. */

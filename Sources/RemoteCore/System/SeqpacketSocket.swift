@@ -274,6 +274,32 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 
     // MARK: packets
 
+    /// Writes `packet` exactly as given, outside the numbering (it is not counted in
+    /// ``lastSentID``): for a tool that tries how a peer handles a packet no sender should
+    /// write (an id out of order, an unknown body). Fails at once if the queue is full.
+    package func sendUnnumbered(_ packet: [UInt8]) throws(RemoteError) {
+        guard enter() else { throw RemoteError(.invalidated, "the connection was closed") }
+        defer { leave() }
+        let result: IOResult<Int>
+        do throws(SystemCallError) {
+            result = try numbering.withLock { _ throws(SystemCallError) -> IOResult<Int> in
+                var message = msghdr()
+                var bytes = packet
+                return try bytes.withUnsafeMutableBytes { bytes in Result { () throws(SystemCallError) -> IOResult<Int> in
+                    var iov = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
+                    return try withUnsafeMutablePointer(to: &iov) { (iov) throws(SystemCallError) -> IOResult<Int> in
+                        message.msg_iov = iov
+                        message.msg_iovlen = 1
+                        return try Syscall.sendMessage(fd, &message)
+                    }
+                } }.get()
+            }
+        } catch {
+            throw RemoteError(.interrupted, "\(error)")
+        }
+        guard case .done = result else { throw RemoteError(.timeout, "the peer's receive queue is full") }
+    }
+
     package var lastSentID: UInt64 {
         numbering.withLock { $0 }
     }

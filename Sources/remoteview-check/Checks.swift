@@ -1,0 +1,291 @@
+import Logging
+import RemoteCore
+import RemoteHost
+
+/// Runs a service through the protocol, as a launcher would start it, and records in `report`
+/// which rules it keeps: `docs/Protocol.md`, rule by rule.
+struct Checker: Sendable {
+    let manifest: ServiceManifest
+    let sandbox: SandboxPolicy
+    let dataRoot: String
+    let logger: Logger
+    let report = Report()
+
+    static let hostIdentifier = "com.example.remoteview-check"
+    static let wait = Duration.seconds(5)
+
+    func run() async -> Report {
+        await checkConversation()
+        await checkIdleExit()
+        // Every packet received went through the transport's id check.
+        report.pass("ids.increase", "on every packet received")
+        return report
+    }
+
+    // MARK: fd 3, clients, hostile packets, the view, the share, the exit
+
+    private func checkConversation() async {
+        let service: RawServiceProcess
+        do {
+            service = try await RawServiceProcess.start(manifest, sandbox: sandbox, dataRoot: dataRoot, logger: logger)
+        } catch {
+            report.fail("handshake.first", "the service could not be started: \(error.reason)")
+            return
+        }
+        let control = Peer(service.socket, name: "fd 3")
+        defer { control.close() }
+        guard await handshake(on: control) != nil else {
+            await service.stop()
+            return
+        }
+        report.record("ping", await control.ping()?.reason)
+
+        // A client: requests, messages, cancels.
+        if let (client, peer) = await connect(control, name: "client 1") {
+            report.record("ping", await client.ping()?.reason)
+            await checkUnknownRequest(on: client)
+            do {
+                try await client.send(.message(type: "remoteview-check.unknown", payload: []))
+                report.record("message.unknown", await client.ping()?.reason)
+                try await client.send(.cancel(requestID: 999_999))
+                report.record("cancel.unknown", await client.ping()?.reason)
+            } catch {
+                report.fail("message.unknown", "cannot send: \(error.reason)")
+            }
+            // Several at once, then a goodbye ends only its own.
+            if let (second, _) = await connect(control, name: "client 2") {
+                let both = [await client.ping(), await second.ping()].compactMap { $0?.reason }
+                report.record("clients.several", both.first)
+                do {
+                    try await second.send(.goodbye(reason: "remoteview-check is done with this client"))
+                    if let open = await second.expectClose() { report.fail("goodbye", open) }
+                    let clientFailure = await client.ping(), controlFailure = await control.ping()
+                    report.record("goodbye", (clientFailure ?? controlFailure)?.reason)
+                } catch {
+                    report.fail("goodbye", "cannot send a goodbye: \(error.reason)")
+                }
+                second.close()
+            }
+            await checkHostile(control, survivor: client)
+            if peer.capabilities.contains("surfaces") {
+                await checkView(control, share: peer.capabilities.contains("share"))
+            } else {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" {
+                    report.skip(rule.id, "the service does not announce \"surfaces\"")
+                }
+            }
+            if peer.capabilities.contains("share") {
+                await checkShare(control, view: peer.capabilities.contains("surfaces"))
+            } else {
+                for rule in Rule.all where rule.id.hasPrefix("share.") { report.skip(rule.id, "the service does not announce \"share\"") }
+            }
+            client.close()
+        }
+
+        // The host is done with the process: goodbye on fd 3, which closes, and it must go.
+        _ = try? await control.send(.goodbye(reason: "remoteview-check is done"))
+        control.close()
+        if let termination = await service.exit(before: .now.advanced(by: Self.wait)) {
+            report.pass("exit.fd3", "\(termination)")
+        } else {
+            report.fail("exit.fd3", "still running \(Self.wait) after fd 3 closed")
+        }
+        await service.stop()
+    }
+
+    /// Reads the service's handshake on `peer` and sends ours; returns the service's.
+    private func handshake(on peer: Peer, version: UInt32 = remoteViewProtocolVersion) async -> Handshake? {
+        let first = await peer.receive(within: Self.wait)
+        guard case .envelope(let envelope) = first, case .handshake(let theirs) = envelope.body else {
+            if case .failed(let error) = first, error.reason.contains("ids must increase") { report.fail("ids.increase", error.reason) }
+            report.fail(peer.name == "fd 3" ? "handshake.first" : "connect", "first on \(peer.name): \(first.summary)")
+            return nil
+        }
+        if peer.name == "fd 3" {
+            if theirs.protocolVersion != remoteViewProtocolVersion || theirs.role != .service {
+                report.fail("handshake.first", "protocol \(theirs.protocolVersion), role \(theirs.role)")
+            } else {
+                report.pass("handshake.first")
+            }
+        }
+        if theirs.identifier != manifest.identifier {
+            report.fail("handshake.identifier", "\"\(theirs.identifier)\" on \(peer.name), the manifest says \"\(manifest.identifier)\"")
+        } else {
+            report.pass("handshake.identifier")
+        }
+        do {
+            try await peer.send(.handshake(Handshake(protocolVersion: version, role: .host, identifier: Self.hostIdentifier)))
+        } catch {
+            report.fail("connect", "cannot send the handshake on \(peer.name): \(error.reason)")
+            return nil
+        }
+        return theirs
+    }
+
+    /// A new client: a socket sent in remoteview.connect on `control`; both handshakes done
+    /// (ours with `version`).
+    func connect(_ control: Peer, name: String, version: UInt32 = remoteViewProtocolVersion) async -> (Peer, Handshake)? {
+        let peer: Peer
+        do throws(SystemCallError) {
+            let pair = try SeqpacketSocket.pair()
+            let ours = pair.first
+            let theirs = Attachment(pair.second)
+            peer = Peer(try SeqpacketSocket(ours), name: name)
+            do {
+                try await control.send(.message(type: "remoteview.connect", payload: []), attachments: [theirs])
+            } catch {
+                report.fail("connect", "cannot send remoteview.connect: \(error.reason)")
+                return nil
+            }
+        } catch {
+            report.fail("connect", "cannot make a socket pair: \(error)")
+            return nil
+        }
+        guard let theirs = await handshake(on: peer, version: version) else {
+            peer.close()
+            return nil
+        }
+        report.pass("connect")
+        return (peer, theirs)
+    }
+
+    private func checkUnknownRequest(on client: Peer) async {
+        let id: UInt64
+        do { id = try await client.send(.request(type: "remoteview-check.no-such-request", payload: [])) } catch {
+            return report.fail("request.unknown", "cannot send: \(error.reason)")
+        }
+        switch await client.await(within: Self.wait, "answer to request \(id)", { envelope -> Envelope? in
+            envelope.replyTo == id ? envelope : nil
+        }) {
+        case .success(let answer):
+            if case .failure(let failure) = answer.body, failure.domain == "RemoteView", failure.code == 1 {
+                report.pass("request.unknown", failure.message)
+            } else if case .failure(let failure) = answer.body {
+                report.fail("request.unknown", "failure \(failure.domain) \(failure.code): \(failure.message)")
+            } else {
+                report.fail("request.unknown", "\(answer.body.name) instead of a failure")
+            }
+        case .failure(let failure):
+            if let transport = failure.transport, transport.reason.contains("ids must increase") { report.fail("ids.increase", transport.reason) }
+            report.fail("request.unknown", failure.reason)
+        }
+    }
+
+    /// Packets no host should send, each on a client of its own; `survivor` and fd 3 must still
+    /// answer after each.
+    private func checkHostile(_ control: Peer, survivor: Peer) async {
+        // Another protocol version.
+        let pair: SocketPair
+        do { pair = try SeqpacketSocket.pair() } catch { return report.fail("hostile.version", "cannot make a socket pair: \(error)") }
+        let ours = pair.first
+        let socket: SeqpacketSocket
+        do { socket = try SeqpacketSocket(ours) } catch { return report.fail("hostile.version", "cannot make a socket: \(error)") }
+        do throws(RemoteError) {
+            let peer = Peer(socket, name: "client 3")
+            try await control.send(.message(type: "remoteview.connect", payload: []), attachments: [Attachment(pair.second)])
+            _ = await peer.receive(within: Self.wait)  // its handshake
+            try await peer.send(.handshake(Handshake(protocolVersion: 99, role: .host, identifier: Self.hostIdentifier)))
+            report.record("hostile.version", await peer.expectRefusal(.versionMismatch))
+            peer.close()
+        } catch {
+            report.fail("hostile.version", error.reason)
+        }
+        await checkSurvived(control, survivor, after: "version 99")
+
+        // The same id twice (ours were 1 and 2: the handshake and a ping).
+        if let (peer, _) = await connect(control, name: "client 4") {
+            if let failure = await peer.ping() {
+                report.fail("ping", failure.reason)
+            } else {
+                do {
+                    try peer.sendUnnumbered(EnvelopeCodec.encode(Envelope(id: peer.socket.lastSentID, body: .ping(nonce: 1))))
+                    report.record("hostile.id-order", await peer.expectRefusal(.malformed))
+                } catch {
+                    report.fail("hostile.id-order", error.reason)
+                }
+            }
+            peer.close()
+            await checkSurvived(control, survivor, after: "an id out of order")
+        }
+
+        // No known body: the id, then only field 999 (a varint).
+        if let (peer, _) = await connect(control, name: "client 5") {
+            let id = peer.socket.lastSentID + 1
+            var packet: [UInt8] = [0x08]
+            var rest = id
+            repeat {
+                packet.append(UInt8(truncatingIfNeeded: rest & 0x7F) | (rest > 0x7F ? 0x80 : 0))
+                rest >>= 7
+            } while rest != 0
+            packet += [0xB8, 0x3E, 0x01]
+            do {
+                try peer.sendUnnumbered(packet)
+                report.record("hostile.unknown-body", await peer.expectRefusal(.malformed))
+            } catch {
+                report.fail("hostile.unknown-body", error.reason)
+            }
+            peer.close()
+            await checkSurvived(control, survivor, after: "an unknown body")
+        }
+
+        // Garbage.
+        if let (peer, _) = await connect(control, name: "client 6") {
+            do {
+                try peer.sendUnnumbered([0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x08])
+                report.record("hostile.garbage", await peer.expectRefusal(.malformed))
+            } catch {
+                report.fail("hostile.garbage", error.reason)
+            }
+            peer.close()
+            await checkSurvived(control, survivor, after: "garbage")
+        }
+    }
+
+    private func checkSurvived(_ control: Peer, _ survivor: Peer, after what: String) async {
+        let controlFailure = await control.ping(), survivorFailure = await survivor.ping()
+        if let failure = controlFailure ?? survivorFailure {
+            report.fail("hostile.survived", "after \(what): \(failure.reason)")
+        } else {
+            report.pass("hostile.survived")
+        }
+    }
+
+    // MARK: idle exit
+
+    private func checkIdleExit() async {
+        var quick = manifest
+        quick.idleTimeout = .seconds(1)
+        let service: RawServiceProcess
+        do {
+            service = try await RawServiceProcess.start(quick, sandbox: sandbox, dataRoot: dataRoot, logger: logger)
+        } catch {
+            return report.fail("idle.exit", "the service could not be started: \(error.reason)")
+        }
+        let control = Peer(service.socket, name: "fd 3")
+        defer { control.close() }
+        guard await handshake(on: control) != nil else {
+            await service.stop()
+            return
+        }
+        if let (client, _) = await connect(control, name: "client 1") {
+            _ = await client.ping()
+            _ = try? await client.send(.goodbye(reason: "remoteview-check is done with this client"))
+            client.close()
+        }
+        // REMOTEVIEW_IDLE_TIMEOUT is 1 s now: the goodbye comes after that, then the end.
+        switch await control.await(within: .seconds(1) + Self.wait, "goodbye", { envelope -> String? in
+            if case .goodbye(let reason) = envelope.body { reason } else { nil }
+        }) {
+        case .success(let reason):
+            report.record("idle.goodbye", reason == "idle exit" ? nil : "goodbye \"\(reason)\", where the rule says \"idle exit\"")
+        case .failure(let failure):
+            report.fail("idle.goodbye", failure.reason)
+        }
+        if let termination = await service.exit(before: .now.advanced(by: Self.wait)) {
+            report.record("idle.exit", termination == .exited(0) ? nil : "it \(termination)")
+        } else {
+            report.fail("idle.exit", "still running \(Self.wait) after the idle timeout")
+        }
+        await service.stop()
+    }
+}

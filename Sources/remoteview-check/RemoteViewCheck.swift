@@ -1,0 +1,89 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RemoteCore
+import RemoteHost
+
+/// `remoteview-check MANIFEST`: starts the service as the launcher would (sandboxed), runs it
+/// through the rules of `docs/Protocol.md` as a host, and some hostile packets a host may send
+/// by mistake, and prints which rules it keeps. Like h2spec for HTTP/2 servers.
+@main
+struct RemoteViewCheck: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remoteview-check",
+        abstract: "Runs a RemoteView service through the protocol's rules and says which it breaks.",
+        discussion: """
+            The service is started as the launcher starts it: under bubblewrap with the manifest's \
+            sandbox, its socket at fd 3. It is started twice: once for the conversation (fd 3, \
+            clients, hostile packets, its view and its share if it announces them, the exit when \
+            fd 3 closes), and once with a 1 s idle timeout for the idle exit. Exits 0 when every \
+            rule tried held, 1 when one failed, 2 when the manifest is unusable.
+            """)
+
+    @Argument(help: "The service's manifest (a JSON file, docs/Manifest.md).")
+    var manifest: String
+
+    @Flag(help: "Print the table as JSON: an array of {rule, result, seen, text}.")
+    var json = false
+
+    @Flag(help: "Start the service without bubblewrap (as SandboxPolicy.unsandboxed does).")
+    var unsandboxed = false
+
+    @Option(help: "The bubblewrap executable (default: found on PATH).")
+    var bubblewrap: String?
+
+    @Flag(help: "Show the service's own output (stdout and stderr lines).")
+    var verbose = false
+
+    func run() async throws {
+        let loaded: ServiceManifest
+        do {
+            loaded = try ServiceRegistry.load(file: manifest)
+        } catch {
+            FileHandle.standardError.write(Data("remoteview-check: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        var logger = Logger(label: "remoteview-check")
+        logger.logLevel = verbose ? .debug : .critical
+        let dataRoot = "/tmp/remoteview-check-\(Syscall.processID)"
+        let checker = Checker(manifest: loaded, sandbox: unsandboxed ? .unsandboxed : .bubblewrap(path: bubblewrap),
+                              dataRoot: dataRoot, logger: logger)
+        let report = await checker.run()
+        if json {
+            print(try Self.json(report))
+        } else {
+            print(Self.table(report, manifest: loaded))
+        }
+        if report.failed { throw ExitCode(1) }
+    }
+
+    static func table(_ report: Report, manifest: ServiceManifest) -> String {
+        let rows = report.rows
+        let width = rows.map(\.rule.id.count).max() ?? 0
+        var lines = ["\(manifest.identifier) (\(manifest.file))", ""]
+        lines.append("RULE".padding(toLength: width, withPad: " ", startingAt: 0) + "  RESULT   SEEN")
+        for (rule, entry) in rows {
+            let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen
+            lines.append(rule.id.padding(toLength: width, withPad: " ", startingAt: 0) + "  "
+                         + entry.verdict.rawValue.padding(toLength: 7, withPad: " ", startingAt: 0) + "  " + seen)
+        }
+        let counts = [Report.Verdict.passed, .failed, .skipped].map { verdict in "\(rows.filter { $0.entry.verdict == verdict }.count) \(verdict.rawValue)" }
+        lines.append("")
+        lines.append(counts.joined(separator: ", "))
+        return lines.joined(separator: "\n")
+    }
+
+    struct Row: Encodable {
+        let rule: String
+        let result: String
+        let seen: String
+        let text: String
+    }
+
+    static func json(_ report: Report) throws -> String {
+        let rows = report.rows.map { Row(rule: $0.rule.id, result: $0.entry.verdict.rawValue, seen: $0.entry.seen, text: $0.rule.text) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try encoder.encode(rows), as: UTF8.self)
+    }
+}

@@ -1,0 +1,214 @@
+import RemoteCore
+import RemoteHost
+
+/// The host's side of the view under test: every surface message goes through the host's own
+/// compositor, which checks each rule a host checks (sizes, seals, one frame in flight, damage,
+/// frame numbers), so the checker and the Swift host cannot disagree.
+final class SurfaceUnderTest: Sendable {
+    let compositor = SurfaceCompositor(checksSize: true)
+    let peer: Peer
+    let report: Report
+    private let commits = Mutex(0)
+
+    init(peer: Peer, report: Report) {
+        self.peer = peer
+        self.report = report
+    }
+
+    /// How many commits the view has made.
+    var commitCount: Int { commits.withLock { $0 } }
+
+    /// The size of the image the last commit showed.
+    var size: (width: Int, height: Int) {
+        let image = compositor.image
+        return (image.width, image.height)
+    }
+
+    /// Gives the view a size (the compositor takes commits of it from now on).
+    func resize(_ size: SurfaceSize) async throws(RemoteError) {
+        compositor.sizeGiven(size)
+        try await peer.send(.surface(.resize(size)))
+    }
+
+    /// Shows the frame in flight, if any: release_buffer and frame_done.
+    func present() async throws(RemoteError) {
+        for message in compositor.present() { try await peer.send(.surface(message)) }
+    }
+
+    /// What a pump ended with.
+    enum Pumped: Sendable {
+        case done(Envelope)
+        case timeout
+        case failed(String)
+        /// A surface rule was broken (recorded under `rule`).
+        case violation(rule: String)
+    }
+
+    /// Reads for at most `time`: surface messages go through the compositor (and frames are
+    /// presented at once when `present`), until `done` takes an envelope. A broken rule ends
+    /// it, recorded under its rule.
+    func pump(within time: Duration, present: Bool, until done: (Envelope) -> Bool) async -> Pumped {
+        let deadline = ContinuousClock.now.advanced(by: time)
+        while true {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else { return .timeout }
+            switch await peer.receive(within: left) {
+            case .envelope(let envelope):
+                if case .surface(let message) = envelope.body {
+                    do throws(RemoteError) {
+                        try compositor.receive(message, attachments: envelope.attachments)
+                        if case .commit = message {
+                            commits.withLock { $0 += 1 }
+                            if present { try await self.present() }
+                        }
+                    } catch {
+                        let rule = Self.rule(for: error.reason)
+                        report.fail(rule, error.reason)
+                        return .violation(rule: rule)
+                    }
+                }
+                if done(envelope) { return .done(envelope) }
+                switch envelope.body {
+                case .protocolError(let code, let reason): return .failed("protocol_error \(code) on \(peer.name): \(reason)")
+                case .goodbye(let reason): return .failed("goodbye on \(peer.name): \(reason)")
+                default: continue
+                }
+            case .end:
+                return .failed("\(peer.name) closed")
+            case .timeout:
+                return .timeout
+            case .failed(let error):
+                if error.reason.contains("ids must increase") { report.fail("ids.increase", error.reason) }
+                return .failed("on \(peer.name): \(error.reason)")
+            }
+        }
+    }
+
+    /// The rule a compositor's complaint is about.
+    static func rule(for reason: String) -> String {
+        if reason.contains("before frame_done") || reason.contains("before the host released") { return "view.one-frame-in-flight" }
+        if reason.contains("pixels, but the view is") || reason.contains("before the host gave the view a size") { return "view.buffer-size" }
+        if reason.contains("damage rect") { return "view.damage" }
+        if reason.contains("frame numbers must increase") { return "view.frames-increase" }
+        if reason.contains("attach_buffer") && !reason.contains("attached twice") && !reason.contains("would map") { return "view.buffer" }
+        return "view.surface-rules"
+    }
+}
+
+extension Checker {
+    /// A view: input before a size, the first frame, one frame in flight while a resize waits,
+    /// pacing, and settle.
+    func checkView(_ control: Peer, share: Bool) async {
+        guard let (client, _) = await connect(control, name: "view client") else { return }
+        defer { client.close() }
+        let surface = SurfaceUnderTest(peer: client, report: report)
+        do throws(RemoteError) {
+            // A share activity's view is a share's: a host sends the items first.
+            if share { try await client.send(.share(.request(items: [Self.shareItem]))) }
+            // Input before the first size has no view to reach: taken, and dropped.
+            try await client.send(.input(.focus(true)))
+            try await client.send(.input(.pointer(PointerEvent(.moved, x: 5, y: 5))))
+            try await client.send(.input(.key(KeyEvent(down: true, keyCode: 4))))
+            try await client.send(.input(.key(KeyEvent(down: false, keyCode: 4))))
+            report.record("input.before-size", await client.ping()?.reason)
+
+            // The first frame.
+            try await surface.resize(SurfaceSize(width: 64, height: 48))
+            switch await surface.pump(within: Self.wait, present: false, until: { Self.isCommit($0) }) {
+            case .done: report.pass("view.first-frame", "\(surface.size.width)×\(surface.size.height)")
+            case .timeout: return report.fail("view.first-frame", "no commit within \(Self.wait) of resize 64×48")
+            case .failed(let reason): return report.fail("view.first-frame", reason)
+            case .violation(let rule): return report.stopped("view.first-frame", by: rule)
+            }
+
+            // A resize and input while that frame is in flight: nothing may be committed until
+            // its frame_done (watched for half a second), then the new size comes.
+            try await surface.resize(SurfaceSize(width: 40, height: 30, scalePermille: 1500))
+            try await client.send(.input(.pointer(PointerEvent(.moved, x: 10, y: 10))))
+            switch await surface.pump(within: .milliseconds(500), present: false, until: { Self.isCommit($0) }) {
+            case .done: report.fail("view.one-frame-in-flight", "a commit before frame_done")
+            case .timeout: report.pass("view.one-frame-in-flight")
+            case .failed(let reason): return report.fail("view.resize-in-flight", reason)
+            case .violation(let rule): return report.stopped("view.resize-in-flight", by: rule)
+            }
+            try await surface.present()
+            switch await surface.pump(within: Self.wait, present: true, until: { Self.isCommit($0) && surface.size == (60, 45) }) {
+            case .done: report.pass("view.resize-in-flight")
+            case .timeout: report.fail("view.resize-in-flight", "no frame at 60×45 pixels (40×30 points at scale 1500) within \(Self.wait) of frame_done; the last was \(surface.size.width)×\(surface.size.height)")
+            case .failed(let reason): return report.fail("view.resize-in-flight", reason)
+            case .violation(let rule): return report.stopped("view.resize-in-flight", by: rule)
+            }
+
+            // Settle: answered behind the commits (presented as they come).
+            try await client.send(.input(.pointer(PointerEvent(.moved, x: 12, y: 12))))
+            let settle = try await client.send(.request(type: "remoteview.settle", payload: []))
+            switch await surface.pump(within: Self.wait, present: true, until: { $0.replyTo == settle }) {
+            case .done(let answer):
+                switch answer.body {
+                case .reply(let type, _) where type == "remoteview.settled": report.pass("view.settle")
+                case .failure(let failure) where failure.isUnknownRequest: report.pass("view.settle", "not handled (optional): \(failure.message)")
+                default: report.fail("view.settle", "\(answer.body.name) instead of remoteview.settled")
+                }
+            case .timeout: report.fail("view.settle", "no answer to remoteview.settle within \(Self.wait)")
+            case .failed(let reason): report.fail("view.settle", reason)
+            case .violation(let rule): report.stopped("view.settle", by: rule)
+            }
+        } catch {
+            report.fail("view.surface-rules", "cannot send on the view client: \(error.reason)")
+        }
+        // Checked on every surface message: held unless one broke them (or the view never drew).
+        guard surface.commitCount > 0 else { return }
+        for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules"] {
+            report.passUnlessRecorded(rule)
+        }
+    }
+
+    /// A share: the request, a view if the service has one, a cancel, and its one answer.
+    func checkShare(_ control: Peer, view: Bool) async {
+        guard let (client, _) = await connect(control, name: "share client") else { return }
+        defer { client.close() }
+        let surface = SurfaceUnderTest(peer: client, report: report)
+        do throws(RemoteError) {
+            try await client.send(.share(.request(items: [Self.shareItem])))
+            if view { try await surface.resize(SurfaceSize(width: 64, height: 48)) }
+            // Whatever the service does first (a frame, an update), then the user dismisses it.
+            var answered = false
+            switch await surface.pump(within: .milliseconds(300), present: true, until: { Self.isShareComplete($0) }) {
+            case .done: answered = true
+            case .timeout: break
+            case .failed(let reason): return report.fail("share.cancel", reason)
+            case .violation(let rule): return report.stopped("share.cancel", by: rule)
+            }
+            if !answered {
+                try await client.send(.share(.cancel(reason: "remoteview-check dismissed the share")))
+                switch await surface.pump(within: .seconds(2), present: true, until: { Self.isShareComplete($0) }) {
+                case .done: report.pass("share.cancel")
+                case .timeout: return report.fail("share.cancel", "no share_complete within 2 s of share_cancel")
+                case .failed(let reason): return report.fail("share.cancel", reason)
+                case .violation(let rule): return report.stopped("share.cancel", by: rule)
+                }
+            } else {
+                report.pass("share.cancel", "answered before the cancel")
+            }
+            switch await surface.pump(within: .milliseconds(300), present: true, until: { if case .share = $0.body { true } else { false } }) {
+            case .done(let late): report.fail("share.one-complete", "\(late.body.name) after share_complete")
+            case .timeout: report.pass("share.one-complete")
+            case .failed(let reason): report.fail("share.one-complete", reason)
+            case .violation(let rule): report.stopped("share.one-complete", by: rule)
+            }
+        } catch {
+            report.fail("share.cancel", "cannot send on the share client: \(error.reason)")
+        }
+    }
+
+    /// What the checker shares: one text.
+    static let shareItem = WireShareItem(kind: .text, contentType: "text/plain", text: "remoteview-check")
+
+    private static func isCommit(_ envelope: Envelope) -> Bool {
+        if case .surface(.commit) = envelope.body { true } else { false }
+    }
+
+    private static func isShareComplete(_ envelope: Envelope) -> Bool {
+        if case .share(.complete) = envelope.body { true } else { false }
+    }
+}
