@@ -1,0 +1,143 @@
+import FoundationEssentials
+import Glibc
+import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// `remoteview-check`, the conformance checker, run as a service author runs it: on manifests,
+/// each service started sandboxed. Good services keep every rule they are tried on; services
+/// broken on purpose (the C activity with `--break=RULE`) fail on that rule and no other.
+@Suite("remoteview-check, the conformance checker", .serialized)
+struct ConformanceTests {
+    struct Row: Decodable {
+        var rule: String
+        var result: String
+        var seen: String
+    }
+
+    static let buildFolder: String = {
+        let parts = testServiceExecutable.split(separator: "/").dropLast()
+        return "/" + parts.joined(separator: "/")
+    }()
+
+    static let cActivity = UppercaseShareTests.repository + "/Examples/uppercase-c/uppercase-share"
+
+    /// Runs the checker with `arguments`; returns its exit status and output.
+    static func check(_ arguments: [String]) throws -> (Int32, String) {
+        try checkAll([arguments])[0]
+    }
+
+    /// Runs one checker for each of `runs` at once (each is slow mostly because it waits: for an
+    /// idle timeout, for a frame that must not come); returns each one's exit status and output.
+    static func checkAll(_ runs: [[String]]) throws -> [(Int32, String)] {
+        let pipes = try runs.map { arguments in
+            let command = ([buildFolder + "/remoteview-check"] + arguments).map { "'" + $0.replacing("'", with: "'\\''") + "'" }
+                .joined(separator: " ") + " 2>&1"
+            guard let pipe = popen(command, "r") else { throw RemoteError(.invalidArgument, "cannot run \(command)") }
+            return pipe
+        }
+        return pipes.map { pipe in
+            var output: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = fread(&buffer, 1, buffer.count, pipe)
+                if count <= 0 { break }
+                output += buffer[..<count]
+            }
+            let status = pclose(pipe)
+            return ((status >> 8) & 0xFF, String(decoding: output, as: UTF8.self))
+        }
+    }
+
+    /// The checker's JSON table for each of `manifests`, and its exit status.
+    static func rows(_ manifests: [String]) throws -> [(Int32, [Row])] {
+        try checkAll(manifests.map { [$0, "--json"] }).map { status, output in
+            (status, try JSONDecoder().decode([Row].self, from: Data(output.utf8)))
+        }
+    }
+
+    /// A manifest of the fixture service in `mode`, in a folder of its own.
+    static func fixture(_ mode: String) throws -> TemporaryFolder {
+        let folder = try TemporaryFolder("remoteview-check")
+        _ = try folder.write("service.json", ServiceFolder.manifest(mode: mode))
+        return folder
+    }
+
+    enum Good: String, CaseIterable, CustomTestStringConvertible {
+        case plain = "serve", view = "ui", share, c, echo, clock, notes, post, markup
+        var testDescription: String {
+            switch self {
+            case .plain, .view, .share: "the Swift fixture (\(rawValue))"
+            case .c: "the C activity"
+            default: "the demo's \(rawValue)"
+            }
+        }
+    }
+
+    @Test("good services keep every rule: the Swift fixture (plain, with a view, a share activity), every demo service, and the C activity")
+    func goodServices() async throws {
+        try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
+        let folders = try [Good.plain, .view, .share].map { try Self.fixture($0.rawValue) }
+        defer { folders.forEach { $0.remove() } }
+        let manifests = Good.allCases.map { service in
+            switch service {
+            case .plain: folders[0].path + "/service.json"
+            case .view: folders[1].path + "/service.json"
+            case .share: folders[2].path + "/service.json"
+            case .c: UppercaseShareTests.repository + "/Examples/uppercase-c/uppercase.json"
+            default: Self.buildFolder + "/RemoteView_demo-share.resources/Services/\(service.rawValue).json"
+            }
+        }
+        for (service, (status, rows)) in zip(Good.allCases, try Self.rows(manifests)) {
+            let failed = rows.filter { $0.result == "failed" }
+            #expect(status == 0 && failed.isEmpty, "\(service.testDescription): \(failed.map { "\($0.rule): \($0.seen)" })")
+            let skipped = Set(rows.filter { $0.result == "skipped" }.map(\.rule))
+            let viewRules = Set(rows.map(\.rule).filter { $0.hasPrefix("view.") || $0 == "input.before-size" })
+            let shareRules: Set = ["share.cancel", "share.one-complete"]
+            switch service {
+            case .share, .c, .notes, .post, .markup: #expect(skipped.isEmpty, "\(service.testDescription): \(skipped)")
+            case .view: #expect(skipped == shareRules, "\(service.testDescription): \(skipped)")
+            case .plain, .echo, .clock: #expect(skipped == viewRules.union(shareRules), "\(service.testDescription): \(skipped)")
+            }
+        }
+        #expect(childProcesses().isEmpty, "the checkers and their services are gone")
+    }
+
+    @Test("deliberately broken services (the C activity with --break=RULE) fail on the right rule, and only on it")
+    func brokenServices() async throws {
+        try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
+        let broken = [("ids", "ids.increase"), ("idle-goodbye", "idle.goodbye"), ("commit-early", "view.one-frame-in-flight"),
+                      ("buffer-size", "view.buffer-size"), ("fd3-exit", "exit.fd3"), ("identifier", "handshake.identifier")]
+        let folder = try TemporaryFolder("remoteview-check")
+        defer { folder.remove() }
+        let manifests = try broken.map { breaking, _ in
+            try folder.write("\(breaking).json", """
+                {"identifier": "com.example.uppercase-c", "executable": "\(Self.cActivity)", "arguments": ["--break=\(breaking)"],
+                 "display": {"title": "Broken"}, "idleTimeout": 10}
+                """)
+        }
+        for ((breaking, rule), (status, rows)) in zip(broken, try Self.rows(manifests)) {
+            #expect(status == 1, "--break=\(breaking)")
+            let failed = rows.filter { $0.result == "failed" }
+            #expect(failed.map(\.rule) == [rule], "--break=\(breaking): \(failed.map { "\($0.rule): \($0.seen)" })")
+        }
+        #expect(childProcesses().isEmpty, "the checkers and their services are gone")
+    }
+
+    @Test("the table names the service, each rule with its result and what was seen, and the counts; a bad manifest exits 2 naming the problem")
+    func table() async throws {
+        let folder = try Self.fixture("serve")
+        defer { folder.remove() }
+        let (status, output) = try Self.check([folder.path + "/service.json"])
+        #expect(status == 0)
+        let lines = output.split(separator: "\n").map(String.init)
+        #expect(lines.first == "com.example.test (\(folder.path)/service.json)", "\(output)")
+        #expect(lines.contains { $0.hasPrefix("request.unknown") && $0.contains("passed") && $0.contains("handles no request of type") }, "\(output)")
+        #expect(lines.last == "18 passed, 0 failed, 12 skipped", "\(output)")
+
+        _ = try folder.write("bad.json", #"{"identifier": "com.example.bad", "executable": "x", "display": {"title": "Bad"}, "colour": 1}"#)
+        let (badStatus, badOutput) = try Self.check([folder.path + "/bad.json"])
+        #expect(badStatus == 2)
+        #expect(badOutput.contains("colour: unknown key"), "\(badOutput)")
+    }
+}
