@@ -102,6 +102,15 @@ extension Checker {
         guard let (client, _) = await connect(control, name: "view client") else { return }
         defer { client.close() }
         let surface = SurfaceUnderTest(peer: client, report: report)
+        // Checked on every surface message: held unless one broke them (or the view never drew),
+        // however far the steps below got.
+        defer {
+            if surface.commitCount > 0 {
+                for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules"] {
+                    report.passUnlessRecorded(rule)
+                }
+            }
+        }
         do throws(RemoteError) {
             // A share activity's view is a share's: a host sends the items first.
             if share { try await client.send(.share(.request(items: [Self.shareItem]))) }
@@ -155,11 +164,6 @@ extension Checker {
             }
         } catch {
             report.fail("view.surface-rules", "cannot send on the view client: \(error.reason)")
-        }
-        // Checked on every surface message: held unless one broke them (or the view never drew).
-        guard surface.commitCount > 0 else { return }
-        for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules"] {
-            report.passUnlessRecorded(rule)
         }
     }
 

@@ -91,7 +91,11 @@ final class StreamController: ViewController {
     }
 }
 
-await ServiceMain.exit(serving: "com.example.bench", shareTitle: "Benchmark share", viewController: { StreamController() }, onRequest: { request, _ in
+// The identifier to handshake as: the manifest's, which every benchmark manifest passes as the
+// first argument (one executable serves them all, and the host refuses another identifier).
+let identifier = CommandLine.arguments.dropFirst().first ?? "com.example.bench"
+
+await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewController: { StreamController() }, onRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)

@@ -149,7 +149,7 @@ struct Bench: Sendable {
                                   ("bench.share", "shared"), ("bench.share.cold", "perConnection")] {
             let activation = name.hasPrefix("bench.share") ? #", "activation": { "contentTypes": [{ "type": "text/plain" }] }"# : ""
             let manifest = """
-                { "identifier": "com.example.\(name)", "executable": "\(executable)", "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)"\(activation) }
+                { "identifier": "com.example.\(name)", "executable": "\(executable)", "arguments": ["com.example.\(name)"], "display": { "title": "Benchmark service" }, "idleTimeout": 600, "instances": "\(instances)"\(activation) }
                 """
             try manifest.write(toFile: "\(folder)/\(name).json", atomically: true, encoding: .utf8)
         }

@@ -35,7 +35,7 @@ struct StressEnvironment {
         identifiers = services.map(\.identifier)
         for (identifier, policy) in services {
             try write("\(identifier).json", """
-                { "identifier": "\(identifier)", "executable": "\(serviceExecutable)", "display": { "title": "Stress service" }, "idleTimeout": 3600, "instances": "\(policy.rawValue)" }
+                { "identifier": "\(identifier)", "executable": "\(serviceExecutable)", "arguments": ["\(identifier)"], "display": { "title": "Stress service" }, "idleTimeout": 3600, "instances": "\(policy.rawValue)" }
                 """)
         }
     }
