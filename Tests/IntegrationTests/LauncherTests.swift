@@ -59,6 +59,9 @@ struct LauncherTests {
             let environment = try await connection.request(ServiceMessage(type: "environment")).text ?? ""
             #expect(!environment.contains("REMOTEVIEW_TEST_SECRET"))
             #expect(!environment.contains("LISTEN_FDS"), "the SDK clears LISTEN_* once it took fd 3")
+            // What tells the launcher's fd 3 from systemd's (Protocol.md), as the process started.
+            let start = try await connection.request(ServiceMessage(type: "start-environment")).text?.split(separator: "\n") ?? []
+            #expect(start.contains("LISTEN_FDS=1") && start.contains("LISTEN_FDNAMES=remoteview"), "\(start)")
         }
     }
 

@@ -93,6 +93,21 @@ struct SurfaceCompositorTests {
         }
     }
 
+    @Test("the first frame number may be 0; the next must be larger")
+    func firstFrameZero() async throws {
+        try await withoutLeaks {
+            let compositor = SurfaceCompositor()
+            let buffer = try ServiceBuffer(id: 1, width: 4, height: 4, colour: Self.red)
+            let (attach, fds) = try buffer.attach()
+            try compositor.receive(attach, attachments: fds)
+            try compositor.receive(.commit(bufferID: 1, damage: [], frame: 0), attachments: [])
+            #expect(compositor.present() == [.releaseBuffer(1), .frameDone(frame: 0)])
+            #expect(throws: RemoteError(.protocolViolation, "commit of frame 0 after frame 0: frame numbers must increase")) {
+                try compositor.receive(.commit(bufferID: 1, damage: [], frame: 0), attachments: [])
+            }
+        }
+    }
+
     @Test("only the damaged rects are copied")
     func damageOnly() async throws {
         try await withoutLeaks {

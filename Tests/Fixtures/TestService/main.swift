@@ -9,6 +9,20 @@ import RemoteService
 /// the second argument (one executable serves them all).
 let serviceIdentifier = CommandLine.arguments.count > 2 ? CommandLine.arguments[2] : "com.example.test"
 
+/// The environment, sorted "NAME=value" lines.
+func environmentLines() -> [String] {
+    var lines: [String] = []
+    var entry = environ
+    while let pointer = entry.pointee {
+        lines.append(String(cString: pointer))
+        entry += 1
+    }
+    return lines.sorted()
+}
+
+/// The environment as the process started (top-level code runs in order, and this is first).
+let startEnvironment = environmentLines()
+
 /// Cancellations this process observed, reported by the "cancellations" request.
 let cancellations = Tally()
 /// Handlers of "hang" and "sleep" that have started in this process (whether or not they still
@@ -148,13 +162,10 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         close(fd)
         return ServiceMessage(type: "write-file", text: "allowed")
     case "environment":
-        var lines: [String] = []
-        var entry = environ
-        while let pointer = entry.pointee {
-            lines.append(String(cString: pointer))
-            entry += 1
-        }
-        return ServiceMessage(type: "environment", text: lines.sorted().joined(separator: "\n"))
+        return ServiceMessage(type: "environment", text: environmentLines().joined(separator: "\n"))
+    case "start-environment":
+        // As the process started, before the SDK took fd 3 and cleared LISTEN_*.
+        return ServiceMessage(type: "start-environment", text: startEnvironment.joined(separator: "\n"))
     // Hostile requests (Hostile.swift), for HostileLauncherTests.
     case "hang":
         return await Hostile.hang()
