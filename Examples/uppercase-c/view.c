@@ -21,10 +21,12 @@
 void view_resize(view *vw, uint32_t w, uint32_t h, uint32_t scale_permille)
 {
     double s = scale_permille / 1000.0;
-    double pw = round(w * s) + (rv_breaks("buffer-size") ? 1 : 0), ph = round(h * s);
-    /* Protocol.md: pixels = points x scale, rounded, halves up (C's round() for positive
-     * values), and the host never sends a size whose pixels exceed a buffer's bounds. The fit
-     * below only guards this process against a host that does. */
+    /* In integers, as Protocol.md gives it: a double product can round the other way. */
+    double pw = fmax(1.0, (double)(((uint64_t)w * scale_permille + 500) / 1000)) + (rv_breaks("buffer-size") ? 1 : 0);
+    double ph = fmax(1.0, (double)(((uint64_t)h * scale_permille + 500) / 1000));
+    /* Protocol.md: pixels = (points x scale + 500) / 1000, and the host never sends a size whose
+     * pixels exceed a buffer's bounds. The fit below only guards this process against a host
+     * that does. */
     double fit = 1.0;
     if (pw > MAX_SIDE) fit = fmin(fit, MAX_SIDE / pw);
     if (ph > MAX_SIDE) fit = fmin(fit, MAX_SIDE / ph);

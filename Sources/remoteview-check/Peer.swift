@@ -27,12 +27,39 @@ final class Peer: Sendable {
     let socket: SeqpacketSocket
     /// "fd 3", "client 2": for what the report says was seen.
     let name: String
+    private let report: Report
+    /// What the reader has received and nobody has taken yet, and who waits for it.
+    private let inbox = Inbox()
 
-    init(_ socket: SeqpacketSocket, name: String) {
-        self.socket = socket
-        self.name = name
+    private final class Inbox: Sendable {
+        let state = Mutex<(received: [Received], waiter: Waiter<Void>?)>(([], nil))
     }
 
+    /// A peer on `socket`; one reader receives everything from now on (so nothing read is lost
+    /// when a wait ends), and an id out of order is recorded in `report`, whoever was waiting.
+    init(_ socket: SeqpacketSocket, name: String, report: Report) {
+        self.socket = socket
+        self.name = name
+        self.report = report
+        let inbox = self.inbox
+        Task {
+            while true {
+                let received: Received
+                do throws(RemoteError) {
+                    if let envelope = try await socket.receive() { received = .envelope(envelope) } else { received = .end }
+                } catch {
+                    if error.reason.contains("ids must increase") { report.fail("ids.increase", "on \(name): \(error.reason)") }
+                    received = .failed(error)
+                }
+                inbox.state.withLock { inbox in
+                    inbox.received.append(received)
+                    return inbox.waiter.take()
+                }?.resume(returning: ())
+                if case .envelope = received { continue }
+                return  // end of file or a failure: nothing more comes
+            }
+        }
+    }
     /// Sends `body` (numbered as it is written); returns its id.
     @discardableResult
     func send(_ body: Envelope.Body, replyTo: UInt64? = nil, attachments: [Attachment] = []) async throws(RemoteError) -> UInt64 {
@@ -44,29 +71,28 @@ final class Peer: Sendable {
         try socket.sendUnnumbered(packet)
     }
 
-    /// The next envelope, if one arrives within `time`.
+    /// The next envelope, if one arrives within `time`. After end of file or a failure, that is
+    /// what every later call gets.
     func receive(within time: Duration) async -> Received {
-        let socket = self.socket
         let deadline = ContinuousClock.now.advanced(by: time)
-        return await withTaskGroup(of: Received?.self) { group in
-            group.addTask {
-                do throws(RemoteError) {
-                    guard let envelope = try await socket.receive() else { return .end }
-                    return .envelope(envelope)
-                } catch {
-                    return error.code == .cancelled ? nil : .failed(error)
+        while true {
+            let waiter = Waiter<Void>()
+            let next = inbox.state.withLock { inbox -> Received? in
+                guard let first = inbox.received.first else {
+                    inbox.waiter = waiter
+                    return nil
                 }
+                if case .envelope = first { inbox.received.removeFirst() }
+                return first
             }
-            group.addTask {
-                try? await EventLoop.shared.sleep(until: deadline)
+            if let next { return next }
+            do throws(WaitError) {
+                try await waiter.wait(until: deadline)
+            } catch {
+                inbox.state.withLock { if $0.waiter === waiter { $0.waiter = nil } }
+                // A packet that came as the deadline passed is still in the inbox for the next call.
                 return .timeout
             }
-            var result: Received = .timeout
-            if let first = await group.next(), let first { result = first }
-            group.cancelAll()
-            // The receive, if cancelled, has given up its turn by the time it returns.
-            while await group.next() != nil {}
-            return result
         }
     }
 

@@ -132,7 +132,9 @@ extension Checker {
 
             // A resize and input while that frame is in flight: nothing may be committed until
             // its frame_done (watched for half a second), then the new size comes.
-            try await surface.resize(SurfaceSize(width: 40, height: 30, scalePermille: 1500))
+            // 50×30 points at 1.15: 57.5 × 34.5, so 58×35 pixels (halves up, in integers; a
+            // floating-point 50 × 1.15 is 57.4999…).
+            try await surface.resize(SurfaceSize(width: 50, height: 30, scalePermille: 1150))
             try await client.send(.input(.pointer(PointerEvent(.moved, x: 10, y: 10))))
             switch await surface.pump(within: .milliseconds(500), present: false, until: { Self.isCommit($0) }) {
             case .done: report.fail("view.one-frame-in-flight", "a commit before frame_done")
@@ -141,9 +143,9 @@ extension Checker {
             case .violation(let rule): return report.stopped("view.resize-in-flight", by: rule)
             }
             try await surface.present()
-            switch await surface.pump(within: Self.wait, present: true, until: { Self.isCommit($0) && surface.size == (60, 45) }) {
+            switch await surface.pump(within: Self.wait, present: true, until: { Self.isCommit($0) && surface.size == (58, 35) }) {
             case .done: report.pass("view.resize-in-flight")
-            case .timeout: report.fail("view.resize-in-flight", "no frame at 60×45 pixels (40×30 points at scale 1500) within \(Self.wait) of frame_done; the last was \(surface.size.width)×\(surface.size.height)")
+            case .timeout: report.fail("view.resize-in-flight", "no frame at 58×35 pixels (50×30 points at scale 1150) within \(Self.wait) of frame_done; the last was \(surface.size.width)×\(surface.size.height)")
             case .failed(let reason): return report.fail("view.resize-in-flight", reason)
             case .violation(let rule): return report.stopped("view.resize-in-flight", by: rule)
             }

@@ -65,7 +65,7 @@ struct SurfaceCompositorTests {
         #expect(tooLarge?.contains("268435456 bytes") == true, "\(tooLarge ?? "nil")")
     }
 
-    @Test("a commit must be of a size the host gave: none given, or another size, is a violation naming both; an older size is taken until a newer one is committed")
+    @Test("a commit must be of one of the last 64 distinct sizes the host gave: none given, or another size, is a violation naming the latest")
     func committedSize() async throws {
         try await withoutLeaks {
             let compositor = SurfaceCompositor(checksSize: true)
@@ -80,15 +80,18 @@ struct SurfaceCompositorTests {
             }
             compositor.sizeGiven(SurfaceSize(width: 4, height: 2, scalePermille: 2000))  // 8×4
             compositor.sizeGiven(SurfaceSize(width: 8, height: 4, scalePermille: 1500))  // 12×6
-            // The older size still answers (the newer resize may not have reached the service).
-            try compositor.receive(.commit(bufferID: 1, damage: [], frame: 1), attachments: [])
-            _ = compositor.present()
-            try compositor.receive(.commit(bufferID: 2, damage: [], frame: 2), attachments: [])
-            _ = compositor.present()
-            #expect(compositor.image.width == 12 && compositor.image.height == 6)
-            // Once the newer size was committed, the older one is gone.
-            #expect(throws: RemoteError(.protocolViolation, "commit of buffer 1 at 8×4 pixels, but the view is 12×6 pixels (points × scale, rounded)")) {
-                try compositor.receive(.commit(bufferID: 1, damage: [], frame: 3), attachments: [])
+            // The older size still answers (the newer resize may not have reached the service),
+            // and so it does after the newer one was committed (two resizes sent from two tasks
+            // may be written in the other order).
+            for (buffer, frame) in [(UInt32(1), UInt64(1)), (2, 2), (1, 3)] {
+                try compositor.receive(.commit(bufferID: buffer, damage: [], frame: frame), attachments: [])
+                _ = compositor.present()
+            }
+            #expect(compositor.image.width == 8 && compositor.image.height == 4)
+            // 64 other sizes later, 8×4 and 12×6 are gone.
+            for width in 100..<(100 + SurfaceCompositor.sizesKept) { compositor.sizeGiven(SurfaceSize(width: width, height: 10)) }
+            #expect(throws: RemoteError(.protocolViolation, "commit of buffer 1 at 8×4 pixels, but the view is 163×10 pixels (points × scale, rounded), and none of the 63 other sizes given before")) {
+                try compositor.receive(.commit(bufferID: 1, damage: [], frame: 4), attachments: [])
             }
         }
     }

@@ -13,12 +13,16 @@ package final class RawServiceProcess: Sendable {
     package let socket: SeqpacketSocket
     private let started: ServiceInstance.Started
     private let resources: ResourceControl
+    /// The readers of its stdout and stderr (to the logger), so that a chatty service never
+    /// blocks on a full pipe.
+    private let readers: [Task<Void, Never>]
 
     private init(started: ServiceInstance.Started, resources: ResourceControl) {
         self.started = started
         self.resources = resources
         process = started.process
         socket = started.socket
+        readers = started.captures.map { capture in Task { await capture.run() } }
     }
 
     /// Starts `manifest`'s service, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
@@ -62,6 +66,9 @@ package final class RawServiceProcess: Sendable {
             _ = await group.remove(until: .now.advanced(by: .seconds(2)))
         }
         resources.remove()
+        // The pipes reach end of file when the sandbox is gone; a stray holder is not waited for.
+        for capture in started.captures { capture.stop() }
+        for reader in readers { await reader.value }
         return termination
     }
 }

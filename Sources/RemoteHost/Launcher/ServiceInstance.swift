@@ -129,6 +129,7 @@ final class ServiceInstance: LaunchedProcess {
         } catch {
             throw RemoteError(.interrupted, "cannot make the control groups of \(manifest.identifier) (\(resources.explanation)): \(error)")
         }
+        var launched: ChildProcess?
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
             let output = try Syscall.pipe(), errors = try Syscall.pipe()
@@ -158,6 +159,7 @@ final class ServiceInstance: LaunchedProcess {
             ]
             if let group { options.controlGroups = [group.memory, group.pids] }
             let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
+            launched = process
             var processLogger = logger
             processLogger[metadataKey: "service"] = "\(manifest.identifier)"
             processLogger[metadataKey: "pid"] = "\(process.pid)"
@@ -166,6 +168,12 @@ final class ServiceInstance: LaunchedProcess {
             return Started(process: process, socket: try SeqpacketSocket(pair.first), captures: captures, group: group,
                            spawnArguments: [executable] + arguments, logger: processLogger)
         } catch {
+            // Started, but what the host needs to talk to it could not be made: it must not run on.
+            if let launched {
+                launched.send(signal: SIGKILL)
+                _ = await launched.waitForExitUncancellably()
+                if let group { _ = await group.killMembers(until: .now.advanced(by: .seconds(2))) }
+            }
             group?.remove()
             // A missing or unusable executable can never work; running out of fds or memory can pass.
             let permanent = [ENOENT, EACCES, ENOEXEC, ENOTDIR, ELOOP, EISDIR, EPERM].contains(error.errno)

@@ -167,9 +167,9 @@ public final class RemoteView: Sendable {
         try state.withLock { $0.compositor }.withImage { try body(RemoteImage($0)) }
     }
 
-    /// Applies a surface message from the service; returns what to send back.
-    private func receive(_ message: SurfaceMessage, attachments: [Attachment]) throws(RemoteError) -> [SurfaceMessage] {
-        let compositor = state.withLock { $0.compositor }
+    /// Applies a surface message from the service to `compositor` (its channel's); returns
+    /// what to send back.
+    private func receive(_ message: SurfaceMessage, attachments: [Attachment], on compositor: SurfaceCompositor) throws(RemoteError) -> [SurfaceMessage] {
         let damage = try compositor.receive(message, attachments: attachments)
         guard case .commit = message else { return [] }
         damageSink.yield(damage)
@@ -189,8 +189,11 @@ extension RemoteView: ServiceChannelListener {
     /// A new process serves the view: its buffers start afresh (the image stays until it draws),
     /// and its surface messages come here.
     package func channelWillRun(_ channel: ServiceChannel) {
-        state.withLock { state in
+        // The channel's own compositor: a message its connection still delivers after a newer
+        // channel took over goes there, never into the new process's.
+        let compositor = state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
+            return state.compositor
         }
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
             // The host let go of the view while the service still drew for it: what was in
@@ -203,7 +206,7 @@ extension RemoteView: ServiceChannelListener {
             }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
-            for reply in try self.receive(message, attachments: attachments) {
+            for reply in try self.receive(message, attachments: attachments, on: compositor) {
                 try? await context.connection.send(reply)
             }
         })

@@ -34,14 +34,15 @@ package final class SurfaceCompositor: Sendable {
         var lastFrame: UInt64?
         var image = CompositedImage(width: 0, height: 0)
         var preferredSize: (width: Int, height: Int)?
-        /// The sizes in pixels the host gave the view, oldest first: a commit answers one of
-        /// them (a service may still draw for an older one when a newer is on its way), and
-        /// the ones before it are gone then.
+        /// The distinct sizes in pixels the host gave the view, the latest last: a commit
+        /// answers one of them (a service may still draw for an older one while newer ones are
+        /// on their way, as during a window drag).
         var sizes: [(width: Int, height: Int)] = []
     }
 
-    /// How many sizes a commit may answer: the last ones the host gave.
-    package static let sizesKept = 16
+    /// How many distinct sizes a commit may answer: the last ones the host gave. Not cut when a
+    /// newer size is committed: two resizes recorded in one order may be written in the other.
+    package static let sizesKept = 64
 
     /// The most buffers one surface may have attached at once.
     package static let maxBuffers = 8
@@ -72,10 +73,12 @@ package final class SurfaceCompositor: Sendable {
     }
 
     /// The host is sending `size` to the service: a commit of a buffer of its pixel size is
-    /// allowed from now on (and of the sizes given before it, until one of it or a later one).
+    /// allowed from now on, as long as it is one of the last ``sizesKept`` distinct sizes given.
     package func sizeGiven(_ size: SurfaceSize) {
+        let pixels = size.pixels
         state.withLock { state in
-            state.sizes.append(size.pixels)
+            state.sizes.removeAll { $0 == pixels }
+            state.sizes.append(pixels)
             if state.sizes.count > Self.sizesKept { state.sizes.removeFirst(state.sizes.count - Self.sizesKept) }
         }
     }
@@ -152,14 +155,11 @@ package final class SurfaceCompositor: Sendable {
                     throw violation("commit of frame \(frame) after frame \(last): frame numbers must increase")
                 }
                 let layout = buffer.layout
-                if checksSize {
-                    guard let answered = state.sizes.lastIndex(where: { $0 == (layout.width, layout.height) }) else {
-                        guard let latest = state.sizes.last else {
-                            throw violation("commit of buffer \(id) before the host gave the view a size")
-                        }
-                        throw violation("commit of buffer \(id) at \(layout.width)×\(layout.height) pixels, but the view is \(latest.width)×\(latest.height) pixels (points × scale, rounded)\(state.sizes.count > 1 ? ", or one of the \(state.sizes.count - 1) sizes given before it" : "")")
+                if checksSize, !state.sizes.contains(where: { $0 == (layout.width, layout.height) }) {
+                    guard let latest = state.sizes.last else {
+                        throw violation("commit of buffer \(id) before the host gave the view a size")
                     }
-                    state.sizes.removeFirst(answered)
+                    throw violation("commit of buffer \(id) at \(layout.width)×\(layout.height) pixels, but the view is \(latest.width)×\(latest.height) pixels (points × scale, rounded)\(state.sizes.count > 1 ? ", and none of the \(state.sizes.count - 1) other sizes given before" : "")")
                 }
                 // Damage names what changed in the buffer: a rect reaching outside it is a lie.
                 for (index, rect) in damage.enumerated()
