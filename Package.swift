@@ -83,11 +83,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // SDL2, through a module map (Debian: libsdl2-dev); only the demo's window uses it.
+        .systemLibrary(
+            name: "CSDL2",
+            path: "Sources/CSDL2"
+        ),
         .executableTarget(
             name: "demo-share",
             dependencies: [
                 "RemoteHost",
                 "RemoteService",
+                "CSDL2",
+                "CCairo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -238,6 +238,13 @@ public struct RemoteImage: Sendable, Equatable {
         pixels = image.pixels
     }
 
+    /// Runs `body` on the pixels in place: `width` × `height` premultiplied ARGB words, row
+    /// after row (stride `width`), for a toolkit to upload the damaged rects of (an SDL texture
+    /// of `SDL_PIXELFORMAT_ARGB8888`, say) without a copy.
+    public func withUnsafePixels<R>(_ body: (UnsafeBufferPointer<UInt32>) throws -> R) rethrows -> R {
+        try pixels.withUnsafeBufferPointer(body)
+    }
+
     /// An image of `width` × `height` whose pixel (x, y) is `pixel(x, y)`: premultiplied ARGB
     /// words (e.g. to make an item to share).
     public init(width: Int, height: Int, pixel: (_ x: Int, _ y: Int) -> UInt32) {

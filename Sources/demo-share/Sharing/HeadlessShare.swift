@@ -69,21 +69,26 @@ struct HeadlessShare {
         }
     }
 
-    /// Writes `items` into ``outputFolder`` (files by their names, text and URLs as
-    /// item-N.txt); returns each one's path, `nil` without a folder.
+    /// Writes `items` into ``outputFolder``; returns each one's path, `nil` without a folder.
     private func write(_ items: [ShareItem]) throws -> [String?] {
         guard let outputFolder else { return items.map { _ in nil } }
-        var used: Set<String> = []
-        return try items.enumerated().map { index, item in
-            var name = item.fileName ?? "item-\(index + 1).txt"
-            if used.contains(name) { name = "\(index + 1)-\(name)" }
-            used.insert(name)
-            let path = outputFolder + "/" + name
-            do { try Data(try item.data(limit: ShareLimits.maxFileBytes)).write(to: URL(filePath: path)) } catch {
-                throw DemoError("cannot write returned item \(index + 1) to \(path): \(error)")
-            }
-            return path
+        return try writeReturnedItems(items, to: outputFolder)
+    }
+}
+
+/// Writes a share's returned `items` into `folder` (files by their names, text and URLs as
+/// item-N.txt); returns each one's path.
+func writeReturnedItems(_ items: [ShareItem], to folder: String) throws -> [String] {
+    var used: Set<String> = []
+    return try items.enumerated().map { index, item in
+        var name = item.fileName ?? "item-\(index + 1).txt"
+        if used.contains(name) { name = "\(index + 1)-\(name)" }
+        used.insert(name)
+        let path = folder + "/" + name
+        do { try Data(try item.data(limit: ShareLimits.maxFileBytes)).write(to: URL(filePath: path)) } catch {
+            throw DemoError("cannot write returned item \(index + 1) to \(path): \(error)")
         }
+        return path
     }
 }
 

@@ -1,0 +1,468 @@
+// `demo-share window`: the share sheet in a real window (SDL2), an activity's remote view
+// embedded in it and driven by the mouse and keyboard, presented at the display's pace.
+import ArgumentParser
+import CSDL2
+import Foundation
+import RemoteHost
+
+struct WindowCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "window",
+        abstract: "Show the share sheet in a window; a click presents an activity's view, live.",
+        discussion: """
+            With no items, the demo's text and URL are shared (Notes takes them; the sheet says why \
+            Post and Markup do not: press W). A click on an activity launches it, sandboxed, and \
+            embeds its view below a bar with its title and progress; the mouse, the keyboard, typed \
+            text, focus and media keys go to it. F2 switches light and dark. A service that dies \
+            leaves its last frame dimmed, the reason and a Relaunch button. Frames are shown at \
+            vsync (the view's manual presentation). Each step is printed on standard output \
+            ("window: …"), for scripts and tests. Needs a display (DISPLAY; under Xvfb, \
+            xvfb-run works).
+            """)
+
+    @OptionGroup var items: ShareItemOptions
+
+    @Option(help: ArgumentHelp("Present this activity at once (its identifier, or notes, post or markup).", valueName: "id"))
+    var activity: String?
+
+    @Option(help: ArgumentHelp("Pixels per point, in thousandths (default: the display's, drawable over window size).", valueName: "n"))
+    var scale: Int?
+
+    @Option(help: ArgumentHelp("The window's size in points.", valueName: "WxH"))
+    var size = "560x420"
+
+    @Option(help: ArgumentHelp("The folder to write the returned items into (made if missing).", valueName: "dir"))
+    var output: String?
+
+    @Option(help: ArgumentHelp("F12 settles the view, then writes the image on screen there as view-N.png (made if missing).", valueName: "dir"))
+    var snapshot: String?
+
+    @OptionGroup var options: HostOptions
+
+    func validate() throws {
+        _ = try parseSize(size)
+        if let scale, !(250...8000).contains(scale) { throw ValidationError("--scale must be 250…8000 (thousandths), not \(scale)") }
+    }
+
+    func run() async throws {
+        Syscall.lineBufferStandardOutput()
+        let (width, height) = try parseSize(size)
+        var shared = try items.items()
+        if shared.isEmpty { shared = try DemoScenario.notes.items() }
+        if let output { try makeFolder(output, for: "--output") }
+        if let snapshot { try makeFolder(snapshot, for: "--snapshot") }
+        let registry = try options.registry()
+        let sheet = ShareSheet(registry: registry, items: shared)
+        let initial = activity.map(ShareCommand.identifier)
+        if let initial, sheet.activity(initial) == nil {
+            throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
+        }
+        let output = self.output, scale = self.scale, snapshot = self.snapshot
+        try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
+            let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(width), height: Int32(height),
+                                          scale: scale, output: output, snapshot: snapshot)
+            try await app.run(presenting: initial)
+        }
+    }
+}
+
+/// What other threads hand the window's loop: new damage, activity updates, the outcome, the
+/// service's end. Each wakes the loop.
+final class WindowInbox: Sendable {
+    struct Pending {
+        var damage: [PixelRect]? = nil
+        var fullFrame = false
+        var frames = 0
+        var update: ActivityUpdate?
+        var outcome: ShareOutcome?
+        var settled = false
+    }
+
+    let wakeEvent: UInt32
+    private let pending = Mutex(Pending())
+
+    init(wakeEvent: UInt32) { self.wakeEvent = wakeEvent }
+
+    func change(_ body: (inout Pending) -> Void) {
+        pending.withLock { body(&$0) }
+        SDLWindow.wake(wakeEvent)
+    }
+
+    func take() -> Pending {
+        pending.withLock { pending in
+            defer { pending = Pending() }
+            return pending
+        }
+    }
+}
+
+/// The window and what it shows: the sheet, or one activity's view.
+@MainActor
+final class WindowApp {
+    private let window: SDLWindow
+    private let sheet: ShareSheet
+    private let launcher: Launcher
+    private let fixedScale: Int?
+    private let output: String?
+    private let snapshotFolder: String?
+    private var snapshots = 0
+    private var explain = false
+    private var rows: [PointRect] = []
+    private var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
+    private var presented: Presented?
+    private var needsRender = true
+    private var dark = false
+    /// Whether the window has been exposed (mapped and drawable) yet.
+    private var exposed = false
+    private var sheetAnnounced = false
+
+    /// One activity on screen.
+    private final class Presented {
+        let activity: ShareActivity
+        let session: ShareSession
+        /// Input and sizes, sent in order by one task.
+        let commands: AsyncStream<Command>.Continuation
+        let inbox: WindowInbox
+        var update: ActivityUpdate?
+        var outcome: String?
+        var ended: String?
+        var relaunch: PointRect?
+        /// A composited frame is held until it has been shown (manual presentation).
+        var framePending = false
+        /// Whether a frame was shown yet.
+        var shown = false
+        /// The image last uploaded (kept only with --snapshot).
+        var shownImage: RemoteImage?
+        var tasks: [Task<Void, Never>] = []
+
+        init(activity: ShareActivity, session: ShareSession, commands: AsyncStream<Command>.Continuation, inbox: WindowInbox) {
+            self.activity = activity
+            self.session = session
+            self.commands = commands
+            self.inbox = inbox
+        }
+    }
+
+    enum Command: Sendable {
+        case input(InputEvent)
+        case resize(SurfaceSize)
+        /// Waits until the view has drawn everything sent before, then says so (F12).
+        case settle
+    }
+
+    init(sheet: ShareSheet, launcher: Launcher, width: Int32, height: Int32, scale: Int?, output: String?, snapshot: String?) throws {
+        window = try SDLWindow(title: "demo-share", width: width, height: height)
+        self.sheet = sheet
+        self.launcher = launcher
+        fixedScale = scale
+        self.output = output
+        snapshotFolder = snapshot
+    }
+
+    private var scalePermille: Int { fixedScale ?? window.scalePermille }
+    private var scale: Double { Double(scalePermille) / 1000 }
+    private var barPixels: Int32 { Int32((WindowPainter.barHeight * scale).rounded()) }
+
+    /// The view's size in points: the window below the bar.
+    private var viewSize: SurfaceSize {
+        let points = window.pointSize
+        return SurfaceSize(width: max(1, Int(points.width)), height: max(1, Int(points.height) - Int(WindowPainter.barHeight)),
+                           scalePermille: scalePermille)
+    }
+
+    func run(presenting initial: String?) async throws {
+        defer { window.close() }
+        drawSheet()
+        if let initial, let activity = sheet.activity(initial) { await present(activity) }
+        var running = true
+        while running {
+            if let event = window.waitEvent(timeout: 8) {
+                running = await handle(event)
+                while running, let event = window.pollEvent() { running = await handle(event) }
+            }
+            let settled = await applyPending()
+            if needsRender {
+                needsRender = false
+                window.render(barHeight: presented == nil ? 0 : barPixels, dimmed: presented?.ended != nil)
+                if presented == nil, exposed, !sheetAnnounced {
+                    // On screen: rendered after the window was first exposed.
+                    sheetAnnounced = true
+                    print("window: sheet \(sheet.activities.map(\.identifier).joined(separator: " "))")
+                }
+                if let presented, presented.framePending {
+                    presented.framePending = false
+                    let image = presented.session.view.image
+                    if !presented.shown, let pid = presented.session.connection.processIdentifier { print("window: pid \(pid)") }
+                    presented.shown = true
+                    print("window: shown \(image.width)x\(image.height)")
+                    // Shown at vsync (render returned): the buffer goes back, the next frame may come.
+                    try? await presented.session.view.framePresented()
+                }
+            }
+            if settled { writeSnapshot() }
+            await Task.yield()
+        }
+        await dismiss()
+        print("window: closed")
+    }
+
+    // MARK: the sheet
+
+    private func drawSheet() {
+        let pixels = window.pixelSize
+        var canvas = Canvas(width: Int(pixels.width), height: Int(pixels.height))
+        (rows, whyNot) = WindowPainter.sheet(into: &canvas, scale: scale, items: sheet.items, sheet: sheet, explain: explain)
+        canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
+        needsRender = true
+    }
+
+    // MARK: an activity
+
+    private func present(_ activity: ShareActivity) async {
+        let session: ShareSession
+        do {
+            session = try await sheet.perform(activity, launcher: launcher, presentation: .manual)
+        } catch {
+            print("window: cannot present \(activity.identifier): \(error)")
+            return
+        }
+        let inbox = WindowInbox(wakeEvent: window.wakeEvent)
+        let (commands, sink) = AsyncStream.makeStream(of: Command.self)
+        let presented = Presented(activity: activity, session: session, commands: sink, inbox: inbox)
+        self.presented = presented
+        let view = session.view
+        let output = self.output
+        presented.tasks = [
+            Task.detached {
+                for await command in commands {
+                    switch command {
+                    case .input(let event): try? await view.send(event)
+                    case .resize(let size): try? await view.present(width: size.width, height: size.height, scalePermille: size.scalePermille)
+                    case .settle:
+                        // Its reply follows the frames: their damage is in the inbox before this.
+                        try? await view.settle()
+                        inbox.change { $0.settled = true }
+                    }
+                }
+            },
+            Task.detached {
+                for await damage in view.damage { inbox.change { $0.damage = ($0.damage ?? []) + damage; $0.frames += 1 } }
+            },
+            Task.detached {
+                for await update in session.updates { inbox.change { $0.update = update } }
+            },
+            Task.detached {
+                let outcome = await session.outcome
+                if let output, case .completed(let items) = outcome, !items.isEmpty {
+                    do {
+                        let paths = try writeReturnedItems(items, to: output)
+                        print("window: wrote \(paths.joined(separator: " "))")
+                    } catch {
+                        print("window: \(error)")
+                    }
+                }
+                inbox.change { $0.outcome = outcome }
+            },
+        ]
+        print("window: presenting \(activity.identifier)")
+        sink.yield(.resize(viewSize))
+        sink.yield(.input(.traits(Traits(style: dark ? .dark : .light))))
+        sink.yield(.input(.focus(true)))
+        drawBar()
+    }
+
+    private func dismiss() async {
+        guard let presented else { return }
+        self.presented = nil
+        presented.commands.finish()
+        if presented.session.currentOutcome == nil { _ = await presented.session.cancel(reason: "the window closed") }
+        await presented.session.close()
+        for task in presented.tasks { task.cancel() }
+    }
+
+    private func drawBar() {
+        guard let presented else { return }
+        let pixels = window.pixelSize
+        var canvas = Canvas(width: Int(pixels.width), height: Int(barPixels))
+        presented.relaunch = WindowPainter.bar(into: &canvas, scale: scale, activity: presented.activity, update: presented.update,
+                                               outcome: presented.outcome, ended: presented.ended)
+        canvas.pixels.withUnsafeBufferPointer { try? window.updateBar($0, width: canvas.width, height: canvas.height) }
+        needsRender = true
+    }
+
+    /// Writes the image on screen (what was last uploaded) to the snapshot folder.
+    private func writeSnapshot() {
+        guard let folder = snapshotFolder, let presented else { return }
+        snapshots += 1
+        let path = "\(folder)/view-\(snapshots).png"
+        do {
+            try (presented.shownImage ?? presented.session.view.image).writePNG(to: path)
+            print("window: snapshot \(path)")
+        } catch {
+            print("window: cannot write \(path): \(error)")
+        }
+    }
+
+    /// Takes what the other threads left: new frames into the texture, the bar. Returns whether
+    /// a settle ended (its frames are uploaded by then).
+    private func applyPending() async -> Bool {
+        guard let presented else { return false }
+        let pending = presented.inbox.take()
+        if let damage = pending.damage {
+            let view = presented.session.view
+            let window = self.window
+            let keep = snapshotFolder != nil
+            let uploaded = view.withImage { image -> RemoteImage? in
+                image.withUnsafePixels { pixels in
+                    try? window.updateContent(pixels, width: image.width, height: image.height, rects: damage)
+                }
+                // With --snapshot, what was uploaded is kept: F12 writes what the window shows,
+                // not a frame composited since (a copy per frame, for tests only).
+                return keep ? image : nil
+            }
+            if let uploaded { presented.shownImage = uploaded }
+            presented.framePending = true
+            needsRender = true
+        }
+        var barChanged = false
+        if let update = pending.update {
+            presented.update = update
+            barChanged = true
+        }
+        if let outcome = pending.outcome {
+            switch outcome {
+            case .interrupted(let error):
+                presented.ended = error.reason
+                print("window: ended \(error.reason)")
+            default:
+                presented.outcome = "\(outcome)"
+                print("window: outcome \(outcome)")
+            }
+            barChanged = true
+        }
+        if barChanged { drawBar() }
+        return pending.settled
+    }
+
+    // MARK: events
+
+    /// Handles one event; `false` when the window should close.
+    private func handle(_ event: SDL_Event) async -> Bool {
+        switch event.type {
+        case SDL_QUIT.rawValue:
+            return false
+        case SDL_WINDOWEVENT.rawValue:
+            switch UInt32(event.window.event) {
+            case SDL_WINDOWEVENT_SIZE_CHANGED.rawValue:
+                if let presented { presented.commands.yield(.resize(viewSize)); drawBar() } else { drawSheet() }
+            case SDL_WINDOWEVENT_FOCUS_GAINED.rawValue: presented?.commands.yield(.input(.focus(true)))
+            case SDL_WINDOWEVENT_FOCUS_LOST.rawValue: presented?.commands.yield(.input(.focus(false)))
+            case SDL_WINDOWEVENT_EXPOSED.rawValue:
+                exposed = true
+                needsRender = true
+            default: break
+            }
+        case SDL_MOUSEBUTTONDOWN.rawValue, SDL_MOUSEBUTTONUP.rawValue:
+            let down = event.type == SDL_MOUSEBUTTONDOWN.rawValue
+            let x = Double(event.button.x), y = Double(event.button.y)
+            guard let presented else {
+                if down { await click(x, y) }
+                return true
+            }
+            if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
+                await dismiss()
+                await present(presented.activity)
+                return true
+            }
+            // A service that ended gets nothing (input would start a new process, without the share).
+            guard presented.ended == nil else { return true }
+            let button = Int(event.button.button)
+            let held = SDL_GetMouseState(nil, nil) & 0xFF
+            presented.commands.yield(.input(.pointer(PointerEvent(down ? .down : .up, x: x, y: y - WindowPainter.barHeight,
+                                                                  button: button, buttons: held, modifiers: modifiers()))))
+        case SDL_MOUSEMOTION.rawValue:
+            guard let presented, presented.ended == nil else { return true }
+            presented.commands.yield(.input(.pointer(PointerEvent(.moved, x: Double(event.motion.x), y: Double(event.motion.y) - WindowPainter.barHeight,
+                                                                  buttons: event.motion.state & 0xFF, modifiers: modifiers()))))
+        case SDL_MOUSEWHEEL.rawValue:
+            guard let presented, presented.ended == nil else { return true }
+            var x: Int32 = 0, y: Int32 = 0
+            SDL_GetMouseState(&x, &y)
+            presented.commands.yield(.input(.pointer(PointerEvent(.scroll, x: Double(x), y: Double(y) - WindowPainter.barHeight,
+                                                                  scrollX: Double(event.wheel.preciseX), scrollY: Double(event.wheel.preciseY),
+                                                                  modifiers: modifiers()))))
+        case SDL_KEYDOWN.rawValue, SDL_KEYUP.rawValue:
+            let down = event.type == SDL_KEYDOWN.rawValue
+            let scancode = event.key.keysym.scancode
+            if down, scancode == SDL_SCANCODE_F12, snapshotFolder != nil, let presented {
+                // Once the view has drawn what was sent before, and that frame is on screen.
+                presented.commands.yield(.settle)
+                return true
+            }
+            if down, scancode == SDL_SCANCODE_F2 {
+                dark.toggle()
+                presented?.commands.yield(.input(.traits(Traits(style: dark ? .dark : .light))))
+                print("window: traits \(dark ? "dark" : "light")")
+                return true
+            }
+            guard let presented else {
+                if down, scancode == SDL_SCANCODE_W { explain.toggle(); drawSheet() }
+                if down, scancode == SDL_SCANCODE_ESCAPE { return false }
+                return true
+            }
+            guard presented.ended == nil else { return true }
+            if let command = Self.remoteCommand(scancode) {
+                if down { presented.commands.yield(.input(.remoteControl(command))) }
+                return true
+            }
+            // SDL scancodes are USB HID keyboard usages already.
+            let code = UInt32(scancode.rawValue)
+            guard (1...65535).contains(code) else { return true }
+            presented.commands.yield(.input(.key(KeyEvent(down: down, keyCode: code, modifiers: modifiers(), isRepeat: event.key.repeat != 0))))
+        case SDL_TEXTINPUT.rawValue:
+            guard let presented, presented.ended == nil else { return true }
+            let text = withUnsafeBytes(of: event.text.text) { bytes in
+                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if !text.isEmpty { presented.commands.yield(.input(.text(text))) }
+        default:
+            if event.type == window.wakeEvent { return true }
+        }
+        return true
+    }
+
+    /// A click on the sheet: an activity's row presents it; the last row explains the others.
+    private func click(_ x: Double, _ y: Double) async {
+        if whyNot.contains(x, y) {
+            explain.toggle()
+            drawSheet()
+            return
+        }
+        guard let index = rows.firstIndex(where: { $0.contains(x, y) }) else { return }
+        await present(sheet.activities[index])
+    }
+
+    private func modifiers() -> Modifiers {
+        let state = SDL_GetModState().rawValue
+        var modifiers: Modifiers = []
+        if state & KMOD_SHIFT.rawValue != 0 { modifiers.insert(.shift) }
+        if state & KMOD_CTRL.rawValue != 0 { modifiers.insert(.control) }
+        if state & KMOD_ALT.rawValue != 0 { modifiers.insert(.alt) }
+        if state & KMOD_GUI.rawValue != 0 { modifiers.insert(.meta) }
+        if state & KMOD_CAPS.rawValue != 0 { modifiers.insert(.capsLock) }
+        return modifiers
+    }
+
+    /// Media keys, as remote-control commands.
+    private static func remoteCommand(_ scancode: SDL_Scancode) -> RemoteCommand? {
+        switch scancode {
+        case SDL_SCANCODE_AUDIOPLAY: .togglePlayPause
+        case SDL_SCANCODE_AUDIOSTOP: .pause
+        case SDL_SCANCODE_AUDIONEXT: .nextTrack
+        case SDL_SCANCODE_AUDIOPREV: .previousTrack
+        case SDL_SCANCODE_AUDIOFASTFORWARD: .seekForward
+        case SDL_SCANCODE_AUDIOREWIND: .seekBackward
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,158 @@
+// What the host draws itself, with Cairo: the share sheet (before anything is launched) and the
+// bar above a presented activity (its title and progress, its outcome, or why it ended).
+import CCairo
+import RemoteHost
+
+/// Premultiplied ARGB words that Cairo draws into (Cairo's ARGB32 is exactly that).
+struct Canvas {
+    let width: Int
+    let height: Int
+    var pixels: [UInt32]
+
+    init(width: Int, height: Int) {
+        self.width = max(width, 1)
+        self.height = max(height, 1)
+        pixels = [UInt32](repeating: 0xFF00_0000, count: self.width * self.height)
+    }
+
+    /// Runs `body` with a Cairo context on the pixels, scaled by `scale` (pixels per point).
+    mutating func draw(scale: Double, _ body: (OpaquePointer) -> Void) {
+        let (width, height) = (self.width, self.height)
+        pixels.withUnsafeMutableBytes { bytes in
+            let surface = cairo_image_surface_create_for_data(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                                              CAIRO_FORMAT_ARGB32, Int32(width), Int32(height), Int32(width * 4))
+            let context = cairo_create(surface)!
+            cairo_scale(context, scale, scale)
+            body(context)
+            cairo_destroy(context)
+            cairo_surface_flush(surface)
+            cairo_surface_destroy(surface)
+        }
+    }
+}
+
+/// A rectangle in points, for hit tests.
+struct PointRect: Equatable {
+    var x, y, width, height: Double
+    func contains(_ px: Double, _ py: Double) -> Bool { px >= x && py >= y && px < x + width && py < y + height }
+}
+
+enum WindowPainter {
+    static let rowHeight = 56.0, barHeight = 44.0, margin = 16.0
+
+    /// The sheet: a row per offered activity (icon, title, subtitle), and at the bottom a row
+    /// that shows why the others are not offered (expanded when `explain`). Returns each
+    /// activity's row and the "why not" row, in points.
+    static func sheet(into canvas: inout Canvas, scale: Double, items: [ShareItem], sheet: ShareSheet,
+                      explain: Bool) -> (rows: [PointRect], whyNot: PointRect) {
+        let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
+        var rows: [PointRect] = []
+        var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
+        canvas.draw(scale: scale) { cr in
+            fill(cr, PointRect(x: 0, y: 0, width: width, height: height), 0xF2F2F7)
+            text(cr, "Share \(items.count) item\(items.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true, colour: 0x1C1C1E)
+            text(cr, items.map(\.contentType).joined(separator: ", "), x: margin, y: 50, size: 11, colour: 0x6E6E73)
+            var y = 64.0
+            if sheet.activities.isEmpty {
+                text(cr, "No activity takes these items.", x: margin, y: y + 30, size: 14, colour: 0x6E6E73)
+                y += rowHeight
+            }
+            for activity in sheet.activities {
+                let row = PointRect(x: 8, y: y, width: width - 16, height: rowHeight - 4)
+                fill(cr, row, 0xFFFFFF)
+                if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), 0xC7C7CC) }
+                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: 0x1C1C1E)
+                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: 0x6E6E73)
+                rows.append(row)
+                y += rowHeight
+            }
+            whyNot = PointRect(x: 8, y: y + 4, width: width - 16, height: 28)
+            let others = sheet.explanations.count
+            text(cr, others == 0 ? "Every registered activity is offered." : (explain ? "▾ " : "▸ ") + "Why not the other \(others)? (W)",
+                 x: margin, y: y + 22, size: 12, colour: 0x0A60FF)
+            if explain {
+                y += 36
+                for explanation in sheet.explanations {
+                    text(cr, "\(explanation.activity.title): \(explanation.reason)", x: margin + 8, y: y + 14, size: 11, colour: 0x3A3A3C)
+                    y += 18
+                }
+            }
+        }
+        return (rows, whyNot)
+    }
+
+    /// The bar above a presented activity: its title, the latest update and a progress bar; or
+    /// the outcome; or, when the service ended, the reason and a Relaunch button (returned).
+    static func bar(into canvas: inout Canvas, scale: Double, activity: ShareActivity, update: ActivityUpdate?,
+                    outcome: String?, ended: String?) -> PointRect? {
+        let width = Double(canvas.width) / scale
+        var relaunch: PointRect?
+        canvas.draw(scale: scale) { cr in
+            fill(cr, PointRect(x: 0, y: 0, width: width, height: barHeight), ended == nil ? 0xE5E5EA : 0x5C1A1A)
+            if let ended {
+                let button = PointRect(x: width - 96, y: 8, width: 84, height: 28)
+                fill(cr, button, 0xFFFFFF)
+                text(cr, "Relaunch", x: button.x + 12, y: 27, size: 13, bold: true, colour: 0x5C1A1A)
+                text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: width - 128)
+                relaunch = button
+                return
+            }
+            let title = update.map { "\(activity.title) — \($0.title)" } ?? activity.title
+            text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: 0x1C1C1E, maxWidth: width - 2 * margin)
+            if let outcome {
+                text(cr, outcome, x: margin, y: 36, size: 11, colour: 0x3A3A3C, maxWidth: width - 2 * margin)
+            } else if let update {
+                let track = PointRect(x: margin, y: 28, width: width - 2 * margin, height: 6)
+                fill(cr, track, 0xC7C7CC)
+                let done = update.progress ?? 0.3  // indeterminate: a part of the track
+                fill(cr, PointRect(x: track.x, y: track.y, width: track.width * done, height: track.height), 0x0A60FF)
+                if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: 0x3A3A3C) }
+            }
+        }
+        return relaunch
+    }
+
+    // MARK: drawing
+
+    static func fill(_ cr: OpaquePointer, _ rect: PointRect, _ rgb: UInt32) {
+        colour(cr, rgb)
+        cairo_rectangle(cr, rect.x, rect.y, rect.width, rect.height)
+        cairo_fill(cr)
+    }
+
+    static func colour(_ cr: OpaquePointer, _ rgb: UInt32) {
+        cairo_set_source_rgb(cr, Double((rgb >> 16) & 0xFF) / 255, Double((rgb >> 8) & 0xFF) / 255, Double(rgb & 0xFF) / 255)
+    }
+
+    static func text(_ cr: OpaquePointer, _ string: String, x: Double, y: Double, size: Double, bold: Bool = false,
+                     colour rgb: UInt32, maxWidth: Double? = nil) {
+        colour(cr, rgb)
+        cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL)
+        cairo_set_font_size(cr, size)
+        cairo_save(cr)
+        if let maxWidth {
+            cairo_rectangle(cr, x, y - size - 4, maxWidth, size * 2)
+            cairo_clip(cr)
+        }
+        cairo_move_to(cr, x, y)
+        cairo_show_text(cr, string)
+        cairo_restore(cr)
+    }
+
+    /// Draws `icon` scaled into a `size` × `size` square at (`x`, `y`).
+    static func image(_ cr: OpaquePointer, _ icon: RemoteImage, x: Double, y: Double, size: Double) {
+        guard icon.width > 0, icon.height > 0 else { return }
+        var copy = icon.withUnsafePixels { Array($0) }
+        copy.withUnsafeMutableBytes { bytes in
+            let surface = cairo_image_surface_create_for_data(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
+                                                              Int32(icon.width), Int32(icon.height), Int32(icon.width * 4))
+            cairo_save(cr)
+            cairo_translate(cr, x, y)
+            cairo_scale(cr, size / Double(icon.width), size / Double(icon.height))
+            cairo_set_source_surface(cr, surface, 0, 0)
+            cairo_paint(cr)
+            cairo_restore(cr)
+            cairo_surface_destroy(surface)
+        }
+    }
+}

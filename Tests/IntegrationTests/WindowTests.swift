@@ -1,0 +1,217 @@
+import Glibc
+import RemoteHost
+import RemoteTestSupport
+import Testing
+
+/// `demo-share window` on a real X server (Xvfb), driven as a person would with `xdotool`, and
+/// looked at with screenshots (`import -window root`). Every wait is for a line the window
+/// prints ("window: …") or for a process, with a deadline.
+@Suite("demo-share window under Xvfb", .serialized)
+struct WindowTests {
+    /// An X server, `demo-share window` on it, and the window's lines as they come.
+    final class Screen: Sendable {
+        let display: String
+        let server: ChildProcess
+        let demo: ChildProcess
+        let lines: LineReader
+        let folder: TemporaryFolder
+
+        init(arguments: [String]) async throws {
+            folder = try TemporaryFolder("remoteview-window")
+            // Xvfb picks a free display and writes its number on the fd -displayfd names.
+            let number = try Syscall.pipe()
+            var serverOptions = ChildProcess.Options()
+            serverOptions.pass(number.second, as: 3)
+            server = try ChildProcess.start(executable: "/usr/bin/Xvfb",
+                                            arguments: ["-displayfd", "3", "-screen", "0", "800x600x24", "-nolisten", "tcp"],
+                                            options: serverOptions)
+            let numberReader = LineReader(try ReadableDescriptor(number.first))
+            display = ":" + (try await numberReader.line(within: .seconds(10), "Xvfb's display number")).filter(\.isNumber)
+            let output = try Syscall.pipe()
+            let writeEnd = output.second
+            var options = ChildProcess.Options()
+            options.pass(writeEnd, as: 1)
+            options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path, "SDL_RENDER_DRIVER": "software"]
+            let executable = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+            demo = try ChildProcess.start(executable: executable, arguments: ["window", "--snapshot", folder.path] + arguments, options: options)
+            _ = consume writeEnd  // the child's copy only: its exit is end of file
+            lines = LineReader(try ReadableDescriptor(output.first))
+        }
+
+        /// Waits for the next line starting with `prefix` (earlier lines are passed over).
+        @discardableResult
+        func await(_ prefix: String, within time: Duration = .seconds(20)) async throws -> String {
+            try await lines.line(startingWith: prefix, within: time)
+        }
+
+        /// Runs a command on this display and waits for it; returns its output.
+        @discardableResult
+        func run(_ executable: String, _ arguments: [String]) async throws -> String {
+            let output = try Syscall.pipe()
+            let writeEnd = output.second
+            var options = ChildProcess.Options()
+            options.pass(writeEnd, as: 1)
+            options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path]
+            let process = try ChildProcess.start(executable: executable, arguments: arguments, options: options)
+            _ = consume writeEnd
+            let reader = LineReader(try ReadableDescriptor(output.first))
+            let text = try await reader.all(within: .seconds(20), "\(executable) \(arguments.joined(separator: " "))")
+            let termination = try await process.waitForExit()
+            try #require(termination == .exited(0), "\(executable) \(arguments): \(termination)")
+            return text
+        }
+
+        /// The whole screen.
+        func screenshot() async throws -> RemoteImage {
+            let path = folder.path + "/screen.png"
+            try await run("/usr/bin/import", ["-window", "root", path])
+            return try RemoteImage(contentsOfPNG: path)
+        }
+
+        /// Ends the window (SIGTERM: SDL turns it into a quit), then the server.
+        func close() async throws {
+            demo.send(signal: SIGTERM)
+            #expect(try await demo.waitForExit() == .exited(0), "demo-share window exits 0 when asked to quit")
+            try await lines.all(within: .seconds(10), "the rest of the window's output")
+            server.send(signal: SIGTERM)
+            _ = try await server.waitForExit()
+            folder.remove()
+        }
+    }
+
+    /// Lines from a pipe, each awaited with a deadline.
+    final class LineReader: Sendable {
+        let reader: ReadableDescriptor
+        private let buffer = Mutex<[UInt8]>([])
+
+        init(_ reader: ReadableDescriptor) { self.reader = reader }
+
+        /// The next line, waiting at most `time`.
+        func line(within time: Duration, _ what: String) async throws -> String {
+            try await withDeadline(time, what) { [self] in
+                while true {
+                    if let line = buffer.withLock({ buffer -> String? in
+                        guard let end = buffer.firstIndex(of: 0x0A) else { return nil }
+                        defer { buffer.removeSubrange(...end) }
+                        return String(decoding: buffer[..<end], as: UTF8.self)
+                    }) { return line }
+                    guard let chunk = try reader.read(upTo: 4096) else {
+                        // false: cancelled (the deadline passed) or stopped.
+                        guard await reader.waitReadable() else { throw RemoteError(.cancelled, "stopped waiting for \(what)") }
+                        continue
+                    }
+                    if chunk.isEmpty { throw RemoteError(.interrupted, "end of output before \(what)") }
+                    buffer.withLock { $0 += chunk }
+                }
+            }
+        }
+
+        func line(startingWith prefix: String, within time: Duration) async throws -> String {
+            let deadline = ContinuousClock.now.advanced(by: time)
+            while true {
+                let line = try await self.line(within: ContinuousClock.now.duration(to: deadline), "a line starting with \"\(prefix)\"")
+                if line.hasPrefix(prefix) { return line }
+            }
+        }
+
+        /// Everything up to end of file.
+        @discardableResult
+        func all(within time: Duration, _ what: String) async throws -> String {
+            try await withDeadline(time, what) { [self] in
+                var all = buffer.withLock { $0 }
+                while true {
+                    guard let chunk = try reader.read(upTo: 4096) else {
+                        guard await reader.waitReadable() else { throw RemoteError(.cancelled, "stopped waiting for \(what)") }
+                        continue
+                    }
+                    if chunk.isEmpty { break }
+                    all += chunk
+                }
+                reader.stop()
+                return String(decoding: all, as: UTF8.self)
+            }
+        }
+    }
+
+    /// The window's position on the screen.
+    static func geometry(_ screen: Screen) async throws -> (id: String, x: Int, y: Int) {
+        let id = try await screen.run("/usr/bin/xdotool", ["search", "--sync", "--name", "^demo-share$"])
+            .split(separator: "\n").first.map(String.init) ?? ""
+        let shell = try await screen.run("/usr/bin/xdotool", ["getwindowgeometry", "--shell", id])
+        var values: [String: Int] = [:]
+        for line in shell.split(separator: "\n") {
+            let parts = line.split(separator: "=")
+            if parts.count == 2 { values[String(parts[0])] = Int(parts[1]) }
+        }
+        return (id, values["X"] ?? 0, values["Y"] ?? 0)
+    }
+
+    static func rgb(_ word: UInt32) -> UInt32 { word & 0x00FF_FFFF }
+
+    /// Whether the screenshot shows `image` at (`x`, `y`), pixel for pixel (colour only).
+    static func shows(_ screen: RemoteImage, _ image: RemoteImage, atX x: Int, y: Int) -> (Bool, String) {
+        for row in 0..<image.height {
+            for column in 0..<image.width where rgb(screen.pixel(x: x + column, y: y + row)) != rgb(image.pixel(x: column, y: row)) {
+                return (false, "pixel (\(column), \(row)) of the view is \(String(rgb(image.pixel(x: column, y: row)), radix: 16)) in its image, \(String(rgb(screen.pixel(x: x + column, y: y + row)), radix: 16)) on screen")
+            }
+        }
+        return (true, "")
+    }
+
+    @Test("the sheet is shown; a click presents Notes; the screen shows the service's pixels where the view is; typed text shows; a resize relays the view out; a killed service leaves its frame dimmed with the reason")
+    func window() async throws {
+        #expect(access("/usr/bin/Xvfb", X_OK) == 0 && access("/usr/bin/xdotool", X_OK) == 0, "scripts/bootstrap installs xvfb, xdotool and imagemagick")
+        try await withoutLeaks(within: .seconds(90)) {
+            let screen = try await Screen(arguments: ["--size", "560x420"])
+            do {
+                let sheet = try await screen.await("window: sheet")
+                #expect(sheet == "window: sheet com.example.demo-share.notes")
+                let window = try await Self.geometry(screen)
+                // The sheet: its background, and Notes's row (white) with its title.
+                let shot = try await screen.screenshot()
+                #expect(Self.rgb(shot.pixel(x: window.x + 4, y: window.y + 4)) == 0xF2F2F7, "the sheet's background")
+                #expect(Self.rgb(shot.pixel(x: window.x + 400, y: window.y + 70)) == 0xFFFFFF, "Notes's row")
+
+                // A click on the row presents Notes: the view below the bar, its pixels exactly.
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "100", "90", "click", "1"])
+                try await screen.await("window: presenting com.example.demo-share.notes")
+                let pid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
+                try await screen.await("window: shown 560x376")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
+                let first = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+                let presented = try await screen.screenshot()
+                let (same, difference) = Self.shows(presented, first, atX: window.x, y: window.y + 44)
+                #expect(same, "\(difference)")
+
+                // Typing into the text field (a click gives it the focus): the next frame shows it.
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "300", "150", "click", "1"])
+                try await screen.run("/usr/bin/xdotool", ["type", "--window", window.id, "hello"])
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
+                let typed = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+                let field = (0..<typed.width).contains { x in typed.pixel(x: x, y: 120) != first.pixel(x: x, y: 120) }
+                #expect(field, "the text field's row changed")
+                let afterTyping = try await screen.screenshot()
+                let (typedShown, typedDifference) = Self.shows(afterTyping, typed, atX: window.x, y: window.y + 44)
+                #expect(typedShown, "\(typedDifference)")
+
+                // A smaller window: the view is laid out again at the new size.
+                try await screen.run("/usr/bin/xdotool", ["windowsize", window.id, "480", "400"])
+                try await screen.await("window: shown 480x356")
+
+                // The service killed: its last frame stays, dimmed, under the reason.
+                kill(pid, SIGKILL)
+                let ended = try await screen.await("window: ended")
+                #expect(ended.contains("killed") || ended.contains("signal 9"), "\(ended)")
+                let dead = try await screen.screenshot()
+                let live = afterTyping.pixel(x: window.x + 4, y: window.y + 44 + 300)
+                let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)
+                #expect(Self.rgb(dimmed) != Self.rgb(live) && (dimmed & 0xFF) < (live & 0xFF), "dimmed: \(String(dimmed, radix: 16)) from \(String(live, radix: 16))")
+                #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
+            } catch {
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
+        }
+    }
+}
