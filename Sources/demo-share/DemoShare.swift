@@ -14,7 +14,7 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, ViewDemo.self, Host.self, Services.self, Service.self, ActivityCommand.self],
+        subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, AnimationCommand.self, ViewDemo.self, Host.self, Services.self, Service.self, ActivityCommand.self],
         defaultSubcommand: ShareCommand.self)
 }
 

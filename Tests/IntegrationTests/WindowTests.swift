@@ -16,14 +16,14 @@ struct WindowTests {
         let lines: LineReader
         let folder: TemporaryFolder
 
-        init(arguments: [String]) async throws {
+        init(arguments: [String], snapshots: Bool = true) async throws {
             folder = try TemporaryFolder("remoteview-window")
             // Xvfb picks a free display and writes its number on the fd -displayfd names.
             let number = try Syscall.pipe()
             var serverOptions = ChildProcess.Options()
             serverOptions.pass(number.second, as: 3)
             server = try ChildProcess.start(executable: "/usr/bin/Xvfb",
-                                            arguments: ["-displayfd", "3", "-screen", "0", "800x600x24", "-nolisten", "tcp"],
+                                            arguments: ["-displayfd", "3", "-screen", "0", "1400x900x24", "-nolisten", "tcp"],
                                             options: serverOptions)
             let numberReader = LineReader(try ReadableDescriptor(number.first))
             display = ":" + (try await numberReader.line(within: .seconds(10), "Xvfb's display number")).filter(\.isNumber)
@@ -33,7 +33,7 @@ struct WindowTests {
             options.pass(writeEnd, as: 1)
             options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path, "SDL_RENDER_DRIVER": "software"]
             let executable = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
-            demo = try ChildProcess.start(executable: executable, arguments: ["window", "--snapshot", folder.path] + arguments, options: options)
+            demo = try ChildProcess.start(executable: executable, arguments: ["window"] + (snapshots ? ["--snapshot", folder.path] : []) + arguments, options: options)
             _ = consume writeEnd  // the child's copy only: its exit is end of file
             lines = LineReader(try ReadableDescriptor(output.first))
         }
@@ -212,6 +212,29 @@ struct WindowTests {
                 throw error
             }
             try await screen.close()
+        }
+    }
+
+    @Test("--bench: the animation service repaints a 1280×720 view for a second; the window shows its frames and prints the figures")
+    func bench() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--bench", "1"], snapshots: false)
+            do {
+                #expect(try await screen.await("window: bench") == "window: bench 1280x720 pixels, full damage, renderer software")
+                let shown = try await screen.await("window: ")
+                let frames = Int(shown.split(separator: " ")[1]) ?? 0
+                #expect(frames > 0 && shown.contains("frames shown in") && shown.contains("fps"), "\(shown)")
+                #expect(try await screen.await("window: commit to SDL_RenderPresent returning: median").contains("p99"))
+                #expect(try await screen.await("window: host CPU").hasSuffix("of one core (user + system)"))
+                #expect(try await screen.demo.waitForExit() == .exited(0))
+                try await screen.lines.all(within: .seconds(10), "the rest of the output")
+                screen.server.send(signal: SIGTERM)
+                _ = try await screen.server.waitForExit()
+                screen.folder.remove()
+            } catch {
+                try? await screen.close()
+                throw error
+            }
         }
     }
 }

@@ -37,10 +37,18 @@ struct WindowCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("F12 settles the view, then writes the image on screen there as view-N.png (made if missing).", valueName: "dir"))
     var snapshot: String?
 
+    @Option(help: ArgumentHelp("Measure instead: show the demo's animation service repainting a --bench-size view for this many seconds; print frames shown per second, the time from commit to SDL_RenderPresent returning, and the host's CPU use.", valueName: "seconds"))
+    var bench: Double?
+
+    @Option(help: ArgumentHelp("The animated view's size in points, with --bench.", valueName: "WxH"))
+    var benchSize = "1280x720"
+
     @OptionGroup var options: HostOptions
 
     func validate() throws {
         _ = try parseSize(size)
+        _ = try parseSize(benchSize, option: "--bench-size")
+        if let bench, !(bench > 0 && bench <= 600) { throw ValidationError("--bench must be more than 0 and at most 600 seconds, not \(bench)") }
         if let scale, !(250...8000).contains(scale) { throw ValidationError("--scale must be 250…8000 (thousandths), not \(scale)") }
     }
 
@@ -58,6 +66,15 @@ struct WindowCommand: AsyncParsableCommand {
             throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
         }
         let output = self.output, scale = self.scale, snapshot = self.snapshot
+        if let bench {
+            let (benchWidth, benchHeight) = try parseSize(benchSize, option: "--bench-size")
+            try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
+                let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(benchWidth), height: Int32(benchHeight),
+                                              scale: scale, output: nil, snapshot: nil)
+                try await app.runBench(seconds: bench, width: benchWidth, height: benchHeight)
+            }
+            return
+        }
         try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
             let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(width), height: Int32(height),
                                           scale: scale, output: output, snapshot: snapshot)
@@ -76,6 +93,8 @@ final class WindowInbox: Sendable {
         var update: ActivityUpdate?
         var outcome: ShareOutcome?
         var settled = false
+        /// When the oldest frame in `damage` was composited.
+        var arrived: ContinuousClock.Instant?
     }
 
     let wakeEvent: UInt32
@@ -206,6 +225,85 @@ final class WindowApp {
         print("window: closed")
     }
 
+    // MARK: measuring
+
+    /// Shows the animation service's view at `width` × `height` points while it repaints all of
+    /// it every frame for `seconds`, and prints what the window achieved.
+    func runBench(seconds: Double, width: Int, height: Int) async throws {
+        defer { window.close() }
+        let connection = launcher.connection(to: AnimationCommand.identifier)
+        let view = RemoteView(connection: connection, presentation: .manual)
+        let inbox = WindowInbox(wakeEvent: window.wakeEvent)
+        let frames = Task.detached {
+            for await damage in view.damage {
+                inbox.change { pending in
+                    if pending.damage == nil { pending.arrived = .now }
+                    pending.damage = (pending.damage ?? []) + damage
+                    pending.frames += 1
+                }
+            }
+        }
+        defer { frames.cancel() }
+        try await view.present(width: width, height: height, scalePermille: scalePermille)
+        // The first frame shown, before the clock starts.
+        var shownFirst = false
+        while !shownFirst {
+            if let event = window.waitEvent(timeout: 100), event.type == SDL_QUIT.rawValue { return }
+            shownFirst = try await showPending(inbox, view) != nil
+        }
+        let before = Self.cpuTime(), start = ContinuousClock.now
+        let animating = Task.detached {
+            _ = try? await connection.request(ServiceMessage(type: "animate", text: String(seconds)), timeout: .seconds(Int64(seconds) + 30))
+        }
+        var latencies: [Duration] = []
+        var composited = 0
+        while ContinuousClock.now - start < .milliseconds(Int64(seconds * 1000)) {
+            if let event = window.waitEvent(timeout: 1), event.type == SDL_QUIT.rawValue { break }
+            while let event = window.pollEvent() { if event.type == SDL_QUIT.rawValue { break } }
+            if let (latency, count) = try await showPending(inbox, view) {
+                latencies.append(latency)
+                composited += count
+            }
+        }
+        let elapsed = ContinuousClock.now - start, after = Self.cpuTime()
+        animating.cancel()
+        await connection.invalidate()
+        let sorted = latencies.sorted()
+        func milliseconds(_ duration: Duration) -> String { String(format: "%.2f ms", duration.inSeconds * 1000) }
+        let median = sorted.isEmpty ? .zero : sorted[sorted.count / 2]
+        let p99 = sorted.isEmpty ? .zero : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
+        let pixels = view.image
+        var info = SDL_RendererInfo()
+        SDL_GetRendererInfo(window.renderer, &info)
+        let renderer = info.name.map { String(cString: $0) } ?? "unknown"
+        print("window: bench \(pixels.width)x\(pixels.height) pixels, full damage, renderer \(renderer)")
+        print("window: \(latencies.count) frames shown in \(String(format: "%.2f", elapsed.inSeconds)) s: \(String(format: "%.1f", Double(latencies.count) / elapsed.inSeconds)) fps (\(composited) composited)")
+        print("window: commit to SDL_RenderPresent returning: median \(milliseconds(median)), p99 \(milliseconds(p99))")
+        print("window: host CPU \(String(format: "%.0f", (after - before) / elapsed.inSeconds * 100))% of one core (user + system)")
+    }
+
+    /// Uploads and shows a frame waiting in `inbox`, then hands it back; returns the time from
+    /// its commit being composited to the present returning, and how many commits it covered.
+    private func showPending(_ inbox: WindowInbox, _ view: RemoteView) async throws -> (Duration, Int)? {
+        let pending = inbox.take()
+        guard let damage = pending.damage, let arrived = pending.arrived else { return nil }
+        let window = self.window
+        view.withImage { image in
+            image.withUnsafePixels { pixels in try? window.updateContent(pixels, width: image.width, height: image.height, rects: damage) }
+        }
+        window.render(barHeight: 0, dimmed: false)
+        let latency = ContinuousClock.now - arrived
+        try await view.framePresented()
+        return (latency, pending.frames)
+    }
+
+    /// This process's CPU time so far (user + system), in seconds.
+    private static func cpuTime() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+    }
+
     // MARK: the sheet
 
     private func drawSheet() {
@@ -332,7 +430,9 @@ final class WindowApp {
         if let outcome = pending.outcome {
             switch outcome {
             case .interrupted(let error):
-                presented.ended = error.reason
+                // "ID ended: killed: …" says the activity's name twice in the bar.
+                let prefix = "\(presented.activity.identifier) ended: "
+                presented.ended = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
                 print("window: ended \(error.reason)")
             default:
                 presented.outcome = "\(outcome)"
