@@ -207,6 +207,17 @@ struct WindowTests {
                 let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)
                 #expect(Self.rgb(dimmed) != Self.rgb(live) && (dimmed & 0xFF) < (live & 0xFF), "dimmed: \(String(dimmed, radix: 16)) from \(String(live, radix: 16))")
                 #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
+
+                // Relaunch (the button at the bar's right end): a new process, a new share, shown.
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, String(480 - 50), "20", "click", "1"])
+                try await screen.await("window: relaunch com.example.demo-share.notes")
+                try await screen.await("window: presenting com.example.demo-share.notes")
+                let newPid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
+                #expect(newPid != pid)
+                try await screen.await("window: shown 480x356")
+                // A media key goes as a remote-control command.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "XF86AudioPlay"])
+                #expect(try await screen.await("window: remote") == "window: remote togglePlayPause")
             } catch {
                 try? await screen.close()
                 throw error
@@ -235,6 +246,21 @@ struct WindowTests {
                 try? await screen.close()
                 throw error
             }
+        }
+    }
+
+    @Test("--scale 2000: the view is drawn at twice the pixels of its points (a HiDPI display's scale), and shown in the window")
+    func scale() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--size", "320x244", "--scale", "2000", "--activity", "notes"])
+            do {
+                try await screen.await("window: presenting com.example.demo-share.notes")
+                try await screen.await("window: shown 640x400")
+            } catch {
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
         }
     }
 }

@@ -137,7 +137,10 @@ final class SDLWindow {
             SDL_RenderCopy(renderer, bar.texture, nil, &target)
         }
         if let content {
-            var target = SDL_Rect(x: 0, y: barHeight, w: content.width, h: content.height)
+            // The drawable below the bar: the view's image is exactly that size at the display's
+            // scale; at another --scale, SDL scales it to fit.
+            let drawable = pixelSize
+            var target = SDL_Rect(x: 0, y: barHeight, w: drawable.width, h: max(drawable.height - barHeight, 1))
             SDL_SetTextureColorMod(content.texture, dimmed ? 0x70 : 0xFF, dimmed ? 0x70 : 0xFF, dimmed ? 0x70 : 0xFF)
             SDL_RenderCopy(renderer, content.texture, nil, &target)
         }

@@ -470,6 +470,7 @@ final class WindowApp {
                 return true
             }
             if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
+                print("window: relaunch \(presented.activity.identifier)")
                 await dismiss()
                 await present(presented.activity)
                 return true
@@ -512,7 +513,10 @@ final class WindowApp {
             }
             guard presented.ended == nil else { return true }
             if let command = Self.remoteCommand(scancode) {
-                if down { presented.commands.yield(.input(.remoteControl(command))) }
+                if down {
+                    presented.commands.yield(.input(.remoteControl(command)))
+                    print("window: remote \(command)")
+                }
                 return true
             }
             // SDL scancodes are USB HID keyboard usages already.
