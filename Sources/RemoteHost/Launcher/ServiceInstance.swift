@@ -34,6 +34,8 @@ final class ServiceInstance: LaunchedProcess {
     private struct State {
         var clients = 0
         var stopping: TerminationReason?
+        /// The protocol violation its main connection ended with, if it did (see run()).
+        var violation: TerminationReason?
         /// Reaped: its pid may belong to another process now.
         var reaped = false
         /// Unsandboxed: the descendants it had when it was stopped. Sandboxed: the sandbox's
@@ -227,6 +229,11 @@ final class ServiceInstance: LaunchedProcess {
                 } catch {
                     failure = error
                 }
+                // Booked before anyone classifies the end: a service told of its violation may
+                // exit at once, before the stop below says why it is ended.
+                if let failure, failure.code == .protocolViolation || failure.code == .timeout {
+                    self.state.withLock { $0.violation = TerminationReason(kind: .protocolViolation, detail: failure.reason) }
+                }
                 controlDone.open(())
                 switch failure?.code {
                 case .protocolViolation?, .timeout?:
@@ -317,7 +324,7 @@ final class ServiceInstance: LaunchedProcess {
             termination = .killed(signal: code - 128, coreDumped: false)
         }
         // What the host did decides first; a service's word counts only for what it did alone.
-        if var requested = state.withLock({ $0.stopping }) {
+        if var requested = state.withLock({ $0.stopping ?? $0.violation }) {
             requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
             requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
             requested.detail += " (then \(termination))"
