@@ -22,7 +22,7 @@ struct WindowTests {
             let number = try Syscall.pipe()
             var serverOptions = ChildProcess.Options()
             serverOptions.pass(number.second, as: 3)
-            server = try ChildProcess.start(executable: "/usr/bin/Xvfb",
+            server = try await ChildProcess.launch(executable: "/usr/bin/Xvfb",
                                             arguments: ["-displayfd", "3", "-screen", "0", "1400x900x24", "-nolisten", "tcp"],
                                             options: serverOptions)
             let numberReader = LineReader(try ReadableDescriptor(number.first))
@@ -33,7 +33,7 @@ struct WindowTests {
             options.pass(writeEnd, as: 1)
             options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path, "SDL_RENDER_DRIVER": "software"]
             let executable = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
-            demo = try ChildProcess.start(executable: executable, arguments: ["window"] + (snapshots ? ["--snapshot", folder.path] : []) + arguments, options: options)
+            demo = try await ChildProcess.launch(executable: executable, arguments: ["window"] + (snapshots ? ["--snapshot", folder.path] : []) + arguments, options: options)
             _ = consume writeEnd  // the child's copy only: its exit is end of file
             lines = LineReader(try ReadableDescriptor(output.first))
         }
@@ -52,7 +52,7 @@ struct WindowTests {
             var options = ChildProcess.Options()
             options.pass(writeEnd, as: 1)
             options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path]
-            let process = try ChildProcess.start(executable: executable, arguments: arguments, options: options)
+            let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
             _ = consume writeEnd
             let reader = LineReader(try ReadableDescriptor(output.first))
             let text = try await reader.all(within: .seconds(20), "\(executable) \(arguments.joined(separator: " "))")
@@ -256,6 +256,37 @@ struct WindowTests {
             do {
                 try await screen.await("window: presenting com.example.demo-share.notes")
                 try await screen.await("window: shown 640x400")
+            } catch {
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
+        }
+    }
+
+    @Test("--activity and --output: Notes presented at once; a click on Save completes the share, and the returned note is written to the folder")
+    func savedItems() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let output = try TemporaryFolder("remoteview-window-output")
+            defer { output.remove() }
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--output", output.path])
+            do {
+                try await screen.await("window: presenting com.example.demo-share.notes")
+                try await screen.await("window: shown 560x376")
+                let window = try await Self.geometry(screen)
+                // Save, at the bottom right of the view (below the 44-point bar).
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "415", String(44 + 339), "click", "1"])
+                // The items are written before the outcome is shown.
+                let wrote = try await screen.await("window: wrote")
+                let outcome = try await screen.await("window: outcome")
+                #expect(outcome.hasPrefix("window: outcome completed, returning 1 item(s)"), "\(outcome)")
+                let path = String(wrote.dropFirst("window: wrote ".count))
+                #expect(path.hasPrefix(output.path + "/"))
+                let contents = Syscall.readSmallFile(path, limit: 1 << 16).map { String(decoding: $0, as: UTF8.self) } ?? ""
+                #expect(contents.contains("Look at this sunset!"), "\(contents)")
+                // The window stays after the share (until it is closed): a frame still comes.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
+                try await screen.await("window: snapshot")
             } catch {
                 try? await screen.close()
                 throw error
