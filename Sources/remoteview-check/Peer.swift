@@ -118,7 +118,7 @@ final class Peer: Sendable {
             case .timeout:
                 return .failure(Failure("no \(what) on \(name) within \(time)"))
             case .failed(let error):
-                return .failure(Failure("on \(name): \(error.reason)", transport: error))
+                return .failure(Failure("on \(name): \(error.reason)"))
             }
         }
     }
@@ -126,12 +126,7 @@ final class Peer: Sendable {
     /// Why a wait failed.
     struct Failure: Error, Sendable {
         let reason: String
-        /// The transport's own complaint (an id out of order), when that was it.
-        let transport: RemoteError?
-        init(_ reason: String, transport: RemoteError? = nil) {
-            self.reason = reason
-            self.transport = transport
-        }
+        init(_ reason: String) { self.reason = reason }
     }
 
     /// Sends a ping and waits for its pong; `nil` when it came.
