@@ -283,15 +283,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         let result: IOResult<Int>
         do throws(SystemCallError) {
             result = try numbering.withLock { _ throws(SystemCallError) -> IOResult<Int> in
-                var message = msghdr()
-                var bytes = packet
-                return try bytes.withUnsafeMutableBytes { bytes in Result { () throws(SystemCallError) -> IOResult<Int> in
-                    var iov = iovec(iov_base: bytes.baseAddress, iov_len: bytes.count)
-                    return try withUnsafeMutablePointer(to: &iov) { (iov) throws(SystemCallError) -> IOResult<Int> in
-                        message.msg_iov = iov
-                        message.msg_iovlen = 1
-                        return try Syscall.sendMessage(fd, &message)
-                    }
+                try packet.withUnsafeBytes { bytes in Result { () throws(SystemCallError) -> IOResult<Int> in
+                    try Self.sendPacket(fd, bytes, UnsafeRawBufferPointer(start: nil, count: 0), [])
                 } }.get()
             }
         } catch {
@@ -311,32 +304,39 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         try EnvelopeCodec.UnnumberedPacket.withIDField(id) { (field) throws(SystemCallError) -> IOResult<Int> in
             // (ArraySlice.withUnsafeBytes rethrows untyped, so the typed error rides in a Result.)
             try packet.bytes.withUnsafeBytes { rest in Result { () throws(SystemCallError) -> IOResult<Int> in
-                // sendmsg only reads the iovecs' bytes.
-                var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: field.baseAddress), iov_len: field.count),
-                           iovec(iov_base: UnsafeMutableRawPointer(mutating: rest.baseAddress), iov_len: rest.count))
-                return try withUnsafeMutableBytes(of: &iov) { (iovs) throws(SystemCallError) -> IOResult<Int> in
-                    var message = msghdr()
-                    message.msg_iov = iovs.baseAddress!.assumingMemoryBound(to: iovec.self)
-                    message.msg_iovlen = 2
-                    guard !fds.isEmpty else { return try Syscall.sendMessage(fd, &message) }
-                    let payloadLength = fds.count * MemoryLayout<Int32>.size
-                    let controlLength = rv_cmsg_space(payloadLength)
-                    let control = UnsafeMutableRawPointer.allocate(byteCount: controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
-                    defer { control.deallocate() }
-                    control.initializeMemory(as: UInt8.self, repeating: 0, count: controlLength)
-                    message.msg_control = control
-                    message.msg_controllen = controlLength
-                    let header = rv_cmsg_firsthdr(&message)!
-                    header.pointee.cmsg_level = SOL_SOCKET
-                    header.pointee.cmsg_type = Int32(SCM_RIGHTS)
-                    header.pointee.cmsg_len = rv_cmsg_len(payloadLength)
-                    let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
-                    for (index, descriptor) in fds.enumerated() {
-                        data.storeBytes(of: descriptor, toByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
-                    }
-                    return try Syscall.sendMessage(fd, &message)
-                }
+                try sendPacket(fd, field, rest, fds)
             } }.get()
+        }
+    }
+
+    /// One `sendmsg` of the bytes of `first` then `second` as one packet (two iovecs), `fds` as
+    /// one `SCM_RIGHTS` message.
+    private static func sendPacket(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer,
+                                   _ fds: [Int32]) throws(SystemCallError) -> IOResult<Int> {
+        // sendmsg only reads the iovecs' bytes.
+        var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
+                   iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count))
+        return try withUnsafeMutableBytes(of: &iov) { (iovs) throws(SystemCallError) -> IOResult<Int> in
+            var message = msghdr()
+            message.msg_iov = iovs.baseAddress!.assumingMemoryBound(to: iovec.self)
+            message.msg_iovlen = 2
+            guard !fds.isEmpty else { return try Syscall.sendMessage(fd, &message) }
+            let payloadLength = fds.count * MemoryLayout<Int32>.size
+            let controlLength = rv_cmsg_space(payloadLength)
+            let control = UnsafeMutableRawPointer.allocate(byteCount: controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+            defer { control.deallocate() }
+            control.initializeMemory(as: UInt8.self, repeating: 0, count: controlLength)
+            message.msg_control = control
+            message.msg_controllen = controlLength
+            let header = rv_cmsg_firsthdr(&message)!
+            header.pointee.cmsg_level = SOL_SOCKET
+            header.pointee.cmsg_type = Int32(SCM_RIGHTS)
+            header.pointee.cmsg_len = rv_cmsg_len(payloadLength)
+            let data = UnsafeMutableRawPointer(rv_cmsg_data(header))
+            for (index, descriptor) in fds.enumerated() {
+                data.storeBytes(of: descriptor, toByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
+            }
+            return try Syscall.sendMessage(fd, &message)
         }
     }
 
