@@ -112,6 +112,16 @@ final class SDLWindow {
         upload(pixels, width: width, rects: sized ? rects : nil, into: content!.texture, height: height)
     }
 
+    /// Copies `rects` of `view`'s image into the content texture, in place (no commit changes the
+    /// image meanwhile); returns the image uploaded when `keep` (a copy-on-write snapshot, which
+    /// costs a copy when the next frame is composited).
+    func updateContent(from view: RemoteView, rects: [PixelRect], keep: Bool = false) -> RemoteImage? {
+        view.withImage { image -> RemoteImage? in
+            image.withUnsafePixels { pixels in try? updateContent(pixels, width: image.width, height: image.height, rects: rects) }
+            return keep ? image : nil
+        }
+    }
+
     /// Copies `pixels` into the bar texture.
     func updateBar(_ pixels: UnsafeBufferPointer<UInt32>, width: Int, height: Int) throws(SDLError) {
         bar = try texture(bar, width: Int32(width), height: Int32(height))

@@ -287,10 +287,7 @@ final class WindowApp {
     private func showPending(_ inbox: WindowInbox, _ view: RemoteView) async throws -> (Duration, Int)? {
         let pending = inbox.take()
         guard let damage = pending.damage, let arrived = pending.arrived else { return nil }
-        let window = self.window
-        view.withImage { image in
-            image.withUnsafePixels { pixels in try? window.updateContent(pixels, width: image.width, height: image.height, rects: damage) }
-        }
+        _ = window.updateContent(from: view, rects: damage)
         window.render(barHeight: 0, dimmed: false)
         let latency = ContinuousClock.now - arrived
         try await view.framePresented()
@@ -407,18 +404,11 @@ final class WindowApp {
         guard let presented else { return false }
         let pending = presented.inbox.take()
         if let damage = pending.damage {
-            let view = presented.session.view
-            let window = self.window
-            let keep = snapshotFolder != nil
-            let uploaded = view.withImage { image -> RemoteImage? in
-                image.withUnsafePixels { pixels in
-                    try? window.updateContent(pixels, width: image.width, height: image.height, rects: damage)
-                }
-                // With --snapshot, what was uploaded is kept: F12 writes what the window shows,
-                // not a frame composited since (a copy per frame, for tests only).
-                return keep ? image : nil
+            // With --snapshot, what was uploaded is kept: F12 writes what the window shows, not
+            // a frame composited since (a copy per frame, for tests only).
+            if let uploaded = window.updateContent(from: presented.session.view, rects: damage, keep: snapshotFolder != nil) {
+                presented.shownImage = uploaded
             }
-            if let uploaded { presented.shownImage = uploaded }
             presented.framePending = true
             needsRender = true
         }
