@@ -30,23 +30,7 @@ struct ConformanceTests {
     /// Runs one checker for each of `runs` at once (each is slow mostly because it waits: for an
     /// idle timeout, for a frame that must not come); returns each one's exit status and output.
     static func checkAll(_ runs: [[String]]) throws -> [(Int32, String)] {
-        let pipes = try runs.map { arguments in
-            let command = ([buildFolder + "/remoteview-check"] + arguments).map { "'" + $0.replacing("'", with: "'\\''") + "'" }
-                .joined(separator: " ") + " 2>&1"
-            guard let pipe = popen(command, "r") else { throw RemoteError(.invalidArgument, "cannot run \(command)") }
-            return pipe
-        }
-        return pipes.map { pipe in
-            var output: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let count = fread(&buffer, 1, buffer.count, pipe)
-                if count <= 0 { break }
-                output += buffer[..<count]
-            }
-            let status = pclose(pipe)
-            return ((status >> 8) & 0xFF, String(decoding: output, as: UTF8.self))
-        }
+        try runCommands(runs.map { [buildFolder + "/remoteview-check"] + $0 }).map { ($0.status, $0.output) }
     }
 
     /// The checker's JSON table for each of `manifests`, and its exit status.

@@ -18,17 +18,7 @@ struct DemoListTests {
     /// Runs `demo-share ARGUMENTS` and returns its exit status and standard output.
     static func demoShare(_ arguments: [String]) throws -> (Int32, String) {
         let executable = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
-        let command = ([executable] + arguments).map { "'" + $0.replacing("'", with: "'\\''") + "'" }.joined(separator: " ") + " 2>&1"
-        guard let pipe = popen(command, "r") else { throw RemoteError(.invalidArgument, "cannot run \(command)") }
-        var output: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, pipe)
-            if count <= 0 { break }
-            output += buffer[..<count]
-        }
-        let status = pclose(pipe)
-        return ((status >> 8) & 0xFF, String(decoding: output, as: UTF8.self))
+        return try runCommands([[executable] + arguments])[0]
     }
 
     static func report(_ arguments: [String]) throws -> Report {

@@ -49,6 +49,28 @@ public func openDescriptors() -> Set<Int32> {
 }
 
 /// Pids of this process's living (or unreaped) children.
+/// Runs each of `commands` (an executable, then its arguments) at once, through the shell with
+/// standard error joined to standard output; returns each one's exit status and output, in
+/// order. (Blocking: for short commands whose output fits a pipe's buffer while the others run.)
+public func runCommands(_ commands: [[String]]) throws -> [(status: Int32, output: String)] {
+    let pipes = try commands.map { command in
+        let line = command.map { "'" + $0.replacing("'", with: "'\\''") + "'" }.joined(separator: " ") + " 2>&1"
+        guard let pipe = popen(line, "r") else { throw RemoteError(.invalidArgument, "cannot run \(line)") }
+        return pipe
+    }
+    return pipes.map { pipe in
+        var output: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, pipe)
+            if count <= 0 { break }
+            output += buffer[..<count]
+        }
+        let status = pclose(pipe)
+        return ((status >> 8) & 0xFF, String(decoding: output, as: UTF8.self))
+    }
+}
+
 public func childProcesses() -> Set<Int32> {
     Set(Syscall.childProcesses(of: Syscall.processID))
 }
