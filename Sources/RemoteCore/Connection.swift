@@ -466,6 +466,9 @@ public final class Connection: Sendable {
 
     /// Waits for the peer's handshake.
     private func waitUntilOpen() async throws(RemoteError) -> Handshake {
+        // Once open (every call but the first few: RemoteView asks before each input event), no
+        // waiter at all.
+        if let peer = machine.withLock({ $0.openPeer }) { return peer }
         let waiter = Waiter<Result<Handshake, RemoteError>>()
         switch machine.withLock({ $0.openness(waiter) }) {
         case .ready(let peer): return peer

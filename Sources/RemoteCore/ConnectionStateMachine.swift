@@ -303,6 +303,11 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
+    /// The peer's handshake while the connection is open (`nil` before, and once closing).
+    package var openPeer: Handshake? {
+        if case .open(let open) = state { open.peer } else { nil }
+    }
+
     /// A caller waits for the peer's handshake; `waiter` is queued unless it is known.
     package mutating func openness(_ waiter: Waiter<Result<Handshake, RemoteError>>) -> Readiness<Handshake> {
         switch state {
