@@ -68,6 +68,17 @@ struct WindowTests {
             return try RemoteImage(contentsOfPNG: path)
         }
 
+        /// Writes the window, as the screen shows it now, to `name`.png in the build folder's
+        /// `screenshots` (`.build/screenshots`): the test run's pictures of what it checked.
+        func keepScreenshot(of window: String, as name: String) async throws {
+            let executable = Syscall.symbolicLinkTarget("/proc/self/exe") ?? ""
+            let parts = executable.split(separator: "/", omittingEmptySubsequences: false)
+            guard let build = parts.firstIndex(of: ".build") else { return }
+            let folder = parts[...build].joined(separator: "/") + "/screenshots"
+            _ = mkdir(folder, 0o755)
+            try await run("/usr/bin/import", ["-window", window, "\(folder)/\(name).png"])
+        }
+
         /// Ends the window (SIGTERM: SDL turns it into a quit), then the server.
         func close() async throws {
             demo.send(signal: SIGTERM)
@@ -171,6 +182,7 @@ struct WindowTests {
                 let shot = try await screen.screenshot()
                 #expect(Self.rgb(shot.pixel(x: window.x + 4, y: window.y + 4)) == 0xF2F2F7, "the sheet's background")
                 #expect(Self.rgb(shot.pixel(x: window.x + 400, y: window.y + 70)) == 0xFFFFFF, "Notes's row")
+                try await screen.keepScreenshot(of: window.id, as: "window-sheet")
 
                 // A click on the row presents Notes: the view below the bar, its pixels exactly.
                 try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "100", "90", "click", "1"])
@@ -193,6 +205,21 @@ struct WindowTests {
                 let afterTyping = try await screen.screenshot()
                 let (typedShown, typedDifference) = Self.shows(afterTyping, typed, atX: window.x, y: window.y + 44)
                 #expect(typedShown, "\(typedDifference)")
+                try await screen.keepScreenshot(of: window.id, as: "window-notes")
+
+                // Dark traits (F2): the service draws itself dark, and the screen shows it.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
+                try await screen.await("window: traits dark")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
+                let darkImage = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+                let lightBackground = typed.pixel(x: 4, y: 300), darkBackground = darkImage.pixel(x: 4, y: 300)
+                #expect((darkBackground & 0xFF) + 64 < (lightBackground & 0xFF), "dark: \(String(darkBackground, radix: 16)) from \(String(lightBackground, radix: 16))")
+                let darkShot = try await screen.screenshot()
+                let (darkShown, darkDifference) = Self.shows(darkShot, darkImage, atX: window.x, y: window.y + 44)
+                #expect(darkShown, "\(darkDifference)")
+                try await screen.keepScreenshot(of: window.id, as: "window-dark")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
+                try await screen.await("window: traits light")
 
                 // A smaller window: the view is laid out again at the new size.
                 try await screen.run("/usr/bin/xdotool", ["windowsize", window.id, "480", "400"])
@@ -207,6 +234,7 @@ struct WindowTests {
                 let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)
                 #expect(Self.rgb(dimmed) != Self.rgb(live) && (dimmed & 0xFF) < (live & 0xFF), "dimmed: \(String(dimmed, radix: 16)) from \(String(live, radix: 16))")
                 #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
+                try await screen.keepScreenshot(of: window.id, as: "window-ended")
 
                 // Relaunch (the button at the bar's right end): a new process, a new share, shown.
                 try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, String(480 - 50), "20", "click", "1"])

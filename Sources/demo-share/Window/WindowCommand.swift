@@ -134,6 +134,9 @@ final class WindowApp {
     /// Whether the window has been exposed (mapped and drawable) yet.
     private var exposed = false
     private var sheetAnnounced = false
+    /// Lines that describe what the next render shows, printed once it has returned (a test
+    /// that reads one may look at the screen at once).
+    private var afterRender: [String] = []
 
     /// One activity on screen.
     private final class Presented {
@@ -217,6 +220,8 @@ final class WindowApp {
                     // Shown at vsync (render returned): the buffer goes back, the next frame may come.
                     try? await presented.session.view.framePresented()
                 }
+                for line in afterRender { print(line) }
+                afterRender.removeAll()
             }
             if settled { writeSnapshot() }
             await Task.yield()
@@ -423,10 +428,10 @@ final class WindowApp {
                 // "ID ended: killed: …" says the activity's name twice in the bar.
                 let prefix = "\(presented.activity.identifier) ended: "
                 presented.ended = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
-                print("window: ended \(error.reason)")
+                afterRender.append("window: ended \(error.reason)")
             default:
                 presented.outcome = "\(outcome)"
-                print("window: outcome \(outcome)")
+                afterRender.append("window: outcome \(outcome)")
             }
             barChanged = true
         }
