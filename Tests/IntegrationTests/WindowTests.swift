@@ -277,6 +277,28 @@ struct WindowTests {
         }
     }
 
+    @Test("--bench --bench-baseline: the same repaint drawn by the window itself (remoteview-bench's baseline) prints the same figures")
+    func benchBaseline() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--bench", "0.5", "--bench-baseline"], snapshots: false)
+            do {
+                #expect(try await screen.await("window: bench") == "window: bench 1280x720 pixels, full damage, drawn in the window's process (no service), renderer software")
+                let shown = try await screen.await("window: ")
+                #expect((Int(shown.split(separator: " ")[1]) ?? 0) > 0 && shown.contains("fps"), "\(shown)")
+                #expect(try await screen.await("window: drawing to SDL_RenderPresent returning: median").contains("p99"))
+                #expect(try await screen.await("window: host CPU").hasSuffix("of one core (user + system)"))
+                #expect(try await screen.demo.waitForExit() == .exited(0))
+                try await screen.lines.all(within: .seconds(10), "the rest of the output")
+                screen.server.send(signal: SIGTERM)
+                _ = try await screen.server.waitForExit()
+                screen.folder.remove()
+            } catch {
+                try? await screen.close()
+                throw error
+            }
+        }
+    }
+
     @Test("--scale 2000: the view is drawn at twice the pixels of its points (a HiDPI display's scale), and shown in the window")
     func scale() async throws {
         try await withoutLeaks(within: .seconds(60)) {

@@ -164,7 +164,7 @@ struct Bench: Sendable {
     }
 
     /// The figure groups `--only` takes.
-    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus", "share"]
+    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus", "share", "window"]
 
     func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
 
@@ -301,7 +301,85 @@ struct Bench: Sendable {
             rows.append(try await scaleRow(registry: registry, logger: logger))
         }
 
+        if wants("window") {
+            log("window: the animation service at 1280×720 under Xvfb, and the window alone …")
+            rows += try windowRows()
+        }
+
         return rows
+    }
+
+    /// What `demo-share window --bench` printed: frames shown per second, the time from a frame
+    /// being ready to `SDL_RenderPresent` returning, and the host's CPU use.
+    struct WindowFigures {
+        var fps: Double, median: Double, p99: Double, cpuPercent: Double, frames: Int, renderer: String
+
+        init(output: String) throws {
+            func number(after marker: String, in line: Substring) -> Double? {
+                guard let range = line.range(of: marker) else { return nil }
+                return Double(line[range.upperBound...].prefix { $0.isNumber || $0 == "." })
+            }
+            var fps: Double?, median: Double?, p99: Double?, cpu: Double?, frames: Int?, renderer: String?
+            for line in output.split(separator: "\n") {
+                if line.hasPrefix("window: bench ") { renderer = line.components(separatedBy: "renderer ").last }
+                if line.contains(" frames shown in ") {
+                    frames = Int(line.dropFirst("window: ".count).prefix { $0.isNumber })
+                    fps = number(after: "s: ", in: line)
+                }
+                if line.contains("SDL_RenderPresent returning") {
+                    median = number(after: "median ", in: line).map { $0 * 1000 }
+                    p99 = number(after: "p99 ", in: line).map { $0 * 1000 }
+                }
+                if line.hasPrefix("window: host CPU ") { cpu = number(after: "CPU ", in: line) }
+            }
+            guard let fps, let median, let p99, let cpu, let frames, let renderer else {
+                throw BenchError("demo-share window --bench printed no figures: \(output)")
+            }
+            (self.fps, self.median, self.p99, self.cpuPercent, self.frames, self.renderer) = (fps, median, p99, cpu, frames, renderer)
+        }
+    }
+
+    /// The window figure (the window issue): the demo's animation service repainting a
+    /// 1280×720 view, shown by `demo-share window` at the display's pace under Xvfb, against the
+    /// same window repainting the same pixels drawn in its own process (no service, no RemoteView).
+    /// Interleaved, three runs of each; the medians of the runs. Xvfb gives SDL its software
+    /// renderer, so these are a software renderer's figures.
+    func windowRows() throws -> [Row] {
+        let demo = benchService.replacingOccurrences(of: "/bench-service", with: "/demo-share")
+        guard access("/usr/bin/xvfb-run", X_OK) == 0 else {
+            log("window: skipped, xvfb-run is missing (scripts/bootstrap installs xvfb)")
+            return []
+        }
+        guard access(demo, X_OK) == 0 else { throw BenchError("demo-share is not at \(demo): build the package first") }
+        let seconds = max(2.0, Double(frames) / 200)
+        func once(_ baseline: Bool) throws -> WindowFigures {
+            let output = try run(["/usr/bin/xvfb-run", "-a", "-s", "-screen 0 1400x900x24", "/usr/bin/env", "SDL_RENDER_DRIVER=software",
+                                  demo, "window", "--bench", String(seconds)] + (baseline ? ["--bench-baseline"] : []))
+            return try WindowFigures(output: output)
+        }
+        var ours: [WindowFigures] = [], theirs: [WindowFigures] = []
+        for _ in 0..<3 {
+            theirs.append(try once(true))
+            ours.append(try once(false))
+        }
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        func stats(_ runs: [WindowFigures]) -> Stats {
+            Stats(median: median(runs.map(\.median)), p99: median(runs.map(\.p99)), min: runs.map(\.median).min() ?? 0,
+                  max: runs.map(\.median).max() ?? 0, count: runs.reduce(0) { $0 + $1.frames }, perSecond: median(runs.map(\.fps)))
+        }
+        let remote = stats(ours), local = stats(theirs)
+        func summary(_ runs: [WindowFigures], _ stats: Stats, from: String) -> String {
+            String(format: "%.1f fps; %@ to present %.1f ms (p99 %.1f ms); host CPU %.0f%%", stats.perSecond ?? 0, from,
+                   stats.median / 1000, stats.p99 / 1000, median(runs.map(\.cpuPercent)))
+        }
+        let renderer = ours.first?.renderer ?? "?"
+        let fpsRatio = (remote.perSecond ?? 0) / (local.perSecond ?? 1)
+        return [Row(figure: "window, 1280×720 repainted every frame, shown at vsync (Xvfb, \(renderer) renderer)", value: remote,
+                    summary: summary(ours, remote, from: "commit"),
+                    baseline: "the same window drawing the same frames itself (no service)", baselineValue: local,
+                    baselineSummary: summary(theirs, local, from: "drawing"),
+                    ratio: fpsRatio, ratioMeaning: "of the window's own fps", target: "≥ 0.95× (the display's rate)",
+                    met: fpsRatio >= 0.95)]
     }
 
     /// 64 sandboxed services, each shown at 320×240 and repainting all of it 30 times a second

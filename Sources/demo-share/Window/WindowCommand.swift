@@ -1,6 +1,7 @@
 // `demo-share window`: the share sheet in a real window (SDL2), an activity's remote view
 // embedded in it and driven by the mouse and keyboard, presented at the display's pace.
 import ArgumentParser
+import CCairo
 import CSDL2
 import Foundation
 import RemoteHost
@@ -43,11 +44,15 @@ struct WindowCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The animated view's size in points, with --bench.", valueName: "WxH"))
     var benchSize = "1280x720"
 
+    @Flag(help: "With --bench: draw the same repaint in this process instead, with no service (the window's own rate: the baseline remoteview-bench compares with).")
+    var benchBaseline = false
+
     @OptionGroup var options: HostOptions
 
     func validate() throws {
         _ = try parseSize(size)
         _ = try parseSize(benchSize, option: "--bench-size")
+        if benchBaseline, bench == nil { throw ValidationError("--bench-baseline goes with --bench SECONDS") }
         if let bench, !(bench > 0 && bench <= 600) { throw ValidationError("--bench must be more than 0 and at most 600 seconds, not \(bench)") }
         if let scale, !(250...8000).contains(scale) { throw ValidationError("--scale must be 250…8000 (thousandths), not \(scale)") }
     }
@@ -71,7 +76,11 @@ struct WindowCommand: AsyncParsableCommand {
             try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
                 let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(benchWidth), height: Int32(benchHeight),
                                               scale: scale, output: nil, snapshot: nil)
-                try await app.runBench(seconds: bench, width: benchWidth, height: benchHeight)
+                if benchBaseline {
+                    try await app.runLocalBench(seconds: bench, width: benchWidth, height: benchHeight)
+                } else {
+                    try await app.runBench(seconds: bench, width: benchWidth, height: benchHeight)
+                }
             }
             return
         }
@@ -273,18 +282,60 @@ final class WindowApp {
         let elapsed = ContinuousClock.now - start, after = Self.cpuTime()
         animating.cancel()
         await connection.invalidate()
+        let pixels = view.image
+        report("\(pixels.width)x\(pixels.height) pixels, full damage", latencies: latencies, composited: composited,
+               elapsed: elapsed, cpu: after - before, from: "commit")
+    }
+
+    /// The baseline of `runBench`: the same window repainting the same `width` × `height` points
+    /// every frame, drawn here with Cairo instead of by a service. What the window and the display
+    /// achieve with no RemoteView in the way; `remoteview-bench` runs both and compares.
+    func runLocalBench(seconds: Double, width: Int, height: Int) async throws {
+        defer { window.close() }
+        let size = SurfaceSize(width: width, height: height, scalePermille: scalePermille)
+        let (pixelWidth, pixelHeight) = size.pixels
+        var canvas = Canvas(width: pixelWidth, height: pixelHeight)
+        var frame = 0
+        func drawAndShow() -> Duration {
+            frame += 1
+            let drawn = ContinuousClock.now
+            let shade = Double(frame % 200) / 255
+            canvas.draw(scale: 1) { cr in
+                cairo_set_source_rgb(cr, shade, 0.45, 1 - shade)
+                cairo_rectangle(cr, 0, 0, Double(pixelWidth), Double(pixelHeight))
+                cairo_fill(cr)
+            }
+            canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: pixelWidth, height: pixelHeight, rects: nil) }
+            window.render(barHeight: 0, dimmed: false)
+            return ContinuousClock.now - drawn
+        }
+        _ = drawAndShow()
+        let before = Self.cpuTime(), start = ContinuousClock.now
+        var latencies: [Duration] = []
+        while ContinuousClock.now - start < .milliseconds(Int64(seconds * 1000)) {
+            var quit = false
+            while let event = window.pollEvent() { if event.type == SDL_QUIT.rawValue { quit = true } }
+            if quit { break }
+            latencies.append(drawAndShow())
+        }
+        let elapsed = ContinuousClock.now - start, after = Self.cpuTime()
+        report("\(pixelWidth)x\(pixelHeight) pixels, full damage, drawn in the window's process (no service)", latencies: latencies,
+               composited: latencies.count, elapsed: elapsed, cpu: after - before, from: "drawing")
+    }
+
+    /// Prints what a measured run achieved (the lines `remoteview-bench` and the tests read).
+    private func report(_ what: String, latencies: [Duration], composited: Int, elapsed: Duration, cpu: Double, from start: String) {
         let sorted = latencies.sorted()
         func milliseconds(_ duration: Duration) -> String { String(format: "%.2f ms", duration.inSeconds * 1000) }
         let median = sorted.isEmpty ? .zero : sorted[sorted.count / 2]
         let p99 = sorted.isEmpty ? .zero : sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
-        let pixels = view.image
         var info = SDL_RendererInfo()
         SDL_GetRendererInfo(window.renderer, &info)
         let renderer = info.name.map { String(cString: $0) } ?? "unknown"
-        print("window: bench \(pixels.width)x\(pixels.height) pixels, full damage, renderer \(renderer)")
+        print("window: bench \(what), renderer \(renderer)")
         print("window: \(latencies.count) frames shown in \(String(format: "%.2f", elapsed.inSeconds)) s: \(String(format: "%.1f", Double(latencies.count) / elapsed.inSeconds)) fps (\(composited) composited)")
-        print("window: commit to SDL_RenderPresent returning: median \(milliseconds(median)), p99 \(milliseconds(p99))")
-        print("window: host CPU \(String(format: "%.0f", (after - before) / elapsed.inSeconds * 100))% of one core (user + system)")
+        print("window: \(start) to SDL_RenderPresent returning: median \(milliseconds(median)), p99 \(milliseconds(p99))")
+        print("window: host CPU \(String(format: "%.0f", cpu / elapsed.inSeconds * 100))% of one core (user + system)")
     }
 
     /// Uploads and shows a frame waiting in `inbox`, then hands it back; returns the time from
