@@ -134,11 +134,12 @@ public final class ServiceConnection: Sendable {
                 channel.instance.idleClock.end()
                 // The service exited idle just as this was sent (it had no request outstanding
                 // when it decided to): send it once more, to a new process.
-                if !retried, await racedIdleExit(error, on: channel) {
+                let end = await processEnd(after: error, on: channel)
+                if !retried, end?.kind == .idleExit {
                     retried = true
                     continue
                 }
-                throw normalized(error)
+                throw explained(error, end: end)
             }
         }
     }
@@ -153,11 +154,12 @@ public final class ServiceConnection: Sendable {
                 try await channel.connection.send(message)
                 return
             } catch {
-                if !retried, await racedIdleExit(error, on: channel) {
+                let end = await processEnd(after: error, on: channel)
+                if !retried, end?.kind == .idleExit {
                     retried = true
                     continue
                 }
-                throw normalized(error)
+                throw explained(error, end: end)
             }
         }
     }
@@ -170,11 +172,21 @@ public final class ServiceConnection: Sendable {
         do { return try await body(channel.connection) } catch { throw normalized(error) }
     }
 
-    /// Whether `error` on `channel` came from the service exiting idle just then (it had nothing
-    /// outstanding when it decided to, so what was being sent was never handled).
-    private func racedIdleExit(_ error: RemoteError, on channel: Channel) async -> Bool {
-        guard error.code == .interrupted || error.code == .invalidated, machine.withLock({ $0.invalidation == nil }) else { return false }
-        return await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))?.kind == .idleExit
+    /// How `channel`'s process ended, when `error` on it came from that end (waiting at most a
+    /// grace period for the launcher to see it): an idle exit just then means that what was being
+    /// sent was never handled (the service had nothing outstanding when it decided to exit).
+    private func processEnd(after error: RemoteError, on channel: Channel) async -> TerminationReason? {
+        guard error.code == .interrupted || error.code == .invalidated, machine.withLock({ $0.invalidation == nil }) else { return nil }
+        return await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))
+    }
+
+    /// `error` as the caller sees it: a channel's end is an interruption (``normalized(_:)``), and
+    /// when the process ended, the reason says how (a service that broke the protocol on its main
+    /// connection and exited is seen by this one only as a close, which says nothing of why).
+    private func explained(_ error: RemoteError, end: TerminationReason?) -> RemoteError {
+        let error = normalized(error)
+        guard error.code == .interrupted, let end else { return error }
+        return RemoteError(.interrupted, "\(identifier) ended: \(end) (\(error.reason))")
     }
 
     /// A channel that closed under this connection is an interruption, not an invalidation:
