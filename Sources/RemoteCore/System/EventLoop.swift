@@ -74,6 +74,19 @@ package final class EventLoop: TaskExecutor, Sendable {
     /// interest fires. The caller keeps owning the descriptor and must ``deregister(_:)`` before
     /// closing it.
     package func register(_ descriptor: borrowing OwnedFD, handler: @escaping Handler) throws(SystemCallError) -> Registration {
+        try register(descriptor, events: EPOLLONESHOT.rawValue, handler: handler)
+    }
+
+    /// Adds `descriptor` with `events` armed for good and edge-triggered (`EPOLLET`): `handler`
+    /// runs on the loop thread in each round in which the descriptor became ready again (a new
+    /// packet came, say), whether or not anyone waits, so the owner must remember readiness
+    /// that came while nobody waited. No `epoll_ctl` per wait, which one-shot interest needs.
+    /// ``watch(_:edgeTriggered:)`` changes the events.
+    package func register(_ descriptor: borrowing OwnedFD, edgeTriggered events: UInt32, handler: @escaping Handler) throws(SystemCallError) -> Registration {
+        try register(descriptor, events: events | EPOLLET.rawValue, handler: handler)
+    }
+
+    private func register(_ descriptor: borrowing OwnedFD, events: UInt32, handler: @escaping Handler) throws(SystemCallError) -> Registration {
         let fd = descriptor.rawValue
         let token = state.withLock { state in
             let token = state.nextToken
@@ -82,7 +95,7 @@ package final class EventLoop: TaskExecutor, Sendable {
             return token
         }
         do {
-            try Syscall.epollControl(epoll, EPOLL_CTL_ADD, fd, events: EPOLLONESHOT.rawValue, token: token)
+            try Syscall.epollControl(epoll, EPOLL_CTL_ADD, fd, events: events, token: token)
         } catch {
             _ = state.withLock { $0.handlers.removeValue(forKey: token) }
             throw error
@@ -96,6 +109,16 @@ package final class EventLoop: TaskExecutor, Sendable {
         do {
             try Syscall.epollControl(epoll, EPOLL_CTL_MOD, registration.fd, events: events | EPOLLONESHOT.rawValue,
                                      token: registration.token)
+        } catch {
+            preconditionFailure("epoll_ctl(MOD) on a registered descriptor failed: \(error)")
+        }
+    }
+
+    /// Changes the events of an edge-triggered registration (``register(_:edgeTriggered:handler:)``).
+    /// Readiness is checked again at once: events that are ready already are reported.
+    package func watch(_ registration: Registration, edgeTriggered events: UInt32) {
+        do {
+            try Syscall.epollControl(epoll, EPOLL_CTL_MOD, registration.fd, events: events | EPOLLET.rawValue, token: registration.token)
         } catch {
             preconditionFailure("epoll_ctl(MOD) on a registered descriptor failed: \(error)")
         }
@@ -188,7 +211,10 @@ package final class EventLoop: TaskExecutor, Sendable {
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: Int(capacity))
         while true {
             let timeout = state.withLock { state -> Int32 in
-                Self.dropCancelled(&state)
+                // The earliest deadline, even a cancelled one (popped when it comes due, at most
+                // one extra round): a request's deadline is cancelled when its reply comes, and
+                // sleeping towards it means the next request's later deadline needs no wake-up
+                // (an eventfd write and read, and one more round, per request from another thread).
                 // Jobs queued while the last round ran: only poll, then run them.
                 if !state.jobs.isEmpty { return 0 }
                 state.sleeping = true
@@ -243,10 +269,6 @@ package final class EventLoop: TaskExecutor, Sendable {
             return due
         }
         for action in due { action() }
-    }
-
-    private static func dropCancelled(_ state: inout State) {
-        while let first = state.timers.first, state.timerActions[first.id] == nil { popFirst(&state.timers) }
     }
 
     // Binary min-heap on `deadline`.

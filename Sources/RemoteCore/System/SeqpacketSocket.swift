@@ -43,12 +43,21 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         var released = false
         var receiving = false
         var readWaiter: Waiter<Void>?
+        /// The socket became readable (or hung up) while no reader waited: the next wait
+        /// returns at once (the interest is edge-triggered, so that edge does not come again).
+        var readable = false
         /// Woken with `true` when the socket may be writable again, `false` when it closed.
         var writeWaiters = WaiterQueue<Bool>()
+        /// Whether `EPOLLOUT` is watched (only while sends wait: every packet the peer reads
+        /// would be an edge otherwise).
+        var watchingWrites = false
+        /// The loop registration, for the handler (made before the registration exists).
+        var registration: EventLoop.Registration?
+    }
 
-        var interest: UInt32 {
-            (readWaiter == nil ? 0 : EPOLLIN.rawValue) | (writeWaiters.isEmpty ? 0 : EPOLLOUT.rawValue)
-        }
+    /// What the registration watches: `EPOLLIN` always, `EPOLLOUT` while sends wait.
+    private static func events(watchingWrites: Bool) -> UInt32 {
+        EPOLLIN.rawValue | (watchingWrites ? EPOLLOUT.rawValue : 0)
     }
 
     /// Takes ownership of a connected seqpacket socket (made non-blocking here).
@@ -56,15 +65,31 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
                  loop: EventLoop = .shared) throws(SystemCallError) {
         let waiters = Waiters()
         try Syscall.setNonBlocking(socket.rawValue, true)
-        // Runs on the loop thread. Interest is one-shot, so whatever fired, every waiter is
-        // woken: each retries its call and, if it still would block, arms again.
-        registration = try loop.register(socket) { _ in
-            let (reader, writers) = waiters.state.withLock { state in
-                (state.readWaiter.take(), state.writeWaiters.takeAll())
+        // Runs on the loop thread, once per round in which the socket became ready again
+        // (edge-triggered, armed for good: no epoll_ctl per wait). Readable or hung up: the
+        // reader is woken, or the readiness is kept for its next wait. Writable: every waiting
+        // sender is woken to retry (and arms again if it still would block), and EPOLLOUT is
+        // no longer watched.
+        registration = try loop.register(socket, edgeTriggered: Self.events(watchingWrites: false)) { events in
+            let wakesReader = events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let wakesWriters = events & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let (reader, writers) = waiters.state.withLock { state -> (Waiter<Void>?, [Waiter<Bool>]) in
+                var reader: Waiter<Void>?
+                if wakesReader {
+                    reader = state.readWaiter.take()
+                    if reader == nil { state.readable = true }
+                }
+                guard wakesWriters, !state.writeWaiters.isEmpty || state.watchingWrites else { return (reader, []) }
+                if state.watchingWrites, !state.closed, let registration = state.registration {
+                    state.watchingWrites = false
+                    loop.watch(registration, edgeTriggered: Self.events(watchingWrites: false))
+                }
+                return (reader, state.writeWaiters.takeAll())
             }
             reader?.resume(returning: ())
             writers.resumeAll(returning: true)
         }
+        waiters.state.withLock { [registration] in $0.registration = registration }
         self.waiters = waiters
         self.buffers = ReceiveBuffers()
         self.fd = socket.release()
@@ -219,9 +244,19 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     /// - Throws: ``WaitError/cancelled`` when the receiving task is cancelled.
     nonisolated(nonsending) private func waitReadable() async throws(WaitError) {
         let waiter = Waiter<Void>()
-        guard arm({ state in
+        guard enter() else { return }
+        let waits = waiters.state.withLock { state -> Bool in
+            if state.closed { return false }
+            if state.readable {
+                // It became readable (or hung up) since the reader last looked: look again.
+                state.readable = false
+                return false
+            }
             state.readWaiter = waiter
-        }) else { return }
+            return true
+        }
+        leave()
+        guard waits else { return }
         do {
             try await waiter.wait()
         } catch {
@@ -247,7 +282,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     nonisolated(nonsending) private func waitWritable(until deadline: ContinuousClock.Instant) async throws(WaitError) -> Writable {
         let waiter = Waiter<Bool>()
         var full = false
-        guard arm({ state in
+        guard watchWrites({ state in
             if state.writeWaiters.count >= maxWaitingSends { full = true } else { state.writeWaiters.append(waiter) }
         }) else { return .closed }
         if full { return .tooManyWaiting }
@@ -257,17 +292,20 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }) ? .maybe : .closed
     }
 
-    /// Records a waiter with `register` and arms the loop for what every waiter needs, under
-    /// the lock that ``close()`` takes (so a close in between is seen); `false` once closed.
-    /// The interest is armed under that lock too, so that a reader and a writer arming at once
-    /// cannot leave the older interest in place (a lost wake-up). `epoll_ctl` takes no lock.
-    private func arm(_ register: (inout State) -> Void) -> Bool {
+    /// Records a waiting sender with `register` and watches `EPOLLOUT` if it is not watched
+    /// yet, under the lock that ``close()`` and the handler take (so a close in between is
+    /// seen, and the handler's unwatching cannot undo this); `false` once closed. Watching
+    /// again checks readiness at once, so room that came since the failed send is reported.
+    private func watchWrites(_ register: (inout State) -> Void) -> Bool {
         guard enter() else { return false }
         defer { leave() }
         return waiters.state.withLock { state -> Bool in
             if state.closed { return false }
             register(&state)
-            loop.arm(registration, events: state.interest)
+            if !state.watchingWrites, !state.writeWaiters.isEmpty {
+                state.watchingWrites = true
+                loop.watch(registration, edgeTriggered: Self.events(watchingWrites: true))
+            }
             return true
         }
     }
