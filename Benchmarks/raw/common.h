@@ -16,16 +16,33 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// CPU time (user + system, µs) and context switches (voluntary + involuntary) of this process so far.
+#include <sys/resource.h>
+struct cost { double cpu_us; double switches; };
+static struct cost own_cost(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    struct cost cost = {
+        (double)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 + (double)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec),
+        (double)(usage.ru_nvcsw + usage.ru_nivcsw)};
+    return cost;
+}
+
+// Per operation, both processes, over the measured operations (negative: not measured).
+static double cpu_us_per_op = -1, switches_per_op = -1;
+
 // Set by a trailing "samples" argument: the JSON line then carries every sample too, so that a
 // runner can merge interleaved chunks.
 static int print_samples = 0;
 
-// {"median_us":…,"p99_us":…,"min_us":…,"max_us":…,"count":…,"per_second":…[,"samples":[…]]};
+// {"median_us":…,"p99_us":…,"min_us":…,"max_us":…,"count":…,"per_second":…[,"cpu_us_per_op":…,
+// "switches_per_op":…][,"samples":[…]]};
 // sorts samples.
 static void report(double *samples, int count, double per_second) {
     qsort(samples, (size_t)count, sizeof *samples, compare);
     printf("{\"median_us\":%.3f,\"p99_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"count\":%d,\"per_second\":%.1f",
            samples[count / 2], samples[count * 99 / 100], samples[0], samples[count - 1], count, per_second);
+    if (cpu_us_per_op >= 0) printf(",\"cpu_us_per_op\":%.3f,\"switches_per_op\":%.3f", cpu_us_per_op, switches_per_op);
     if (print_samples) {
         printf(",\"samples\":[");
         for (int i = 0; i < count; i++) printf(i ? ",%.3f" : "%.3f", samples[i]);

@@ -93,6 +93,26 @@ public final class ServiceConnection: Sendable {
         (events, eventSink) = AsyncStream.makeStream()
     }
 
+    /// The executor of the thread that reads every connection of this process (RemoteView's
+    /// event loop): the low-latency path for a caller that makes many small requests.
+    ///
+    /// A reply is read on that thread; a caller on the global concurrent executor (what an
+    /// app's task gets) is then handed to a pool thread, which costs a wake-up and a context
+    /// switch per reply. A caller that prefers this executor is resumed on the thread that read
+    /// its reply, with no hand-off:
+    ///
+    /// ```swift
+    /// try await withTaskExecutorPreference(ServiceConnection.readerExecutor) {
+    ///     for item in items { _ = try await index.request(ServiceMessage(type: "add", text: item)) }
+    /// }
+    /// ```
+    ///
+    /// The rule that comes with it: code run this way runs on the thread every connection,
+    /// timer and process watch of the process shares, so it must not block (no blocking system
+    /// call, no synchronous wait for another task, no long computation between two `await`s).
+    /// Blocking there stops every connection at once, its own reply included.
+    public static var readerExecutor: any TaskExecutor { EventLoop.shared }
+
     /// The pid of the process serving this connection right now (bubblewrap's when sandboxed),
     /// or `nil` when none is.
     public var processIdentifier: Int32? {

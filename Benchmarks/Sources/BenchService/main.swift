@@ -2,7 +2,7 @@
 // only), so that figures measure the framework, not a service's own start-up.
 //   requests: "echo" (payload and attachments back), "started" (when main was reached and the
 //   request handled, CLOCK_MONOTONIC ns), "count" (one-way messages since the last
-//   count), "memory" (heap in use and RSS, for remoteview-stress), "delay MS" (replies after MS
+//   count), "usage" (CPU time and context switches so far), "memory" (heap in use and RSS, for remoteview-stress), "delay MS" (replies after MS
 //   milliseconds: a request still outstanding when remoteview-stress killstorm strikes), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick FPS SECONDS" (repaint everything FPS times a second)
 //   "share.complete" (finishes the view's share, replying when), and it takes shares
@@ -112,6 +112,13 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
         }
         try await Task.sleep(for: .milliseconds(milliseconds))
         return ServiceMessage(type: "delay", text: request.text ?? "")
+    case "usage":
+        // For remoteview-bench's cost per operation: "CPU_US SWITCHES", this process's CPU time
+        // (user + system, every thread) and context switches so far.
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let cpu = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec
+        return ServiceMessage(type: "usage", text: "\(cpu) \(usage.ru_nvcsw + usage.ru_nivcsw)")
     case "memory":
         // For remoteview-stress soak: "HEAP RSS", this process's heap in use (mallinfo2) and resident memory, bytes.
         let usage = MemoryUsage.current()

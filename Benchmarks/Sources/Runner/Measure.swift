@@ -10,6 +10,11 @@ struct Stats: Codable, Sendable {
     var count: Int
     /// Operations per second over the whole measurement, where that is the figure.
     var perSecond: Double?
+    /// CPU time (user + system) per operation, µs, of both processes (host and service, or the
+    /// baseline's two), over the measured operations; and their context switches per operation.
+    /// Unlike the wall clock, neither depends on how long an idle core takes to wake.
+    var cpuPerOperation: Double? = nil
+    var switchesPerOperation: Double? = nil
 
     init(microseconds samples: [Double], perSecond: Double? = nil) {
         let sorted = samples.sorted()
@@ -25,9 +30,12 @@ struct Stats: Codable, Sendable {
     init(baselineJSON line: String) throws {
         struct Raw: Decodable {
             var median_us: Double, p99_us: Double, min_us: Double, max_us: Double, count: Int, per_second: Double
+            var cpu_us_per_op: Double?, switches_per_op: Double?
         }
         let raw = try JSONDecoder().decode(Raw.self, from: Data(line.utf8))
         self.init(median: raw.median_us, p99: raw.p99_us, min: raw.min_us, max: raw.max_us, count: raw.count, perSecond: raw.per_second)
+        cpuPerOperation = raw.cpu_us_per_op
+        switchesPerOperation = raw.switches_per_op
     }
 
     /// The samples of a C baseline's JSON line run with a trailing "samples" argument.
@@ -43,6 +51,45 @@ struct Stats: Codable, Sendable {
         self.max = max
         self.count = count
         self.perSecond = perSecond
+    }
+}
+
+/// What a process (or two) has cost so far: CPU time and context switches.
+struct Cost: Sendable {
+    var cpuMicroseconds = 0.0
+    var switches = 0.0
+
+    static func + (a: Cost, b: Cost) -> Cost { Cost(cpuMicroseconds: a.cpuMicroseconds + b.cpuMicroseconds, switches: a.switches + b.switches) }
+    static func - (a: Cost, b: Cost) -> Cost { Cost(cpuMicroseconds: a.cpuMicroseconds - b.cpuMicroseconds, switches: a.switches - b.switches) }
+
+    /// This process so far (every thread): `getrusage(RUSAGE_SELF)`.
+    static func ownProcess() -> Cost {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Cost(cpuMicroseconds: Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec),
+                    switches: Double(usage.ru_nvcsw + usage.ru_nivcsw))
+    }
+
+    /// A bench-service's reply to "usage" ("CPU_US SWITCHES", its own getrusage).
+    init(usageReply text: String?) throws {
+        let fields = (text ?? "").split(separator: " ").compactMap { Double($0) }
+        guard fields.count == 2 else { throw BenchError("bench-service's usage reply is \(text ?? "empty")") }
+        (cpuMicroseconds, switches) = (fields[0], fields[1])
+    }
+
+    init(cpuMicroseconds: Double = 0, switches: Double = 0) {
+        self.cpuMicroseconds = cpuMicroseconds
+        self.switches = switches
+    }
+}
+
+extension Stats {
+    /// These statistics with `cost`, spread over `operations`.
+    func with(_ cost: Cost, over operations: Int) -> Stats {
+        var stats = self
+        stats.cpuPerOperation = cost.cpuMicroseconds / Double(Swift.max(operations, 1))
+        stats.switchesPerOperation = cost.switches / Double(Swift.max(operations, 1))
+        return stats
     }
 }
 
