@@ -1,6 +1,7 @@
 import CProto
 import Glibc
 import Logging
+import RemoteCore
 import RemoteHost
 import RemoteTestSupport
 import Synchronization
@@ -30,6 +31,32 @@ struct LauncherTests {
             // Inside the pid namespace the service is not the host's child's pid.
             let inner = try await connection.request(ServiceMessage(type: "pid")).text
             #expect(inner != String(pid))
+        }
+    }
+
+    @Test("the low-latency path: a caller preferring ServiceConnection.readerExecutor launches the service, gets its replies (8 at once too) and each resumes it on the loop thread that read it; a remote error still throws")
+    func readerExecutorPreference() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            try await withTaskExecutorPreference(ServiceConnection.readerExecutor) {
+                for index in 0..<100 {
+                    let reply = try await connection.request(ServiceMessage(type: "echo", text: "\(index)"))
+                    #expect(reply.text == "\(index)")
+                    #expect(EventLoop.shared.isLoopThread, "resumed on the thread that read the reply")
+                }
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for index in 0..<8 {
+                        group.addTask {
+                            let reply = try await connection.request(ServiceMessage(type: "echo", text: "\(index)"))
+                            return reply.text == "\(index)" && EventLoop.shared.isLoopThread
+                        }
+                    }
+                    for try await good in group { #expect(good) }
+                }
+                let error = await #expect(throws: RemoteError.self) { try await connection.request(ServiceMessage(type: "fail")) }
+                #expect(error?.code == .remoteError)
+            }
+            await connection.invalidate()
         }
     }
 
