@@ -22,8 +22,6 @@ let package = Package(
             dependencies: [
                 .product(name: "RemoteHost", package: "RemoteView"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                // Built (not linked) next to the runner: the window figure runs it under Xvfb.
-                .product(name: "demo-share", package: "RemoteView"),
             ],
             path: "Sources/Runner"
         ),
