@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import RemoteHost
+import Synchronization
 
 /// One line of the table: a RemoteView figure next to the baseline measured in the same run.
 struct Row: Codable, Sendable {
@@ -107,7 +108,8 @@ struct RemoteViewBench: AsyncParsableCommand {
         var lines = ["| figure | RemoteView | baseline | baseline value | ratio | target | met |", "|---|---|---|---|---|---|---|"]
         for row in rows {
             let met = row.met.map { $0 ? "yes" : "no" } ?? "–"
-            lines.append("| \(row.figure) | \(row.summary ?? describe(row.value)) | \(row.baseline) | \(row.baselineSummary ?? describe(row.baselineValue)) | \(String(format: "%.2f", row.ratio))× \(row.ratioMeaning) | \(row.target) | \(met) |")
+            let ratio = row.ratioMeaning.isEmpty ? "–" : "\(String(format: "%.2f", row.ratio))× \(row.ratioMeaning)"
+            lines.append("| \(row.figure) | \(row.summary ?? describe(row.value)) | \(row.baseline) | \(row.baselineSummary ?? describe(row.baselineValue)) | \(ratio) | \(row.target) | \(met) |")
         }
         return lines.joined(separator: "\n")
     }
@@ -392,6 +394,8 @@ struct Bench: Sendable {
                 rows.append(Row(figure: "64×64 damage: commit → composited", value: small, baseline: "RemoteView request/reply (above)",
                                 baselineValue: roundTrip, ratio: small.median / roundTrip.median, ratioMeaning: "of the round trip",
                                 target: "≤ 2×", met: small.median <= 2 * roundTrip.median))
+                log("round trip while 4 views stream 1920×1080 …")
+                rows += try await streamingRoundTripRows(launcher: launcher, payload: payload)
                 await service.invalidate()
             }
 
@@ -639,6 +643,52 @@ struct Bench: Sendable {
             finished = monotonicNanoseconds()
         }
         return Stats(microseconds: latencies, perSecond: Double(frames) / (Double(finished - started) / 1e9))
+    }
+
+    /// Whether compositing stalls other connections: a request/reply on one connection while 4
+    /// other views of the same (shared) service stream 1920×1080 at full damage as fast as
+    /// frame_done allows, against the same round trip just before they start; and the frames
+    /// per second each view reached meanwhile.
+    func streamingRoundTripRows(launcher: Launcher, payload: [UInt8]) async throws -> [Row] {
+        let probe = launcher.connection(to: "com.example.bench")
+        let message = ServiceMessage(type: "echo", payload: payload)
+        let count = max(roundTrips / 4, 1000)
+        let idle = Stats(microseconds: try await sample(count, warmUp: 100) { _ = try await probe.request(message) })
+        var views: [RemoteView] = []
+        for _ in 0..<4 {
+            let view = RemoteView(connection: launcher.connection(to: "com.example.bench"))
+            try await view.present(width: 1920, height: 1080)
+            try await view.settle()
+            views.append(view)
+        }
+        final class Counters: Sendable {
+            let frames: Mutex<[Int]>
+            init(_ count: Int) { frames = Mutex([Int](repeating: 0, count: count)) }
+        }
+        let counters = Counters(views.count)
+        let consumers = views.enumerated().map { index, view in
+            Task { for await _ in view.damage { counters.frames.withLock { $0[index] += 1 } } }
+        }
+        for view in views { _ = try await view.connection.request(ServiceMessage(type: "stream", text: "0 0 1920 1080 100000000")) }
+        for _ in 0..<100 { _ = try await probe.request(message) }
+        let before = counters.frames.withLock { $0 }, start = nowMicroseconds()
+        let loaded = Stats(microseconds: try await sample(count, warmUp: 0) { _ = try await probe.request(message) })
+        let seconds = (nowMicroseconds() - start) / 1e6
+        let after = counters.frames.withLock { $0 }
+        for view in views { await view.connection.invalidate() }
+        for consumer in consumers { consumer.cancel() }
+        await probe.invalidate()
+        let rates = zip(after, before).map { Double($0 - $1) / seconds }
+        let ratio = loaded.median / idle.median
+        return [
+            Row(figure: "request/reply, 64 B, while 4 views of the service stream 1920×1080, full damage", value: loaded,
+                baseline: "the same round trip just before, nothing streaming", baselineValue: idle, ratio: ratio,
+                ratioMeaning: "of idle (median)", target: "≤ 2×", met: ratio <= 2),
+            Row(figure: "↳ the 4 views meanwhile", value: loaded,
+                summary: String(format: "%@ fps (%.0f frames/s in all)", rates.map { String(format: "%.0f", $0) }.joined(separator: ", "), rates.reduce(0, +)),
+                baseline: "–", baselineValue: idle, baselineSummary: "–", ratio: 0, ratioMeaning: "",
+                target: "(reported)", met: nil),
+        ]
     }
 
     /// Times `count` new connections to `identifier`, each from its making until `first` is done
