@@ -128,6 +128,13 @@ public enum ServiceMain {
     }
 }
 
+extension ServiceMain {
+    /// Whether the tasks that serve connections prefer the event loop's executor (tests only:
+    /// it gains nothing measurable, and it is how the tests hold the frame loop to the rule in
+    /// `ServiceRuntime`'s `drive`). Set before `run`.
+    nonisolated(unsafe) package static var connectionTasksPreferEventLoop = false
+}
+
 /// Every connection of one service process, its outstanding requests and its idle clock.
 final class ServiceRuntime: Sendable {
     let identifier: String
@@ -236,7 +243,8 @@ final class ServiceRuntime: Sendable {
     func serve(primary: Connection) async throws(RemoteError) -> ServiceMain.Ending {
         // Discarding: a group that keeps each finished child until it is awaited would keep one
         // per connection the service ever served.
-        let outcome = await withDiscardingTaskGroup(returning: Result<ServiceMain.Ending, RemoteError>.self) { group in
+        let executor: any TaskExecutor = ServiceMain.connectionTasksPreferEventLoop ? EventLoop.shared : globalConcurrentExecutor
+        let outcome = await withTaskExecutorPreference(executor) { await withDiscardingTaskGroup(returning: Result<ServiceMain.Ending, RemoteError>.self) { group in
             let result = Mutex<Result<ServiceMain.Ending, RemoteError>>(.success(.closed))
             group.addTask {
                 do throws(RemoteError) {
@@ -255,7 +263,7 @@ final class ServiceRuntime: Sendable {
             // group waits for them.
             let ending = state.withLock { $0.ending } ?? .closed
             return ending == .idle ? .success(.idle) : result.withLock { $0 }
-        }
+        } }
         return try outcome.get()
     }
 
@@ -299,7 +307,12 @@ final class ServiceRuntime: Sendable {
         guard let surface = state.withLock({ $0.surfaces[ObjectIdentifier(connection)] }) else {
             return try await connection.run()
         }
-        async let frames: Void = surface.run()
+        // The frame loop is main-actor code that lives as long as the connection and waits,
+        // again and again, for continuations the loop thread resumes (frame_done, new damage).
+        // Run in a task that prefers the event loop's executor (a child of one that does), it
+        // hung: a wake-up went missing and the next frame never came (docs/Architecture.md,
+        // "The rule of the main actor and the loop"). So it never inherits that preference.
+        async let frames: Void = withTaskExecutorPreference(globalConcurrentExecutor) { await surface.run() }
         let outcome: Result<Void, RemoteError>
         do throws(RemoteError) {
             try await connection.run()

@@ -14,9 +14,9 @@ struct RemoteViewInputTests {
     static let green: UInt32 = 0xFF00_8000, light: UInt32 = 0xFFF0_F0F0, dark: UInt32 = 0xFF20_2020
 
     /// A presented "ui" screen, its first frame drawn.
-    static func withScreen(width: Int = width, height: Int = height,
+    static func withScreen(width: Int = width, height: Int = height, mode: String = "ui",
                            _ body: @escaping @Sendable (RemoteView, Screen) async throws -> Void) async throws {
-        try await withServices(["ui.json": ServiceFolder.manifest(mode: "ui")]) { launcher, _ in
+        try await withServices(["ui.json": ServiceFolder.manifest(mode: mode)]) { launcher, _ in
             let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
             try await view.present(width: width, height: height)
             let screen = Screen(view: view)
@@ -183,6 +183,35 @@ struct RemoteViewInputTests {
                 }
                 // The caret (2 points of tint) sits after "hell": it is bluish, not dark.
                 return abs(rightmost - expectedRight) <= 3
+            }
+        }
+    }
+
+    @Test("the rule of the main actor and the loop: with every connection's task preferring the event loop's executor, the frame loop (kept out of that preference) still draws every change: 5 rounds of typing, each shown, then settled")
+    func frameLoopOutOfTheLoopPreference() async throws {
+        // Before the rule, the frame loop inherited the preference, and this hung within a few
+        // rounds (the first frame, or a typed text, never came).
+        for _ in 0..<3 {
+            try await Self.withScreen(mode: "ui-loop") { view, screen in
+                let field = try #require(try await screen.layout()["field"])
+                let (x, y) = Self.center(field)
+                try await view.click(x: x, y: y)
+                var typed = ""
+                for round in 0..<5 {
+                    try await view.type("ab")
+                    typed += "ab"
+                    try await view.settle()
+                    #expect(try await screen.state()["field"] == typed, "round \(round)")
+                    let width = await MainActor.run { TextMeasure.width(of: typed, font: .body) }
+                    let right = field.x + 8 + Int(width.rounded())
+                    try await screen.waitForImage("round \(round)'s text") { image in
+                        var rightmost = 0
+                        for y in field.y..<(field.y + field.height) {
+                            for x in field.x..<(field.x + field.width) where image.pixel(x: x, y: y) & 0xFF < 0x80 { rightmost = max(rightmost, x) }
+                        }
+                        return abs(rightmost - right) <= 3
+                    }
+                }
             }
         }
     }

@@ -212,8 +212,11 @@ case "serve":
 case "view":
     // A view: a blue background and the rects "paint" requests add.
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { PaintController() }, onRequest: serve)
-case "ui":
+case "ui", "ui-loop":
     // A toolkit screen: label, button, text field, progress, and a log of what reached it.
+    // "ui-loop": the tasks serving connections prefer the event loop's executor, which holds
+    // the frame loop to the rule that keeps it out of that preference.
+    ServiceMain.connectionTasksPreferEventLoop = mode == "ui-loop"
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { ScreenController() }, onRequest: serve)
 case "share", "share-ignore-cancel":
     // A share activity (Share.swift); "share-ignore-cancel" never answers share_cancel.
