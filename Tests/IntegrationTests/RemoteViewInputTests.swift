@@ -77,6 +77,20 @@ struct RemoteViewInputTests {
         }
 
         /// Waits until a frame damages `rect`; returns the damage of every frame until then.
+        /// Waits for a frame in which the text field at `field` shows `text`: its dark ink
+        /// reaches as far right as the text is wide (after the field's 8-point inset).
+        func waitForText(_ text: String, in field: PixelRect, _ what: String) async throws {
+            let width = await MainActor.run { TextMeasure.width(of: text, font: .body) }
+            let right = field.x + 8 + Int(width.rounded())
+            try await waitForImage(what) { image in
+                var rightmost = 0
+                for y in field.y..<(field.y + field.height) {
+                    for x in field.x..<(field.x + field.width) where image.pixel(x: x, y: y) & 0xFF < 0x80 { rightmost = max(rightmost, x) }
+                }
+                return abs(rightmost - right) <= 3
+            }
+        }
+
         func waitForDamage(of rect: PixelRect, _ what: String) async throws -> [[PixelRect]] {
             try await withDeadline(.seconds(10), what) {
                 var frames: [[PixelRect]] = []
@@ -173,17 +187,9 @@ struct RemoteViewInputTests {
             try await view.type("o")
             state = try await screen.state()
             #expect(state["field"] == "hello!", "typing replaces the selection: \(state)")
-            // The frame shows it: ink reaches as far right as the text is wide.
-            let textWidth = await MainActor.run { TextMeasure.width(of: "hello!", font: .body) }
-            let expectedRight = field.x + 8 + Int(textWidth.rounded())
-            try await screen.waitForImage("the typed text") { image in
-                var rightmost = 0
-                for y in field.y..<(field.y + field.height) {
-                    for x in field.x..<(field.x + field.width) where image.pixel(x: x, y: y) & 0xFF < 0x80 { rightmost = max(rightmost, x) }
-                }
-                // The caret (2 points of tint) sits after "hell": it is bluish, not dark.
-                return abs(rightmost - expectedRight) <= 3
-            }
+            // The frame shows it: ink reaches as far right as the text is wide. (The caret, 2
+            // points of tint after "hell", is bluish, not dark.)
+            try await screen.waitForText("hello!", in: field, "the typed text")
         }
     }
 
@@ -202,15 +208,7 @@ struct RemoteViewInputTests {
                     typed += "ab"
                     try await view.settle()
                     #expect(try await screen.state()["field"] == typed, "round \(round)")
-                    let width = await MainActor.run { TextMeasure.width(of: typed, font: .body) }
-                    let right = field.x + 8 + Int(width.rounded())
-                    try await screen.waitForImage("round \(round)'s text") { image in
-                        var rightmost = 0
-                        for y in field.y..<(field.y + field.height) {
-                            for x in field.x..<(field.x + field.width) where image.pixel(x: x, y: y) & 0xFF < 0x80 { rightmost = max(rightmost, x) }
-                        }
-                        return abs(rightmost - right) <= 3
-                    }
+                    try await screen.waitForText(typed, in: field, "round \(round)'s text")
                 }
             }
         }

@@ -169,6 +169,16 @@ struct WindowTests {
         return (true, "")
     }
 
+    /// Presses F12 (the window settles the view, then writes the image on screen) and checks
+    /// that the screen shows that image, pixel for pixel, below the bar; returns the image.
+    static func settledAndShown(_ screen: Screen, _ window: (id: String, x: Int, y: Int)) async throws -> RemoteImage {
+        try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
+        let image = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+        let (same, difference) = shows(try await screen.screenshot(), image, atX: window.x, y: window.y + 44)
+        #expect(same, "\(difference)")
+        return image
+    }
+
     @Test("the sheet is shown; a click presents Notes; the screen shows the service's pixels where the view is; typed text shows; a resize relays the view out; a killed service leaves its frame dimmed with the reason")
     func window() async throws {
         #expect(access("/usr/bin/Xvfb", X_OK) == 0 && access("/usr/bin/xdotool", X_OK) == 0, "scripts/bootstrap installs xvfb, xdotool and imagemagick")
@@ -189,34 +199,22 @@ struct WindowTests {
                 try await screen.await("window: presenting com.example.demo-share.notes")
                 let pid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
                 try await screen.await("window: shown 560x376")
-                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
-                let first = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
-                let presented = try await screen.screenshot()
-                let (same, difference) = Self.shows(presented, first, atX: window.x, y: window.y + 44)
-                #expect(same, "\(difference)")
+                let first = try await Self.settledAndShown(screen, window)
 
                 // Typing into the text field (a click gives it the focus): the next frame shows it.
                 try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "300", "150", "click", "1"])
                 try await screen.run("/usr/bin/xdotool", ["type", "--window", window.id, "hello"])
-                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
-                let typed = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+                let typed = try await Self.settledAndShown(screen, window)
                 let field = (0..<typed.width).contains { x in typed.pixel(x: x, y: 120) != first.pixel(x: x, y: 120) }
                 #expect(field, "the text field's row changed")
-                let afterTyping = try await screen.screenshot()
-                let (typedShown, typedDifference) = Self.shows(afterTyping, typed, atX: window.x, y: window.y + 44)
-                #expect(typedShown, "\(typedDifference)")
                 try await screen.keepScreenshot(of: window.id, as: "window-notes")
 
                 // Dark traits (F2): the service draws itself dark, and the screen shows it.
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
                 try await screen.await("window: traits dark")
-                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
-                let darkImage = try RemoteImage(contentsOfPNG: String(try await screen.await("window: snapshot").dropFirst("window: snapshot ".count)))
+                let darkImage = try await Self.settledAndShown(screen, window)
                 let lightBackground = typed.pixel(x: 4, y: 300), darkBackground = darkImage.pixel(x: 4, y: 300)
                 #expect((darkBackground & 0xFF) + 64 < (lightBackground & 0xFF), "dark: \(String(darkBackground, radix: 16)) from \(String(lightBackground, radix: 16))")
-                let darkShot = try await screen.screenshot()
-                let (darkShown, darkDifference) = Self.shows(darkShot, darkImage, atX: window.x, y: window.y + 44)
-                #expect(darkShown, "\(darkDifference)")
                 try await screen.keepScreenshot(of: window.id, as: "window-dark")
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
                 try await screen.await("window: traits light")
@@ -230,7 +228,7 @@ struct WindowTests {
                 let ended = try await screen.await("window: ended")
                 #expect(ended.contains("killed") || ended.contains("signal 9"), "\(ended)")
                 let dead = try await screen.screenshot()
-                let live = afterTyping.pixel(x: window.x + 4, y: window.y + 44 + 300)
+                let live = typed.pixel(x: 4, y: 300)
                 let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)
                 #expect(Self.rgb(dimmed) != Self.rgb(live) && (dimmed & 0xFF) < (live & 0xFF), "dimmed: \(String(dimmed, radix: 16)) from \(String(live, radix: 16))")
                 #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
@@ -254,16 +252,18 @@ struct WindowTests {
         }
     }
 
-    @Test("--bench: the animation service repaints a 1280×720 view for a second; the window shows its frames and prints the figures")
-    func bench() async throws {
+    /// Runs `demo-share window` with `arguments` (a --bench run), checks the figures it prints
+    /// (`described` after "window: bench ", the latency measured from `start`), and that it
+    /// exits 0 by itself.
+    static func checkBench(_ arguments: [String], described: String, from start: String) async throws {
         try await withoutLeaks(within: .seconds(60)) {
-            let screen = try await Screen(arguments: ["--bench", "1"], snapshots: false)
+            let screen = try await Screen(arguments: arguments, snapshots: false)
             do {
-                #expect(try await screen.await("window: bench") == "window: bench 1280x720 pixels, full damage, renderer software")
+                #expect(try await screen.await("window: bench") == "window: bench \(described), renderer software")
                 let shown = try await screen.await("window: ")
                 let frames = Int(shown.split(separator: " ")[1]) ?? 0
                 #expect(frames > 0 && shown.contains("frames shown in") && shown.contains("fps"), "\(shown)")
-                #expect(try await screen.await("window: commit to SDL_RenderPresent returning: median").contains("p99"))
+                #expect(try await screen.await("window: \(start) to SDL_RenderPresent returning: median").contains("p99"))
                 #expect(try await screen.await("window: host CPU").hasSuffix("of one core (user + system)"))
                 #expect(try await screen.demo.waitForExit() == .exited(0))
                 try await screen.lines.all(within: .seconds(10), "the rest of the output")
@@ -277,26 +277,15 @@ struct WindowTests {
         }
     }
 
+    @Test("--bench: the animation service repaints a 1280×720 view for a second; the window shows its frames and prints the figures")
+    func bench() async throws {
+        try await Self.checkBench(["--bench", "1"], described: "1280x720 pixels, full damage", from: "commit")
+    }
+
     @Test("--bench --bench-baseline: the same repaint drawn by the window itself (remoteview-bench's baseline) prints the same figures")
     func benchBaseline() async throws {
-        try await withoutLeaks(within: .seconds(60)) {
-            let screen = try await Screen(arguments: ["--bench", "0.5", "--bench-baseline"], snapshots: false)
-            do {
-                #expect(try await screen.await("window: bench") == "window: bench 1280x720 pixels, full damage, drawn in the window's process (no service), renderer software")
-                let shown = try await screen.await("window: ")
-                #expect((Int(shown.split(separator: " ")[1]) ?? 0) > 0 && shown.contains("fps"), "\(shown)")
-                #expect(try await screen.await("window: drawing to SDL_RenderPresent returning: median").contains("p99"))
-                #expect(try await screen.await("window: host CPU").hasSuffix("of one core (user + system)"))
-                #expect(try await screen.demo.waitForExit() == .exited(0))
-                try await screen.lines.all(within: .seconds(10), "the rest of the output")
-                screen.server.send(signal: SIGTERM)
-                _ = try await screen.server.waitForExit()
-                screen.folder.remove()
-            } catch {
-                try? await screen.close()
-                throw error
-            }
-        }
+        try await Self.checkBench(["--bench", "0.5", "--bench-baseline"],
+                                  described: "1280x720 pixels, full damage, drawn in the window's process (no service)", from: "drawing")
     }
 
     @Test("--scale 2000: the view is drawn at twice the pixels of its points (a HiDPI display's scale), and shown in the window")

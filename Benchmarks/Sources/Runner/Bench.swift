@@ -216,6 +216,26 @@ struct Bench: Sendable {
         return (samples, after - before)
     }
 
+    /// `message` round trips to `service` (the caller preferring `executor`, or on the global
+    /// executor), interleaved with the C ping-pong; both with their cost per operation.
+    func costedRoundTrips(_ service: ServiceConnection, _ message: ServiceMessage,
+                          preferring executor: (any TaskExecutor)?) async throws -> (framework: Stats, baseline: Stats) {
+        var spent = Cost(), rawSpent = Cost()
+        func chunk(_ count: Int) async throws -> [Double] {
+            let (samples, cost) = try await costed(count, warmUp: 100, on: service) { _ = try await service.request(message) }
+            spent = spent + cost
+            return samples
+        }
+        let (ours, theirs) = try await interleaved(roundTrips, framework: { count in
+            if let executor { try await withTaskExecutorPreference(executor) { try await chunk(count) } } else { try await chunk(count) }
+        }, baseline: { count in
+            let (samples, cost) = try baselineChunk("pingpong", count)
+            rawSpent = rawSpent + cost
+            return samples
+        })
+        return (ours.with(spent, over: ours.count), theirs.with(rawSpent, over: theirs.count))
+    }
+
     /// The line under a figure that gives its cost per operation next to its baseline's: CPU
     /// time of both processes, and context switches.
     func costRow(_ ours: Stats, _ theirs: Stats) -> Row {
@@ -271,18 +291,7 @@ struct Bench: Sendable {
             let payload = [UInt8](repeating: 0x2A, count: 64)
             let echoMessage = ServiceMessage(type: "echo", payload: payload)
             // The default path: the caller on the global concurrent executor, as an app's task is.
-            var spent = Cost(), rawSpent = Cost()
-            var (roundTrip, rawRoundTrip) = try await interleaved(roundTrips, framework: { count in
-                let (samples, cost) = try await costed(count, warmUp: 100, on: service) { _ = try await service.request(echoMessage) }
-                spent = spent + cost
-                return samples
-            }, baseline: { count in
-                let (samples, cost) = try baselineChunk("pingpong", count)
-                rawSpent = rawSpent + cost
-                return samples
-            })
-            roundTrip = roundTrip.with(spent, over: roundTrip.count)
-            rawRoundTrip = rawRoundTrip.with(rawSpent, over: rawRoundTrip.count)
+            let (roundTrip, rawRoundTrip) = try await costedRoundTrips(service, echoMessage, preferring: nil)
             rows.append(Row(figure: "request/reply, 64 B (caller on the global executor)", value: roundTrip, baseline: "raw C seqpacket ping-pong",
                             baselineValue: rawRoundTrip, ratio: roundTrip.median / rawRoundTrip.median, ratioMeaning: "of raw (median)",
                             target: "≤ 2× (p99 ≤ 3×)", met: roundTrip.median <= 2 * rawRoundTrip.median && roundTrip.p99 <= 3 * rawRoundTrip.p99))
@@ -290,21 +299,7 @@ struct Bench: Sendable {
 
             // The low-latency path: the caller prefers the executor of the thread that reads the
             // connection, so a reply resumes it on that thread, with no hand-off.
-            spent = Cost()
-            rawSpent = Cost()
-            var (preferring, rawPreferring) = try await interleaved(roundTrips, framework: { count in
-                try await withTaskExecutorPreference(ServiceConnection.readerExecutor) {
-                    let (samples, cost) = try await costed(count, warmUp: 100, on: service) { _ = try await service.request(echoMessage) }
-                    spent = spent + cost
-                    return samples
-                }
-            }, baseline: { count in
-                let (samples, cost) = try baselineChunk("pingpong", count)
-                rawSpent = rawSpent + cost
-                return samples
-            })
-            preferring = preferring.with(spent, over: preferring.count)
-            rawPreferring = rawPreferring.with(rawSpent, over: rawPreferring.count)
+            let (preferring, rawPreferring) = try await costedRoundTrips(service, echoMessage, preferring: ServiceConnection.readerExecutor)
             rows.append(Row(figure: "request/reply, 64 B (caller preferring ServiceConnection.readerExecutor)", value: preferring,
                             baseline: "raw C seqpacket ping-pong", baselineValue: rawPreferring, ratio: preferring.median / rawPreferring.median,
                             ratioMeaning: "of raw (median)", target: "≤ 1.3×", met: preferring.median <= 1.3 * rawPreferring.median))
