@@ -154,7 +154,7 @@ public final class ServiceConnection: Sendable {
                 channel.instance.idleClock.end()
                 // The service exited idle just as this was sent (it had no request outstanding
                 // when it decided to): send it once more, to a new process.
-                let end = await processEnd(after: error, on: channel)
+                let end = await processEnd(after: error, on: channel, waiting: !retried)
                 if !retried, end?.kind == .idleExit {
                     retried = true
                     continue
@@ -174,7 +174,7 @@ public final class ServiceConnection: Sendable {
                 try await channel.connection.send(message)
                 return
             } catch {
-                let end = await processEnd(after: error, on: channel)
+                let end = await processEnd(after: error, on: channel, waiting: !retried)
                 if !retried, end?.kind == .idleExit {
                     retried = true
                     continue
@@ -195,8 +195,10 @@ public final class ServiceConnection: Sendable {
     /// How `channel`'s process ended, when `error` on it came from that end (waiting at most a
     /// grace period for the launcher to see it): an idle exit just then means that what was being
     /// sent was never handled (the service had nothing outstanding when it decided to exit).
-    private func processEnd(after error: RemoteError, on channel: Channel) async -> TerminationReason? {
+    /// After the one retry, it does not wait: the process's end is given only if it is known.
+    private func processEnd(after error: RemoteError, on channel: Channel, waiting: Bool) async -> TerminationReason? {
         guard error.code == .interrupted || error.code == .invalidated, machine.withLock({ $0.invalidation == nil }) else { return nil }
+        guard waiting else { return channel.instance.ended }
         return await channel.instance.waitForEnd(until: .now.advanced(by: channel.instance.stopGrace))
     }
 

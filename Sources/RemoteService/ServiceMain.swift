@@ -129,9 +129,10 @@ public enum ServiceMain {
 }
 
 extension ServiceMain {
-    /// Whether the tasks that serve connections prefer the event loop's executor (tests only:
-    /// it gains nothing measurable, and it is how the tests hold the frame loop to the rule in
-    /// `ServiceRuntime`'s `drive`). Set before `run`.
+    /// Whether the tasks that serve the connections of a launched service (fd 3, and those
+    /// opened through it; not a listening socket's) prefer the event loop's executor, request
+    /// handlers included. For tests only: it gains nothing measurable, and it is how the tests
+    /// hold the frame loop to the rule in `ServiceRuntime`'s `drive`. Set before `run`.
     nonisolated(unsafe) package static var connectionTasksPreferEventLoop = false
 }
 

@@ -5,10 +5,12 @@ import Synchronization
 /// One thread waiting in `epoll_wait` for every descriptor and deadline RemoteView watches.
 ///
 /// Sockets, pidfds and timers of all connections share it (like a NIO event loop), so a host
-/// with 64 services runs one waiting thread, not 64. Interest is one-shot: a waiter ``arm(_:events:)``s
-/// its registration, the loop calls its handler once when the descriptor is ready, and the
-/// waiter arms again if it still needs to wait. Handlers run on the loop thread and must only
-/// hand work off (resume a continuation), never block.
+/// with 64 services runs one waiting thread, not 64. Interest is one-shot by default: a waiter
+/// ``arm(_:events:)``s its registration, the loop calls its handler once when the descriptor is
+/// ready, and the waiter arms again if it still needs to wait. A descriptor waited on once per
+/// message (a socket) is registered edge-triggered instead, for good
+/// (``register(_:edgeTriggered:handler:)``), so no wait costs an `epoll_ctl`. Handlers run on
+/// the loop thread and must only hand work off (resume a continuation), never block.
 ///
 /// The loop is also a `TaskExecutor`: a connection's read loop prefers it, so when its socket
 /// becomes readable the reader resumes on the loop thread itself, in the same wake-up, instead

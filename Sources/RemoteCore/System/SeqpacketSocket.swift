@@ -105,7 +105,16 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     }
 
     deinit {
-        if !waiters.state.withLock({ $0.released }) { releaseDescriptor() }
+        // Closed first, under the lock the handler takes: a handler the loop fetched before
+        // the deregistration then cannot change the registration of the closed fd (or of
+        // another socket given its number).
+        let release = waiters.state.withLock { state -> Bool in
+            state.closed = true
+            guard !state.released else { return false }
+            state.released = true
+            return true
+        }
+        if release { releaseDescriptor() }
         buffers.deallocate()
     }
 

@@ -207,7 +207,7 @@ extension RemoteView: ServiceChannelListener {
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
             let replies: [SurfaceMessage]
-            if Self.copiesOffTheLoop(message) {
+            if compositor.pixelsToCopy(for: message, cap: Self.offLoopCopyPixels) >= Self.offLoopCopyPixels {
                 // A large copy runs on the global concurrent executor while this connection's
                 // read loop waits for it, so the loop thread goes on reading every other
                 // connection (a 1920×1080 frame is milliseconds of copying).
@@ -226,18 +226,6 @@ extension RemoteView: ServiceChannelListener {
     /// The damage, in pixels, above which a commit is copied off the loop thread: below it, the
     /// two hand-offs would cost more than the copy (256 × 256 pixels is about 20 µs of copying).
     static let offLoopCopyPixels = 256 * 256
-
-    /// Whether `message` is a commit whose damage is worth copying off the loop thread.
-    static func copiesOffTheLoop(_ message: SurfaceMessage) -> Bool {
-        guard case .commit(_, let damage, _) = message else { return false }
-        var pixels = 0
-        for rect in damage {
-            let width = min(max(rect.width, 0), SurfaceLimits.maxDimension), height = min(max(rect.height, 0), SurfaceLimits.maxDimension)
-            pixels += width * height
-            if pixels >= offLoopCopyPixels { return true }
-        }
-        return false
-    }
 
     /// A view shown at a size before: the new process gets it too, and the traits and focus it
     /// was given last, before anything else.

@@ -204,6 +204,25 @@ package final class SurfaceCompositor: Sendable {
     /// The ids of the attached buffers.
     package var attachedBuffers: Set<UInt32> { state.withLock { Set($0.buffers.keys) } }
 
+    /// How many pixels committing `message` would copy, at most `cap` (0 for anything but a
+    /// commit of an attached buffer): the whole buffer when the damage is empty or the size
+    /// changes, else the damaged rects' areas (each side clamped to the buffer's bounds).
+    package func pixelsToCopy(for message: SurfaceMessage, cap: Int) -> Int {
+        guard case .commit(let id, let damage, _) = message else { return 0 }
+        return state.withLock { state -> Int in
+            guard let layout = state.buffers[id]?.layout else { return 0 }
+            if damage.isEmpty || state.image.width != layout.width || state.image.height != layout.height {
+                return min(layout.width * layout.height, cap)
+            }
+            var pixels = 0
+            for rect in damage {
+                pixels += min(max(rect.width, 0), layout.width) * min(max(rect.height, 0), layout.height)
+                if pixels >= cap { return cap }
+            }
+            return pixels
+        }
+    }
+
     /// Copies the damaged rows of `buffer` into `image` (resizing it, and damaging all of it,
     /// when the sizes differ). Every rect of `damage` is inside the buffer. Returns the rects copied.
     private static func composite(_ buffer: MappedBuffer, damage: [PixelRect], into image: inout CompositedImage) -> [PixelRect] {
