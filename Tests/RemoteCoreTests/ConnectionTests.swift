@@ -478,6 +478,37 @@ struct SeqpacketTransportTests {
         }
     }
 
+    @Test("edge-triggered reads lose nothing: packets queued before the socket is made, sent while nobody reads, one at a time and in a burst all arrive, in order (a full queue is the ids test above)")
+    func edgeTriggeredReadsLoseNothing() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let writer = pair.second.rawValue
+            // Queued before the registration: reported once, at ADD.
+            for id in 1...3 { try rawSend(writer, EnvelopeCodec.encode(Envelope(id: UInt64(id), body: .ping(nonce: UInt64(id))))) }
+            let socket = try SeqpacketSocket(pair.first)
+            var received: [UInt64] = []
+            for _ in 1...3 { received.append(try #require(try await socket.receive()).id) }
+            // One at a time, the receive started first: each edge comes while the reader waits
+            // (or just before it does: either way the packet is read).
+            for id in UInt64(4)...203 {
+                let got = try await withThrowingTaskGroup(of: UInt64?.self) { group in
+                    group.addTask { try await socket.receive()?.id }
+                    try rawSend(writer, EnvelopeCodec.encode(Envelope(id: id, body: .ping(nonce: id))))
+                    return try await group.next() ?? nil
+                }
+                received.append(try #require(got))
+            }
+            // Sent while nobody reads (the edge is kept for the next wait), then a burst.
+            try rawSend(writer, EnvelopeCodec.encode(Envelope(id: 204, body: .ping(nonce: 0))))
+            received.append(try #require(try await socket.receive()).id)
+            for id in UInt64(205)...304 { try rawSend(writer, EnvelopeCodec.encode(Envelope(id: id, body: .ping(nonce: 0)))) }
+            for _ in 205...304 { received.append(try #require(try await socket.receive()).id) }
+            #expect(received == Array(1...304))
+            socket.close()
+            withExtendedLifetime(pair.second) {}
+        }
+    }
+
     @Test("a peer that closes with our data unread still delivers what it sent first (its goodbye), then end of file")
     func goodbyeSurvivesReset() async throws {
         try await withoutLeaks {
