@@ -45,7 +45,10 @@ struct RemoteViewCheck: AsyncParsableCommand {
         }
         var logger = Logger(label: "remoteview-check")
         logger.logLevel = verbose ? .debug : .critical
+        // The service's data folder, when its manifest asks for one: made for this check, and
+        // removed with whatever the service wrote into it (a link in it is removed, not followed).
         let dataRoot = "/tmp/remoteview-check-\(Syscall.processID)"
+        defer { try? FileManager.default.removeItem(atPath: dataRoot) }
         let checker = Checker(manifest: loaded, sandbox: unsandboxed ? .unsandboxed : .bubblewrap(path: bubblewrap),
                               dataRoot: dataRoot, logger: logger)
         let report = await checker.run()

@@ -72,6 +72,9 @@ struct ConformanceTests {
             default: Self.buildFolder + "/RemoteView_demo-share.resources/Services/\(service.rawValue).json"
             }
         }
+        let checkFolders = { ((try? Syscall.directoryEntries("/tmp")) ?? []).filter { $0.hasPrefix("remoteview-check-") }.count }
+        let foldersBefore = checkFolders()
+        defer { #expect(checkFolders() <= foldersBefore, "a check leaves no data folder behind (Post asks for one)") }
         for (service, (status, rows)) in zip(Good.allCases, try Self.rows(manifests)) {
             let failed = rows.filter { $0.result == "failed" }
             #expect(status == 0 && failed.isEmpty, "\(service.testDescription): \(failed.map { "\($0.rule): \($0.seen)" })")
