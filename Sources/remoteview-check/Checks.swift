@@ -192,45 +192,37 @@ struct Checker: Sendable {
         await checkSurvived(control, survivor, after: "version 99")
 
         // The same id twice (ours were 1 and 2: the handshake and a ping).
-        if let (peer, _) = await connect(control, name: "client 4") {
-            if let failure = await peer.ping() {
-                report.fail("ping", failure.reason)
-            } else {
-                do {
-                    try peer.sendUnnumbered(EnvelopeCodec.encode(Envelope(id: peer.socket.lastSentID, body: .ping(nonce: 1))))
-                    report.record("hostile.id-order", await peer.expectRefusal(.malformed))
-                } catch {
-                    report.fail("hostile.id-order", error.reason)
-                }
-            }
-            peer.close()
-            await checkSurvived(control, survivor, after: "an id out of order")
+        await checkRefusesMalformed("hostile.id-order", client: "client 4", control, survivor, after: "an id out of order", pingFirst: true) { peer throws(RemoteError) in
+            try EnvelopeCodec.encode(Envelope(id: peer.socket.lastSentID, body: .ping(nonce: 1)))
         }
-
         // No known body: the id, then only field 999 (a varint).
-        if let (peer, _) = await connect(control, name: "client 5") {
-            let packet = EnvelopeCodec.UnnumberedPacket.withIDField(peer.socket.lastSentID + 1) { Array($0) } + [0xB8, 0x3E, 0x01]
-            do {
-                try peer.sendUnnumbered(packet)
-                report.record("hostile.unknown-body", await peer.expectRefusal(.malformed))
-            } catch {
-                report.fail("hostile.unknown-body", error.reason)
-            }
-            peer.close()
-            await checkSurvived(control, survivor, after: "an unknown body")
+        await checkRefusesMalformed("hostile.unknown-body", client: "client 5", control, survivor, after: "an unknown body") { peer in
+            EnvelopeCodec.UnnumberedPacket.withIDField(peer.socket.lastSentID + 1) { Array($0) } + [0xB8, 0x3E, 0x01]
         }
-
         // Garbage.
-        if let (peer, _) = await connect(control, name: "client 6") {
-            do {
-                try peer.sendUnnumbered([0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x08])
-                report.record("hostile.garbage", await peer.expectRefusal(.malformed))
-            } catch {
-                report.fail("hostile.garbage", error.reason)
-            }
-            peer.close()
-            await checkSurvived(control, survivor, after: "garbage")
+        await checkRefusesMalformed("hostile.garbage", client: "client 6", control, survivor, after: "garbage") { _ in
+            [0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x08]
         }
+    }
+
+    /// Sends `packet` (made for the new client, after a ping when `pingFirst`) as it is, outside
+    /// the numbering; the service must refuse it as `MALFORMED` under `rule`, and fd 3 and
+    /// `survivor` must still answer.
+    private func checkRefusesMalformed(_ rule: String, client name: String, _ control: Peer, _ survivor: Peer, after what: String,
+                                       pingFirst: Bool = false, packet: (Peer) throws(RemoteError) -> [UInt8]) async {
+        guard let (peer, _) = await connect(control, name: name) else { return }
+        if pingFirst, let failure = await peer.ping() {
+            report.fail("ping", failure.reason)
+        } else {
+            do throws(RemoteError) {
+                try peer.sendUnnumbered(try packet(peer))
+                report.record(rule, await peer.expectRefusal(.malformed))
+            } catch {
+                report.fail(rule, error.reason)
+            }
+        }
+        peer.close()
+        await checkSurvived(control, survivor, after: what)
     }
 
     private func checkSurvived(_ control: Peer, _ survivor: Peer, after what: String) async {
