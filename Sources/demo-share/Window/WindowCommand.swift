@@ -390,7 +390,8 @@ final class WindowApp {
                     case .input(let event): try? await view.send(event)
                     case .resize(let size): try? await view.present(width: size.width, height: size.height, scalePermille: size.scalePermille)
                     case .settle:
-                        // Its reply follows the frames: their damage is in the inbox before this.
+                        // Its frames are composited by now (their damage may still be on its way
+                        // through the damage task: applyPending uploads the whole image).
                         try? await view.settle()
                         inbox.change { $0.settled = true }
                     }
@@ -459,13 +460,18 @@ final class WindowApp {
     private func applyPending() async -> Bool {
         guard let presented else { return false }
         let pending = presented.inbox.take()
-        if let damage = pending.damage {
+        let view = presented.session.view
+        // A settle's reply and the damage of the frames before it come through two tasks (the
+        // commands and the damage stream), so some of that damage may not be here yet, while
+        // the image has it: then the whole image goes up, and what F12 writes is on screen.
+        let rects = pending.settled ? [view.withImage { PixelRect(x: 0, y: 0, width: $0.width, height: $0.height) }] : pending.damage
+        if let rects {
             // With --snapshot, what was uploaded is kept: F12 writes what the window shows, not
             // a frame composited since (a copy per frame, for tests only).
-            if let uploaded = window.updateContent(from: presented.session.view, rects: damage, keep: snapshotFolder != nil) {
+            if let uploaded = window.updateContent(from: view, rects: rects, keep: snapshotFolder != nil) {
                 presented.shownImage = uploaded
             }
-            presented.framePending = true
+            if pending.damage != nil { presented.framePending = true }
             needsRender = true
         }
         var barChanged = false
