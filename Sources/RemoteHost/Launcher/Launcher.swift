@@ -120,11 +120,14 @@ public actor Launcher {
             configuration.logger.error("invalid service manifest: \(problem)")
         }
         resources = ResourceControl.detect(launcher: Self.serial.wrappingAdd(1, ordering: .relaxed).oldValue)
-        switch resources.enforcement {
-        case .cgroupV1:
-            configuration.logger.info("limits.memoryMiB and limits.processes are enforced with \(resources.enforcement.rawValue): \(resources.explanation)")
-        case .none:
+        let enforcement = resources.enforcement
+        switch (enforcement.enforcesMemory, enforcement.enforcesProcesses) {
+        case (true, true):
+            configuration.logger.info("limits.memoryMiB and limits.processes are enforced with \(enforcement): \(resources.explanation)")
+        case (false, false):
             configuration.logger.warning("limits.memoryMiB and limits.processes are not enforced: \(resources.explanation)")
+        case (let memory, _):
+            configuration.logger.warning("only \(memory ? "limits.memoryMiB" : "limits.processes") is enforced, with \(enforcement): \(resources.explanation)")
         }
         if configuration.adoptsOrphans {
             if let error = OrphanAdoption.acquire() {

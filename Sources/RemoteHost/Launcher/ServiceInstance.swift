@@ -159,7 +159,7 @@ final class ServiceInstance: LaunchedProcess {
                 // No core dumps: a service's memory is its users' data.
                 .init(resource: Int32(RLIMIT_CORE.rawValue), soft: 0),
             ]
-            if let group { options.controlGroups = [group.memory, group.pids] }
+            if let group { options.controlGroups = group.folders }
             let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
             launched = process
             var processLogger = logger
@@ -299,7 +299,7 @@ final class ServiceInstance: LaunchedProcess {
             // Every process of it is gone or going (reaped, or its orphans collected): its groups
             // can go once the last has left them.
             if let controlGroup = self.group, !(await controlGroup.remove(until: .now.advanced(by: stopGrace))) {
-                logger.warning("control groups \(controlGroup.memory) and \(controlGroup.pids) still hold processes; left for the next launcher")
+                logger.warning("control groups \(controlGroup.folders.joined(separator: " and ")) still hold processes; left for the next launcher")
             }
             // Published before the tasks above finish: a stop() in one of them waits for it.
             ending.open(reason)
