@@ -37,6 +37,10 @@ public final class Connection: Sendable {
         /// The identifier the peer must give in its handshake (a host knows which service it
         /// launched); `nil` takes any. Another one is a protocol violation that names both.
         public var expectedPeerIdentifier: String?
+        /// What the peer's outstanding requests count against across all its connections (a
+        /// host counts a service process's), besides ``maxIncomingRequests`` on this one; a
+        /// request past it is a protocol violation that names the limit.
+        package var sharedIncomingRequests: SharedBudget?
 
         public init(role: PeerRole, identifier: String, capabilities: [String] = [],
                     handshakeTimeout: Duration = .seconds(5), defaultRequestTimeout: Duration? = .seconds(30),
@@ -48,6 +52,7 @@ public final class Connection: Sendable {
             self.defaultRequestTimeout = defaultRequestTimeout
             self.maxIncomingRequests = maxIncomingRequests
             self.expectedPeerIdentifier = expectedPeerIdentifier
+            self.sharedIncomingRequests = nil
         }
     }
 
@@ -544,6 +549,11 @@ public final class Connection: Sendable {
 
     private func startHandler(for message: ServiceMessage, id: UInt64, _ context: ConnectionContext) throws(RemoteError) {
         guard try machine.withLock({ $0.requestReceived(id, limit: configuration.maxIncomingRequests) }).get() == .start else { return }
+        let shared = configuration.sharedIncomingRequests
+        if let shared, !shared.reserve(1) {
+            machine.withLock { $0.handlerFinished(id) }
+            throw RemoteError(.protocolViolation, "more than \(shared.limit) requests outstanding at once across the process's connections")
+        }
         // The handler starts at once, on this (the read loop's) thread, and runs here until it
         // first suspends, as an XPC handler runs on its connection's queue: a handler that
         // answers without waiting costs no thread hand-off. The request travels in a handoff and
@@ -554,6 +564,7 @@ public final class Connection: Sendable {
         let task = Task.immediate { [weak self] in
             await self?.answer(handoff, id: id, context)
             self?.machine.withLock { $0.handlerFinished(id) }
+            shared?.release(1)
         }
         machine.withLock { $0.handlerStarted(id, task: task) }
     }

@@ -521,7 +521,7 @@ package struct ServiceChannel: Sendable {
     }
 
     /// What the process's surfaces map in the host together, against the launcher's bound.
-    package var mappings: MappingBudget { instance.mappings }
+    package var mappings: SharedBudget { instance.mappings }
 
     /// Routes the surface family from the service to `handler` (each message counts as activity
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.

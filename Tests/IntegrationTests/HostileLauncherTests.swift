@@ -251,6 +251,36 @@ struct HostileLauncherTests {
         }
     }
 
+    @Test("a shared service's requests to the host count against one total across its connections (maxIncomingRequestsPerService): two connections of 200 each pass 300 and end the process, naming the limit; every handler is cancelled")
+    func requestFloodAcrossConnections() async throws {
+        var configuration = fastLauncherConfiguration()
+        configuration.maxIncomingRequestsPerService = 300
+        try await withServices(Self.manifests("talk-back"), configuration: configuration) { launcher, _ in
+            let counts = HandlerCounts()
+            let events = launcher.events()
+            let hold: Connection.RequestHandler = { _, _ in
+                counts.started()
+                do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
+                return ServiceMessage(type: "late")
+            }
+            let first = launcher.connection(to: Self.hostile, onRequest: hold)
+            let second = launcher.connection(to: Self.hostile, onRequest: hold)
+            _ = try await first.request(ServiceMessage(type: "echo"))
+            _ = try await second.request(ServiceMessage(type: "echo"))
+            let pid = try #require(first.processIdentifier)
+            #expect(second.processIdentifier == pid, "one shared process")
+            // Each connection stays within its own 256; together they pass 300.
+            async let one = requestError(first, ServiceMessage(type: "call-host", text: "200 nofds"))
+            async let two = requestError(second, ServiceMessage(type: "call-host", text: "200 nofds"))
+            let reason = try await termination(of: pid, in: events)
+            _ = await (one, two)
+            #expect(reason.kind == .protocolViolation, "\(reason)")
+            #expect(reason.detail.contains("more than 300 requests outstanding at once across the process's connections"), "\(reason)")
+            #expect(counts.value == (300, 300), "the host started 300 handlers, and each was cancelled: \(counts.value)")
+            #expect(try await first.request(ServiceMessage(type: "echo", text: "back")).text == "back", "relaunched")
+        }
+    }
+
     // MARK: 6. idle exit while busy
 
     @Test("a service that says \"idle exit\" while a request is outstanding: the request is retried at most once on a new process, then fails as interrupted; no crash counted")

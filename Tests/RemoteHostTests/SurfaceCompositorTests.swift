@@ -193,11 +193,11 @@ struct SurfaceCompositorTests {
         }
     }
 
-    @Test("the surfaces of one process share a budget: an attach past it on any of them is a violation naming the total; a destroyed buffer, or a surface that goes, gives its bytes back")
+    @Test("the surfaces of one process share a budget: an attach past it on any of them is a violation naming the total; a destroyed buffer, or a surface that goes, gives its bytes back; after a refusal nothing more is counted")
     func sharedMappingBudget() async throws {
         try await withoutLeaks {
             // 512 × 512 × 4 bytes = 1 MiB a buffer; three fit.
-            let budget = MappingBudget(limit: 3 << 20)
+            let budget = SharedBudget(limit: 3 << 20)
             var first: SurfaceCompositor? = SurfaceCompositor(budget: budget)
             let second = SurfaceCompositor(budget: budget)
             let buffers = try (1...4).map { id in try ServiceBuffer(id: UInt32(id), width: 512, height: 512, colour: 0, fill: false) }
@@ -218,6 +218,7 @@ struct SurfaceCompositorTests {
             #expect(budget.used == 2 << 20)
             first = nil
             #expect(budget.used == 1 << 20, "the surface's last buffer went with it")
+            #expect(!budget.reserve(1), "after a refusal nothing more is counted: the process is being ended for it")
         }
     }
 

@@ -57,6 +57,11 @@ public actor Launcher {
         /// it is a protocol violation that ends the process. Each surface has its own bound too
         /// (two buffers of the largest size, 512 MiB). Default 1 GiB.
         public var maxMappedBytesPerService: Int
+        /// The most requests one service process may have outstanding with the host at once,
+        /// across all its connections (each connection allows
+        /// ``Connection/Configuration/maxIncomingRequests``, 256, on its own); one more is a
+        /// protocol violation that ends the process. Default 1024.
+        public var maxIncomingRequestsPerService: Int
 
         /// Policy knobs; each default suits an interactive host.
         public init(hostIdentifier: String = "remoteview.host", sandbox: SandboxPolicy = .bubblewrap(),
@@ -64,7 +69,8 @@ public actor Launcher {
                     minimumRelaunchInterval: Duration = .milliseconds(100), crashLoopLimit: Int = 5,
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
-                    adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30) {
+                    adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30,
+                    maxIncomingRequestsPerService: Int = 1024) {
             self.hostIdentifier = hostIdentifier
             self.sandbox = sandbox
             self.dataRoot = dataRoot
@@ -78,6 +84,7 @@ public actor Launcher {
             self.logger = logger
             self.adoptsOrphans = adoptsOrphans
             self.maxMappedBytesPerService = maxMappedBytesPerService
+            self.maxIncomingRequestsPerService = maxIncomingRequestsPerService
         }
 
         /// `$XDG_DATA_HOME/remoteview/services`, or `~/.local/share/remoteview/services` (the
@@ -329,6 +336,7 @@ public actor Launcher {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
                                                         resources: resources, maxMappedBytes: configuration.maxMappedBytesPerService,
+                                                        maxIncomingRequests: configuration.maxIncomingRequestsPerService,
                                                         logger: configuration.logger)
         } catch {
             // A missing executable or sandbox can never work.

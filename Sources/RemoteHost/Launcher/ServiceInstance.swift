@@ -20,7 +20,10 @@ final class ServiceInstance: LaunchedProcess {
     let group: ControlGroup?
     /// What its surfaces (all its views) have mapped in the host, against the launcher's
     /// ``Launcher/Configuration/maxMappedBytesPerService``.
-    let mappings: MappingBudget
+    let mappings: SharedBudget
+    /// The requests it has outstanding with the host across all its connections, against the
+    /// launcher's ``Launcher/Configuration/maxIncomingRequestsPerService``.
+    let incomingRequests: SharedBudget
     private let logger: Logger
     private let hostIdentifier: String
     /// How long each step of stopping waits.
@@ -46,9 +49,10 @@ final class ServiceInstance: LaunchedProcess {
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
                  captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
-                 group: ControlGroup?, maxMappedBytes: Int) {
+                 group: ControlGroup?, maxMappedBytes: Int, incomingRequests: SharedBudget) {
         self.spawnArguments = spawnArguments
-        self.mappings = MappingBudget(limit: maxMappedBytes)
+        self.incomingRequests = incomingRequests
+        self.mappings = SharedBudget(limit: maxMappedBytes)
         self.group = group
         self.stopGrace = stopGrace
         self.manifest = manifest
@@ -65,14 +69,18 @@ final class ServiceInstance: LaunchedProcess {
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
-                       stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, logger: Logger) async throws(RemoteError) -> ServiceInstance {
+                       stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
+                       logger: Logger) async throws(RemoteError) -> ServiceInstance {
         let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, resources: resources, logger: logger)
-        let control = Connection(transport: started.socket,
-                                 configuration: .init(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
-                                                      expectedPeerIdentifier: manifest.identifier))
+        let incomingRequests = SharedBudget(limit: maxIncomingRequests)
+        var configuration = Connection.Configuration(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
+                                                     expectedPeerIdentifier: manifest.identifier)
+        configuration.sharedIncomingRequests = incomingRequests
+        let control = Connection(transport: started.socket, configuration: configuration)
         return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
                                captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                               spawnArguments: started.spawnArguments, group: started.group, maxMappedBytes: maxMappedBytes)
+                               spawnArguments: started.spawnArguments, group: started.group, maxMappedBytes: maxMappedBytes,
+                               incomingRequests: incomingRequests)
     }
 
     /// A process started as the launcher starts one, before anything was said on its fd 3.
@@ -432,6 +440,7 @@ final class ServiceInstance: LaunchedProcess {
             attachment = Attachment(pair.second)
             var configuration = configuration
             configuration.expectedPeerIdentifier = manifest.identifier
+            configuration.sharedIncomingRequests = incomingRequests
             connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")

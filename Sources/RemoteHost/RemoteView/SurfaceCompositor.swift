@@ -53,20 +53,20 @@ package final class SurfaceCompositor: Sendable {
 
     private let state = Mutex(State())
     /// What every surface of the same service process maps together, when it is counted.
-    private let budget: MappingBudget?
+    private let budget: SharedBudget?
     /// Whether a commit must be of a size the host gave (``sizeGiven(_:)``).
     private let checksSize: Bool
 
     /// A compositor whose buffers count against `budget` (the service process's, shared by all
     /// its surfaces), if given; with `checksSize`, a committed buffer must have a size the host
     /// gave with ``sizeGiven(_:)``.
-    package init(budget: MappingBudget? = nil, checksSize: Bool = false) {
+    package init(budget: SharedBudget? = nil, checksSize: Bool = false) {
         self.budget = budget
         self.checksSize = checksSize
     }
 
     /// A compositor for a new process of the same view: no buffers, the image kept until it draws.
-    package init(keeping image: CompositedImage, budget: MappingBudget? = nil, checksSize: Bool = false) {
+    package init(keeping image: CompositedImage, budget: SharedBudget? = nil, checksSize: Bool = false) {
         self.budget = budget
         self.checksSize = checksSize
         state.withLock { $0.image = image }
@@ -256,38 +256,5 @@ package final class SurfaceCompositor: Sendable {
 
     private func violation(_ reason: String) -> RemoteError {
         RemoteError(.protocolViolation, reason)
-    }
-}
-
-/// The bytes all surfaces of one service process have mapped in the host, against a limit
-/// (``Launcher/Configuration/maxMappedBytesPerService``): each surface's own bound
-/// (``SurfaceCompositor/maxMappedBytes``) times the views the host opened could be far more.
-package final class MappingBudget: Sendable {
-    /// The most bytes the surfaces may map together.
-    package let limit: Int
-    private let mapped = Atomic<Int>(0)
-
-    package init(limit: Int) {
-        self.limit = limit
-    }
-
-    /// Bytes mapped now.
-    package var used: Int { mapped.load(ordering: .relaxed) }
-
-    /// Counts `bytes` more, unless that would pass the limit; returns whether it did (nothing is
-    /// counted when it did not).
-    package func reserve(_ bytes: Int) -> Bool {
-        var current = mapped.load(ordering: .relaxed)
-        while current + bytes <= limit {
-            let (exchanged, original) = mapped.compareExchange(expected: current, desired: current + bytes, ordering: .relaxed)
-            if exchanged { return true }
-            current = original
-        }
-        return false
-    }
-
-    /// Counts `bytes` fewer (unmapped).
-    package func release(_ bytes: Int) {
-        if bytes != 0 { mapped.subtract(bytes, ordering: .relaxed) }
     }
 }
