@@ -189,7 +189,11 @@ extension Syscall {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            // The name is read through a pointer, up to its terminating NUL: a record is only as
+            // long as its name (d_reclen), so copying d_name's whole 256-byte array can read past
+            // the end of readdir's buffer (AddressSanitizer caught that on the last entry).
+            let name = String(cString: UnsafeRawPointer(entry).advanced(by: MemoryLayout<dirent>.offset(of: \dirent.d_name)!)
+                .assumingMemoryBound(to: CChar.self))
             if name != "." && name != ".." { names.append(name) }
         }
         return names
