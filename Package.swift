@@ -37,7 +37,9 @@ let package = Package(
         // called only from RemoteCore/System.
         .target(
             name: "CRemoteViewLinux",
-            cSettings: [.define("_GNU_SOURCE", to: "1")]
+            cSettings: [.define("_GNU_SOURCE", to: "1")],
+            // The main queue's run-loop interface (a service's loop on its main thread).
+            linkerSettings: [.linkedLibrary("dispatch")]
         ),
         // Cairo, through a module map (Debian: libcairo2-dev).
         .systemLibrary(

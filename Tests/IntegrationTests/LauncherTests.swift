@@ -34,6 +34,15 @@ struct LauncherTests {
         }
     }
 
+    @Test("a launched service's main actor runs on its main thread, and its event loop on the same thread: the main thread is not parked in dispatch_main()")
+    func mainThreadRunsTheLoop() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let reply = try await connection.request(ServiceMessage(type: "threads")).text
+            #expect(reply == "main actor on the main thread: true; event loop there: true")
+        }
+    }
+
     @Test("the low-latency path: a caller preferring ServiceConnection.readerExecutor launches the service, gets its replies (8 at once too) and each resumes it on the loop thread that read it; a remote error still throws")
     func readerExecutorPreference() async throws {
         try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in

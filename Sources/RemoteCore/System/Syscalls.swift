@@ -366,6 +366,9 @@ extension Syscall {
     /// `getpid()`.
     package static var processID: Int32 { getpid() }
 
+    /// Whether the caller runs on the process's main thread.
+    package static var isMainThread: Bool { rv_is_main_thread() != 0 }
+
     /// The home folder the user database gives this process's user (`getpwuid_r(getuid())`),
     /// for when `$HOME` is not set; `nil` when it has no entry.
     package static func userHomeDirectory() -> String? {

@@ -80,6 +80,10 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
+    case "threads":
+        // Where the main actor runs, and whether the event loop runs there too.
+        let (main, loop) = await MainActor.run { (Syscall.isMainThread, EventLoop.shared.isLoopThread) }
+        return ServiceMessage(type: "threads", text: "main actor on the main thread: \(main); event loop there: \(loop)")
     case "memfd.read":
         guard request.attachments.count == 1, let fd = request.attachments[0].take() else {
             throw ServiceFailure(domain: "test", code: 1, message: "memfd.read needs exactly one fd")
