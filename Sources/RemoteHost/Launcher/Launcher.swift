@@ -59,7 +59,7 @@ public actor Launcher {
         public var maxMappedBytesPerService: Int
         /// The most requests one service process may have outstanding with the host at once,
         /// across all its connections (each connection allows
-        /// ``Connection/Configuration/maxIncomingRequests``, 256, on its own); one more is a
+        /// `Connection.Configuration.maxIncomingRequests`, 256, on its own); one more is a
         /// protocol violation that ends the process. Default 1024.
         public var maxIncomingRequestsPerService: Int
 
