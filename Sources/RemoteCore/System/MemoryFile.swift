@@ -103,9 +103,12 @@ public struct MemoryFile: ~Copyable, Sendable {
 
 extension MemoryFile {
     /// Maps the first `length` bytes shared (`mmap(MAP_SHARED)`), readable and, when
-    /// `writable`, writable; the mapping lasts as long as the returned object.
-    package func map(length: Int, writable: Bool) throws(SystemCallError) -> MemoryMapping {
-        MemoryMapping(base: try Syscall.mapShared(fd.rawValue, length: length, writable: writable), length: length)
+    /// `writable`, writable; the mapping lasts as long as the returned object. With `populate`
+    /// (`MAP_POPULATE`), every page is allocated and mapped at once, in one call, instead of by
+    /// a page fault at its first touch: for a file of this process's that it will fill
+    /// anyway (a surface buffer; never a peer's file, whose size the peer chose).
+    package func map(length: Int, writable: Bool, populate: Bool = false) throws(SystemCallError) -> MemoryMapping {
+        MemoryMapping(base: try Syscall.mapShared(fd.rawValue, length: length, writable: writable, populate: populate), length: length)
     }
 }
 

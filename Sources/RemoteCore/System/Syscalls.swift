@@ -574,10 +574,10 @@ extension Syscall {
         return Array(bytes.prefix(done))
     }
 
-    /// `mmap(NULL, length, PROT_READ[|PROT_WRITE], MAP_SHARED, fd, 0)`.
-    static func mapShared(_ fd: Int32, length: Int, writable: Bool) throws(SystemCallError) -> UnsafeMutableRawPointer {
+    /// `mmap(NULL, length, PROT_READ[|PROT_WRITE], MAP_SHARED[|MAP_POPULATE], fd, 0)`.
+    static func mapShared(_ fd: Int32, length: Int, writable: Bool, populate: Bool = false) throws(SystemCallError) -> UnsafeMutableRawPointer {
         let protection = writable ? PROT_READ | PROT_WRITE : PROT_READ
-        guard let address = mmap(nil, length, protection, MAP_SHARED, fd, 0), address != MAP_FAILED else {
+        guard let address = mmap(nil, length, protection, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0), address != MAP_FAILED else {
             try fail("mmap", Glibc.errno)
         }
         return address

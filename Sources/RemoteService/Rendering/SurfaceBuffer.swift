@@ -22,7 +22,8 @@ package final class SurfaceBuffer {
             let file = try MemoryFile(name: "remoteview-surface-\(id)")
             try file.resize(to: layout.byteCount)
             try file.addSeals([.shrink, .grow])
-            mapping = try file.map(length: layout.byteCount, writable: true)
+            // Drawn in whole before it is first shown: one populating map, not a fault a page.
+            mapping = try file.map(length: layout.byteCount, writable: true, populate: true)
             self.file = file
         } catch {
             throw RemoteError(.invalidArgument, "cannot make buffer \(id) (\(width)×\(height)): \(error)")
