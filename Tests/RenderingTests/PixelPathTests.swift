@@ -29,6 +29,35 @@ struct PixelPathTests {
         }
     }
 
+    @Test("a buffer pool: a gone buffer's memory makes the next buffer of its size (the same memfd, zeroed), not one of another size; at most maxBuffers and maxBytes are kept, the oldest let go (its memfd closed)")
+    func bufferPool() async throws {
+        try await withoutLeaks {
+            func inode(_ buffer: SurfaceBuffer) throws -> UInt {
+                guard let fd = try buffer.attachment().take() else { return 0 }
+                return UInt(try Syscall.status(ofPath: "/proc/self/fd/\(fd.rawValue)").st_ino)
+            }
+            // 16 × 16 × 4 = 1 KiB a buffer.
+            let pool = SurfaceBufferPool(maxBuffers: 2, maxBytes: 3 << 10)
+            var first: SurfaceBuffer? = try SurfaceBuffer(id: 1, width: 16, height: 16, pool: pool)
+            first?.draw { $0.fill(PixelRect(x: 0, y: 0, width: 16, height: 16), with: Self.red) }
+            let firstInode = try inode(try #require(first))
+            first = nil
+            #expect(pool.contents == (1, 1 << 10))
+            let other = try SurfaceBuffer(id: 2, width: 8, height: 8, pool: pool)
+            #expect(try inode(other) != firstInode && pool.contents.buffers == 1, "another size makes new memory")
+            let second = try SurfaceBuffer(id: 3, width: 16, height: 16, pool: pool)
+            #expect(try inode(second) == firstInode && pool.contents == (0, 0), "the kept memory is used again")
+            #expect(second.pixel(x: 3, y: 3) == 0, "and zeroed: nothing of the last view shows")
+            // Three 1 KiB buffers and one of 256 bytes go back: two are kept, the newest.
+            var many: [SurfaceBuffer] = try (4...6).map { try SurfaceBuffer(id: UInt32($0), width: 16, height: 16, pool: pool) }
+            many.removeAll()
+            #expect(pool.contents == (2, 2 << 10))
+            _ = consume other
+            #expect(pool.contents == (2, (1 << 10) + 256), "the oldest was let go")
+            _ = consume second
+        }
+    }
+
     @Test("a half-transparent colour is stored premultiplied")
     func premultiplied() async throws {
         try await withoutLeaks {

@@ -53,7 +53,7 @@ struct PresenterTests {
                 for reply in compositor.present() { try? await context.connection.send(reply) }
             })
             let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
-            let presenter = SurfacePresenter(width: width, height: height) { [weak service] message, attachments throws(RemoteError) in
+            let presenter = SurfacePresenter(width: width, height: height, pool: nil) { [weak service] message, attachments throws(RemoteError) in
                 guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)
             }
@@ -138,7 +138,7 @@ struct PresenterTests {
                 }
             })
             let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
-            let presenter = SurfacePresenter(width: 32, height: 32) { [weak service] message, attachments throws(RemoteError) in
+            let presenter = SurfacePresenter(width: 32, height: 32, pool: nil) { [weak service] message, attachments throws(RemoteError) in
                 guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)
             }
@@ -170,7 +170,7 @@ struct PresenterTests {
     func cancelled() async throws {
         try await withoutLeaks {
             // A host that answers nothing unless the test says so.
-            let presenter = SurfacePresenter(width: 8, height: 8) { _, _ throws(RemoteError) in }
+            let presenter = SurfacePresenter(width: 8, height: 8, pool: nil) { _, _ throws(RemoteError) in }
             try await presenter.present(damage: nil) { _ in }
             let waitingForFrameDone = Task.immediate { try await presenter.present(damage: nil) { _ in } }
             waitingForFrameDone.cancel()
@@ -217,7 +217,7 @@ struct PresenterBufferCapTests {
     @Test("a host that says frame_done but never releases: at most three buffers, then the next frame waits for a release")
     func capped() async throws {
         let sent = Mutex<[String]>([])
-        let presenter = SurfacePresenter(width: 4, height: 4) { message, _ in
+        let presenter = SurfacePresenter(width: 4, height: 4, pool: nil) { message, _ in
             sent.withLock { $0.append(message.name) }
         }
         for frame in 1...3 {

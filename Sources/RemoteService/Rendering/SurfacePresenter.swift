@@ -72,10 +72,15 @@ package final class SurfacePresenter: Sendable {
         }
     }
 
-    package init(width: Int, height: Int, send: @escaping Send) {
+    /// - Parameter pool: Where its buffers' memory comes from and goes back to
+    ///   (``SurfaceBufferPool/shared``: every surface of the process; `nil`: none).
+    package init(width: Int, height: Int, pool: SurfaceBufferPool? = .shared, send: @escaping Send) {
         self.send = send
+        self.pool = pool
         state = Mutex(State(width: width, height: height))
     }
+
+    private let pool: SurfaceBufferPool?
 
     /// Draws a frame whose changed region is `damage` (`nil`: everything) and commits it.
     ///
@@ -93,7 +98,7 @@ package final class SurfacePresenter: Sendable {
         try await waitForFrameDone()
         while true {
             let frame = try state.withLock { (state) throws(RemoteError) -> Frame? in
-                try Self.hasBuffer(state) ? Self.plan(&state, damage: damage) : nil
+                try Self.hasBuffer(state) ? Self.plan(&state, damage: damage, pool: pool) : nil
             }
             if let frame { return frame }
             // A host that says frame_done but keeps the buffers: wait for one to come back
@@ -136,7 +141,7 @@ package final class SurfacePresenter: Sendable {
     /// The size frames are made at now, in pixels.
     package var size: (width: Int, height: Int) { state.withLock { ($0.width, $0.height) } }
 
-    private static func plan(_ state: inout State, damage: [PixelRect]?) throws(RemoteError) -> Frame {
+    private static func plan(_ state: inout State, damage: [PixelRect]?, pool: SurfaceBufferPool?) throws(RemoteError) -> Frame {
         if state.closed { throw RemoteError(.invalidated, "the surface is gone") }
         let whole = PixelRect(x: 0, y: 0, width: state.width, height: state.height)
         // Damage is clipped to the surface (the host refuses rects outside the buffer).
@@ -156,7 +161,7 @@ package final class SurfacePresenter: Sendable {
         } else {
             let id = state.nextID
             state.nextID &+= 1
-            slot = Slot(buffer: try SurfaceBuffer(id: id, width: width, height: height))
+            slot = Slot(buffer: try SurfaceBuffer(id: id, width: width, height: height, pool: pool))
         }
         state.frame += 1
         var redraw = frameDamage
