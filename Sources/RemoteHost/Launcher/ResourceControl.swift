@@ -69,15 +69,10 @@ final class ResourceControl: Sendable {
     let explanation: String
     /// The launcher's own folders, when enforced: one per v1 hierarchy (`memory`, `pids`), or
     /// the one v2 folder.
-    private let layout: Layout?
+    private let layout: ControlGroup.Version?
     private let serial = Atomic<Int>(0)
 
-    private enum Layout {
-        case v1(memory: String, pids: String)
-        case v2(folder: String, root: String)
-    }
-
-    private init(enforcement: LimitEnforcement, explanation: String, layout: Layout?) {
+    private init(enforcement: LimitEnforcement, explanation: String, layout: ControlGroup.Version?) {
         self.enforcement = enforcement
         self.explanation = explanation
         self.layout = layout
@@ -162,13 +157,8 @@ final class ResourceControl: Sendable {
             return .failure(Refusal(text: "/proc/self/cgroup names no control group v2 for this process"))
         }
         let folder = BubblewrapCommand.normalised(root + "/" + own)
-        let offered = String(decoding: Syscall.readSmallFile(folder + "/cgroup.controllers") ?? [], as: UTF8.self)
-            .split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
+        let offered = words(in: folder + "/cgroup.controllers")
         let wanted = ["memory", "pids"].filter(offered.contains)
-        let enabled = { () -> Set<String> in
-            Set(String(decoding: Syscall.readSmallFile(folder + "/cgroup.subtree_control") ?? [], as: UTF8.self)
-                .split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init))
-        }
         guard (try? Syscall.checkAccess(folder, W_OK)) != nil else {
             return .failure(Refusal(text: "the host's control group \(folder) (v2) is not writable by this process: run the host in a delegated group (systemd-run --user --scope -p Delegate=yes)"))
         }
@@ -193,7 +183,8 @@ final class ResourceControl: Sendable {
                 return .failure(Refusal(text: "the host's control group \(folder) (v2) holds other processes too (\(others.prefix(8).map(String.init).joined(separator: ", "))), so it cannot give controllers to groups below it: run the host in a group of its own (systemd-run --user --scope -p Delegate=yes)"))
             }
         }
-        let enable = wanted.filter { !enabled().contains($0) }.map { "+" + $0 }.joined(separator: " ")
+        let enabled = words(in: folder + "/cgroup.subtree_control")
+        let enable = wanted.filter { !enabled.contains($0) }.map { "+" + $0 }.joined(separator: " ")
         if !enable.isEmpty {
             do {
                 try Syscall.writeFile(folder + "/cgroup.subtree_control", enable)
@@ -201,7 +192,13 @@ final class ResourceControl: Sendable {
                 return .failure(Refusal(text: "cannot enable \(enable) in \(folder)/cgroup.subtree_control (\(error))"))
             }
         }
-        return .success(UnifiedParent(root: root, folder: folder, controllers: wanted.filter(enabled().contains), offered: offered))
+        return .success(UnifiedParent(root: root, folder: folder, controllers: wanted.filter(words(in: folder + "/cgroup.subtree_control").contains),
+                                      offered: offered))
+    }
+
+    /// The space-separated words of a control file (`cgroup.controllers`, `cgroup.subtree_control`).
+    private static func words(in file: String) -> [String] {
+        String(decoding: Syscall.readSmallFile(file) ?? [], as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
     }
 
     /// The mount point of control groups v2 (`cgroup2` in `/proc/self/mountinfo`): at
@@ -245,13 +242,7 @@ final class ResourceControl: Sendable {
         let name = "\(identifier).\(serial.wrappingAdd(1, ordering: .relaxed).oldValue)"
         let bytes = String(UInt64(limits.memoryMiB) << 20)
         let processes = String(limits.processes + extraProcesses)
-        let group: ControlGroup
-        switch layout {
-        case .v1(let memory, let pids):
-            group = ControlGroup(version: .v1(memory: memory + "/" + name, pids: pids + "/" + name), limits: limits)
-        case .v2(let folder, let root):
-            group = ControlGroup(version: .v2(folder: folder + "/" + name, root: root), limits: limits)
-        }
+        let group = ControlGroup(version: layout.appending(name), limits: limits)
         do {
             for folder in group.folders { try Syscall.makeDirectory(folder) }
             switch group.version {
@@ -281,15 +272,7 @@ final class ResourceControl: Sendable {
 
     /// Removes the launcher's folders (once every group in them is gone).
     func remove() {
-        switch layout {
-        case .v1(let memory, let pids):
-            try? Syscall.removeDirectory(memory)
-            try? Syscall.removeDirectory(pids)
-        case .v2(let folder, _):
-            try? Syscall.removeDirectory(folder)
-        case nil:
-            break
-        }
+        for folder in layout?.folders ?? [] { try? Syscall.removeDirectory(folder) }
     }
 
     /// Removes the `remoteview-PID-N` folders in `parent` of hosts that no longer run (a host
@@ -321,12 +304,28 @@ final class ControlGroup: Sendable {
     /// Which hierarchy a group lives in.
     enum Kind: Sendable { case v1, v2 }
 
-    /// Where its folders are.
+    /// Where its folders are (or a launcher's, which hold its groups).
     enum Version: Sendable {
         /// Its folders in the v1 `memory` and `pids` hierarchies.
         case v1(memory: String, pids: String)
         /// Its one folder in the unified hierarchy, mounted at `root`.
         case v2(folder: String, root: String)
+
+        /// The folders: the ones a process joins (writes its pid to `cgroup.procs` of).
+        var folders: [String] {
+            switch self {
+            case .v1(let memory, let pids): [memory, pids]
+            case .v2(let folder, _): [folder]
+            }
+        }
+
+        /// The same place one folder `name` further down.
+        func appending(_ name: String) -> Version {
+            switch self {
+            case .v1(let memory, let pids): .v1(memory: memory + "/" + name, pids: pids + "/" + name)
+            case .v2(let folder, let root): .v2(folder: folder + "/" + name, root: root)
+            }
+        }
     }
 
     let version: Version
@@ -339,12 +338,7 @@ final class ControlGroup: Sendable {
     }
 
     /// Its folders: the ones a process joins (writes its pid to `cgroup.procs` of).
-    var folders: [String] {
-        switch version {
-        case .v1(let memory, let pids): [memory, pids]
-        case .v2(let folder, _): [folder]
-        }
-    }
+    var folders: [String] { version.folders }
 
     /// The folder that holds its processes (v1: the `pids` one; both hold the same).
     private var processFolder: String {
@@ -352,10 +346,6 @@ final class ControlGroup: Sendable {
         case .v1(_, let pids): pids
         case .v2(let folder, _): folder
         }
-    }
-
-    private var kind: Kind {
-        if case .v1 = version { .v1 } else { .v2 }
     }
 
     /// Memory in use by its processes, bytes (`memory.usage_in_bytes`, v2 `memory.current`);
