@@ -222,16 +222,22 @@ struct HostileLauncherTests {
         }
     }
 
+    /// A host request handler that holds each request until it is cancelled (the 60 s stand
+    /// for "never": the test ends the service long before), counting both in `counts`.
+    static func holding(_ counts: HandlerCounts) -> Connection.RequestHandler {
+        { _, _ in
+            counts.started()
+            do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
+            return ServiceMessage(type: "late")
+        }
+    }
+
     @Test("a service that sends more concurrent requests than the host allows is ended as a protocol violation; the host's handlers are cancelled")
     func requestFlood() async throws {
         try await withServices(Self.manifests("talk-back")) { launcher, _ in
             let counts = HandlerCounts()
             let events = launcher.events()
-            let talker = launcher.connection(to: Self.hostile, onRequest: { _, _ in
-                counts.started()
-                do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
-                return ServiceMessage(type: "late")
-            })
+            let talker = launcher.connection(to: Self.hostile, onRequest: Self.holding(counts))
             let good = launcher.connection(to: Self.good)
             _ = try await talker.request(ServiceMessage(type: "echo"))
             let pid = try #require(talker.processIdentifier)
@@ -258,13 +264,8 @@ struct HostileLauncherTests {
         try await withServices(Self.manifests("talk-back"), configuration: configuration) { launcher, _ in
             let counts = HandlerCounts()
             let events = launcher.events()
-            let hold: Connection.RequestHandler = { _, _ in
-                counts.started()
-                do { try await Task.sleep(for: .seconds(60)) } catch { counts.cancelled() }
-                return ServiceMessage(type: "late")
-            }
-            let first = launcher.connection(to: Self.hostile, onRequest: hold)
-            let second = launcher.connection(to: Self.hostile, onRequest: hold)
+            let first = launcher.connection(to: Self.hostile, onRequest: Self.holding(counts))
+            let second = launcher.connection(to: Self.hostile, onRequest: Self.holding(counts))
             _ = try await first.request(ServiceMessage(type: "echo"))
             _ = try await second.request(ServiceMessage(type: "echo"))
             let pid = try #require(first.processIdentifier)

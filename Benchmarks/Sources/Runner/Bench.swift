@@ -203,7 +203,12 @@ struct Bench: Sendable {
     /// What the host and `service` (bench-service, its "usage" request) have cost so far.
     func cost(of service: ServiceConnection) async throws -> Cost {
         let own = Cost.ownProcess()
-        return own + (try Cost(usageReply: try await service.request(ServiceMessage(type: "usage")).text))
+        return own + (try await usage(of: service))
+    }
+
+    /// What `service` (bench-service) has cost so far, by its own account (its "usage" request).
+    func usage(of service: ServiceConnection) async throws -> Cost {
+        try Cost(usageReply: try await service.request(ServiceMessage(type: "usage")).text)
     }
 
     /// `count` timed runs of `body` after `warmUp` untimed ones, and what the host and the
@@ -401,9 +406,9 @@ struct Bench: Sendable {
                 _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
                 let presents = max(coldStarts * 3, 30)
                 _ = try await startTimes(5, warmUp: 0, of: "com.example.bench", on: launcher, until: presentedFirstFrame)
-                let host = Cost.ownProcess(), service = try Cost(usageReply: try await warm.request(ServiceMessage(type: "usage")).text)
+                let host = Cost.ownProcess(), service = try await usage(of: warm)
                 var present = try await startSamples(presents, warmUp: 0, of: "com.example.bench", on: launcher, until: presentedFirstFrame)
-                let serviceSpent = try Cost(usageReply: try await warm.request(ServiceMessage(type: "usage")).text) - service
+                let serviceSpent = try await usage(of: warm) - service
                 present = present.with(Cost.ownProcess() - host + serviceSpent, over: presents)
                 rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
                                 baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,

@@ -49,10 +49,10 @@ final class ServiceInstance: LaunchedProcess {
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
                  captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
-                 group: ControlGroup?, maxMappedBytes: Int, incomingRequests: SharedBudget) {
+                 group: ControlGroup?, mappings: SharedBudget, incomingRequests: SharedBudget) {
         self.spawnArguments = spawnArguments
         self.incomingRequests = incomingRequests
-        self.mappings = SharedBudget(limit: maxMappedBytes)
+        self.mappings = mappings
         self.group = group
         self.stopGrace = stopGrace
         self.manifest = manifest
@@ -79,8 +79,8 @@ final class ServiceInstance: LaunchedProcess {
         let control = Connection(transport: started.socket, configuration: configuration)
         return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
                                captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                               spawnArguments: started.spawnArguments, group: started.group, maxMappedBytes: maxMappedBytes,
-                               incomingRequests: incomingRequests)
+                               spawnArguments: started.spawnArguments, group: started.group,
+                               mappings: SharedBudget(limit: maxMappedBytes), incomingRequests: incomingRequests)
     }
 
     /// A process started as the launcher starts one, before anything was said on its fd 3.

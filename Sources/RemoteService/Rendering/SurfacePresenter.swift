@@ -19,6 +19,8 @@ package final class SurfacePresenter: Sendable {
     package typealias Send = nonisolated(nonsending) @Sendable (SurfaceMessage, [Attachment]) async throws(RemoteError) -> Void
 
     private let send: Send
+    /// Where its buffers' memory comes from and goes back to, if anywhere.
+    private let pool: SurfaceBufferPool?
     private let state: Mutex<State>
 
     private struct Slot {
@@ -79,8 +81,6 @@ package final class SurfacePresenter: Sendable {
         self.pool = pool
         state = Mutex(State(width: width, height: height))
     }
-
-    private let pool: SurfaceBufferPool?
 
     /// Draws a frame whose changed region is `damage` (`nil`: everything) and commits it.
     ///
