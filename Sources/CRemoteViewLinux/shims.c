@@ -27,6 +27,12 @@ struct cmsghdr *rv_cmsg_nxthdr(const struct msghdr *message, const struct cmsghd
 unsigned char *rv_cmsg_data(const struct cmsghdr *header) { return CMSG_DATA((struct cmsghdr *)header); }
 const int rv_msg_cmsg_cloexec = MSG_CMSG_CLOEXEC;
 
+_Static_assert(sizeof(struct rv_mmsghdr) == sizeof(struct mmsghdr), "rv_mmsghdr mirrors mmsghdr");
+_Static_assert(offsetof(struct rv_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "rv_mmsghdr mirrors mmsghdr");
+int rv_recvmmsg(int fd, struct rv_mmsghdr *messages, unsigned int count, int flags) {
+    return recvmmsg(fd, (struct mmsghdr *)messages, count, flags, NULL);
+}
+
 int rv_accept_cloexec_nonblock(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
 int rv_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 int rv_memfd_create(const char *name, unsigned int flags) { return memfd_create(name, flags); }

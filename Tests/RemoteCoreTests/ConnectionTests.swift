@@ -509,6 +509,61 @@ struct SeqpacketTransportTests {
         }
     }
 
+    @Test("batched reads: packets queued together arrive in order, each with its own fds; a violation closes the fds of the packets read with it but not yet handed out")
+    func batchedReadsKeepEachPacketsFDs() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let writer = pair.second.rawValue
+            let socket = try SeqpacketSocket(pair.first)
+            func inode(_ fd: Int32) -> UInt64 {
+                var info = stat()
+                return fstat(fd, &info) == 0 ? UInt64(info.st_ino) : 0
+            }
+            // Pipes, whose inodes tell them apart: one = 0, two = 1, three = 2, the late ones 3...5.
+            var pipes: [Int32] = []
+            for _ in 0..<6 {
+                var ends: [Int32] = [0, 0]
+                #expect(pipe(&ends) == 0)
+                close(ends[1])
+                pipes.append(ends[0])
+            }
+            defer { pipes.forEach { close($0) } }
+            let (one, two, three) = (pipes[0], pipes[1], pipes[2])
+            // The envelope declares as many fds as the packet carries (copies, closed at once).
+            func send(_ id: UInt64, fds: [Int32] = []) throws {
+                let declared = fds.map { Attachment(OwnedFD(adopting: dup($0))) }
+                try rawSend(writer, EnvelopeCodec.encode(Envelope(id: id, body: .message(type: "m\(id)", payload: []), attachments: declared)), fds: fds)
+            }
+            try send(1, fds: [one])
+            try send(2)
+            try send(3, fds: [two, three])
+            // Packet 4 repeats id 3 (ids must increase), and carries an fd; 5 and 6 carry fds too.
+            try send(3, fds: [pipes[3]])
+            try send(5, fds: [pipes[4]])
+            try send(6, fds: [pipes[5]])
+            let before = openDescriptors()
+
+            let first = try #require(try await socket.receive())
+            #expect(first.id == 1 && first.attachments.map { inode($0.descriptor ?? -1) } == [inode(one)])
+            let second = try #require(try await socket.receive())
+            #expect(second.id == 2 && second.attachments.isEmpty)
+            let third = try #require(try await socket.receive())
+            #expect(third.id == 3 && third.attachments.map { inode($0.descriptor ?? -1) } == [inode(two), inode(three)])
+            let received = Set(([first, third]).flatMap { $0.attachments.compactMap(\.descriptor) })
+            do {
+                _ = try await socket.receive()
+                Issue.record("a repeated id was accepted")
+            } catch let error as RemoteError {
+                #expect(error.code == .protocolViolation && error.reason.contains("ids must increase"), "\(error)")
+            }
+            // Every fd the batch brought is closed but those of the envelopes handed out.
+            #expect(openDescriptors().subtracting(before) == received)
+            withExtendedLifetime((first, second, third)) {}
+            socket.close()
+            withExtendedLifetime(pair.second) {}
+        }
+    }
+
     @Test("a peer that closes with our data unread still delivers what it sent first (its goodbye), then end of file")
     func goodbyeSurvivesReset() async throws {
         try await withoutLeaks {

@@ -28,6 +28,15 @@ unsigned char *_Nonnull rv_cmsg_data(const struct cmsghdr *_Nonnull header);
 /// `MSG_CMSG_CLOEXEC` (Linux-only flag).
 extern const int rv_msg_cmsg_cloexec;
 
+/// `struct mmsghdr` (needs _GNU_SOURCE): one message of a `recvmmsg` batch, and its length.
+struct rv_mmsghdr {
+    struct msghdr msg_hdr;
+    unsigned int msg_len;
+};
+
+/// `recvmmsg(fd, messages, count, flags, NULL)` (needs _GNU_SOURCE).
+int rv_recvmmsg(int fd, struct rv_mmsghdr *_Nonnull messages, unsigned int count, int flags);
+
 /// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)` (accept4 needs _GNU_SOURCE).
 int rv_accept_cloexec_nonblock(int fd);
 

@@ -16,7 +16,8 @@ import Synchronization
 /// becomes readable the reader resumes on the loop thread itself, in the same wake-up, instead
 /// of being handed to a pool thread (a futex wake and a context switch per message, the cost
 /// that dominated a round trip). Jobs run after each round of descriptor events and timers,
-/// those queued meanwhile in the next round, so one busy reader cannot starve the others.
+/// with those they queue, up to 64 a round: the rest wait for the next, so one busy reader
+/// cannot starve the others.
 package final class EventLoop: TaskExecutor, Sendable {
     /// The process-wide loop, started on first use.
     package static let shared: EventLoop = {
@@ -307,15 +308,27 @@ package final class EventLoop: TaskExecutor, Sendable {
         }
     }
 
-    /// Runs the jobs queued so far; those they queue wait for the next round.
+    /// The most jobs one round runs before the loop looks at its descriptors and timers again.
+    private static let jobsPerRound = 64
+
+    /// Runs the jobs queued so far, then those they queued, until none is left or
+    /// ``jobsPerRound`` have run; the rest wait for the next round. A reply read here resumes its
+    /// caller (a task preferring the loop) in the same round, and the caller's next request is
+    /// sent in it too, with no `epoll_wait` in between; the bound keeps one busy conversation
+    /// from holding off the others' descriptors.
     private func runJobs() {
-        let jobs = state.withLock { state in
-            var taken: [UnownedJob] = []
-            swap(&taken, &state.jobs)
-            return taken
-        }
         let executor = asUnownedTaskExecutor()
-        for job in jobs { job.runSynchronously(on: executor) }
+        var ran = 0
+        while ran < Self.jobsPerRound {
+            let jobs = state.withLock { state in
+                var taken: [UnownedJob] = []
+                swap(&taken, &state.jobs)
+                return taken
+            }
+            if jobs.isEmpty { return }
+            for job in jobs { job.runSynchronously(on: executor) }
+            ran += jobs.count
+        }
     }
 
     private func fireDueTimers() {

@@ -10,7 +10,7 @@ import Synchronization
 /// At most ``maxWaitingSends`` sends wait at once: past that, a send fails at once, so a peer
 /// that stopped reading never makes this process hold an unbounded number of packets.
 package final class SeqpacketSocket: Transport, @unchecked Sendable {
-    // @unchecked: `fd`, `registration` and `timeout` are immutable; `buffers` (with the last id
+    // @unchecked: `fd`, `registration` and `timeout` are immutable; `batch` (with the last id
     // received) is only touched by the single receiver that `state.receiving` admits; the last
     // id sent is in `numbering`; everything else is in `state`.
 
@@ -27,7 +27,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     package static let defaultMaxWaitingSends = 1024
     private let loop: EventLoop
     private let registration: EventLoop.Registration
-    private let buffers: ReceiveBuffers
+    private let batch: ReceiveBatch
     private let waiters: Waiters
     /// The id of the last packet written; taken with each write (see ``send(_:written:)``).
     private let numbering = Mutex<UInt64>(0)
@@ -65,6 +65,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
                  loop: EventLoop = .shared) throws(SystemCallError) {
         let waiters = Waiters()
         try Syscall.setNonBlocking(socket.rawValue, true)
+        batch = try ReceiveBatch()
         // Runs on the loop thread, once per round in which the socket became ready again
         // (edge-triggered, armed for good: no epoll_ctl per wait). Readable or hung up: the
         // reader is woken, or the readiness is kept for its next wait. Writable: every waiting
@@ -91,7 +92,6 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
         waiters.state.withLock { [registration] in $0.registration = registration }
         self.waiters = waiters
-        self.buffers = ReceiveBuffers()
         self.fd = socket.release()
         self.sendTimeout = sendTimeout
         self.maxWaitingSends = maxWaitingSends
@@ -115,7 +115,6 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             return true
         }
         if release { releaseDescriptor() }
-        buffers.deallocate()
     }
 
     // MARK: descriptor lifetime
@@ -387,66 +386,56 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         }
     }
 
-    /// One `recvmsg`: an envelope, `nil` at end of file, or would-block.
+    /// The next envelope: from the batch the last `recvmmsg` read, or from a new batch; `nil` at
+    /// end of file, or would-block.
+    ///
+    /// One `recvmmsg` reads every packet queued, up to ``ReceiveBatch/capacity``. When it
+    /// returns fewer, the queue was empty as it returned, so once the batch is handed out this
+    /// reports would-block without another call: a packet that comes later is an edge the loop
+    /// reports (`readable`). A message therefore costs one system call, not the two (the packet,
+    /// then `EAGAIN`) that reading until would-block costs, and pipelined messages share one.
     ///
     /// A peer that closes with unread data in its own queue leaves `ECONNRESET` pending here,
     /// and Linux reports it *before* the packets still queued for us (its goodbye, say). The
     /// error is consumed by reporting it, so read on: what is queued comes next, then end of file.
-    private func receivePacket(afterReset: Bool = false) throws(RemoteError) -> IOResult<Envelope?> {
-        var iov = iovec(iov_base: buffers.packet, iov_len: WireLimits.maxPacketSize)
-        var message = msghdr()
-        let count: Int
-        do {
-            let result = try withUnsafeMutablePointer(to: &iov) { (iovPointer) throws(SystemCallError) -> IOResult<Int> in
-                message.msg_iov = iovPointer
-                message.msg_iovlen = 1
-                message.msg_control = buffers.control
-                message.msg_controllen = ReceiveBuffers.controlLength
-                return try Syscall.receiveMessage(fd, &message)
+    private func receivePacket() throws(RemoteError) -> IOResult<Envelope?> {
+        let batch = self.batch
+        if batch.next == batch.count {
+            if batch.drained {
+                batch.drained = false
+                return .wouldBlock
             }
-            switch result {
+            switch try readBatch() {
             case .wouldBlock: return .wouldBlock
-            case .done(let received): count = received
+            case .done(false): return .done(nil)  // end of file after a reset
+            case .done(true): break
             }
+        }
+        let index = batch.next
+        batch.next += 1
+        do {
+            return .done(try batch.envelope(at: index))
         } catch {
-            if error.errno == ECONNRESET { return afterReset ? .done(nil) : try receivePacket(afterReset: true) }
+            // Nothing after a violation is read: the fds of the rest of the batch are closed now.
+            batch.discardRest()
+            throw error
+        }
+    }
+
+    /// One `recvmmsg` into the batch; `false` at end of file after a reset.
+    private func readBatch(afterReset: Bool = false) throws(RemoteError) -> IOResult<Bool> {
+        let batch = self.batch
+        batch.prepare()
+        let result: IOResult<Int>
+        do {
+            result = try Syscall.receiveMessages(fd, batch.messages, count: ReceiveBatch.capacity)
+        } catch {
+            if error.errno == ECONNRESET { return afterReset ? .done(false) : try readBatch(afterReset: true) }
             throw RemoteError(.interrupted, "\(error)")
         }
-
-        // Own every fd that arrived before looking at anything else, so each error path closes them.
-        var attachments: [Attachment] = []
-        var header = message.msg_controllen > 0 ? rv_cmsg_firsthdr(&message) : nil
-        while let current = header {
-            if current.pointee.cmsg_level == SOL_SOCKET && current.pointee.cmsg_type == Int32(SCM_RIGHTS) {
-                let data = UnsafeRawPointer(rv_cmsg_data(current))
-                let fdCount = (Int(current.pointee.cmsg_len) - rv_cmsg_len(0)) / MemoryLayout<Int32>.size
-                for index in 0..<fdCount {
-                    let fd = data.loadUnaligned(fromByteOffset: index * MemoryLayout<Int32>.size, as: Int32.self)
-                    attachments.append(Attachment(OwnedFD(adopting: fd)))
-                }
-            }
-            header = rv_cmsg_nxthdr(&message, current)
-        }
-
-        if message.msg_flags & Int32(MSG_CTRUNC) != 0 {
-            throw RemoteError(.protocolViolation, "packet carried more than \(WireLimits.maxAttachments) fds (control data truncated)")
-        }
-        if message.msg_flags & Int32(MSG_TRUNC) != 0 {
-            throw RemoteError(.protocolViolation, "packet exceeds the \(WireLimits.maxPacketSize)-byte limit")
-        }
-        if count == 0 {
-            // End of file (a zero-length packet can never be a valid envelope either).
-            if !attachments.isEmpty {
-                throw RemoteError(.protocolViolation, "empty packet carrying \(attachments.count) fd(s)")
-            }
-            return .done(nil)
-        }
-        let envelope = try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: buffers.packet, count: count), attachments: attachments)
-        guard envelope.id > buffers.lastID.pointee else {
-            throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(buffers.lastID.pointee): ids must increase per direction")
-        }
-        buffers.lastID.pointee = envelope.id
-        return .done(envelope)
+        guard case .done(let count) = result else { return .wouldBlock }
+        batch.received(count)
+        return .done(true)
     }
 }
 
@@ -457,21 +446,115 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     package var second: OwnedFD
 }
 
-/// The receive side's packet and control buffers, allocated once per socket.
-private struct ReceiveBuffers: @unchecked Sendable {
+/// The receive side's batch: ``capacity`` packet and control buffers, made once per socket, the
+/// `recvmmsg` headers that point at them, and the packets of the last batch not yet handed out.
+/// Only the single receiver that `State.receiving` admits touches it.
+///
+/// The packet buffers (512 KiB) are one anonymous mapping of their own, not `malloc`'s: their
+/// pages exist only as far as packets have filled them (a connection of small messages uses a
+/// page or two per buffer), and they stay out of `malloc`'s arenas.
+private final class ReceiveBatch: @unchecked Sendable {
+    /// Packets read by one `recvmmsg` at most (the kernel queues 10 on a socket by default,
+    /// `net.unix.max_dgram_qlen`, before a sender waits).
+    static let capacity = 8
     static let controlLength = rv_cmsg_space(WireLimits.maxAttachments * MemoryLayout<Int32>.size)
-    let packet = UnsafeMutableRawPointer.allocate(byteCount: WireLimits.maxPacketSize, alignment: 16)
-    let control = UnsafeMutableRawPointer.allocate(byteCount: ReceiveBuffers.controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
-    /// The id of the last envelope received (0 before the first): the next must be above it.
-    let lastID: UnsafeMutablePointer<UInt64> = {
-        let pointer = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
-        pointer.initialize(to: 0)
-        return pointer
-    }()
+    static let packetsLength = capacity * WireLimits.maxPacketSize
 
-    func deallocate() {
-        packet.deallocate()
-        control.deallocate()
-        lastID.deallocate()
+    let packets: UnsafeMutableRawPointer
+    let controls = UnsafeMutableRawPointer.allocate(byteCount: capacity * controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+    let vectors = UnsafeMutablePointer<iovec>.allocate(capacity: capacity)
+    let messages = UnsafeMutablePointer<rv_mmsghdr>.allocate(capacity: capacity)
+    /// The fds each packet of the batch carried, owned (closed if never handed out).
+    var attachments: [[Attachment]] = Array(repeating: [], count: capacity)
+    /// How many packets the last `recvmmsg` read, and the next to hand out.
+    var count = 0
+    var next = 0
+    /// The last `recvmmsg` read fewer than ``capacity``: the queue was empty then.
+    var drained = false
+    /// The id of the last envelope received (0 before the first): the next must be above it.
+    var lastID: UInt64 = 0
+
+    init() throws(SystemCallError) {
+        packets = try Syscall.mapAnonymous(length: Self.packetsLength)
+        messages.initialize(repeating: rv_mmsghdr(), count: Self.capacity)
+        vectors.initialize(repeating: iovec(), count: Self.capacity)
+    }
+
+    deinit {
+        Syscall.unmap(packets, length: Self.packetsLength)
+        controls.deallocate()
+        vectors.deallocate()
+        messages.deallocate()
+    }
+
+    /// Points every header at its buffers again (`recvmmsg` changes the lengths and flags).
+    func prepare() {
+        for index in 0..<Self.capacity {
+            vectors[index] = iovec(iov_base: packets + index * WireLimits.maxPacketSize, iov_len: WireLimits.maxPacketSize)
+            messages[index] = rv_mmsghdr()
+            messages[index].msg_hdr.msg_iov = vectors + index
+            messages[index].msg_hdr.msg_iovlen = 1
+            messages[index].msg_hdr.msg_control = controls + index * Self.controlLength
+            messages[index].msg_hdr.msg_controllen = Self.controlLength
+        }
+    }
+
+    /// Records the `count` packets `recvmmsg` read, owning every fd they carried at once, so
+    /// each error path closes them.
+    func received(_ count: Int) {
+        self.count = count
+        next = 0
+        drained = count < Self.capacity
+        for index in 0..<count {
+            var found: [Attachment] = []
+            let message = (messages + index).pointer(to: \.msg_hdr)!
+            var header = message.pointee.msg_controllen > 0 ? rv_cmsg_firsthdr(message) : nil
+            while let current = header {
+                if current.pointee.cmsg_level == SOL_SOCKET && current.pointee.cmsg_type == Int32(SCM_RIGHTS) {
+                    let data = UnsafeRawPointer(rv_cmsg_data(current))
+                    let fdCount = (Int(current.pointee.cmsg_len) - rv_cmsg_len(0)) / MemoryLayout<Int32>.size
+                    for fdIndex in 0..<fdCount {
+                        let fd = data.loadUnaligned(fromByteOffset: fdIndex * MemoryLayout<Int32>.size, as: Int32.self)
+                        found.append(Attachment(OwnedFD(adopting: fd)))
+                    }
+                }
+                header = rv_cmsg_nxthdr(message, current)
+            }
+            attachments[index] = found
+        }
+    }
+
+    /// The envelope of packet `index`, or `nil` for end of file; its fds go with it.
+    func envelope(at index: Int) throws(RemoteError) -> Envelope? {
+        var found: [Attachment] = []
+        swap(&found, &attachments[index])
+        let flags = messages[index].msg_hdr.msg_flags
+        if flags & Int32(MSG_CTRUNC) != 0 {
+            throw RemoteError(.protocolViolation, "packet carried more than \(WireLimits.maxAttachments) fds (control data truncated)")
+        }
+        if flags & Int32(MSG_TRUNC) != 0 {
+            throw RemoteError(.protocolViolation, "packet exceeds the \(WireLimits.maxPacketSize)-byte limit")
+        }
+        let length = Int(messages[index].msg_len)
+        if length == 0 {
+            // End of file (a zero-length packet can never be a valid envelope either).
+            if !found.isEmpty {
+                throw RemoteError(.protocolViolation, "empty packet carrying \(found.count) fd(s)")
+            }
+            return nil
+        }
+        let envelope = try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: packets + index * WireLimits.maxPacketSize, count: length),
+                                                attachments: found)
+        guard envelope.id > lastID else {
+            throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(lastID): ids must increase per direction")
+        }
+        lastID = envelope.id
+        return envelope
+    }
+
+    /// Closes the fds of the packets not handed out yet, and forgets them.
+    func discardRest() {
+        for index in next..<count { attachments[index] = [] }
+        next = count
     }
 }

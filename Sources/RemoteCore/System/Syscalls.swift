@@ -312,6 +312,13 @@ extension Syscall {
         try nonBlocking("recvmsg") { recvmsg(fd, message, Int32(MSG_DONTWAIT) | rv_msg_cmsg_cloexec) }
     }
 
+    /// `recvmmsg(fd, messages, count, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL)`: the packets queued
+    /// now, up to `count`, one per message; fewer than `count` means the queue was empty when
+    /// the call returned.
+    static func receiveMessages(_ fd: Int32, _ messages: UnsafeMutablePointer<rv_mmsghdr>, count: Int) throws(SystemCallError) -> IOResult<Int> {
+        try nonBlocking("recvmmsg") { Int(rv_recvmmsg(fd, messages, UInt32(count), Int32(MSG_DONTWAIT) | rv_msg_cmsg_cloexec)) }
+    }
+
     /// `shutdown(fd, SHUT_RDWR)`. `ENOTCONN` (peer already gone) is not an error here.
     static func shutdownBoth(_ fd: Int32) {
         if Glibc.shutdown(fd, Int32(SHUT_RDWR)) == -1 {
@@ -578,6 +585,16 @@ extension Syscall {
     static func mapShared(_ fd: Int32, length: Int, writable: Bool, populate: Bool = false) throws(SystemCallError) -> UnsafeMutableRawPointer {
         let protection = writable ? PROT_READ | PROT_WRITE : PROT_READ
         guard let address = mmap(nil, length, protection, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0), address != MAP_FAILED else {
+            try fail("mmap", Glibc.errno)
+        }
+        return address
+    }
+
+    /// `mmap(NULL, length, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE, -1, 0)`:
+    /// zeroed memory of the process's own whose pages exist only once touched.
+    static func mapAnonymous(length: Int) throws(SystemCallError) -> UnsafeMutableRawPointer {
+        guard let address = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
+              address != MAP_FAILED else {
             try fail("mmap", Glibc.errno)
         }
         return address
