@@ -116,7 +116,13 @@ int main(int argc, char **argv) {
         if (strcmp(mode, "oneway") == 0) {
             long received = 0;
             while ((n = recv(fds[1], buffer, sizeof buffer, 0)) > 0) {
-                if (buffer[0] == 'E') { send(fds[1], &received, sizeof received, 0); received = 0; continue; }
+                if (buffer[0] == 'E') {
+                    // The round's count, and what this process has cost so far.
+                    struct { long received; struct cost cost; } answer = {received, own_cost()};
+                    send(fds[1], &answer, sizeof answer, 0);
+                    received = 0;
+                    continue;
+                }
                 received++;
             }
         } else {
@@ -138,18 +144,26 @@ int main(int argc, char **argv) {
     double *samples = calloc((size_t)count, sizeof *samples);
     if (strcmp(mode, "oneway") == 0) {
         // Rounds of 1000 pipelined packets and an end marker; each round's time per message.
+        // Both processes' cost over the measured rounds (the receiver's comes with each count).
         int rounds = count / 1000 > 0 ? count / 1000 : 1;
-        long received;
+        struct { long received; struct cost cost; } answer;
+        struct cost own_before = {0, 0}, child_before = {0, 0};
         double total = 0;
         for (int round = -2; round < rounds; round++) {
+            if (round == 0) own_before = own_cost();
             double start = now_us();
             for (int i = 0; i < 1000; i++) { buffer[0] = 'M'; send(fds[0], buffer, 64, 0); }
             buffer[0] = 'E';
             send(fds[0], buffer, 64, 0);
-            recv(fds[0], &received, sizeof received, 0);
+            recv(fds[0], &answer, sizeof answer, 0);
             double elapsed = now_us() - start;
+            if (round == -1) child_before = answer.cost;
             if (round >= 0) { samples[round] = elapsed / 1000; total += elapsed; }
         }
+        struct cost own_after = own_cost();
+        double operations = (double)rounds * 1000;
+        cpu_us_per_op = (own_after.cpu_us - own_before.cpu_us + answer.cost.cpu_us - child_before.cpu_us) / operations;
+        switches_per_op = (own_after.switches - own_before.switches + answer.cost.switches - child_before.switches) / operations;
         close(fds[0]);
         waitpid(child, NULL, 0);
         report(samples, rounds, rounds * 1000 / (total / 1e6));

@@ -314,7 +314,9 @@ struct Bench: Sendable {
                 log("one-way …")
                 var oneWay: [Double] = []
                 var total = 0.0
+                var before = Cost()
                 for round in -2..<max(messages / 1000, 1) {
+                    if round == 0 { before = try await cost(of: service) }
                     let start = nowMicroseconds()
                     for _ in 0..<1000 { try await service.send(ServiceMessage(type: "m", payload: payload)) }
                     let counted = try await service.request(ServiceMessage(type: "count"))
@@ -325,11 +327,13 @@ struct Bench: Sendable {
                         total += elapsed
                     }
                 }
-                let oneWayStats = Stats(microseconds: oneWay, perSecond: Double(oneWay.count * 1000) / (total / 1e6))
+                let spent = try await cost(of: service) - before
+                let oneWayStats = Stats(microseconds: oneWay, perSecond: Double(oneWay.count * 1000) / (total / 1e6)).with(spent, over: oneWay.count * 1000)
                 let rawOneWay = try baseline("oneway", String(messages))
                 rows.append(Row(figure: "one-way messages, 64 B, pipelined", value: oneWayStats, baseline: "raw seqpacket, pipelined", baselineValue: rawOneWay,
-                                ratio: (oneWayStats.perSecond ?? 0) / (rawOneWay.perSecond ?? 1), ratioMeaning: "of raw msgs/s", target: "≥ 0.5×",
-                                met: (oneWayStats.perSecond ?? 0) >= 0.5 * (rawOneWay.perSecond ?? 0)))
+                                ratio: (oneWayStats.perSecond ?? 0) / (rawOneWay.perSecond ?? 1), ratioMeaning: "of raw msgs/s", target: "≥ 0.7×",
+                                met: (oneWayStats.perSecond ?? 0) >= 0.7 * (rawOneWay.perSecond ?? 0)))
+                rows.append(costRow(oneWayStats, rawOneWay))
             }
 
             if wants("fd") {

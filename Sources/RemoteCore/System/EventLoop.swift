@@ -56,6 +56,9 @@ package final class EventLoop: TaskExecutor, Sendable {
         var sleeping = false
         /// Jobs of tasks that prefer this loop as their executor, in order.
         var jobs: [UnownedJob] = []
+        /// The array the last round's jobs were in, emptied: the next round's queue, so queueing
+        /// a job does not allocate.
+        var spareJobs: [UnownedJob] = []
     }
 
     private let epoll: Int32
@@ -320,14 +323,18 @@ package final class EventLoop: TaskExecutor, Sendable {
         let executor = asUnownedTaskExecutor()
         var ran = 0
         while ran < Self.jobsPerRound {
-            let jobs = state.withLock { state in
-                var taken: [UnownedJob] = []
-                swap(&taken, &state.jobs)
+            var jobs = state.withLock { state in
+                if state.jobs.isEmpty { return [UnownedJob]() }
+                let taken = state.jobs
+                state.jobs = state.spareJobs
+                state.spareJobs = []
                 return taken
             }
             if jobs.isEmpty { return }
             for job in jobs { job.runSynchronously(on: executor) }
             ran += jobs.count
+            jobs.removeAll(keepingCapacity: true)
+            state.withLock { $0.spareJobs = jobs }
         }
     }
 
