@@ -65,7 +65,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
                  loop: EventLoop = .shared) throws(SystemCallError) {
         let waiters = Waiters()
         try Syscall.setNonBlocking(socket.rawValue, true)
-        batch = try ReceiveBatch()
+        batch = try ReceiveBatch.take()
         // Runs on the loop thread, once per round in which the socket became ready again
         // (edge-triggered, armed for good: no epoll_ctl per wait). Readable or hung up: the
         // reader is woken, or the readiness is kept for its next wait. Writable: every waiting
@@ -115,6 +115,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             return true
         }
         if release { releaseDescriptor() }
+        batch.giveBack()
     }
 
     // MARK: descriptor lifetime
@@ -452,8 +453,34 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 ///
 /// The packet buffers (512 KiB) are one anonymous mapping of their own, not `malloc`'s: their
 /// pages exist only as far as packets have filled them (a connection of small messages uses a
-/// page or two per buffer), and they stay out of `malloc`'s arenas.
+/// page or two per buffer), and they stay out of `malloc`'s arenas. A socket that goes gives its
+/// batch back for the next socket (``spares``, at most 8 kept), so a new connection maps nothing
+/// and faults in no page (with a batch of its own, each socket would map, fault in and unmap
+/// the pages it touched, and unmapping interrupts the process's other threads to flush their
+/// TLBs).
 private final class ReceiveBatch: @unchecked Sendable {
+    /// Batches of sockets that have gone, for the next ones.
+    private static let spares = Mutex<[ReceiveBatch]>([])
+    private static let maxSpares = 8
+
+    /// A spare batch, or a new one.
+    static func take() throws(SystemCallError) -> ReceiveBatch {
+        if let spare = spares.withLock({ $0.popLast() }) { return spare }
+        return try ReceiveBatch()
+    }
+
+    /// Gives the batch back for another socket, as new: nothing pending (fds closed), no id seen.
+    func giveBack() {
+        for index in 0..<Self.capacity where !attachments[index].isEmpty { attachments[index] = [] }
+        count = 0
+        next = 0
+        drained = false
+        lastID = 0
+        Self.spares.withLock { spares in
+            if spares.count < Self.maxSpares { spares.append(self) }
+        }
+    }
+
     /// Packets read by one `recvmmsg` at most (the kernel queues 10 on a socket by default,
     /// `net.unix.max_dgram_qlen`, before a sender waits).
     static let capacity = 8
