@@ -365,7 +365,7 @@ struct Bench: Sendable {
                     })
                 }
                 if let (ours, grpc) = compared {
-                    rows.append(versus("gRPC", "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)", ours: ours, theirs: grpc, target: 30))
+                    rows.append(versus("gRPC", "gRPC-Swift 2 unary over a Unix socket (NIO, HTTP/2)", ours: ours, theirs: grpc, target: 40))
                 }
             }
             if wants("dbus") {
@@ -380,7 +380,7 @@ struct Bench: Sendable {
                 let (ours, dbus) = try await interleaved(roundTrips, framework: echo, baseline: { count in
                     try Stats.samples(baselineJSON: bus.peer("call", String(count), "samples").trimmingCharacters(in: .whitespacesAndNewlines))
                 })
-                rows.append(versus("D-Bus", "D-Bus method call (private dbus-daemon, sd-bus, C)", ours: ours, theirs: dbus, target: 2.5))
+                rows.append(versus("D-Bus", "D-Bus method call (private dbus-daemon, sd-bus, C)", ours: ours, theirs: dbus, target: 3))
             }
 
             if wants("frames") {
@@ -392,8 +392,8 @@ struct Bench: Sendable {
                 let rawFull = try baseline("frame", "1920", "1080", String(frames))
                 rows.append(Row(figure: "1920×1080 full damage: commit → composited", value: full, baseline: "C memfd producer/consumer, one memcpy",
                                 baselineValue: rawFull, ratio: (full.perSecond ?? 0) / (rawFull.perSecond ?? 1), ratioMeaning: "of the limit's fps",
-                                target: "fps ≥ 0.8×, latency ≤ limit + 0.1 ms",
-                                met: (full.perSecond ?? 0) >= 0.8 * (rawFull.perSecond ?? 0) && full.median <= rawFull.median + 100))
+                                target: "fps ≥ 0.85×, latency ≤ limit + 0.1 ms",
+                                met: (full.perSecond ?? 0) >= 0.85 * (rawFull.perSecond ?? 0) && full.median <= rawFull.median + 100))
                 let small = try await stream(view, region: PixelRect(x: 928, y: 508, width: 64, height: 64), frames: frames * 4)
                 rows.append(Row(figure: "64×64 damage: commit → composited", value: small, baseline: "RemoteView request/reply (above)",
                                 baselineValue: roundTrip, ratio: small.median / roundTrip.median, ratioMeaning: "of the round trip",
@@ -416,7 +416,7 @@ struct Bench: Sendable {
                 present = present.with(Cost.ownProcess() - host + serviceSpent, over: presents)
                 rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
                                 baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
-                                ratioMeaning: "of the round trip", target: "–", met: nil))
+                                ratioMeaning: "of the round trip", target: "≤ 5×", met: present.median <= 5 * roundTrip.median))
                 // Where a present's time goes that the clock does not show: CPU, and the thread
                 // hand-offs (each a context switch), host and service; the service's alone.
                 let perPresent = String(format: "%.0f µs CPU, %.1f switches (the service: %.0f µs CPU, %.1f switches)",
@@ -753,7 +753,7 @@ struct Bench: Sendable {
         for sandboxed in [true, false] {
             let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
                                                        logger: logger)
-            let (cold, reply, phases, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, Row, Row?) in
+            let (cold, reply, phases, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, [Row], Row?) in
                 let frame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher, until: presentedFirstFrame)
                 // The same start to a first reply instead: what the frame adds is the difference.
                 func replies(_ count: Int) async throws -> [Double] {
@@ -781,13 +781,13 @@ struct Bench: Sendable {
             rows.append(Row(figure: "cold start → first frame, \(mode)", value: cold,
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: cold.median / floor.median, ratioMeaning: "of the floor",
-                            target: sandboxed ? "≤ 1.5× the bubblewrap floor" : "(against D-Bus below)",
-                            met: sandboxed ? cold.median <= 1.5 * floor.median : nil))
+                            target: sandboxed ? "≤ 1.3× the bubblewrap floor" : "(against D-Bus below)",
+                            met: sandboxed ? cold.median <= 1.3 * floor.median : nil))
             rows.append(Row(figure: "cold start → first reply, \(mode)", value: reply,
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: reply.median / floor.median, ratioMeaning: "of the floor",
                             target: "(diagnostic: the frame's share is the row above minus this)", met: nil))
-            rows.append(phases)
+            rows += phases
             if let versus { activationRows.append(versus) }
         }
         return rows + activationRows
@@ -871,7 +871,7 @@ struct Bench: Sendable {
     /// (spawn, exec, the loader, the Swift runtime; the sandbox's set-up when sandboxed), from
     /// there to its first request handled (the SDK's start and the handshake), and from there
     /// to the reply at the host. Medians of each, over `count` starts.
-    func startPhases(_ count: Int, on launcher: Launcher, sandboxed: Bool, floor: Stats) async throws -> Row {
+    func startPhases(_ count: Int, on launcher: Launcher, sandboxed: Bool, floor: Stats) async throws -> [Row] {
         var toMain: [Double] = [], toHandled: [Double] = [], toHost: [Double] = [], total: [Double] = []
         for index in -1..<count {
             let connection = launcher.connection(to: "com.example.bench.cold")
@@ -889,11 +889,18 @@ struct Bench: Sendable {
         }
         func ms(_ samples: [Double]) -> String { String(format: "%.2f ms", Stats(microseconds: samples).median / 1000) }
         let mode = sandboxed ? "sandboxed" : "unsandboxed"
-        return Row(figure: "cold start phases, \(mode) (medians)", value: Stats(microseconds: total),
-                   summary: "to the service's main \(ms(toMain)); main → first request handled \(ms(toHandled)); → reply at the host \(ms(toHost)); total \(ms(total))",
-                   baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same", baselineValue: floor,
-                   ratio: Stats(microseconds: toMain).median / floor.median, ratioMeaning: "to-main of the floor",
-                   target: "(diagnostic)", met: nil)
+        let phases = Row(figure: "cold start phases, \(mode) (medians)", value: Stats(microseconds: total),
+                         summary: "to the service's main \(ms(toMain)); main → first request handled \(ms(toHandled)); → reply at the host \(ms(toHost)); total \(ms(total))",
+                         baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same", baselineValue: floor,
+                         ratio: Stats(microseconds: toMain).median / floor.median, ratioMeaning: "to-main of the floor",
+                         target: "(diagnostic)", met: nil)
+        // The SDK's own start: from the service's main to its first request handled (the
+        // runtime's first use of its types, the event loop, the handshake), against a fixed 0.5 ms.
+        let sdk = Stats(microseconds: toHandled)
+        let start = Row(figure: "SDK start, \(mode): service main → first request handled", value: sdk, baseline: "a fixed budget",
+                        baselineValue: Stats(microseconds: [500]), ratio: sdk.median / 500, ratioMeaning: "of 0.5 ms",
+                        target: "≤ 0.5 ms", met: sdk.median <= 500)
+        return [phases, start]
     }
 
     /// The static binary started with its end of a socketpair at fd 3, until its message arrives
