@@ -107,7 +107,7 @@ __attribute__((constructor)) static void rv_decide_main_loop(void) {
     const char *names = getenv("LISTEN_FDNAMES");
     const char *choice = getenv("REMOTEVIEW_MAIN_LOOP");
     if (names == NULL || strcmp(names, "remoteview") != 0) return;
-    if (choice != NULL && strcmp(choice, "dispatch") == 0) return;
+    if (choice == NULL || strcmp(choice, "main") != 0) return;
     main_loop_requested = 1;
     swift_task_asyncMainDrainQueue_hook = rv_drain_main_queue_hook;
 }

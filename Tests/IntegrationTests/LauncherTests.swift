@@ -34,8 +34,15 @@ struct LauncherTests {
         }
     }
 
-    @Test("a launched service's main actor runs on its main thread, and its event loop on the same thread: the main thread is not parked in dispatch_main()")
-    func mainThreadRunsTheLoop() async throws {
+    @Test("a launched service's event loop has a thread of its own, apart from the main actor; with REMOTEVIEW_MAIN_LOOP=main (passed on by the host) the main thread runs both, not parked in dispatch_main()")
+    func mainThreadLoopIsOptIn() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            let reply = try await connection.request(ServiceMessage(type: "threads")).text
+            #expect(reply?.hasSuffix("event loop there: false") == true, "\(reply ?? "no reply")")
+        }
+        setenv("REMOTEVIEW_MAIN_LOOP", "main", 1)
+        defer { unsetenv("REMOTEVIEW_MAIN_LOOP") }
         try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
             let connection = launcher.connection(to: "com.example.test")
             let reply = try await connection.request(ServiceMessage(type: "threads")).text

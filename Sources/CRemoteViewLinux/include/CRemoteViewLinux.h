@@ -104,7 +104,7 @@ void rv_tsan_release(void *_Nonnull address);
 // MARK: the main thread of a service
 
 /// 1 when this process is a service started by a RemoteView launcher (`LISTEN_FDNAMES` is
-/// `remoteview` at load time) and `REMOTEVIEW_MAIN_LOOP` is not `dispatch`: its event loop then
+/// `remoteview` at load time) and `REMOTEVIEW_MAIN_LOOP` is `main` (an opt-in): its event loop then
 /// runs on the main thread, and drains the main dispatch queue (where the main actor's jobs go)
 /// there, instead of `dispatch_main()` parking that thread and pool threads taking the main
 /// queue in turns. Decided once, before `main`, by a constructor that also installs the

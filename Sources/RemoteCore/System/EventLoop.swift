@@ -88,10 +88,11 @@ package final class EventLoop: TaskExecutor, Sendable {
     private let owner = Atomic<Int>(0)
 
     /// Whether the loop runs on the main thread of this process rather than a thread of its
-    /// own: in a service a launcher started (decided before `main`, by
-    /// `rv_main_loop_requested`). The main thread then serves the main actor and every
-    /// connection in one `epoll_wait`: a frame drawn on the main actor is sent, and its
-    /// `frame_done` read, without a thread hand-off.
+    /// own: in a service a launcher started with `REMOTEVIEW_MAIN_LOOP=main` (decided before
+    /// `main`, by `rv_main_loop_requested`). The main thread then serves the main actor and
+    /// every connection in one `epoll_wait`: a frame drawn on the main actor is sent, and its
+    /// `frame_done` read, without a thread hand-off, but the sockets wait while the main actor
+    /// works.
     package static var runsOnMainThread: Bool { rv_main_loop_requested() != 0 }
 
     /// Runs the loop on the calling thread, the main thread, for good: called by the

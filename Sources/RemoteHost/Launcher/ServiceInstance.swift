@@ -106,8 +106,9 @@ final class ServiceInstance: LaunchedProcess {
             "PATH": "/usr/bin:/bin",
             FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
         ]
-        // A service's event loop runs on its main thread unless this says "dispatch" (to compare
-        // the two, or to rule the loop out): the host's own setting is passed on.
+        // A service's event loop runs on its main thread, with its main actor, when this says
+        // "main" (docs/Architecture.md, "The main thread of a service"): the host's own setting
+        // is passed on.
         if let mainLoop = getenv("REMOTEVIEW_MAIN_LOOP") { environment["REMOTEVIEW_MAIN_LOOP"] = String(cString: mainLoop) }
         let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot) : nil
         let executable: String, arguments: [String]
