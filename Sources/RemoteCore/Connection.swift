@@ -210,7 +210,8 @@ public final class Connection: Sendable {
         if let outcome { throw outcome }
     }
 
-    /// The most envelopes the read loop handles before it lets other work on its thread run.
+    /// The most envelopes the read loop handles before it lets the loop look at the other
+    /// descriptors and the timers (``EventLoop/nextRound()``).
     private static let envelopesPerTurn = 32
 
     /// Handshakes and serves until the connection closes; returns how it ended (`nil`: in order).
@@ -226,7 +227,7 @@ public final class Connection: Sendable {
                     turn += 1
                     if turn == Self.envelopesPerTurn {
                         turn = 0
-                        await Task.yield()
+                        await loop.nextRound()
                     }
                 }
             } catch let failure {

@@ -16,8 +16,9 @@ import Synchronization
 /// becomes readable the reader resumes on the loop thread itself, in the same wake-up, instead
 /// of being handed to a pool thread (a futex wake and a context switch per message, the cost
 /// that dominated a round trip). Jobs run after each round of descriptor events and timers,
-/// with those they queue, up to 64 a round: the rest wait for the next, so one busy reader
-/// cannot starve the others.
+/// with those they queue, up to 64 a round: the rest wait for the next. A job that must let
+/// the descriptors and timers come first (a read loop that has had its share) waits for
+/// ``nextRound()``, so one busy reader cannot starve the others.
 package final class EventLoop: TaskExecutor, Sendable {
     /// The process-wide loop, started on first use.
     package static let shared: EventLoop = {
@@ -59,6 +60,9 @@ package final class EventLoop: TaskExecutor, Sendable {
         /// The array the last round's jobs were in, emptied: the next round's queue, so queueing
         /// a job does not allocate.
         var spareJobs: [UnownedJob] = []
+        /// Tasks waiting for the next round (``nextRound()``), resumed after its descriptors and
+        /// timers.
+        var nextRound: [UnsafeContinuation<Void, Never>] = []
     }
 
     private let epoll: Int32
@@ -276,7 +280,7 @@ package final class EventLoop: TaskExecutor, Sendable {
                 // sleeping towards it means the next request's later deadline needs no wake-up
                 // (an eventfd write and read, and one more round, per request from another thread).
                 // Jobs queued while the last round ran: only poll, then run them.
-                if !state.jobs.isEmpty { return 0 }
+                if !state.jobs.isEmpty || !state.nextRound.isEmpty { return 0 }
                 state.sleeping = true
                 state.sleepingUntil = state.timers.first?.deadline
                 guard let deadline = state.sleepingUntil else { return -1 }
@@ -308,7 +312,28 @@ package final class EventLoop: TaskExecutor, Sendable {
                 handler?(events[index].events)
             }
             fireDueTimers()
+            let waiting = state.withLock { state in
+                let waiting = state.nextRound
+                state.nextRound = []
+                return waiting
+            }
+            for continuation in waiting { continuation.resume() }
             runJobs()
+        }
+    }
+
+    /// Suspends the calling task until the loop has looked at its descriptors and timers again:
+    /// what `Task.yield()` is for, for a task on the loop, whose yielded job the loop would run
+    /// again in the same round (it runs the jobs its jobs queue, up to 64). A read loop that has
+    /// handled its share of envelopes waits here, so the other connections' packets and the
+    /// timers come first.
+    package func nextRound() async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let wake = state.withLock { state in
+                state.nextRound.append(continuation)
+                return state.sleeping
+            }
+            if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
         }
     }
 

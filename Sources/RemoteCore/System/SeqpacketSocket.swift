@@ -227,7 +227,12 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         precondition(admitted, "SeqpacketSocket.receive() called by two receivers at once")
         defer { waiters.state.withLock { $0.receiving = false } }
         while true {
-            guard enter() else { return nil }
+            guard enter() else {
+                // Closed: the fds of packets read but not handed out go now, not when the
+                // socket object goes.
+                batch.discardRest()
+                return nil
+            }
             let packet: IOResult<Envelope?>
             do {
                 defer { leave() }
@@ -434,7 +439,9 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
             if error.errno == ECONNRESET { return afterReset ? .done(false) : try readBatch(afterReset: true) }
             throw RemoteError(.interrupted, "\(error)")
         }
-        guard case .done(let count) = result else { return .wouldBlock }
+        // (recvmmsg returns -1 with EAGAIN rather than 0 for an empty queue; a 0 is taken as
+        // would-block too, without concluding the queue was empty.)
+        guard case .done(let count) = result, count > 0 else { return .wouldBlock }
         batch.received(count)
         return .done(true)
     }
