@@ -1,6 +1,7 @@
 import Glibc
 import Logging
 import RemoteCore
+import struct Synchronization.Atomic
 
 /// One running service process: the process (under bubblewrap, or not), the launcher's control
 /// connection on its fd 3, its captured output, its activity and how it ended.
@@ -31,6 +32,11 @@ final class ServiceInstance: LaunchedProcess {
     private let state = Mutex(State())
     /// How the process ended, once it has been reaped and classified.
     private let ending = Latch<TerminationReason>()
+    /// Set, for good, before `ending` opens and when `stopping` is set: what ``isUsable`` reads
+    /// of both on every message a client sends. One atomic load, where the latch's value and the
+    /// state's lock are generic calls into RemoteCore that RemoteHost cannot specialize (each
+    /// looks up generic metadata): they were a seventh of a host's CPU per one-way message.
+    private let retired = Atomic<Bool>(false)
     /// The host's side of idle exit: the same clock the service keeps.
     let idleClock: IdleClock
 
@@ -314,6 +320,7 @@ final class ServiceInstance: LaunchedProcess {
                 logger.warning("control groups \(controlGroup.folders.joined(separator: " and ")) still hold processes; left for the next launcher")
             }
             // Published before the tasks above finish: a stop() in one of them waits for it.
+            retired.store(true, ordering: .releasing)
             ending.open(reason)
             await control.close(reason: "the service process ended")
             // The pipes reach EOF when the sandbox is gone; do not wait long on a stray grandchild.
@@ -364,7 +371,7 @@ final class ServiceInstance: LaunchedProcess {
 
     /// Whether new clients can use this process.
     var isUsable: Bool {
-        ended == nil && state.withLock { $0.stopping == nil } && !control.isClosed && control.peerGoodbyeReason == nil
+        !retired.load(ordering: .acquiring) && !control.isClosed && control.peerGoodbyeReason == nil
     }
 
     /// How it ended, once it has.
@@ -398,6 +405,7 @@ final class ServiceInstance: LaunchedProcess {
         let first = state.withLock { state -> Bool in
             guard state.stopping == nil, ending.value == nil else { return false }
             state.stopping = reason
+            retired.store(true, ordering: .releasing)
             return true
         }
         guard first else {
