@@ -307,11 +307,6 @@ extension Syscall {
         try nonBlocking("sendmsg") { sendmsg(fd, message, Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL)) }
     }
 
-    /// `recvmsg(fd, message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC)`.
-    static func receiveMessage(_ fd: Int32, _ message: UnsafeMutablePointer<msghdr>) throws(SystemCallError) -> IOResult<Int> {
-        try nonBlocking("recvmsg") { recvmsg(fd, message, Int32(MSG_DONTWAIT) | rv_msg_cmsg_cloexec) }
-    }
-
     /// `recvmmsg(fd, messages, count, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL)`: the packets queued
     /// now, up to `count`, one per message; fewer than `count` means the queue was empty when
     /// the call returned.
