@@ -478,7 +478,7 @@ private final class ReceiveBatch: @unchecked Sendable {
 
     /// Gives the batch back for another socket, as new: nothing pending (fds closed), no id seen.
     func giveBack() {
-        for index in 0..<Self.capacity where !attachments[index].isEmpty { attachments[index] = [] }
+        discardRest()
         count = 0
         next = 0
         drained = false
@@ -512,6 +512,12 @@ private final class ReceiveBatch: @unchecked Sendable {
         packets = try Syscall.mapAnonymous(length: Self.packetsLength)
         messages.initialize(repeating: rv_mmsghdr(), count: Self.capacity)
         vectors.initialize(repeating: iovec(), count: Self.capacity)
+        for index in 0..<Self.capacity {
+            vectors[index] = iovec(iov_base: packets + index * WireLimits.maxPacketSize, iov_len: WireLimits.maxPacketSize)
+            messages[index].msg_hdr.msg_iov = vectors + index
+            messages[index].msg_hdr.msg_iovlen = 1
+            messages[index].msg_hdr.msg_control = controls + index * Self.controlLength
+        }
     }
 
     deinit {
@@ -521,16 +527,11 @@ private final class ReceiveBatch: @unchecked Sendable {
         messages.deallocate()
     }
 
-    /// Points every header at its buffers again (`recvmmsg` changes the lengths and flags).
+    /// Gives every header its whole control buffer again: `recvmmsg` writes back how much of
+    /// it a packet used (and each packet's length and flags, which are only read), and leaves
+    /// the buffers the headers point at (set once, in `init`) as they are.
     func prepare() {
-        for index in 0..<Self.capacity {
-            vectors[index] = iovec(iov_base: packets + index * WireLimits.maxPacketSize, iov_len: WireLimits.maxPacketSize)
-            messages[index] = rv_mmsghdr()
-            messages[index].msg_hdr.msg_iov = vectors + index
-            messages[index].msg_hdr.msg_iovlen = 1
-            messages[index].msg_hdr.msg_control = controls + index * Self.controlLength
-            messages[index].msg_hdr.msg_controllen = Self.controlLength
-        }
+        for index in 0..<Self.capacity { messages[index].msg_hdr.msg_controllen = Self.controlLength }
     }
 
     /// Records the `count` packets `recvmmsg` read, owning every fd they carried at once, so
