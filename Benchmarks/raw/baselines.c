@@ -160,10 +160,7 @@ int main(int argc, char **argv) {
             if (round == -1) child_before = answer.cost;
             if (round >= 0) { samples[round] = elapsed / 1000; total += elapsed; }
         }
-        struct cost own_after = own_cost();
-        double operations = (double)rounds * 1000;
-        cpu_us_per_op = (own_after.cpu_us - own_before.cpu_us + answer.cost.cpu_us - child_before.cpu_us) / operations;
-        switches_per_op = (own_after.switches - own_before.switches + answer.cost.switches - child_before.switches) / operations;
+        set_cost_per_op(own_before, own_cost(), child_before, answer.cost, (double)rounds * 1000);
         close(fds[0]);
         waitpid(child, NULL, 0);
         report(samples, rounds, rounds * 1000 / (total / 1e6));
@@ -193,8 +190,7 @@ int main(int argc, char **argv) {
     buffer[0] = 'U';
     send(fds[0], buffer, 1, 0);
     recv(fds[0], &child_after, sizeof child_after, 0);
-    cpu_us_per_op = (after.cpu_us - before.cpu_us + child_after.cpu_us - child_before.cpu_us) / count;
-    switches_per_op = (after.switches - before.switches + child_after.switches - child_before.switches) / count;
+    set_cost_per_op(before, after, child_before, child_after, count);
     double total = 0;
     for (int i = 0; i < count; i++) total += samples[i];
     close(fds[0]);

@@ -31,6 +31,13 @@ static struct cost own_cost(void) {
 // Per operation, both processes, over the measured operations (negative: not measured).
 static double cpu_us_per_op = -1, switches_per_op = -1;
 
+// Sets the two from what this process and its peer cost before and after `operations` operations.
+static void set_cost_per_op(struct cost own_before, struct cost own_after, struct cost peer_before, struct cost peer_after,
+                            double operations) {
+    cpu_us_per_op = (own_after.cpu_us - own_before.cpu_us + peer_after.cpu_us - peer_before.cpu_us) / operations;
+    switches_per_op = (own_after.switches - own_before.switches + peer_after.switches - peer_before.switches) / operations;
+}
+
 // Set by a trailing "samples" argument: the JSON line then carries every sample too, so that a
 // runner can merge interleaved chunks.
 static int print_samples = 0;
