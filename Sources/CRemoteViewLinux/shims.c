@@ -66,6 +66,7 @@ int rv_set_child_subreaper(int on) {
     return prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)(on != 0), 0UL, 0UL, 0UL);
 }
 
+int rv_is_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 int rv_is_child_subreaper(void) {
     int result = 0;
     if (prctl(PR_GET_CHILD_SUBREAPER, &result, 0UL, 0UL, 0UL) != 0) return -1;

@@ -83,6 +83,9 @@ int rv_set_child_subreaper(int on);
 /// `prctl(PR_GET_CHILD_SUBREAPER, &result)`: 1 when this process is a child subreaper, 0 when
 /// not, -1 with errno on failure.
 int rv_is_child_subreaper(void);
+/// `prctl(PR_GET_DUMPABLE)`: 1 when this process may dump core and be traced by its own user,
+/// 0 when not, -1 with errno on failure.
+int rv_is_dumpable(void);
 
 // MARK: memory
 

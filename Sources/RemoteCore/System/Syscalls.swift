@@ -422,6 +422,10 @@ extension Syscall {
     /// Whether this process is a child subreaper.
     package static var isChildSubreaper: Bool { rv_is_child_subreaper() == 1 }
 
+    /// Whether this process is dumpable (`PR_GET_DUMPABLE`): the kernel clears it when a
+    /// process changes its credentials, which makes its `/proc` files root's.
+    package static var isDumpable: Bool { rv_is_dumpable() == 1 }
+
     /// What `/proc/PID/stat` says of a process: its name, state, process group and session.
     package struct ProcessStatus: Sendable, Hashable {
         /// The command name (`comm`, at most 15 bytes).
@@ -524,6 +528,68 @@ extension Syscall {
     package static func reapBlocking(_ pid: Int32) {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) == -1 && Glibc.errno == EINTR {}
+    }
+
+    // MARK: users and confinement
+
+    /// `geteuid()`: 0 when this process runs as root.
+    package static var effectiveUserID: UInt32 { geteuid() }
+
+    /// Whether the user database has an entry for user `uid` (`getpwuid_r`).
+    package static func userEntryExists(_ uid: UInt32) -> Bool {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16 * 1024)
+        return getpwuid_r(uid, &entry, &buffer, buffer.count, &found) == 0 && found != nil
+    }
+
+    /// Whether the group database has an entry for group `gid` (`getgrgid_r`).
+    package static func groupEntryExists(_ gid: UInt32) -> Bool {
+        var entry = group()
+        var found: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 64 * 1024)
+        return getgrgid_r(gid, &entry, &buffer, buffer.count, &found) == 0 && found != nil
+    }
+
+    /// The kernel's Landlock ABI version, 0 without Landlock (`landlock_create_ruleset` with
+    /// `LANDLOCK_CREATE_RULESET_VERSION`).
+    package static var landlockABI: Int { Int(rv_landlock_abi()) }
+
+    /// `open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)`: a file made if missing,
+    /// never through a symbolic link.
+    package static func openOrCreate(_ path: String, mode: mode_t) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) })
+    }
+
+    /// `open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)`: a folder, not a symbolic
+    /// link to one (`ELOOP`) nor anything else (`ENOTDIR`).
+    package static func openFolder(_ path: String) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) })
+    }
+
+    /// `fstat(file)`.
+    package static func status(_ file: borrowing OwnedFD) throws(SystemCallError) -> stat {
+        try status(file.rawValue)
+    }
+
+    /// `flock(file, LOCK_EX)`: waits for the file's exclusive lock, held until it is closed.
+    package static func lockExclusively(_ file: borrowing OwnedFD, name: String) throws(SystemCallError) {
+        _ = try retrying("flock(\(name))") { flock(file.rawValue, LOCK_EX) }
+    }
+
+    /// `pwrite` of `bytes` at `offset`, all of them.
+    package static func writeAll(_ file: borrowing OwnedFD, _ bytes: [UInt8], at offset: Int) throws(SystemCallError) {
+        try writeAll(file.rawValue, bytes, at: offset)
+    }
+
+    /// `fchown(file, user, group)`.
+    package static func changeOwner(_ file: borrowing OwnedFD, user: UInt32, group: UInt32, name: String) throws(SystemCallError) {
+        _ = try retrying("fchown(\(name))") { fchown(file.rawValue, user, group) }
+    }
+
+    /// `fchmod(file, mode)`.
+    package static func changeMode(_ file: borrowing OwnedFD, _ mode: mode_t, name: String) throws(SystemCallError) {
+        _ = try retrying("fchmod(\(name))") { fchmod(file.rawValue, mode) }
     }
 
     // MARK: memfd, mmap

@@ -29,6 +29,22 @@ public final class ChildProcess: Sendable {
         }
     }
 
+    /// A user and group id for a child to run as (`setresuid`, `setresgid`).
+    public struct Identity: Sendable, Hashable, CustomStringConvertible {
+        /// The user id.
+        public var user: UInt32
+        /// The group id.
+        public var group: UInt32
+
+        /// A user id and a group id.
+        public init(user: UInt32, group: UInt32) {
+            self.user = user
+            self.group = group
+        }
+
+        public var description: String { "uid \(user), gid \(group)" }
+    }
+
     /// How to start a process.
     public struct Options: Sendable {
         /// The child's descriptors, by number: the host's descriptor to copy (borrowed until the
@@ -47,17 +63,39 @@ public final class ChildProcess: Sendable {
         /// The control groups the child joins before anything else (their folders; at most 4),
         /// so every process it starts is in them too.
         public var controlGroups: [String] = []
+        /// The user and group the child drops to, with no supplementary groups, once it is in
+        /// its control groups and under its limits (`setgroups`, `setresgid`, `setresuid`);
+        /// `nil`: it keeps the host's. Only a host running as root can drop.
+        public var identity: Identity?
+        /// Whether the child keeps to Landlock's abstract-socket scope
+        /// (`LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET`, Landlock ABI 6), and so does everything it
+        /// runs: it cannot connect to an abstract Unix socket (`@name`: X11's, the session
+        /// bus's) made outside it. Sets `PR_SET_NO_NEW_PRIVS`, so a setuid program it runs gets
+        /// no privileges. Where the kernel lacks the scope (``Landlock/abi`` below 6) the start
+        /// fails: ask ``Landlock/restrictsAbstractSockets`` first.
+        public var restrictsAbstractSockets = false
 
         public init() {}
 
         /// The child's descriptor `number` becomes a copy of `descriptor`, which must stay open
         /// until the process has started (the caller keeps it; like `posix_spawn_file_actions_adddup2`).
-        /// Numbers up to 7 are possible; those not given are `/dev/null` (0 to 2) or closed.
+        /// Numbers up to 31 are possible; those not given are `/dev/null` (0 to 2) or closed.
         public mutating func pass(_ descriptor: borrowing OwnedFD, as number: Int) {
             precondition((0..<Int(RV_SPAWN_MAX_FDS)).contains(number), "a child's descriptor number must be 0…\(RV_SPAWN_MAX_FDS - 1)")
             while descriptors.count <= number { descriptors.append(-1) }
             descriptors[number] = descriptor.rawValue
         }
+
+        /// The child's descriptor `number` becomes the file at `path`, opened for reading by the
+        /// host when the process starts, before any drop of ``identity`` (like
+        /// `posix_spawn_file_actions_addopen`): a file the child's own user could not open.
+        public mutating func pass(fileAt path: String, as number: Int) {
+            precondition((0..<Int(RV_SPAWN_MAX_FDS)).contains(number), "a child's descriptor number must be 0…\(RV_SPAWN_MAX_FDS - 1)")
+            files.append((path, number))
+        }
+
+        /// The files ``pass(fileAt:as:)`` names.
+        fileprivate var files: [(path: String, number: Int)] = []
     }
 
     /// Starts `executable` with `socket` as its fd 3 and `LISTEN_FDS=1` (the socket-activation
@@ -97,15 +135,21 @@ public final class ChildProcess: Sendable {
             throw SystemCallError(call: "spawn(\(executable)): too many descriptors, limits or control groups", errno: EINVAL)
         }
         // Opened here, written by the child ("0": itself) before it runs anything.
-        var groups: [Int32] = []
-        defer { for fd in groups { Syscall.close(fd) } }
+        var groups: [Int32] = [], files: [Int32] = []
+        defer { for fd in groups + files { Syscall.close(fd) } }
         for group in options.controlGroups { groups.append(try Syscall.openForWriting(group + "/cgroup.procs").release()) }
+        var descriptors = options.descriptors
+        for (path, number) in options.files {
+            files.append(try Syscall.openForReading(path).release())
+            while descriptors.count <= number { descriptors.append(-1) }
+            descriptors[number] = files.last!
+        }
         var request = rv_spawn_request()
         withUnsafeMutableBytes(of: &request.fds) { raw in
             let fds = raw.bindMemory(to: Int32.self)
-            for (index, fd) in options.descriptors.enumerated() { fds[index] = fd }
+            for (index, fd) in descriptors.enumerated() { fds[index] = fd }
         }
-        request.fd_count = Int32(options.descriptors.count)
+        request.fd_count = Int32(descriptors.count)
         request.death_signal = options.deathSignal ?? 0
         request.new_session = options.newSession ? 1 : 0
         withUnsafeMutableBytes(of: &request.limit_resources) { raw in
@@ -122,6 +166,12 @@ public final class ChildProcess: Sendable {
             for (index, fd) in groups.enumerated() { raw.bindMemory(to: Int32.self)[index] = fd }
         }
         request.group_count = Int32(groups.count)
+        if let identity = options.identity {
+            request.drop_credentials = 1
+            request.uid = identity.user
+            request.gid = identity.group
+        }
+        request.landlock_scopes = options.restrictsAbstractSockets ? RV_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET : 0
 
         let argv = CStringArray([executable] + arguments)
         let envp = CStringArray(options.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
