@@ -30,7 +30,7 @@ struct DemoActivityTests {
         try #require(Syscall.isDirectory(manifests), "build demo-share first (swift build --build-tests builds it)")
         let registry = ServiceRegistry(scanning: [manifests])
         #expect(registry.problems.isEmpty, "\(registry.problems)")
-        let data = try TemporaryFolder("remoteview-demo-data")
+        let data = try TemporaryFolder("remoteview-demo-data", searchable: true)
         defer { removeTree(data.path) }
         let configuration = {
             var configuration = fastLauncherConfiguration()

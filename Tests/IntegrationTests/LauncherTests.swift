@@ -119,10 +119,10 @@ struct LauncherTests {
         }
     }
 
-    @Test("the data folder entitlement: the service writes into <dataRoot>/<identifier>, made with mode 0700; without it there is none",
+    @Test("the data folder entitlement: the service writes into <dataRoot>/<identifier>, made with mode 0700 (a root host's: owned by the service's uid); without it there is none",
           arguments: [true, false])
     func dataFolder(sandboxed: Bool) async throws {
-        let root = try TemporaryFolder("remoteview-data")
+        let root = try TemporaryFolder("remoteview-data", searchable: true)
         defer { Self.removeTree(root.path) }
         var configuration = fastLauncherConfiguration()
         configuration.dataRoot = root.path + "/share/services"
@@ -138,7 +138,12 @@ struct LauncherTests {
             #expect(Syscall.readSmallFile(folder + "/note.txt").map { String(decoding: $0, as: UTF8.self) } == "kept")
             var info = stat()
             #expect(stat(folder, &info) == 0 && info.st_mode & 0o777 == 0o700)
-            #expect(stat(root.path + "/share", &info) == 0 && info.st_mode & 0o777 == 0o700, "missing parents are made 0700 too")
+            // A root host's sandboxed service runs as a uid of its own, which owns its folder and
+            // passes through (but cannot list) the folders above it.
+            let ownUID = sandboxed && getuid() == 0
+            let uid = await launcher.status().first { $0.identifier == "com.example.data" }?.processes.first?.userID
+            #expect(info.st_uid == (ownUID ? try #require(uid) : getuid()) && uid.map { info.st_gid == $0 } ?? true, "\(info.st_uid)")
+            #expect(stat(root.path + "/share", &info) == 0 && info.st_mode & 0o777 == (ownUID ? 0o711 : 0o700), "missing parents")
             if sandboxed {
                 let inside = try await connection.request(ServiceMessage(type: "stat", text: folder)).text
                 #expect(inside?.hasPrefix("absent") == true, "the host path itself is not in the sandbox, only /data")

@@ -39,8 +39,12 @@ struct SandboxTests {
         let folder = String(Self.ownExecutable[..<Self.ownExecutable.lastIndex(of: "/")!])
         for path in sources where path != Self.ownExecutable && !path.hasPrefix(folder + "/") {
             #expect(!BubblewrapCommand.forbidden.contains { path == $0 || path.hasPrefix($0 + "/") } || path.hasPrefix("/etc/fonts")
-                        || path == "/etc/ld.so.cache" || path == "/etc/localtime", "\(path) is bound")
+                        || path == "/etc/ld.so.cache" || path == "/etc/localtime" || path == "/proc/sys", "\(path) is bound")
         }
+        // The host kernel's settings, read-only over the sandbox's own procfs (bubblewrap leaves
+        // /proc/sys's files writable by their owner, which a root host's sandbox was).
+        let joined = arguments.joined(separator: " ")
+        #expect(joined.contains("--proc /proc --ro-bind /proc/sys /proc/sys"))
     }
 
     @Test("the network entitlement shares the network; read-only paths are bound read-only")
@@ -76,7 +80,7 @@ struct SandboxTests {
 
     @Test("a file not readable by every user (a host user's private file) is refused; readable by all, it is bound")
     func readOnlyPathModes() throws {
-        let folder = try TemporaryFolder("remoteview-modes")
+        let folder = try TemporaryFolder("remoteview-modes", searchable: true)
         defer { folder.remove() }
         let secret = try folder.write("secret.txt", "key", mode: 0o600)
         // The folder is under /tmp, itself never bound: only the mode rule is tried here.
@@ -87,12 +91,77 @@ struct SandboxTests {
         #expect(refusal.description.contains("is refused: it is not readable by every user (mode o+r)"), "\(refusal)")
         #expect(chmod(secret, 0o644) == 0)
         #expect((try? SandboxPaths.check(readOnly: secret, forbidden: []).get()) == secret)
+        // Readable, but behind a folder others cannot pass (mkdtemp's 0700).
+        #expect(chmod(folder.path, 0o700) == 0)
+        guard case .failure(let hidden) = SandboxPaths.check(readOnly: secret, forbidden: []) else {
+            Issue.record("a file behind a folder of mode 0700 must be refused")
+            return
+        }
+        #expect(hidden.description.contains("since \(folder.path) above it does not let them through (mode o+x)"), "\(hidden)")
         #expect(mkfifo(folder.path + "/fifo", 0o644) == 0)
         guard case .failure(let fifo) = SandboxPaths.check(readOnly: folder.path + "/fifo", forbidden: []) else {
             Issue.record("a FIFO must be refused")
             return
         }
         #expect(fifo.description.contains("only regular files and folders"), "\(fifo)")
+    }
+
+    @Test("a service with a uid of its own (a root host's): bubblewrap must be runnable by it; an executable it cannot reach is copied in from a descriptor; a data folder behind a closed folder is refused")
+    func ownUserBinds() throws {
+        let identity = ChildProcess.Identity(user: 0x7000_0001, group: 0x7000_0001)
+        // This test binary sits where every user can reach it (the build folder): bound by path.
+        let reachable = try Self.manifest()
+        if SandboxPaths.unreachableFolder(above: Self.ownExecutable) == nil {
+            let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: reachable, environment: [:], identity: identity)
+            #expect(command.copies.isEmpty && command.arguments.joined(separator: " ").contains("--ro-bind \(Self.ownExecutable) \(Self.ownExecutable)"))
+        }
+        // One behind a folder of mode 0700: copied, read-only and executable, at the same path.
+        let hidden = try TemporaryFolder("remoteview-hidden")
+        defer { hidden.remove() }
+        let executable = try hidden.write("service", "#!/bin/sh\n", mode: 0o700)
+        var manifest = reachable
+        manifest.executablePath = executable
+        let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], identity: identity)
+        #expect(command.copies == [executable])
+        #expect(command.arguments.joined(separator: " ").contains("--perms 0555 --ro-bind-data 5 \(executable)"), "\(command.arguments)")
+        // As the host's own user, nothing is copied.
+        #expect(try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).copies.isEmpty)
+        // A data folder the uid cannot reach; a bubblewrap it cannot run.
+        #expect(throws: RemoteError.self) {
+            try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: reachable, environment: [:], dataFolder: hidden.path + "/data", identity: identity)
+        }
+        let bubblewrap = try hidden.write("bwrap", "#!/bin/sh\n", mode: 0o755)
+        let refused = #expect(throws: RemoteError.self) {
+            try BubblewrapCommand(bubblewrap: bubblewrap, manifest: reachable, environment: [:], identity: identity)
+        }
+        #expect(refused?.reason.contains("cannot be run as the service's uid 1879048193, gid 1879048193") == true, "\(String(describing: refused))")
+    }
+
+    @Test("the service user pool: one uid per identifier, the same from a new pool over the same table, two identifiers never share one, a lost table mostly gives the same uids back; a table others may write, a malformed line, a range holding 0 or a full range are refused")
+    func serviceUserPool() throws {
+        let folder = try TemporaryFolder("remoteview-uids")
+        defer { folder.remove() }
+        let pool = ServiceUserPool(ids: 0x7000_0000...0x7000_00FF, table: folder.path + "/uids")
+        let a = try pool.identity(for: "com.example.a"), b = try pool.identity(for: "com.example.b")
+        #expect(a.user != b.user && a.user == a.group && pool.ids.contains(a.user) && pool.ids.contains(b.user))
+        #expect(try ServiceUserPool(ids: pool.ids, table: pool.table).identity(for: "com.example.a") == a)
+        let table = String(decoding: Syscall.readSmallFile(pool.table) ?? [], as: UTF8.self)
+        #expect(table == "\(a.user) com.example.a\n\(b.user) com.example.b\n")
+        // The first choice is derived from the name: the same on every machine.
+        #expect(a.user == 0x7000_0000 + UInt32(ServiceUserPool.hash("com.example.a") % 256))
+        // Refusals.
+        #expect(chmod(pool.table, 0o666) == 0)
+        #expect(throws: RemoteError.self) { try pool.identity(for: "com.example.a") }
+        #expect(chmod(pool.table, 0o644) == 0)
+        try folder.write("uids", "garbage\n")
+        #expect(throws: RemoteError.self) { try pool.identity(for: "com.example.a") }
+        #expect(throws: RemoteError.self) { try ServiceUserPool(ids: 0...10, table: folder.path + "/other").identity(for: "com.example.a") }
+        let full = ServiceUserPool(ids: 0x7000_0000...0x7000_0000, table: folder.path + "/full")
+        _ = try full.identity(for: "com.example.a")
+        let exhausted = #expect(throws: RemoteError.self) { try full.identity(for: "com.example.b") }
+        #expect(exhausted?.reason.contains("every id of") == true)
+        unlink(folder.path + "/full")
+        unlink(folder.path + "/other")
     }
 
     @Test("the data folder entitlement binds the service's folder read-write at /data, the only writable host folder")
@@ -111,13 +180,13 @@ struct SandboxTests {
         #expect(arguments.suffix(4) == ["--", Self.ownExecutable, "a", "b"])
     }
 
-    @Test("the default data root: $XDG_DATA_HOME, else ~/.local/share, then remoteview/services")
+    @Test("the default data root: $XDG_DATA_HOME, else ~/.local/share, then remoteview/services; /var/lib/remoteview/services for a root host")
     func dataRoot() {
         #expect(XDGBaseDirectories.dataHome(xdgDataHome: "/x/data/", home: "/home/u") == "/x/data")
         #expect(XDGBaseDirectories.dataHome(xdgDataHome: "relative", home: "/home/u") == "/home/u/.local/share")
         #expect(XDGBaseDirectories.dataHome(xdgDataHome: nil, home: "/") == "/.local/share")
         #expect(XDGBaseDirectories.dataHome(xdgDataHome: nil, home: nil) == nil)
-        #expect(Launcher.Configuration().dataRoot == XDGBaseDirectories.dataHome() + "/remoteview/services")
+        #expect(Launcher.Configuration().dataRoot == (getuid() == 0 ? "/var/lib/remoteview/services" : XDGBaseDirectories.dataHome() + "/remoteview/services"))
         #expect(Launcher.Configuration().dataRoot.hasPrefix("/"))
     }
 

@@ -144,10 +144,14 @@ func measuringLeaks<R>(_ body: () async throws -> R) async rethrows -> (R, Leaks
 public struct TemporaryFolder: Sendable {
     public let path: String
 
-    public init(_ prefix: String = "remoteview-test") throws {
+    /// - Parameter searchable: Whether other users may pass through the folder (mode 0711, not
+    ///   mkdtemp's 0700), as a data root must when the host is root: its services run as uids
+    ///   of their own.
+    public init(_ prefix: String = "remoteview-test", searchable: Bool = false) throws {
         var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw SystemCallError(call: "mkdtemp", errno: errno) }
         path = String(cString: made)
+        if searchable { chmod(path, 0o711) }
     }
 
     /// Writes `contents` to `name` in the folder (mode `mode`) and returns its path.

@@ -25,7 +25,14 @@ public actor Launcher {
         /// Where the services' data folders are (the manifest's `sandbox.dataFolder`): each is
         /// `<dataRoot>/<identifier>`, created (mode 0700, with any missing parent) when the
         /// service launches. Default: ``defaultDataRoot``.
+        ///
+        /// When the host runs as root, each data folder belongs to its service's own uid
+        /// (``serviceUsers``), missing folders above it are made with mode 0711, and every
+        /// folder above it must let other users through (`o+x`).
         public var dataRoot: String
+        /// The uids a root host's sandboxed services run as, one per identifier (like systemd's
+        /// `DynamicUser=`). Not used when the host is not root: its services run as its user.
+        public var serviceUsers: ServiceUserPool
         /// The first relaunch delay after a crash; it doubles with each further crash in a row.
         public var backoff: Duration
         /// The longest relaunch delay.
@@ -70,8 +77,9 @@ public actor Launcher {
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
                     adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30,
-                    maxIncomingRequestsPerService: Int = 1024) {
+                    maxIncomingRequestsPerService: Int = 1024, serviceUsers: ServiceUserPool = ServiceUserPool()) {
             self.hostIdentifier = hostIdentifier
+            self.serviceUsers = serviceUsers
             self.sandbox = sandbox
             self.dataRoot = dataRoot
             self.backoff = backoff
@@ -89,10 +97,14 @@ public actor Launcher {
 
         /// `$XDG_DATA_HOME/remoteview/services`, or `~/.local/share/remoteview/services` (the
         /// XDG base directory specification's user data folder, as Flatpak keeps its apps' data
-        /// under the home folder).
+        /// under the home folder); for a host running as root, ``systemDataRoot``.
         public static var defaultDataRoot: String {
-            XDGBaseDirectories.dataHome() + "/remoteview/services"
+            Syscall.effectiveUserID == 0 ? systemDataRoot : XDGBaseDirectories.dataHome() + "/remoteview/services"
         }
+
+        /// A root host's default data root, `/var/lib/remoteview/services`: its services run as
+        /// uids of their own, which cannot pass through root's home folder (mode 0700).
+        public static let systemDataRoot = "/var/lib/remoteview/services"
     }
 
     /// The services this launcher can start.
@@ -127,6 +139,10 @@ public actor Launcher {
             configuration.logger.error("invalid service manifest: \(problem)")
         }
         resources = ResourceControl.detect(launcher: Self.serial.wrappingAdd(1, ordering: .relaxed).oldValue)
+        if Syscall.effectiveUserID == 0, configuration.sandbox != .unsandboxed {
+            let users = configuration.serviceUsers
+            configuration.logger.info("the host runs as root: each sandboxed service runs as a uid of its own from \(users.ids.lowerBound)...\(users.ids.upperBound) (kept in \(users.table))")
+        }
         let enforcement = resources.enforcement
         switch (enforcement.enforcesMemory, enforcement.enforcesProcesses) {
         case (true, true):
@@ -223,7 +239,7 @@ public actor Launcher {
             let processes = (record?.running ?? []).map { instance -> ServiceStatus.Process in
                 let now = ContinuousClock.now
                 return ServiceStatus.Process(pid: instance.process.pid, servicePid: instance.sandboxed ? instance.process.processTree().dropFirst(2).first : instance.process.pid,
-                                             sandboxed: instance.sandboxed, uptime: (now - instance.launchedAt).inSeconds,
+                                             sandboxed: instance.sandboxed, userID: instance.identity?.user, uptime: (now - instance.launchedAt).inSeconds,
                                              clients: instance.clientCount,
                                              idleDeadline: instance.idleDeadline.map { ($0 - now).inSeconds },
                                              residentBytes: instance.process.residentBytes(),
@@ -234,6 +250,8 @@ public actor Launcher {
                 else if processes.isEmpty { .notRunning } else { .running }
             return ServiceStatus(identifier: manifest.identifier, title: manifest.display.title, state: state,
                                  instances: manifest.instances, limits: manifest.limits, limitEnforcement: resources.enforcement,
+                                 reachesHostAbstractSockets: configuration.sandbox == .unsandboxed
+                                    || Self.abstractSocketWarning(manifest, sandboxed: true) != nil,
                                  launches: record?.launches ?? 0, crashes: record?.crashes ?? 0,
                                  lastTermination: record?.lastTermination, invalidation: record?.invalidation?.reason,
                                  processes: processes)
@@ -334,6 +352,7 @@ public actor Launcher {
         let instance: ServiceInstance
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
+                                                        users: configuration.serviceUsers,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
                                                         resources: resources, maxMappedBytes: configuration.maxMappedBytesPerService,
                                                         maxIncomingRequests: configuration.maxIncomingRequestsPerService,
@@ -363,9 +382,18 @@ public actor Launcher {
         case .run(let waiters):
             waiters.resumeAll(returning: ())
         }
-        configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed)" : " (UNSANDBOXED)")")
+        configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed\(instance.identity.map { ", as \($0)" } ?? ""))" : " (UNSANDBOXED)")")
+        if let warning = Self.abstractSocketWarning(manifest, sandboxed: instance.sandboxed) { configuration.logger.warning("\(warning)") }
         broadcast(.launched(identifier: identifier, pid: instance.process.pid))
         return instance
+    }
+
+    /// What to say when `manifest`'s service can reach the host's abstract Unix sockets: it shares
+    /// the host's network namespace (`sandbox.network`), and the kernel has no Landlock scope to
+    /// keep it from them. `nil` otherwise.
+    static func abstractSocketWarning(_ manifest: ServiceManifest, sandboxed: Bool) -> String? {
+        guard sandboxed, manifest.sandbox.network, !Landlock.scopesAbstractSockets else { return nil }
+        return "\(manifest.identifier) is entitled to the network (sandbox.network) and this kernel has no Landlock abstract-socket scope (Landlock ABI \(Landlock.abi), the scope needs 6, Linux 6.12): it can connect to the host's abstract Unix sockets, such as X11's and the session bus's"
     }
 
     /// Books a process's end once: crash counting, crash-loop detection, events.
@@ -455,6 +483,9 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
         public var servicePid: Int32?
         /// Whether it runs under bubblewrap.
         public var sandboxed: Bool
+        /// The uid (and gid) it runs as when that is not the host's: a root host runs each
+        /// sandboxed service as a uid of its own (``Launcher/Configuration/serviceUsers``).
+        public var userID: UInt32?
         /// Seconds since launch.
         public var uptime: Double
         /// Host connections open to it.
@@ -484,6 +515,11 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
     /// How `limits.memoryMiB` and `limits.processes` are enforced (`openFiles` and
     /// `cpuSeconds` are rlimits, always applied).
     public var limitEnforcement: LimitEnforcement
+    /// Whether it can connect to the host's abstract Unix sockets (`@name`: X11's, the session
+    /// bus's): when it runs unsandboxed, or when it is entitled to the network
+    /// (`sandbox.network`, which shares the host's network namespace, where those sockets live)
+    /// and the kernel lacks Landlock's abstract-socket scope (``Landlock``).
+    public var reachesHostAbstractSockets: Bool
     /// Processes started for it so far.
     public var launches: Int
     /// Its processes that crashed so far.

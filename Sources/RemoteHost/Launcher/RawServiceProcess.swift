@@ -26,12 +26,13 @@ package final class RawServiceProcess: Sendable {
     }
 
     /// Starts `manifest`'s service, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
-    /// its output logged to `logger`.
-    package static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String,
+    /// its output logged to `logger`; as a uid of `users` when this process is root.
+    package static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool = ServiceUserPool(),
                               logger: Logger) async throws(RemoteError) -> RawServiceProcess {
         let resources = ResourceControl.detect(launcher: Int(Syscall.processID))
         do {
-            let started = try await ServiceInstance.start(manifest, sandbox: sandbox, dataRoot: dataRoot, resources: resources, logger: logger)
+            let started = try await ServiceInstance.start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users,
+                                                          resources: resources, logger: logger)
             return RawServiceProcess(started: started, resources: resources)
         } catch {
             resources.remove()

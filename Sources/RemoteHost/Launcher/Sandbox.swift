@@ -20,12 +20,24 @@ public enum SandboxPolicy: Sendable, Hashable {
 /// `sandbox.dataFolder` entitlement the service's data folder, read-write at `/data`. Nothing of
 /// the host's home, `/etc`, `/tmp` or `/run` is there, and the data folder is the only host
 /// folder the service can write to: `/tmp`, `/run`, `/dev` and the root are the sandbox's own
-/// memory (tmpfs), gone with it.
+/// memory (tmpfs), gone with it; `/proc/sys` is read-only. docs/SECURITY.md lists every
+/// argument with its reason.
+///
+/// When the service runs as a uid of its own (a root host, ``ServiceUserPool``), bubblewrap runs
+/// as that uid and reaches what it binds by path, so every folder above a bound path must let
+/// every user through (`o+x`). The executable and the libraries beside it are the exception: one
+/// that uid cannot reach (a build under `/root`, mode 0700) is copied into the sandbox
+/// (`--ro-bind-data`, from a descriptor the launcher opens: ``copies``), at the same path.
+/// (bubblewrap 0.8.0's `--ro-bind-fd` does not help there: it resolves the descriptor's
+/// `/proc/self/fd` link back to its path with `realpath`, as that uid.)
 struct BubblewrapCommand {
     /// bubblewrap's own executable.
     let bubblewrap: String
     /// The arguments after `bwrap`, ending with `-- executable arguments...`.
     let arguments: [String]
+    /// Host files copied into the sandbox, in order: the launcher opens each and passes it as
+    /// the child's descriptor ``firstCopyDescriptor`` + its index, which the arguments name.
+    let copies: [String]
 
     /// Files outside `/usr` that are bound read-only when present.
     static let systemFiles = ["/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/var/cache/fontconfig"]
@@ -33,17 +45,34 @@ struct BubblewrapCommand {
     /// Where the service's data folder appears inside the sandbox.
     static let dataMountPoint = "/data"
 
+    /// The child's descriptor number of the first of ``copies`` (0–2 are standard streams, 3 the
+    /// service's socket, 4 the seccomp filter).
+    static let firstCopyDescriptor: Int32 = 5
+
+    /// The most files copied into one sandbox.
+    static let maxCopies = 8
+
     /// - Parameter dataFolder: The host folder bound read-write at ``dataMountPoint``, for a
     ///   manifest with the `sandbox.dataFolder` entitlement.
     ///   - dataRoot: The launcher's data root, which `readOnlyPaths` may not overlap.
     ///   - seccompDescriptor: The child's fd number holding the ``SeccompFilter`` program.
     ///   - sanitizers: In a sanitized build only, the sanitizers' options and their suppression
     ///     files (``SanitizerEnvironment``).
+    ///   - identity: The uid and gid the service (and bubblewrap) runs as, when not the host's.
     /// - Throws: `invalidated` when a path of the manifest's `readOnlyPaths` is refused now
-    ///   (``SandboxPaths``: it may have become a link to somewhere else since the manifest was read).
+    ///   (``SandboxPaths``: it may have become a link to somewhere else since the manifest was read),
+    ///   or a folder the sandbox needs cannot be reached by `identity`.
     init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil,
-         dataRoot: String? = nil, seccompDescriptor: Int32? = nil, sanitizers: SanitizerEnvironment? = nil) throws(RemoteError) {
+         dataRoot: String? = nil, seccompDescriptor: Int32? = nil, sanitizers: SanitizerEnvironment? = nil,
+         identity: ChildProcess.Identity? = nil) throws(RemoteError) {
         self.bubblewrap = bubblewrap
+        // bubblewrap runs as the service's uid too.
+        if let identity {
+            let mode = (try? Syscall.status(ofPath: bubblewrap))?.st_mode ?? 0
+            if let blocked = SandboxPaths.unreachableFolder(above: bubblewrap) ?? (mode & S_IXOTH == 0 ? bubblewrap : nil) {
+                throw RemoteError(.invalidated, "bubblewrap at \(bubblewrap) cannot be run as the service's \(identity) (the host is root): \(blocked) does not let other users through (mode o+x)")
+            }
+        }
         var arguments = ["--unshare-all"]
         if manifest.sandbox.network { arguments.append("--share-net") }
         arguments += ["--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
@@ -55,15 +84,40 @@ struct BubblewrapCommand {
                 arguments += ["--ro-bind", top, top]
             }
         }
-        arguments += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
+        // bubblewrap covers /proc/sys read-only only where it may write to it, and the folder
+        // itself refuses even root: so its files would be writable by a sandbox whose uid the
+        // kernel sees as their owner (a root host's, before services had uids of their own).
+        arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
         for file in Self.systemFiles { arguments += ["--ro-bind-try", file, file] }
         var bound: [String] = []
+        var copies: [String] = []
+        func unreachable(_ path: String) -> String? {
+            identity == nil ? nil : SandboxPaths.unreachableFolder(above: path)
+        }
+        func refuse(_ what: String, _ path: String, _ folder: String) -> RemoteError {
+            RemoteError(.invalidated, "\(manifest.file): \(what) \(path) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder) above it does not let other users through (mode o+x)")
+        }
         func bind(_ path: String, from source: String? = nil) {
             guard !path.hasPrefix("/usr/"), !bound.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) else { return }
             bound.append(path)
             arguments += ["--ro-bind", source ?? path, path]
         }
-        bind(manifest.executablePath)
+        /// A file of the executable's own: bound, or copied in when the service's uid cannot
+        /// reach it, or read it (and run it, for the executable).
+        func bindOrCopy(_ file: String, executable: Bool = false) throws(RemoteError) {
+            // A file that is not there is bound by path all the same, for bubblewrap to refuse.
+            let everyone: mode_t = executable ? S_IROTH | S_IXOTH : S_IROTH
+            guard identity != nil, let status = try? Syscall.status(ofPath: file),
+                  unreachable(file) != nil || status.st_mode & everyone != everyone else { return bind(file) }
+            guard !bound.contains(file) else { return }
+            guard copies.count < Self.maxCopies else {
+                throw RemoteError(.invalidated, "\(manifest.file): more than \(Self.maxCopies) files would be copied into the sandbox (the service's uid cannot reach \(file)); install the service where every user may read it")
+            }
+            bound.append(file)
+            arguments += ["--perms", "0555", "--ro-bind-data", String(Self.firstCopyDescriptor + Int32(copies.count)), file]
+            copies.append(file)
+        }
+        try bindOrCopy(manifest.executablePath, executable: true)
         let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
         for entry in ELFRunPath.entries(of: manifest.executablePath) {
             let path = Self.normalised(entry.replacing("$ORIGIN", with: folder).replacing("${ORIGIN}", with: folder))
@@ -71,9 +125,10 @@ struct BubblewrapCommand {
             // only a Swift runtime folder: a RUNPATH is the service's to write, and must not
             // widen the sandbox to the host's files.
             if path == folder || path.hasPrefix(folder + "/") {
-                for library in Self.sharedLibraries(in: path) { bind(path + "/" + library) }
+                for library in Self.sharedLibraries(in: path) { try bindOrCopy(path + "/" + library) }
             } else if Syscall.isDirectory(path), (try? Syscall.checkAccess(path + "/libswiftCore.so", R_OK)) != nil,
                       !Self.forbidden.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) {
+                if let blocked = unreachable(path + "/libswiftCore.so") { throw refuse("the Swift runtime folder", path, blocked) }
                 bind(path)
             }
         }
@@ -85,13 +140,19 @@ struct BubblewrapCommand {
                 throw RemoteError(.invalidated, "\(manifest.file): sandbox.readOnlyPaths[\(index)]: \(refusal)")
             }
         }
-        if let dataFolder { arguments += ["--bind", dataFolder, Self.dataMountPoint] }
-        for file in sanitizers?.suppressionFiles ?? [] { arguments += ["--ro-bind-try", file, file] }
+        if let dataFolder {
+            if let blocked = unreachable(dataFolder) { throw refuse("the data folder", dataFolder, blocked) }
+            arguments += ["--bind", dataFolder, Self.dataMountPoint]
+        }
+        for file in sanitizers?.suppressionFiles ?? [] {
+            if Syscall.isRegularFile(file), unreachable(file) != nil { try bindOrCopy(file) } else { arguments += ["--ro-bind-try", file, file] }
+        }
         let environment = environment.merging(sanitizers?.variables ?? [:]) { _, sanitizer in sanitizer }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         if let seccompDescriptor { arguments += ["--seccomp", String(seccompDescriptor)] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
         self.arguments = arguments
+        self.copies = copies
     }
 
     /// Host folders a RUNPATH can never bring into the sandbox.

@@ -11,8 +11,9 @@ import RemoteCore
 ///   whole: name the files of `/etc` the service needs, e.g. `/etc/ssl/certs`;
 /// - none of ``secrets`` (`/etc/shadow`, `/etc/ssh`, …), nor a folder containing one;
 /// - only regular files and folders (no socket, FIFO or device);
-/// - only what every user of the machine may read (mode `o+r`, and `o+x` for a folder), so a
-///   sandbox never shows a file the host's user keeps to itself;
+/// - only what every user of the machine may read (mode `o+r`, and `o+x` for a folder, and
+///   `o+x` on every folder above it), so a sandbox never shows a file the host's user keeps to
+///   itself, and a root host's services, which run as uids of their own, can reach it;
 /// - never the launcher's data root, which holds every service's data folder.
 ///
 /// The rule is checked on the path with its symbolic links resolved, when the manifest is read
@@ -71,7 +72,23 @@ enum SandboxPaths {
         guard status.st_mode & everyone == everyone else {
             return .failure(Refusal("\(shown) is refused: it is not readable by every user (mode o+r\(status.isDirectory ? "x" : "")); a sandbox shows only what any user may read"))
         }
+        if let folder = unreachableFolder(above: resolved) {
+            return .failure(Refusal("\(shown) is refused: it is not readable by every user, since \(folder) above it does not let them through (mode o+x); a sandbox shows only what any user may read"))
+        }
         return .success(resolved)
+    }
+
+    /// The first folder on the way to the resolved path `path` that a process unrelated to
+    /// the folders' owners cannot pass (no `o+x`), or `nil` when every folder above it lets
+    /// anyone through. A root host's services run as uids of their own
+    /// (``ServiceUserPool``), and bubblewrap, run as that uid, reaches what it binds by path.
+    static func unreachableFolder(above path: String) -> String? {
+        var folder = ""
+        for component in path.split(separator: "/").dropLast() {
+            folder += "/" + component
+            guard let status = try? Syscall.status(ofPath: folder), status.st_mode & S_IXOTH != 0 else { return folder }
+        }
+        return nil
     }
 
     /// Why a path is refused.

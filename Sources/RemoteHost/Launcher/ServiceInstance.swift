@@ -17,6 +17,8 @@ final class ServiceInstance: LaunchedProcess {
     private let captures: [OutputCapture]
     /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
     private let spawnArguments: [String]
+    /// The uid and gid it runs as, when not the host's (a root host's sandboxed service).
+    let identity: ChildProcess.Identity?
     /// Its control groups (memory and processes limits), when the launcher enforces them.
     let group: ControlGroup?
     /// What its surfaces (all its views) have mapped in the host, against the launcher's
@@ -55,8 +57,9 @@ final class ServiceInstance: LaunchedProcess {
 
     private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
                  captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
-                 group: ControlGroup?, mappings: SharedBudget, incomingRequests: SharedBudget) {
+                 identity: ChildProcess.Identity?, group: ControlGroup?, mappings: SharedBudget, incomingRequests: SharedBudget) {
         self.spawnArguments = spawnArguments
+        self.identity = identity
         self.incomingRequests = incomingRequests
         self.mappings = mappings
         self.group = group
@@ -74,10 +77,10 @@ final class ServiceInstance: LaunchedProcess {
 
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
-    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, hostIdentifier: String,
+    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool, hostIdentifier: String,
                        stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
                        logger: Logger) async throws(RemoteError) -> ServiceInstance {
-        let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, resources: resources, logger: logger)
+        let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users, resources: resources, logger: logger)
         let incomingRequests = SharedBudget(limit: maxIncomingRequests)
         var configuration = Connection.Configuration(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
                                                      expectedPeerIdentifier: manifest.identifier)
@@ -85,7 +88,7 @@ final class ServiceInstance: LaunchedProcess {
         let control = Connection(transport: started.socket, configuration: configuration)
         return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
                                captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                               spawnArguments: started.spawnArguments, group: started.group,
+                               spawnArguments: started.spawnArguments, identity: started.identity, group: started.group,
                                mappings: SharedBudget(limit: maxMappedBytes), incomingRequests: incomingRequests)
     }
 
@@ -98,13 +101,15 @@ final class ServiceInstance: LaunchedProcess {
         let group: ControlGroup?
         /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
         let spawnArguments: [String]
+        /// The uid and gid it runs as, when not the host's (a root host's sandboxed service).
+        let identity: ChildProcess.Identity?
         /// A logger naming the process.
         let logger: Logger
     }
 
     /// Starts the service's process (see ``launch(_:sandbox:dataRoot:hostIdentifier:stopGrace:resources:maxMappedBytes:logger:)``)
     /// and returns it with the host's end of its fd 3.
-    static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String,
+    static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
                       resources: ResourceControl, logger: Logger) async throws(RemoteError) -> Started {
         var environment = [
             "LISTEN_FDS": "1",
@@ -116,9 +121,13 @@ final class ServiceInstance: LaunchedProcess {
         // "main" (docs/Architecture.md, "The main thread of a service"): the host's own setting
         // is passed on.
         if let mainLoop = getenv("REMOTEVIEW_MAIN_LOOP") { environment["REMOTEVIEW_MAIN_LOOP"] = String(cString: mainLoop) }
-        let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot) : nil
+        // A root host's sandboxed services run as uids of their own (an unsandboxed service is
+        // an explicit opt-in to run as the host).
+        let identity = sandbox != .unsandboxed && Syscall.effectiveUserID == 0 ? try users.identity(for: manifest.identifier) : nil
+        let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot, owner: identity) : nil
         let executable: String, arguments: [String]
         var seccomp: MemoryFile?
+        var copies: [String] = []
         switch sandbox {
         case .bubblewrap(let path):
             environment["HOME"] = "/tmp"
@@ -131,8 +140,11 @@ final class ServiceInstance: LaunchedProcess {
             let command = try BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
                                                 environment: environment, dataFolder: dataFolder, dataRoot: dataRoot,
                                                 seccompDescriptor: Self.seccompDescriptorNumber,
-                                                sanitizers: SanitizerEnvironment.forService(sandboxed: true))
-            (executable, arguments) = (command.bubblewrap, command.arguments)
+                                                sanitizers: SanitizerEnvironment.forService(sandboxed: true), identity: identity)
+            (executable, arguments, copies) = (command.bubblewrap, command.arguments, command.copies)
+            if !copies.isEmpty {
+                logger.info("copying \(copies.joined(separator: ", ")) into the sandbox of \(manifest.identifier): its \(identity.map { "\($0)" } ?? "uid") cannot read them where they are")
+            }
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:
             logger.warning("launching without a sandbox (SandboxPolicy.unsandboxed): the service can read what the host can and reach the network")
@@ -162,6 +174,12 @@ final class ServiceInstance: LaunchedProcess {
             case .some(let filter): options.pass(filter.fd, as: Int(Self.seccompDescriptorNumber))
             case .none: break
             }
+            for (index, file) in copies.enumerated() { options.pass(fileAt: file, as: Int(BubblewrapCommand.firstCopyDescriptor) + index) }
+            options.identity = identity
+            // Kept from the host's abstract sockets (X11's, the session bus's), which a service
+            // sharing the host's network namespace could otherwise reach; without the network,
+            // its own namespace keeps them out already, and this keeps them out twice.
+            options.restrictsAbstractSockets = sandbox != .unsandboxed && Landlock.scopesAbstractSockets
             options.environment = environment
             options.deathSignal = SIGKILL
             // A session of its own, whose id is its pid: unsandboxed, its process group goes with
@@ -186,7 +204,7 @@ final class ServiceInstance: LaunchedProcess {
             let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
                             try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
             return Started(process: process, socket: try SeqpacketSocket(pair.first), captures: captures, group: group,
-                           spawnArguments: [executable] + arguments, logger: processLogger)
+                           spawnArguments: [executable] + arguments, identity: identity, logger: processLogger)
         } catch {
             // Started, but what the host needs to talk to it could not be made: it must not run on.
             if let launched {
@@ -209,9 +227,14 @@ final class ServiceInstance: LaunchedProcess {
     /// folders above it), for a manifest with `sandbox.dataFolder`. It must be a folder, not a
     /// symbolic link: bound into the sandbox read-write, a link could hand over any host folder.
     ///
+    /// With an `owner` (a root host's service, which runs as a uid of its own), the folder
+    /// belongs to that uid and gid, and the missing folders above it are made 0711: the service,
+    /// and bubblewrap as it, can pass through them to its own folder, and list none of them.
+    ///
     /// - Throws: `invalidated` when it cannot be made or is not a folder (a full disk is
     ///   `interrupted`: the next launch may succeed).
-    private static func prepareDataFolder(of manifest: ServiceManifest, in dataRoot: String) throws(RemoteError) -> String {
+    private static func prepareDataFolder(of manifest: ServiceManifest, in dataRoot: String,
+                                          owner: ChildProcess.Identity?) throws(RemoteError) -> String {
         let folder = BubblewrapCommand.normalised(dataRoot + "/" + manifest.identifier)
         let failure = { (reason: String) in
             "cannot prepare the data folder of \(manifest.identifier) (sandbox.dataFolder) at \(folder): \(reason)"
@@ -221,13 +244,32 @@ final class ServiceInstance: LaunchedProcess {
         for component in folder.split(separator: "/") {
             path += "/" + component
             do {
-                try Syscall.makeDirectory(path, mode: 0o700)
+                try Syscall.makeDirectory(path, mode: owner == nil || path == folder ? 0o700 : 0o711)
             } catch {
                 throw RemoteError([ENOSPC, EDQUOT, ENOMEM].contains(error.errno) ? .interrupted : .invalidated, failure("\(error)"))
             }
         }
         guard Syscall.symbolicLinkTarget(folder) == nil else {
             throw RemoteError(.invalidated, failure("it is a symbolic link; it must be a folder"))
+        }
+        // Opened without following a link, and owned through that descriptor: a link put in
+        // its place since cannot be followed to another folder.
+        let opened: OwnedFD
+        do {
+            opened = try Syscall.openFolder(folder)
+        } catch {
+            throw RemoteError(.invalidated, failure("\(error)"))
+        }
+        if let owner {
+            do throws(SystemCallError) {
+                let status = try Syscall.status(opened)
+                if status.st_uid != owner.user || status.st_gid != owner.group {
+                    try Syscall.changeOwner(opened, user: owner.user, group: owner.group, name: folder)
+                    try Syscall.changeMode(opened, 0o700, name: folder)
+                }
+            } catch {
+                throw RemoteError(.invalidated, failure("\(error)"))
+            }
         }
         return folder
     }

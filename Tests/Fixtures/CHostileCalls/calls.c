@@ -16,6 +16,8 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+#include <stddef.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -102,8 +104,41 @@ static int create_file(const char *path) {
     return 0;
 }
 
+// Opens `path` for writing and closes it again: nothing is ever written (a test must never
+// change the host's kernel settings), so success only says the sandbox let it open.
+static int open_for_writing(const char *path) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    close(fd);
+    return 0;
+}
+
+// Connects to the abstract Unix socket `@name` (a host's X11 or session bus listens on such).
+static int connect_abstract(const char *name) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    size_t length = strlen(name);
+    if (length + 1 > sizeof address.sun_path) { close(fd); return ENAMETOOLONG; }
+    memcpy(address.sun_path + 1, name, length);  // sun_path[0] == 0: the abstract namespace
+    int rc = result(connect(fd, (struct sockaddr *)&address, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + length)));
+    close(fd);
+    return rc;
+}
+
 int hostile_call(const char *name) {
 #define IS(n) (strcmp(name, (n)) == 0)
+    static const char abstract_prefix[] = "connect-abstract:";
+    if (strncmp(name, abstract_prefix, sizeof abstract_prefix - 1) == 0) return connect_abstract(name + sizeof abstract_prefix - 1);
+    if (IS("write-core-pattern")) return open_for_writing("/proc/sys/kernel/core_pattern");
+    if (IS("write-randomize-va-space")) return open_for_writing("/proc/sys/kernel/randomize_va_space");
+    if (IS("write-perf-event-paranoid")) return open_for_writing("/proc/sys/kernel/perf_event_paranoid");
+    if (IS("write-overcommit-memory")) return open_for_writing("/proc/sys/vm/overcommit_memory");
+    if (IS("write-suid-dumpable")) return open_for_writing("/proc/sys/fs/suid_dumpable");
+    if (IS("write-irq-affinity")) return open_for_writing("/proc/irq/default_smp_affinity");
+    if (IS("write-sysrq-trigger")) return open_for_writing("/proc/sysrq-trigger");
+    if (IS("write-cgroup-procs")) return open_for_writing("/sys/fs/cgroup/cgroup.procs");
+    if (IS("read-sys")) return result(access("/sys/kernel", F_OK));
     if (IS("keyring-read")) return keyring_read();
     if (IS("add-key")) return result(syscall(SYS_add_key, "user", "remoteview-hostile", "x", 1, KEY_SPEC_SESSION_KEYRING));
     if (IS("request-key")) return result(syscall(SYS_request_key, "user", "remoteview-hostile", NULL, KEY_SPEC_SESSION_KEYRING));

@@ -64,7 +64,8 @@ final class Tally: Sendable {
 func errnoName(_ code: Int32) -> String {
     let names: [Int32: String] = [EPERM: "EPERM", ENOENT: "ENOENT", EACCES: "EACCES", EINVAL: "EINVAL", ENOSYS: "ENOSYS",
                                   EAFNOSUPPORT: "EAFNOSUPPORT", EROFS: "EROFS", ENOTTY: "ENOTTY", ENETUNREACH: "ENETUNREACH",
-                                  EBADF: "EBADF", EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EFAULT: "EFAULT", EEXIST: "EEXIST"]
+                                  EBADF: "EBADF", EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EFAULT: "EFAULT", EEXIST: "EEXIST",
+                                  ECONNREFUSED: "ECONNREFUSED"]
     return names[code] ?? "errno \(code)"
 }
 
