@@ -46,6 +46,7 @@ struct SecurityTests {
         ("write-overcommit-memory", "open `/proc/sys/vm/overcommit_memory` for writing", "denied: EACCES or denied: EROFS"),
         ("write-suid-dumpable", "open `/proc/sys/fs/suid_dumpable` for writing", "denied: EACCES or denied: EROFS"),
         ("write-irq-affinity", "open `/proc/irq/default_smp_affinity` for writing", "denied: EACCES or denied: EROFS"),
+        ("write-proc-bus", "open a PCI device's configuration in `/proc/bus` for writing", "denied: EACCES or denied: EROFS or denied: ENOENT"),
         ("write-sysrq-trigger", "open `/proc/sysrq-trigger` for writing (absent from this kernel)", "denied: ENOENT or denied: EACCES or denied: EROFS"),
         ("write-cgroup-procs", "open the control groups' `cgroup.procs` for writing (`/sys` is not in the sandbox)", "denied: ENOENT"),
         ("read-sys", "see `/sys` (the host's devices and control groups)", "denied: ENOENT"),

@@ -137,6 +137,7 @@ int hostile_call(const char *name) {
     if (IS("write-suid-dumpable")) return open_for_writing("/proc/sys/fs/suid_dumpable");
     if (IS("write-irq-affinity")) return open_for_writing("/proc/irq/default_smp_affinity");
     if (IS("write-sysrq-trigger")) return open_for_writing("/proc/sysrq-trigger");
+    if (IS("write-proc-bus")) return open_for_writing("/proc/bus/pci/00/00.0");
     if (IS("write-cgroup-procs")) return open_for_writing("/sys/fs/cgroup/cgroup.procs");
     if (IS("read-sys")) return result(access("/sys/kernel", F_OK));
     if (IS("keyring-read")) return keyring_read();
