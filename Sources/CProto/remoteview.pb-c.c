@@ -1686,7 +1686,7 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   (ProtobufCMessageInit) remoteview__envelope__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor remoteview__handshake__field_descriptors[5] =
+static const ProtobufCFieldDescriptor remoteview__handshake__field_descriptors[6] =
 {
   {
     "protocol_version",
@@ -1748,18 +1748,31 @@ static const ProtobufCFieldDescriptor remoteview__handshake__field_descriptors[5
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_protocol_version",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Handshake, max_protocol_version),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__handshake__field_indices_by_name[] = {
   3,   /* field[3] = capabilities */
   2,   /* field[2] = identifier */
   4,   /* field[4] = max_packet_size */
+  5,   /* field[5] = max_protocol_version */
   0,   /* field[0] = protocol_version */
   1,   /* field[1] = role */
 };
 static const ProtobufCIntRange remoteview__handshake__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor remoteview__handshake__descriptor =
 {
@@ -1769,7 +1782,7 @@ const ProtobufCMessageDescriptor remoteview__handshake__descriptor =
   "Remoteview__Handshake",
   "remoteview",
   sizeof(Remoteview__Handshake),
-  5,
+  6,
   remoteview__handshake__field_descriptors,
   remoteview__handshake__field_indices_by_name,
   1,  remoteview__handshake__number_ranges,

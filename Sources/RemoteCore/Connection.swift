@@ -41,6 +41,12 @@ public final class Connection: Sendable {
         /// host counts a service process's), besides ``maxIncomingRequests`` on this one; a
         /// request past it is a protocol violation that names the limit.
         package var sharedIncomingRequests: SharedBudget?
+        /// The protocol versions this side speaks (`docs/Protocol.md`, "Versions"): its
+        /// handshake offers the highest (`max_protocol_version`), the version in force is the
+        /// lower of the two sides' highest, and a peer whose highest is below the lowest here is
+        /// refused (`VERSION_MISMATCH`, naming both). Default: every version this build speaks,
+        /// 1 through ``remoteViewLatestProtocolVersion``.
+        public var protocolVersions: ClosedRange<UInt32> = remoteViewProtocolVersion...remoteViewLatestProtocolVersion
 
         public init(role: PeerRole, identifier: String, capabilities: [String] = [],
                     handshakeTimeout: Duration = .seconds(5), defaultRequestTimeout: Duration? = .seconds(30),
@@ -177,6 +183,12 @@ public final class Connection: Sendable {
     /// The peer's handshake, once it has arrived (and still after the connection closed).
     public var peer: Handshake? {
         machine.withLock { $0.peer }
+    }
+
+    /// The protocol version in force with `peer` (its handshake): the lower of the highest
+    /// versions the two sides speak (`docs/Protocol.md`, "Versions").
+    public func protocolVersion(with peer: Handshake) -> UInt32 {
+        min(configuration.protocolVersions.upperBound, peer.highestVersion)
     }
 
     /// The reason the peer gave in its goodbye, once it has said goodbye.
@@ -391,7 +403,7 @@ public final class Connection: Sendable {
     /// Sends this side's handshake, then reads the peer's; returns it.
     nonisolated(nonsending) private func handshake() async throws(RemoteError) -> Handshake {
         let ours = Handshake(role: configuration.role, identifier: configuration.identifier,
-                             capabilities: configuration.capabilities)
+                             capabilities: configuration.capabilities, maxProtocolVersion: configuration.protocolVersions.upperBound)
         try await transport.send(Envelope(body: .handshake(ours)))
         // Requests and messages may follow it at once, before the peer's handshake arrives (as
         // XPC queues messages to a connection still being set up): the peer reads them after
@@ -419,10 +431,11 @@ public final class Connection: Sendable {
         guard case .handshake(let theirs) = first.body else {
             throw refuse(.unexpected, "expected a handshake first, got \(first.body.name)")
         }
-        switch machine.withLock({ $0.handshakeReceived(theirs, ours: ours, expecting: configuration.expectedPeerIdentifier) }) {
+        switch machine.withLock({ $0.handshakeReceived(theirs, ours: ours, expecting: configuration.expectedPeerIdentifier,
+                                                       lowestVersion: configuration.protocolVersions.lowerBound) }) {
         case .open(let openers):
             openers.resumeAll(returning: .success(theirs))
-            logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(theirs.protocolVersion))")
+            logger.debug("connected to \(theirs.role) \(theirs.identifier) (protocol \(ours.agreedVersion(with: theirs)))")
             eventSink.yield(.connected(theirs))
         case .refuse(let violation):
             throw violation
@@ -615,6 +628,10 @@ public struct ConnectionContext: Sendable {
     public let peer: Handshake
     /// A logger whose metadata names this connection.
     public let logger: Logger
+
+    /// The protocol version in force on the connection (``Connection/protocolVersion(with:)``):
+    /// a rule of a later version does not apply to this peer.
+    public var protocolVersion: UInt32 { connection.protocolVersion(with: peer) }
 }
 
 /// Passes a value into a task exactly once, so the task's captures do not keep it alive.

@@ -220,14 +220,20 @@ package struct ConnectionStateMachine: Sendable {
     }
 
     /// The peer's handshake arrived; `ours` is this side's; `expected` is the identifier the
-    /// peer must have, if any.
-    package mutating func handshakeReceived(_ theirs: Handshake, ours: Handshake, expecting expected: String? = nil) -> HandshakeAction {
+    /// peer must have, if any; `lowestVersion` the lowest protocol version this side serves.
+    package mutating func handshakeReceived(_ theirs: Handshake, ours: Handshake, expecting expected: String? = nil,
+                                            lowestVersion: UInt32 = remoteViewProtocolVersion) -> HandshakeAction {
         switch state {
         case .handshaking(var handshaking):
             if theirs.protocolVersion != ours.protocolVersion {
                 handshaking.refusal = .versionMismatch
                 state = .handshaking(handshaking)
                 return .refuse(RemoteError(.protocolViolation, "protocol version mismatch: this \(ours.role) speaks version \(ours.protocolVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks version \(theirs.protocolVersion)"))
+            }
+            if ours.agreedVersion(with: theirs) < lowestVersion {
+                handshaking.refusal = .versionMismatch
+                state = .handshaking(handshaking)
+                return .refuse(RemoteError(.protocolViolation, "protocol version mismatch: this \(ours.role) serves versions \(lowestVersion) to \(ours.highestVersion), the \(theirs.role) \"\(theirs.identifier)\" speaks versions up to \(theirs.highestVersion)"))
             }
             if theirs.role == ours.role {
                 handshaking.refusal = .role

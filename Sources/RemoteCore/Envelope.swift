@@ -1,5 +1,12 @@
-/// The protocol version this build speaks. Peers must speak the same one.
+/// The protocol's base version, in every handshake's `protocol_version`: a peer that sends
+/// another is refused. Versions beyond it are agreed with ``Handshake/maxProtocolVersion``
+/// (`docs/Protocol.md`, "Versions").
 public let remoteViewProtocolVersion: UInt32 = 1
+
+/// The highest protocol version this build speaks: 2, which adds two rules to version 1 (a
+/// view only for a service that announces `surfaces`; an unknown request answered in the
+/// `RemoteView` domain, code 1). A peer of an older version is served by its version's rules.
+public let remoteViewLatestProtocolVersion: UInt32 = 2
 
 /// Which end of a connection a peer is.
 public enum PeerRole: Sendable, Hashable, CustomStringConvertible {
@@ -21,14 +28,31 @@ public struct Handshake: Sendable, Hashable {
     public var capabilities: [String]
     /// The largest packet the peer accepts.
     public var maxPacketSize: UInt32
+    /// The highest protocol version the peer speaks (`max_protocol_version`); `nil` when its
+    /// handshake does not say, as a version-1 peer's does not: it speaks ``protocolVersion``.
+    public var maxProtocolVersion: UInt32?
 
+    /// What a peer says about itself: by default the base version, and every version up to
+    /// ``remoteViewLatestProtocolVersion``.
     public init(protocolVersion: UInt32 = remoteViewProtocolVersion, role: PeerRole, identifier: String,
-                capabilities: [String] = [], maxPacketSize: UInt32 = UInt32(WireLimits.maxPacketSize)) {
+                capabilities: [String] = [], maxPacketSize: UInt32 = UInt32(WireLimits.maxPacketSize),
+                maxProtocolVersion: UInt32? = remoteViewLatestProtocolVersion) {
         self.protocolVersion = protocolVersion
         self.role = role
         self.identifier = identifier
         self.capabilities = capabilities
         self.maxPacketSize = maxPacketSize
+        self.maxProtocolVersion = maxProtocolVersion
+    }
+
+    /// The highest version the peer speaks: ``maxProtocolVersion``, or ``protocolVersion`` when
+    /// its handshake does not say.
+    public var highestVersion: UInt32 { maxProtocolVersion ?? protocolVersion }
+
+    /// The version in force between this handshake's sender and `peer`'s: the lower of the two
+    /// highest versions.
+    public func agreedVersion(with peer: Handshake) -> UInt32 {
+        min(highestVersion, peer.highestVersion)
     }
 }
 

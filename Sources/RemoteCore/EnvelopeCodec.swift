@@ -84,7 +84,8 @@ package enum EnvelopeCodec {
             let handshake = Handshake(
                 protocolVersion: h.protocol_version, role: role,
                 identifier: try string(h.identifier, "handshake identifier", max: WireLimits.maxIdentifierLength),
-                capabilities: capabilities, maxPacketSize: h.max_packet_size)
+                capabilities: capabilities, maxPacketSize: h.max_packet_size,
+                maxProtocolVersion: h.max_protocol_version == 0 ? nil : h.max_protocol_version)
             try validate(handshake)
             return .handshake(handshake)
         case REMOTEVIEW__ENVELOPE__BODY_GOODBYE:
@@ -272,6 +273,7 @@ package enum EnvelopeCodec {
             h.pointee.n_capabilities = handshake.capabilities.count
             h.pointee.capabilities = arena.strings(handshake.capabilities)
             h.pointee.max_packet_size = handshake.maxPacketSize
+            h.pointee.max_protocol_version = handshake.maxProtocolVersion ?? 0
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_HANDSHAKE
             e.handshake = h
         case .goodbye(let reason):

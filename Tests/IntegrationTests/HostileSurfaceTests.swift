@@ -195,7 +195,24 @@ struct HostileSurfaceTests {
             let hostile = RemoteView(connection: launcher.connection(to: Self.hostile))
             _ = try? await hostile.connection.request(ServiceMessage(type: "echo", text: "wake up"))
             let (_, reason) = try await termination(of: Self.hostile, in: events)
-            #expect(reason.kind == .protocolViolation && reason.detail.contains(#"attach_buffer from a service that did not announce the "surfaces" capability"#), "\(reason)")
+            #expect(reason.kind == .protocolViolation && reason.detail.contains(#"attach_buffer from a service that did not announce the "surfaces" capability (protocol version 2)"#), "\(reason)")
+        }
+    }
+
+    @Test("protocol versions: the surfaces rule is version 2's; a service that speaks version 1 only draws its view without announcing \"surfaces\" and is served, where the same from a version-2 service is a violation (above)")
+    func surfacesCapabilityVersion1() async throws {
+        let identifier = "com.example.hostile-surface-v1"
+        let manifests = ["v1.json": ServiceFolder.manifest(identifier: identifier, mode: "surface-unannouncedVersion1")]
+        try await withServices(manifests, within: .seconds(30)) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: identifier))
+            try await view.present(width: 64, height: 48)
+            _ = try await nextDamage(view)
+            #expect(view.image.pixel(x: 10, y: 10) == 0xFF00_FF00, "the version-1 service's frame is shown")
+            // Version 1 set no domain for an unknown request: its failure counts as "not
+            // handled", and settle falls back to a ping.
+            try await view.settle()
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 1 && status.lastTermination == nil && status.processes.count == 1, "served, not ended: \(status)")
         }
     }
 

@@ -461,8 +461,9 @@ struct LauncherTests {
                 line += chunk
             }
             let pids = String(decoding: line, as: UTF8.self).split(whereSeparator: \.isWhitespace).dropFirst().compactMap { Int32($0) }
-            #expect(pids.count == 2, "the host printed \(String(decoding: line, as: UTF8.self))")
-            // Watch the sandboxed service itself (the host's grandchild) by pidfd.
+            #expect(pids.count == 3, "the host printed \(String(decoding: line, as: UTF8.self))")
+            // Watch the sandbox's processes (bubblewrap, its pid 1, the service) by pidfd: once
+            // they are gone, the control groups are empty.
             let watchers = try pids.map { pid in try ProcessDescriptor(pid: pid, isChild: false) }
             host.send(signal: SIGKILL)
             _ = try await host.waitForExit()

@@ -196,12 +196,13 @@ struct ConnectionTests {
 struct HostileConnectionTests {
     /// Runs a host connection against a raw peer socket; `script` plays the peer; returns the
     /// error the host's run() ended with and what the peer received back.
-    func hostFacing(_ script: @escaping @Sendable (Int32) throws -> Void) async throws -> (RemoteError?, [Envelope]) {
+    func hostFacing(configuration: Connection.Configuration = .testHost,
+                    _ script: @escaping @Sendable (Int32) throws -> Void) async throws -> (RemoteError?, [Envelope]) {
         let outcome = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
             let peer = try SeqpacketSocket(pair.second)
-            let host = try Connection(socket: hostEnd, configuration: Connection.Configuration.testHost)
+            let host = try Connection(socket: hostEnd, configuration: configuration)
             var error: RemoteError?
             do {
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -219,8 +220,31 @@ struct HostileConnectionTests {
         return outcome
     }
 
-    static func handshake(version: UInt32 = remoteViewProtocolVersion, role: PeerRole = .service) throws -> [UInt8] {
-        try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(protocolVersion: version, role: role, identifier: "com.example.hostile"))))
+    static func handshake(version: UInt32 = remoteViewProtocolVersion, role: PeerRole = .service,
+                          highest: UInt32? = remoteViewLatestProtocolVersion) throws -> [UInt8] {
+        try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(protocolVersion: version, role: role, identifier: "com.example.hostile",
+                                                                            maxProtocolVersion: highest))))
+    }
+
+    @Test("protocol versions: the version in force is the lower of the two highest (a handshake without max_protocol_version speaks 1); a host that serves versions from 2 refuses a version-1 peer with VERSION_MISMATCH naming both")
+    func versionAgreement() async throws {
+        let host = Handshake(role: .host, identifier: "com.example.host")
+        #expect(host.maxProtocolVersion == 2 && host.protocolVersion == 1, "every handshake says base 1 and offers the latest")
+        #expect(host.agreedVersion(with: Handshake(role: .service, identifier: "com.example.s")) == 2)
+        #expect(host.agreedVersion(with: Handshake(role: .service, identifier: "com.example.s", maxProtocolVersion: nil)) == 1)
+        #expect(host.agreedVersion(with: Handshake(role: .service, identifier: "com.example.s", maxProtocolVersion: 7)) == 2)
+        // On the wire: absent decodes as nil, a value as itself.
+        for highest in [nil, 1, 2] as [UInt32?] {
+            let bytes = try Self.handshake(highest: highest)
+            guard case .handshake(let decoded) = try decode(bytes).body else { Issue.record("not a handshake"); continue }
+            #expect(decoded.maxProtocolVersion == (highest == 0 ? nil : highest))
+        }
+        var strict = Connection.Configuration.testHost
+        strict.protocolVersions = 2...2
+        let (error, received) = try await hostFacing(configuration: strict) { fd in try rawSend(fd, Self.handshake(highest: nil)) }
+        #expect(error?.code == .protocolViolation)
+        #expect(error?.reason.contains("serves versions 2 to 2") == true && error?.reason.contains("speaks versions up to 1") == true, "\(String(describing: error))")
+        #expect(received.contains { if case .protocolError(.versionMismatch, _) = $0.body { true } else { false } })
     }
 
     @Test("a garbage packet is a protocol violation, reported to the peer; nothing crashes")

@@ -67,7 +67,9 @@ struct ProtocDecodeTests {
             Issue.record("decoded \(envelope.body.name), not a handshake")
             return
         }
-        #expect(handshake == Handshake(role: .service, identifier: "com.example.svc", maxPacketSize: 4_096))
+        // No max_protocol_version: the peer speaks version 1 (as a peer written before the field does).
+        #expect(handshake == Handshake(role: .service, identifier: "com.example.svc", maxPacketSize: 4_096, maxProtocolVersion: nil))
+        #expect(handshake.highestVersion == 1)
     }
 }
 

@@ -404,7 +404,8 @@ struct  Remoteview__Handshake
 {
   ProtobufCMessage base;
   /*
-   * The protocol version this peer speaks. Peers must speak the same version.
+   * The protocol's base version: 1 in every handshake. A peer that sends another is refused
+   * (VERSION_MISMATCH).
    */
   uint32_t protocol_version;
   Remoteview__PeerRole role;
@@ -421,10 +422,16 @@ struct  Remoteview__Handshake
    * The largest packet, in bytes, this peer accepts.
    */
   uint32_t max_packet_size;
+  /*
+   * The highest protocol version this peer speaks (docs/Protocol.md, "Versions"); 0 or absent:
+   * 1. The version in force is the lower of the two peers' maxima. A version-1 peer, which
+   * does not know this field, ignores it.
+   */
+  uint32_t max_protocol_version;
 };
 #define REMOTEVIEW__HANDSHAKE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__handshake__descriptor) \
-    , 0, REMOTEVIEW__PEER_ROLE__PEER_ROLE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0 }
+    , 0, REMOTEVIEW__PEER_ROLE__PEER_ROLE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, 0 }
 
 
 struct  Remoteview__Goodbye

@@ -33,6 +33,11 @@ public actor Launcher {
         /// The uids a root host's sandboxed services run as, one per identifier (like systemd's
         /// `DynamicUser=`). Not used when the host is not root: its services run as its user.
         public var serviceUsers: ServiceUserPool
+        /// The lowest protocol version the host serves (`docs/Protocol.md`, "Versions"): a
+        /// service whose highest version is below it is refused at its handshake
+        /// (`VERSION_MISMATCH`, naming both), and ends as a protocol violation. Default 1:
+        /// every version this build speaks, up to ``remoteViewLatestProtocolVersion``.
+        public var minimumProtocolVersion: UInt32
         /// The first relaunch delay after a crash; it doubles with each further crash in a row.
         public var backoff: Duration
         /// The longest relaunch delay.
@@ -77,9 +82,11 @@ public actor Launcher {
                     stableAfter: Duration = .seconds(10), stopGracePeriod: Duration = .seconds(2),
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
                     adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30,
-                    maxIncomingRequestsPerService: Int = 1024, serviceUsers: ServiceUserPool = ServiceUserPool()) {
+                    maxIncomingRequestsPerService: Int = 1024, serviceUsers: ServiceUserPool = ServiceUserPool(),
+                    minimumProtocolVersion: UInt32 = remoteViewProtocolVersion) {
             self.hostIdentifier = hostIdentifier
             self.serviceUsers = serviceUsers
+            self.minimumProtocolVersion = minimumProtocolVersion
             self.sandbox = sandbox
             self.dataRoot = dataRoot
             self.backoff = backoff
@@ -100,6 +107,12 @@ public actor Launcher {
         /// under the home folder); for a host running as root, ``systemDataRoot``.
         public static var defaultDataRoot: String {
             Syscall.effectiveUserID == 0 ? systemDataRoot : XDGBaseDirectories.dataHome() + "/remoteview/services"
+        }
+
+        /// The protocol versions the host speaks with its services: ``minimumProtocolVersion``
+        /// up to the latest this build speaks.
+        var protocolVersions: ClosedRange<UInt32> {
+            min(minimumProtocolVersion, remoteViewLatestProtocolVersion)...remoteViewLatestProtocolVersion
         }
 
         /// A root host's default data root, `/var/lib/remoteview/services`: its services run as
@@ -353,6 +366,7 @@ public actor Launcher {
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         users: configuration.serviceUsers,
+                                                        protocolVersions: configuration.protocolVersions,
                                                         hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
                                                         resources: resources, maxMappedBytes: configuration.maxMappedBytesPerService,
                                                         maxIncomingRequests: configuration.maxIncomingRequestsPerService,

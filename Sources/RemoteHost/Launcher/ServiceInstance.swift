@@ -77,7 +77,8 @@ final class ServiceInstance: LaunchedProcess {
 
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
-    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool, hostIdentifier: String,
+    static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
+                       protocolVersions: ClosedRange<UInt32>, hostIdentifier: String,
                        stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
                        logger: Logger) async throws(RemoteError) -> ServiceInstance {
         let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users, resources: resources, logger: logger)
@@ -85,6 +86,7 @@ final class ServiceInstance: LaunchedProcess {
         var configuration = Connection.Configuration(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
                                                      expectedPeerIdentifier: manifest.identifier)
         configuration.sharedIncomingRequests = incomingRequests
+        configuration.protocolVersions = protocolVersions
         let control = Connection(transport: started.socket, configuration: configuration)
         return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
                                captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
@@ -495,6 +497,7 @@ final class ServiceInstance: LaunchedProcess {
             var configuration = configuration
             configuration.expectedPeerIdentifier = manifest.identifier
             configuration.sharedIncomingRequests = incomingRequests
+            configuration.protocolVersions = control.configuration.protocolVersions
             connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
             throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")

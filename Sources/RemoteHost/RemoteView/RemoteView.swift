@@ -67,12 +67,19 @@ public final class RemoteView: Sendable {
         state.withLock { $0.size = size }
     }
 
-    /// Throws unless the peer on `connection` announced the `surfaces` capability (it has a view).
+    /// Throws unless the peer on `connection` has a view: it announced the `surfaces`
+    /// capability, or it speaks protocol version 1, where a view needed no announcing.
     private static func requireSurfaces(_ connection: Connection) async throws(RemoteError) {
         let peer = try await connection.peerHandshake()
-        guard peer.capabilities.contains(SurfaceCapability.name) else {
+        guard hasView(peer, on: connection) else {
             throw RemoteError(.invalidArgument, "\(peer.identifier) does not announce the \"\(SurfaceCapability.name)\" capability in its handshake (it announced \(peer.capabilities)), so it has no view to present")
         }
+    }
+
+    /// Whether `peer` may have a view on `connection`: from protocol version 2 on, only when it
+    /// announced `surfaces` (`docs/Protocol.md`, "Versions").
+    static func hasView(_ peer: Handshake, on connection: Connection) -> Bool {
+        connection.protocolVersion(with: peer) < 2 || peer.capabilities.contains(SurfaceCapability.name)
     }
 
     /// Sends input to the service (launching it if needed). Pointer coordinates are in the
@@ -122,17 +129,22 @@ public final class RemoteView: Sendable {
     /// damage and no animation is left, behind its commits.)
     ///
     /// A service that does not handle `remoteview.settle` (it answers "unknown request", as
-    /// `docs/Protocol.md` allows) gets a ping instead: then what the service had committed
-    /// before it read the ping is in ``image``, but an animation it has not drawn yet is not
-    /// waited for.
+    /// `docs/Protocol.md` allows; under protocol version 1, any failure) gets a ping instead:
+    /// then what the service had committed before it read the ping is in ``image``, but an
+    /// animation it has not drawn yet is not waited for.
     ///
     /// - Throws: `RemoteError`: the reason the service was ended, if it was meanwhile (a broken
     ///   surface rule, a crash), `timeout`, or what the request throws.
     public func settle(timeout: Duration = .seconds(10)) async throws(RemoteError) {
         do {
             _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
-        } catch let error where error.code == .remoteError && error.remote?.isUnknownRequest == true {
-            _ = try await connection.withChannel { connection throws(RemoteError) in try await connection.ping(timeout: timeout) }
+        } catch let error where error.code == .remoteError {
+            try await connection.withChannel { connection throws(RemoteError) in
+                // Version 1 set no domain for "unknown request": any failure may mean it.
+                let peer = try await connection.peerHandshake()
+                guard connection.protocolVersion(with: peer) < 2 || error.remote?.isUnknownRequest == true else { throw error }
+                _ = try await connection.ping(timeout: timeout)
+            }
         }
     }
 
@@ -201,8 +213,8 @@ extension RemoteView: ServiceChannelListener {
             // under every other client). Dropped: the attachments close, and without a
             // frame_done the service draws no more for this connection.
             guard let self else { return }
-            guard context.peer.capabilities.contains(SurfaceCapability.name) else {
-                throw RemoteError(.protocolViolation, "\(message.name) from a service that did not announce the \"\(SurfaceCapability.name)\" capability")
+            guard Self.hasView(context.peer, on: context.connection) else {
+                throw RemoteError(.protocolViolation, "\(message.name) from a service that did not announce the \"\(SurfaceCapability.name)\" capability (protocol version \(context.protocolVersion))")
             }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
@@ -232,8 +244,8 @@ extension RemoteView: ServiceChannelListener {
     /// was given last, before anything else.
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
         let (size, traits, focused) = state.withLock { ($0.size, $0.traits, $0.focused) }
-        // A process without a view (it did not announce one) is not sent a size.
-        guard let size, try await channel.connection.peerHandshake().capabilities.contains(SurfaceCapability.name) else { return }
+        // A process without a view (it did not announce one, under version 2) is not sent a size.
+        guard let size, Self.hasView(try await channel.connection.peerHandshake(), on: channel.connection) else { return }
         state.withLock { $0.compositor }.sizeGiven(size)
         try await channel.connection.send(.resize(size))
         if let traits { try await channel.connection.send(.traits(traits)) }

@@ -13,8 +13,9 @@ let identifier = CommandLine.arguments[2]
 try await withLauncher(registry: registry) { launcher in
     let connection = launcher.connection(to: identifier)
     _ = try await connection.request(ServiceMessage(type: "echo", text: "hi"))
-    let tree = await launcher.status().first { $0.identifier == identifier }?.processes.first.map { process -> [Int32] in
-        [process.pid] + (process.servicePid.map { [$0] } ?? [])
+    // The whole tree: bubblewrap, the sandbox's pid 1 (when sandboxed), the service.
+    let tree = await launcher.status().first { $0.identifier == identifier }?.processes.first.map { process in
+        ChildProcess.processTree(of: process.pid)
     } ?? []
     let line = Array("service \(tree.map(String.init).joined(separator: " "))\n".utf8)
     _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }

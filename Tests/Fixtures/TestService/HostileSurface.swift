@@ -25,6 +25,9 @@ enum HostileSurface {
         case wrongSize
         /// A good first frame from a client connection that does not announce "surfaces".
         case unannounced
+        /// The same, from connections that speak protocol version 1 only (a service written
+        /// before version 2), and only when the host asks (a resize): lawful under version 1.
+        case unannouncedVersion1
         /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
         case unreleased
         /// Commits `floodFrames` frames, alternating two buffers, never waiting for frame_done.
@@ -50,6 +53,8 @@ enum HostileSurface {
         do {
             switch try SocketActivation.takeSocket() {
             case .connected(let socket):
+                var configuration = configuration
+                if mode == .unannouncedVersion1 { configuration.protocolVersions = 1...1 }
                 control = try Connection(socket: socket, configuration: configuration, onMessage: { message, _ in accept(message, mode) })
             case .listening:
                 exit(70)
@@ -71,7 +76,8 @@ enum HostileSurface {
         if mode == .stride, let copy = try? socket.duplicate() { raw = RawSocket(copy) }
         let client = Client(mode: mode, raw: raw)
         var configuration = configuration
-        if mode == .unannounced { configuration.capabilities = [] }
+        if mode == .unannounced || mode == .unannouncedVersion1 { configuration.capabilities = [] }
+        if mode == .unannouncedVersion1 { configuration.protocolVersions = 1...1 }
         guard let connection = try? Connection(socket: socket, configuration: configuration,
                                                onRequest: { request, _ in try await client.serve(request) }) else { return }
         connection.route(surface: { message, _, context in client.receive(message, on: context.connection) })
@@ -142,6 +148,8 @@ enum HostileSurface {
                 return ServiceMessage(type: "report", text: await script?.value ?? "no script: the host never sent a size")
             default:
                 // remoteview.settle too, except in settleDamage mode: these services do not settle.
+                // A version-1 service may say so in its own domain, as version 1 allowed.
+                if mode == .unannouncedVersion1 { throw ServiceFailure(domain: "hostile", code: 404, message: "no \(request.type) here") }
                 throw ServiceFailure.unknownRequest(request.type, handler: serviceIdentifier)
             }
         }
@@ -195,7 +203,7 @@ enum HostileSurface {
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
                 _ = firstFrame.open((width, height))
                 return "drew the first frame"
-            case .unannounced:
+            case .unannounced, .unannouncedVersion1:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)
                 return "committed a first frame"
