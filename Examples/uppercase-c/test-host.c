@@ -187,6 +187,7 @@ static void send_handshake(peer *p)
     h.role = REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST;
     h.identifier = "com.example.test-host";
     h.max_packet_size = MAX_PACKET;
+    h.max_protocol_version = 2;
     e.body_case = BODY(HANDSHAKE);
     e.handshake = &h;
     send_env(p, &e);
@@ -200,6 +201,7 @@ static void check_service_handshake(peer *p)
     CHECK(h->role == REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE, "handshake role %d", h->role);
     CHECK(strcmp(h->identifier, "com.example.uppercase-c") == 0, "handshake identifier %s", h->identifier);
     CHECK(h->max_packet_size == MAX_PACKET, "max_packet_size %u", h->max_packet_size);
+    CHECK(h->max_protocol_version == 2, "max_protocol_version %u", h->max_protocol_version);
     int share = 0;
     for (size_t i = 0; i < h->n_capabilities; i++) share |= strcmp(h->capabilities[i], "share") == 0;
     CHECK(share, "no share capability");

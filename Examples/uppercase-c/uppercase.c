@@ -168,6 +168,10 @@ static void send_handshake(conn *c)
     h.n_capabilities = 2;
     h.capabilities = caps;
     h.max_packet_size = MAX_PACKET;
+    /* Protocol.md, "Versions": this activity keeps version 2's rules (it announces "surfaces"
+       and answers an unknown request in domain RemoteView, code 1). A host of version 1 ignores
+       the field; the version in force is the lower of the two. */
+    h.max_protocol_version = 2;
     e.body_case = BODY(HANDSHAKE);
     e.handshake = &h;
     send_env(c, &e, -1);

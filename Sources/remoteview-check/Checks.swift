@@ -9,7 +9,12 @@ struct Checker: Sendable {
     let sandbox: SandboxPolicy
     let dataRoot: String
     let logger: Logger
+    /// The highest protocol version the checker's host offers (`max_protocol_version`).
+    var offeredVersion: UInt32 = remoteViewLatestProtocolVersion
     let report = Report()
+
+    /// The version in force with the service, once its handshake was read (else the offered one).
+    var version: UInt32 { report.protocolVersions?.inForce ?? offeredVersion }
 
     static let hostIdentifier = "com.example.remoteview-check"
     static let wait = Duration.seconds(5)
@@ -69,7 +74,12 @@ struct Checker: Sendable {
             }
             await checkHostile(control, survivor: client)
             if peer.capabilities.contains("surfaces") {
+                report.pass("view.announced")
                 await checkView(control, share: peer.capabilities.contains("share"))
+            } else if version < 2 {
+                // Version 1 needed no announcing: a host presented any service. The view is
+                // tried; one that answers is served, with a warning for version 2.
+                await checkView(control, share: peer.capabilities.contains("share"), announced: false)
             } else {
                 for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" {
                     report.skip(rule.id, "the service does not announce \"surfaces\"")
@@ -102,10 +112,13 @@ struct Checker: Sendable {
             return nil
         }
         if peer.name == "fd 3" {
+            let versions = Report.Versions(service: theirs.highestVersion, offered: offeredVersion)
+            report.protocolVersions = versions
+            let said = "protocol \(theirs.protocolVersion), speaks up to \(theirs.highestVersion)\(theirs.maxProtocolVersion == nil ? " (no max_protocol_version)" : ""); checked under protocol \(versions.inForce)"
             if theirs.protocolVersion != remoteViewProtocolVersion || theirs.role != .service {
-                report.fail("handshake.first", "protocol \(theirs.protocolVersion), role \(theirs.role)")
+                report.fail("handshake.first", "\(said), role \(theirs.role)")
             } else {
-                report.pass("handshake.first")
+                report.pass("handshake.first", said)
             }
         }
         if theirs.identifier != manifest.identifier {
@@ -114,7 +127,8 @@ struct Checker: Sendable {
             report.pass("handshake.identifier")
         }
         do {
-            try await peer.send(.handshake(Handshake(protocolVersion: version, role: .host, identifier: Self.hostIdentifier)))
+            try await peer.send(.handshake(Handshake(protocolVersion: version, role: .host, identifier: Self.hostIdentifier,
+                                                     maxProtocolVersion: offeredVersion)))
         } catch {
             report.fail("connect", "cannot send the handshake on \(peer.name): \(error.reason)")
             return nil
@@ -158,10 +172,12 @@ struct Checker: Sendable {
             envelope.replyTo == id ? envelope : nil
         }) {
         case .success(let answer):
-            if case .failure(let failure) = answer.body, failure.domain == "RemoteView", failure.code == 1 {
+            if case .failure(let failure) = answer.body, failure.isUnknownRequest {
                 report.pass("request.unknown", failure.message)
             } else if case .failure(let failure) = answer.body {
-                report.fail("request.unknown", "failure \(failure.domain) \(failure.code): \(failure.message)")
+                // Version 2's rule; version 1 set no domain.
+                let seen = "failure \(failure.domain) \(failure.code): \(failure.message)"
+                if version < 2 { report.warn("request.unknown", wouldFailUnder: 2, seen + " (version 2 wants domain RemoteView, code 1)") } else { report.fail("request.unknown", seen) }
             } else {
                 report.fail("request.unknown", "\(answer.body.name) instead of a failure")
             }

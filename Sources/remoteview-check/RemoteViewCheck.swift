@@ -35,6 +35,17 @@ struct RemoteViewCheck: AsyncParsableCommand {
     @Flag(help: "Show the service's own output (stdout and stderr lines).")
     var verbose = false
 
+    @Option(name: .customLong("protocol"),
+            help: ArgumentHelp("The highest protocol version the checker offers (1 or 2; default: 2, the latest). 1 checks the service as a version-1 host would.",
+                               valueName: "version"))
+    var protocolVersion: UInt32 = remoteViewLatestProtocolVersion
+
+    func validate() throws {
+        guard (remoteViewProtocolVersion...remoteViewLatestProtocolVersion).contains(protocolVersion) else {
+            throw ValidationError("--protocol must be \(remoteViewProtocolVersion) to \(remoteViewLatestProtocolVersion), not \(protocolVersion)")
+        }
+    }
+
     func run() async throws {
         let loaded: ServiceManifest
         do {
@@ -50,7 +61,7 @@ struct RemoteViewCheck: AsyncParsableCommand {
         let dataRoot = "/tmp/remoteview-check-\(Syscall.processID)"
         defer { try? FileManager.default.removeItem(atPath: dataRoot) }
         let checker = Checker(manifest: loaded, sandbox: unsandboxed ? .unsandboxed : .bubblewrap(path: bubblewrap),
-                              dataRoot: dataRoot, logger: logger)
+                              dataRoot: dataRoot, logger: logger, offeredVersion: protocolVersion)
         let report = await checker.run()
         if json {
             print(try Self.json(report))
@@ -63,14 +74,20 @@ struct RemoteViewCheck: AsyncParsableCommand {
     static func table(_ report: Report, manifest: ServiceManifest) -> String {
         let rows = report.rows
         let width = rows.map(\.rule.id.count).max() ?? 0
-        var lines = ["\(manifest.identifier) (\(manifest.file))", ""]
+        var lines = ["\(manifest.identifier) (\(manifest.file))"]
+        if let versions = report.protocolVersions {
+            lines.append("protocol: the service speaks up to version \(versions.service), the checker offered up to \(versions.offered): checked under protocol \(versions.inForce)")
+        }
+        lines.append("")
         lines.append("RULE".padding(toLength: width, withPad: " ", startingAt: 0) + "  RESULT   SEEN")
         for (rule, entry) in rows {
             let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen
             lines.append(rule.id.padding(toLength: width, withPad: " ", startingAt: 0) + "  "
                          + entry.verdict.rawValue.padding(toLength: 7, withPad: " ", startingAt: 0) + "  " + seen)
         }
-        let counts = [Report.Verdict.passed, .failed, .skipped].map { verdict in "\(rows.filter { $0.entry.verdict == verdict }.count) \(verdict.rawValue)" }
+        let counts = [Report.Verdict.passed, .warning, .failed, .skipped].map { verdict in
+            "\(rows.filter { $0.entry.verdict == verdict }.count) \(verdict == .warning ? "warnings" : verdict.rawValue)"
+        }
         lines.append("")
         lines.append(counts.joined(separator: ", "))
         return lines.joined(separator: "\n")

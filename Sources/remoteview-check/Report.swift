@@ -8,13 +8,13 @@ struct Rule: Sendable {
 
     /// Every rule, in the order of the table (`docs/Protocol.md` is what they come from).
     static let all: [Rule] = [
-        Rule(id: "handshake.first", text: "the first packet on fd 3 is a handshake: protocol 1, role service"),
+        Rule(id: "handshake.first", text: "the first packet on fd 3 is a handshake: protocol 1, role service (max_protocol_version: the highest it speaks)"),
         Rule(id: "handshake.identifier", text: "the handshake gives the manifest's identifier, on fd 3 and on each client"),
         Rule(id: "ids.increase", text: "envelope ids increase per direction, on every connection"),
         Rule(id: "ping", text: "a ping is answered with a pong naming it, on fd 3 and on a client"),
         Rule(id: "connect", text: "each socket a remoteview.connect message brings gets a handshake"),
         Rule(id: "clients.several", text: "several clients are served at once"),
-        Rule(id: "request.unknown", text: "a request of an unknown type gets a failure in domain RemoteView, code 1"),
+        Rule(id: "request.unknown", text: "a request of an unknown type gets a failure (protocol 2: in domain RemoteView, code 1)"),
         Rule(id: "message.unknown", text: "a one-way message of an unknown type is ignored"),
         Rule(id: "cancel.unknown", text: "a cancel of a request that is not outstanding is ignored"),
         Rule(id: "goodbye", text: "a client's goodbye ends that client only"),
@@ -24,6 +24,7 @@ struct Rule: Sendable {
         Rule(id: "hostile.garbage", text: "a packet that does not decode is refused: protocol_error MALFORMED, then close"),
         Rule(id: "hostile.survived", text: "after each refused client, fd 3 and the other clients still answer"),
         Rule(id: "input.before-size", text: "input before the first resize is taken without a violation"),
+        Rule(id: "view.announced", text: "a service with a view announces \"surfaces\" in its handshake (protocol 2)"),
         Rule(id: "view.first-frame", text: "a resize is answered with attach_buffer and a commit"),
         Rule(id: "view.buffer", text: "a buffer is a memfd sealed against shrinking and growing, holding stride × height"),
         Rule(id: "view.buffer-size", text: "each committed buffer has the pixel size of a resize sent (points × scale, rounded)"),
@@ -32,7 +33,7 @@ struct Rule: Sendable {
         Rule(id: "view.damage", text: "damage rects lie inside the committed buffer"),
         Rule(id: "view.surface-rules", text: "attach, destroy and the other surface rules"),
         Rule(id: "view.resize-in-flight", text: "a resize sent while a frame is in flight is drawn after that frame_done"),
-        Rule(id: "view.settle", text: "remoteview.settle is answered with remoteview.settled (or as an unknown request)"),
+        Rule(id: "view.settle", text: "remoteview.settle is answered with remoteview.settled (or as an unknown request; protocol 1: any failure)"),
         Rule(id: "share.cancel", text: "share_cancel is answered with one share_complete within 2 s"),
         Rule(id: "share.one-complete", text: "nothing of the share family follows share_complete"),
         Rule(id: "exit.fd3", text: "the process exits within 5 s of fd 3 closing"),
@@ -41,10 +42,37 @@ struct Rule: Sendable {
     ]
 }
 
-/// What the checker found for each rule: passed, failed with what was seen, or not tried.
+/// What the checker found for each rule: passed, failed with what was seen, not tried, or
+/// passed under the protocol version in force but broken under a later one (a warning).
 final class Report: Sendable {
     enum Verdict: String, Sendable {
-        case passed, failed, skipped
+        case passed, warning, failed, skipped
+    }
+
+    /// The protocol versions of the check: the highest the service speaks (its handshake's
+    /// `max_protocol_version`, or 1), the highest the checker offered, and the one in force
+    /// (the lower), whose rules the service is judged by.
+    struct Versions: Sendable {
+        var service: UInt32
+        var offered: UInt32
+        var inForce: UInt32 { min(service, offered) }
+    }
+
+    private let versions = Mutex<Versions?>(nil)
+
+    /// The versions, once the service's first handshake was read.
+    var protocolVersions: Versions? {
+        get { versions.withLock { $0 } }
+        set { versions.withLock { $0 = newValue } }
+    }
+
+    /// `rule` held under the version in force, but `laterRule` of `version` would fail it:
+    /// recorded as a warning, not a failure.
+    func warn(_ rule: String, wouldFailUnder version: UInt32, _ seen: String) {
+        precondition(Rule.all.contains { $0.id == rule }, "no rule \(rule)")
+        entries.withLock { entries in
+            if entries[rule]?.verdict != .failed { entries[rule] = Entry(verdict: .warning, seen: "would fail under protocol \(version): \(seen)") }
+        }
     }
 
     struct Entry: Sendable {

@@ -96,8 +96,9 @@ final class SurfaceUnderTest: Sendable {
 
 extension Checker {
     /// A view: input before a size, the first frame, one frame in flight while a resize waits,
-    /// pacing, and settle.
-    func checkView(_ control: Peer, share: Bool) async {
+    /// pacing, and settle. A service that did not announce "surfaces" (`announced` false: tried
+    /// under protocol 1 only) that answers no resize has no view: the view rules are skipped.
+    func checkView(_ control: Peer, share: Bool, announced: Bool = true) async {
         guard let (client, _) = await connect(control, name: "view client") else { return }
         defer { client.close() }
         let surface = SurfaceUnderTest(peer: client, report: report)
@@ -123,7 +124,16 @@ extension Checker {
             // The first frame.
             try await surface.resize(SurfaceSize(width: 64, height: 48))
             switch await surface.pump(within: Self.wait, present: false, until: { Self.isCommit($0) }) {
-            case .done: report.pass("view.first-frame", "\(surface.size.width)×\(surface.size.height)")
+            case .done:
+                report.pass("view.first-frame", "\(surface.size.width)×\(surface.size.height)")
+                if !announced {
+                    report.warn("view.announced", wouldFailUnder: 2, "it draws a view without announcing \"surfaces\" (a version-2 host shows it no view)")
+                }
+            case .timeout where !announced:
+                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" {
+                    report.skip(rule.id, "no view: no frame answered a resize, and the service does not announce \"surfaces\"")
+                }
+                return
             case .timeout: return report.fail("view.first-frame", "no commit within \(Self.wait) of resize 64×48")
             case .failed(let reason): return report.fail("view.first-frame", reason)
             case .violation(let rule): return report.stopped("view.first-frame", by: rule)
@@ -157,6 +167,9 @@ extension Checker {
                 switch answer.body {
                 case .reply(let type, _) where type == "remoteview.settled": report.pass("view.settle")
                 case .failure(let failure) where failure.isUnknownRequest: report.pass("view.settle", "not handled (optional): \(failure.message)")
+                case .failure(let failure) where version < 2:
+                    // Version 1 set no domain for "not handled".
+                    report.warn("view.settle", wouldFailUnder: 2, "failure \(failure.domain) \(failure.code): \(failure.message) (version 2 takes only RemoteView code 1 as not handled)")
                 default: report.fail("view.settle", "\(answer.body.name) instead of remoteview.settled")
                 }
             case .timeout: report.fail("view.settle", "no answer to remoteview.settle within \(Self.wait)")

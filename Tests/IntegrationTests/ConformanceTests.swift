@@ -90,6 +90,21 @@ struct ConformanceTests {
         #expect(childProcesses().isEmpty, "the checkers and their services are gone")
     }
 
+    @Test("protocol versions: the C activity speaks version 2 and keeps every rule checked under either version (--protocol 1 and the default 2), with no warning")
+    func versions() async throws {
+        try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
+        let manifest = UppercaseShareTests.repository + "/Examples/uppercase-c/uppercase.json"
+        let runs = try Self.checkAll([[manifest, "--json"], [manifest, "--json", "--protocol", "1"]])
+        for ((status, output), version) in zip(runs, [2, 1]) {
+            let rows = try JSONDecoder().decode([Row].self, from: Data(output.utf8))
+            #expect(status == 0 && !rows.contains { $0.result == "failed" || $0.result == "warning" }, "protocol \(version): \(rows.filter { $0.result != "passed" })")
+            let handshake = rows.first { $0.rule == "handshake.first" }
+            #expect(handshake?.seen == "protocol 1, speaks up to 2; checked under protocol \(version)", "\(String(describing: handshake))")
+        }
+        let (status, output) = try Self.check([manifest, "--protocol", "3"])
+        #expect(status != 0 && output.contains("--protocol must be 1 to 2, not 3"), "\(output)")
+    }
+
     @Test("deliberately broken services (the C activity with --break=RULE) fail on the right rule, and only on it")
     func brokenServices() async throws {
         try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
@@ -120,7 +135,8 @@ struct ConformanceTests {
         let lines = output.split(separator: "\n").map(String.init)
         #expect(lines.first == "com.example.test (\(folder.path)/service.json)", "\(output)")
         #expect(lines.contains { $0.hasPrefix("request.unknown") && $0.contains("passed") && $0.contains("handles no request of type") }, "\(output)")
-        #expect(lines.last == "18 passed, 0 failed, 12 skipped", "\(output)")
+        #expect(lines.dropFirst().first == "protocol: the service speaks up to version 2, the checker offered up to 2: checked under protocol 2", "\(output)")
+        #expect(lines.last == "18 passed, 0 warnings, 0 failed, 13 skipped", "\(output)")
 
         _ = try folder.write("bad.json", #"{"identifier": "com.example.bad", "executable": "x", "display": {"title": "Bad"}, "colour": 1}"#)
         let (badStatus, badOutput) = try Self.check([folder.path + "/bad.json"])
