@@ -260,6 +260,31 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("a frame's buffer and frame_done go to the process that drew it: after a crash, framePresented() drops them and launches nothing, and the relaunched process, which never attached that buffer, reports no violation")
+    func framePresentedAfterCrash() async throws {
+        try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in
+            let events = launcher.events()
+            let view = RemoteView(connection: launcher.connection(to: "com.example.test"), presentation: .manual)
+            try await view.present(width: 16, height: 16)
+            _ = try await nextDamage(view)  // shown, not yet presented: its buffer is still the host's
+            let first = try #require(view.connection.processIdentifier)
+            let servicePid = try #require(await launcher.status().first?.processes.first?.servicePid)
+            kill(servicePid, SIGKILL)
+            _ = try await termination(of: first, in: events)
+            // A window's vsync after the crash: nothing to send to, nothing launched.
+            try await view.framePresented()
+            #expect(await launcher.status().first?.launches == 1, "framePresented() launched nothing")
+            // The next use relaunches; the new process draws, and its frames flow.
+            try await view.present(width: 16, height: 16)
+            _ = try await nextDamage(view)
+            try await view.framePresented()
+            _ = try await view.connection.request(ServiceMessage(type: "paint", text: "ff0000 3 0 1 1"))
+            #expect(try await nextDamage(view) == [PixelRect(x: 3, y: 0, width: 1, height: 1)])
+            let status = try #require(await launcher.status().first)
+            #expect(status.launches == 2 && status.state == .running && status.processes.count == 1, "\(status)")
+        }
+    }
+
     // MARK: truncation
 
     @Test("a service that tries to truncate (and grow) its sealed buffer after attaching it, and again after the host read it: every ftruncate fails with EPERM, the host shows both frames exactly (no SIGBUS), and the service carries on")

@@ -25,7 +25,19 @@ public final class RemoteView: Sendable {
     public let damage: AsyncStream<[PixelRect]>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
-    private let state = Mutex<(compositor: SurfaceCompositor, size: SurfaceSize?, traits: Traits?, focused: Bool?)>((SurfaceCompositor(checksSize: true), nil, nil, nil))
+    private let state = Mutex(State())
+
+    private struct State {
+        /// The compositor of the channel that carries the frames now.
+        var compositor = SurfaceCompositor(checksSize: true)
+        /// That channel's connection: a frame's `release_buffer` and `frame_done` go to the
+        /// process that drew it, never to a later one.
+        var frames: Connection?
+        /// What a new process is told first.
+        var size: SurfaceSize?
+        var traits: Traits?
+        var focused: Bool?
+    }
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
     public enum Presentation: Sendable, Hashable {
@@ -190,9 +202,19 @@ public final class RemoteView: Sendable {
 
     /// With ``Presentation/manual``: the host has shown the last frame; its buffer goes back to
     /// the service and the next frame is allowed. Does nothing when no frame is waiting.
+    ///
+    /// The buffer and the `frame_done` go to the process that drew the frame, on the connection
+    /// that carried it; once that process has ended they are dropped, and nothing is launched
+    /// for them. So a window may call this at every vsync whatever became of the service.
     public func framePresented() async throws(RemoteError) {
-        for message in state.withLock({ $0.compositor }).present() {
-            try await connection.withChannel { connection throws(RemoteError) in try await connection.send(message) }
+        let (compositor, frames) = state.withLock { ($0.compositor, $0.frames) }
+        guard let frames else { return }
+        for message in compositor.present() {
+            do {
+                try await frames.send(message)
+            } catch {
+                return  // that process is gone, or going: the frame is no one's to release
+            }
         }
     }
 }
@@ -205,6 +227,7 @@ extension RemoteView: ServiceChannelListener {
         // channel took over goes there, never into the new process's.
         let compositor = state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
+            state.frames = channel.connection
             return state.compositor
         }
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
