@@ -30,6 +30,11 @@ public struct RemoteError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let remoteError = Code(rawValue: "remote error")
         /// A message the caller built cannot be sent as it is (too large, bad type name).
         public static let invalidArgument = Code(rawValue: "invalid argument")
+        /// The share a view or connection belongs to has ended (completed, cancelled, failed
+        /// or interrupted) and its activity's process is gone: nothing launches it again for
+        /// that share, which would start the activity without its items. Perform the share
+        /// again to run the activity again.
+        public static let shareEnded = Code(rawValue: "share ended")
     }
 
     /// What kind of failure this is.

@@ -120,6 +120,12 @@ public final class ServiceConnection: Sendable {
         return channel.instance.process.pid
     }
 
+    /// From now on, nothing launches a process for this connection: a use that would need one
+    /// throws `error` (a share's ended). The process it talks to now serves on while it lasts.
+    package func forbidLaunches(_ error: RemoteError) {
+        machine.withLock { $0.forbidNewChannels(error) }
+    }
+
     /// Attaches `listener` (a libwayland listener attached to its object), held weakly: it
     /// hears about every channel opened from now on, and about the channel open now, if any
     /// (``ServiceChannelListener/channelWillRun(_:)`` at once; there is nothing to replay yet).

@@ -42,6 +42,9 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
     private var state = State.idle
     /// Failures being reported right now: connect attempts and channel ends.
     private var reporting = 0
+    /// Why no new channel may be made, once the connection's work is over (a share's): the
+    /// channel in use serves on, but none is made after it.
+    private var launchRefusal: RemoteError?
 
     package init() {}
 
@@ -84,10 +87,12 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
             return .fail(error)
         case .current(let channel):
             if isUsable(channel) { return .use(channel) }
+            if let launchRefusal { return .fail(launchRefusal) }
             state = .connecting(Connecting(channel: channel))
             reporting += 1
             return .connect
         case .idle:
+            if let launchRefusal { return .fail(launchRefusal) }
             state = .connecting(Connecting())
             reporting += 1
             return .connect
@@ -100,6 +105,12 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
         case .modifying:
             preconditionFailure("ServiceConnectionStateMachine.channelNeeded() while modifying")
         }
+    }
+
+    /// No channel may be made from now on: a caller that would need one fails with `error`.
+    /// The channel in use, or being made, still serves while it lasts. The first call counts.
+    package mutating func forbidNewChannels(_ error: RemoteError) {
+        if launchRefusal == nil { launchRefusal = error }
     }
 
     /// A caller waiting for another's connect gave up.

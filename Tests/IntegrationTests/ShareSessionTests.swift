@@ -105,6 +105,46 @@ struct ShareSessionTests {
         }
     }
 
+    @Test("a finished share's view launches nothing: after a crash mid-share, settle, present, input and requests throw shareEnded naming the share and how it ended, framePresented() does nothing, the last frame stays, and the launcher started one process; while a completed share's process runs, its view still works")
+    func endedShareLaunchesNothing() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let events = launcher.events()
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("doomed")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher, presentation: .manual)
+            try await session.view.present(width: 32, height: 24)
+            _ = try await nextDamage(session.view)
+            let pid = try #require(session.connection.processIdentifier)
+            kill(pid, SIGKILL)
+            _ = await session.outcome
+            _ = try await termination(of: "com.example.test", in: events)
+            let ended: [(String, @Sendable () async throws -> Void)] = [
+                ("settle", { try await session.view.settle() }),
+                ("present", { try await session.view.present(width: 40, height: 30) }),
+                ("input", { try await session.view.click(x: 5, y: 5) }),
+                ("request", { _ = try await session.connection.request(ServiceMessage(type: "echo")) }),
+            ]
+            for (what, call) in ended {
+                let error = await #expect(throws: RemoteError.self, "\(what)") { try await call() }
+                #expect(error?.code == .shareEnded && error?.reason.contains("the share with com.example.test has ended (interrupted)") == true,
+                        "\(what): \(String(describing: error))")
+            }
+            try await session.view.framePresented()
+            #expect(session.view.image.width == 32 && session.view.image.pixel(x: 16, y: 12) == Self.green, "the last frame stays")
+            #expect(await launcher.status().first?.launches == 1, "nothing relaunched the activity")
+            await session.close()
+
+            // Completed, its process still running: the view still works until it goes.
+            let again = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await again.view.present(width: 20, height: 20)
+            _ = try await again.connection.request(ServiceMessage(type: "share.complete"))
+            guard case .completed = await again.outcome else { Issue.record("outcome \(await again.outcome)"); return }
+            try await again.view.present(width: 24, height: 20)
+            try await again.view.settle()
+            #expect(again.view.image.width == 24)
+            await again.close()
+        }
+    }
+
     @Test("an activity that never answers share_cancel is stopped after the grace period, with that as the reason")
     func ignoresCancel() async throws {
         try await withServices(Self.manifests(mode: "share-ignore-cancel")) { launcher, folder in

@@ -23,6 +23,23 @@ struct ServiceConnectionStateMachineTests {
         return machine
     }
 
+    @Test("once new channels are forbidden (a share ended), a usable channel still serves, and a caller that would need a new one fails with the reason given first, in any state")
+    func forbiddenChannels() {
+        let ended = RemoteError(.shareEnded, "the share ended"), later = RemoteError(.shareEnded, "later")
+        var machine = Self.current(FakeChannel())
+        machine.forbidNewChannels(ended)
+        machine.forbidNewChannels(later)
+        guard case .use = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("use"); return }
+        var gone = Self.current(FakeChannel(usable: false))
+        gone.forbidNewChannels(ended)
+        guard case .fail(let error) = gone.channelNeeded(isUsable: Self.usable) else { Issue.record("fail"); return }
+        #expect(error == ended && gone.phase == "current")
+        var idle = Machine()
+        idle.forbidNewChannels(ended)
+        guard case .fail = idle.channelNeeded(isUsable: Self.usable) else { Issue.record("fail when idle"); return }
+        #expect(idle.phase == "idle")
+    }
+
     @Test("the first caller connects, later ones wait; the made channel serves them once the attempt ends")
     func connect() {
         var machine = Machine()

@@ -19,6 +19,13 @@ import RemoteCore
 /// against the protocol's rules and ends a service that breaks one. If the process ends before
 /// it answers, the outcome is ``ShareOutcome/interrupted(_:)`` with how it ended, and ``view``
 /// keeps the last frame it drew, for the app to show greyed out.
+///
+/// The view and the connection belong to the share: once the share has ended (completed,
+/// cancelled, failed or interrupted), nothing on them launches the activity again. While its
+/// process still runs they work as before; after it has gone, ``RemoteView/present(width:height:scalePermille:)``,
+/// ``RemoteView/settle(timeout:)``, input and requests throw a `RemoteError` with code
+/// `shareEnded`, naming the share and how it ended, ``RemoteView/framePresented()`` does
+/// nothing, and ``RemoteView/image`` keeps the last frame. To try again, perform the share again.
 public final class ShareSession: Sendable {
     /// The activity this share runs.
     public let activity: ShareActivity
@@ -137,6 +144,15 @@ public final class ShareSession: Sendable {
 
     private func finish(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
+        // The view is the share's: nothing relaunches its activity, which would start without
+        // the items, once the share is over. The process serves on while it lasts.
+        let how = switch outcome {
+        case .completed: "completed"
+        case .cancelled: "cancelled"
+        case .failed: "failed"
+        case .interrupted: "interrupted"
+        }
+        connection.forbidLaunches(RemoteError(.shareEnded, "the share with \(activity.identifier) has ended (\(how)); its view keeps its last frame, and performing the share again runs the activity again"))
         updateSink.finish()
     }
 

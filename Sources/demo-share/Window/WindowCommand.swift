@@ -522,7 +522,8 @@ final class WindowApp {
                 return true
             }
             if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
-                print("window: relaunch \(presented.activity.identifier)")
+                // The ended share's view launches nothing: Relaunch performs the share again.
+                print("window: relaunch \(presented.activity.identifier): performing the share again")
                 await dismiss()
                 await present(presented.activity)
                 return true
