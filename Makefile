@@ -20,6 +20,8 @@ test:
 	scripts/gen-proto --check
 	mkdir -p .build
 	$(MAKE) --no-print-directory -C Examples/uppercase-c all check
+# The frozen service of protocol version 1 (Tests/FrozenPeers/v1), which FrozenPeerTests launch.
+	$(MAKE) --no-print-directory -C Tests/FrozenPeers/v1 all
 	swift build --build-tests 2>&1 | tee $(BUILD_LOG)
 # Fail on warnings from our own Sources/Tests; dependencies' warnings (.build/checkouts) are
 # ignored. Only recompiled files emit warnings, so an incremental build can miss some; CI builds
