@@ -105,6 +105,26 @@ struct ConformanceTests {
         #expect(status != 0 && output.contains("--protocol must be 1 to 2, not 3"), "\(output)")
     }
 
+    @Test("the frozen version-1 peer is checked under protocol 1 and keeps every rule of it, with a warning for each version-2 rule it would fail: its own domain for an unknown request, a view without announcing \"surfaces\"")
+    func frozenVersion1() async throws {
+        let manifest = UppercaseShareTests.repository + "/Tests/FrozenPeers/v1/frozen-v1.json"
+        try #require(Syscall.isRegularFile(UppercaseShareTests.repository + "/Tests/FrozenPeers/v1/frozen-v1-service"),
+                     "build the frozen peer first: make -C Tests/FrozenPeers/v1 (make test does)")
+        let runs = try Self.checkAll([[manifest, "--json"], [manifest]])
+        let (status, output) = runs[0]
+        let rows = try JSONDecoder().decode([Row].self, from: Data(output.utf8))
+        #expect(status == 0 && !rows.contains { $0.result == "failed" }, "\(rows.filter { $0.result == "failed" })")
+        #expect(rows.first { $0.rule == "handshake.first" }?.seen == "protocol 1, speaks up to 1 (no max_protocol_version); checked under protocol 1")
+        let warnings = rows.filter { $0.result == "warning" }
+        #expect(warnings.map(\.rule).sorted() == ["request.unknown", "view.announced"], "\(warnings)")
+        #expect(warnings.allSatisfy { $0.seen.hasPrefix("would fail under protocol 2: ") }, "\(warnings)")
+        #expect(rows.filter { $0.rule.hasPrefix("view.") && $0.result == "passed" }.count >= 8, "its view was checked under version 1")
+        // The table as a person reads it.
+        let table = runs[1].1.split(separator: "\n").map(String.init)
+        #expect(table.dropFirst().first == "protocol: the service speaks up to version 1, the checker offered up to 2: checked under protocol 1", "\(runs[1].1)")
+        #expect(table.last?.contains("2 warnings, 0 failed") == true, "\(runs[1].1)")
+    }
+
     @Test("deliberately broken services (the C activity with --break=RULE) fail on the right rule, and only on it")
     func brokenServices() async throws {
         try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
