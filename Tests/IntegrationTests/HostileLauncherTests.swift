@@ -349,9 +349,10 @@ struct HostileLauncherTests {
         }
     }
 
-    @Test("unsandboxed: children of a stopped service do not outlive it; a daemon that escaped its session does only where control groups are not enforced")
+    @Test("unsandboxed: children of a stopped service do not outlive it; a daemon that escaped its session does only where control groups are not enforced, and where they are, the warning names it: what the service left behind, by pid and name")
     func stubbornChildrenUnsandboxed() async throws {
-        var configuration = fastLauncherConfiguration()
+        let records = LogRecords()
+        var configuration = fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })
         configuration.sandbox = .unsandboxed
         try await withServices(Self.manifests("serve"), configuration: configuration) { launcher, _ in
             let events = launcher.events()
@@ -374,6 +375,10 @@ struct HostileLauncherTests {
             let enforced = (await launcher.status().first { $0.identifier == Self.hostile }?.limitEnforcement ?? .notEnforced) != .notEnforced
             guard !enforced else {
                 #expect(survivors.isEmpty, "the control groups take the escaped daemon too: \(survivors)")
+                let warnings = records.lines.map(\.message).filter { $0.hasPrefix("killed what the service left behind") }
+                // The escapee at least; its two brothers too when the group's kill had not ended
+                // them yet: they were as much left behind.
+                #expect(warnings.count == 1 && warnings[0].contains("pid \(pids[0]) (remoteview-loop)"), "\(warnings)")
                 return
             }
             #expect(survivors == [pids[0]], "only the escaped daemon may outlive it: \(survivors)")

@@ -443,6 +443,28 @@ struct LauncherTests {
         #expect(lines.allSatisfy { $0.metadata["service"] == "com.example.test" })
     }
 
+    @Test("a service that leaves nothing behind gets no warning when it ends: the sandbox's own pid 1, found a moment after it, is reaped quietly (a share of the built demo, run as make demo runs it, prints none either)")
+    func noFalseLeftovers() async throws {
+        let records = LogRecords()
+        try await withServices(["test.json": ServiceFolder.manifest()], configuration: fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })) { launcher, _ in
+            for _ in 0..<5 {
+                let events = launcher.events()
+                let connection = launcher.connection(to: "com.example.test")
+                _ = try await connection.request(ServiceMessage(type: "echo"))
+                let pid = try #require(connection.processIdentifier)
+                await connection.invalidate()
+                _ = try await termination(of: pid, in: events)
+            }
+        }
+        let warnings = records.lines.filter { $0.message.contains("left behind") }
+        #expect(warnings.isEmpty, "\(warnings.map(\.message))")
+        // make demo's default: a share with Notes, headless, in a process of its own.
+        let demo = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+        let (status, output) = try runCommands([["timeout", "120", demo]])[0]
+        #expect(status == 0 && output.contains("outcome: completed"), "\(output)")
+        #expect(!output.contains("warning"), "\(output)")
+    }
+
     @Test("when the host is killed, its services are gone within a second, and the next launcher removes its control groups")
     func hostDeathTakesServices() async throws {
         let folder = try ServiceFolder(["test.json": ServiceFolder.manifest()])

@@ -457,6 +457,15 @@ extension Syscall {
                              session: session, startTicks: start)
     }
 
+    /// Process `pid`'s ids in the pid namespaces it is in, outermost (this one's) first
+    /// (`NSpid` in `/proc/PID/status`): `[pid, 1]` for the first process of a pid namespace one
+    /// level down. `nil` once it is gone.
+    package static func namespacePIDs(of pid: Int32) -> [Int32]? {
+        guard let status = readSmallFile("/proc/\(pid)/status", limit: 1 << 16) else { return nil }
+        let line = String(decoding: status, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("NSpid:") }
+        return line?.dropFirst("NSpid:".count).split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
+    }
+
     /// Process `pid`'s control groups (`/proc/PID/cgroup`, `nil`: this process's), as each
     /// controller's path in its hierarchy (`"memory": "/a/b"`; control groups v2's line has the
     /// controller `""`). Empty once the process is gone.

@@ -232,6 +232,28 @@ public final class ChildProcess: Sendable {
         return entry.pending || entry.child.map { $0.termination == nil } ?? false
     }
 
+    /// A process found where a service process had ended (come back to the host, or still in
+    /// its control groups), as it was before it was killed.
+    package struct Straggler: Sendable, Hashable {
+        package var pid: Int32
+        /// Its command name (`comm`).
+        package var name: String
+        /// Whether it still ran (not a zombie).
+        package var wasRunning: Bool
+        /// Whether it is the sandbox's own first process: bubblewrap as pid 1 of the sandbox's pid
+        /// namespace (`NSpid` ends in 1), which ends with the service, and may be found a moment
+        /// after it. Never something the service left behind.
+        package var isSandboxInit: Bool
+
+        /// `pid` as `/proc` shows it now; `nil` once it is gone.
+        package static func found(_ pid: Int32, status: Syscall.ProcessStatus? = nil) -> Straggler? {
+            guard let status = status ?? Syscall.processStatus(of: pid) else { return nil }
+            let namespaces = Syscall.namespacePIDs(of: pid) ?? []
+            return Straggler(pid: pid, name: status.name, wasRunning: status.state != "Z",
+                             isSandboxInit: status.name == "bwrap" && namespaces.count > 1 && namespaces.last == 1)
+        }
+    }
+
     /// What a process left behind, for ``collectOrphans(of:until:)``.
     package struct Leftovers: Sendable {
         /// Its session (and process group): its pid, since it was started in a session of its own.
@@ -270,23 +292,23 @@ public final class ChildProcess: Sendable {
     /// gets `SIGKILL` through a pidfd, and is reaped. One that has not exited by `deadline` (a
     /// process stuck in the kernel) is given up on: it is among the pids returned, unreaped.
     ///
-    /// - Returns: Each process collected, and whether it was still running (not a zombie).
-    package static func collectOrphans(of leftovers: Leftovers, until deadline: ContinuousClock.Instant) async -> [(pid: Int32, wasRunning: Bool)] {
-        var collected: [(pid: Int32, wasRunning: Bool)] = []
+    /// - Returns: Each process collected, as it was found (still running or a zombie).
+    package static func collectOrphans(of leftovers: Leftovers, until deadline: ContinuousClock.Instant) async -> [Straggler] {
+        var collected: [Straggler] = []
         // Killing pid 1 of a pid namespace takes the namespace's processes along; an orphan's
         // own children come back here in turn: look again until nothing is left.
         for _ in 0..<8 {
             // Listed under the lock a spawn records its process under (see start).
             let orphans = started.withLock { started in
-                Syscall.childProcesses(of: Syscall.processID).compactMap { pid -> (pid: Int32, wasRunning: Bool)? in
+                Syscall.childProcesses(of: Syscall.processID).compactMap { pid -> Straggler? in
                     guard !isStartedAndRunning(pid, in: started), let status = Syscall.processStatus(of: pid),
                           leftovers.include(pid, status) else { return nil }
-                    return (pid, status.state != "Z")
+                    return Straggler.found(pid, status: status)
                 }
             }
             if orphans.isEmpty { break }
             var held: [ProcessDescriptor] = []
-            for (pid, _) in orphans {
+            for pid in orphans.map(\.pid) {
                 // Our child, not reaped: its pid cannot have been reused.
                 guard let orphan = try? ProcessDescriptor(pid: pid, isChild: true) else { continue }
                 orphan.send(signal: SIGKILL)

@@ -412,19 +412,21 @@ final class ControlGroup: Sendable {
     /// reused pid is never signalled. A process that forks as it is killed puts its child in
     /// the group: the group is read again until nothing new is in it. (v2's `cgroup.kill`
     /// would kill them all at once, but tells nothing of when they are gone.)
-    func killMembers(until deadline: ContinuousClock.Instant) async -> Set<Int32> {
-        var held: [Int32: ProcessDescriptor] = [:]
+    func killMembers(until deadline: ContinuousClock.Instant) async -> [ChildProcess.Straggler] {
+        var held: [Int32: (ProcessDescriptor, ChildProcess.Straggler)] = [:]
         for _ in 0..<8 {
             let fresh = Self.members(of: processFolder).filter { held[$0] == nil }
             if fresh.isEmpty { break }
             for pid in fresh {
-                guard let member = try? ProcessDescriptor(pid: pid, isChild: false), isMember(pid) else { continue }
+                // Seen before it is killed: what it was is gone with it.
+                guard let member = try? ProcessDescriptor(pid: pid, isChild: false), isMember(pid),
+                      let straggler = ChildProcess.Straggler.found(pid) else { continue }
                 member.send(signal: SIGKILL)
-                held[pid] = member
+                held[pid] = (member, straggler)
             }
         }
-        for member in held.values { _ = try? await member.waitForExit(until: deadline) }
-        return Set(held.keys)
+        for (member, _) in held.values { _ = try? await member.waitForExit(until: deadline) }
+        return held.values.map(\.1).sorted { $0.pid < $1.pid }
     }
 
     /// Whether process `pid` is in this group (`/proc/PID/cgroup`).

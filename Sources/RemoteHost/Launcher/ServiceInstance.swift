@@ -339,16 +339,21 @@ final class ServiceInstance: LaunchedProcess {
             // Whatever is still in its control groups is the service's too, wherever it went
             // (unsandboxed, a daemon that left its session): killed, and awaited.
             let strays = await self.group?.killMembers(until: .now.advanced(by: stopGrace)) ?? []
-            let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants }.union(strays),
+            let leftovers = ChildProcess.Leftovers(session: process.pid, descendants: state.withLock { $0.descendants }.union(strays.map(\.pid)),
                                                    bubblewrapArguments: sandboxed ? spawnArguments : nil)
             let orphans = await ChildProcess.collectOrphans(of: leftovers, until: .now.advanced(by: stopGrace))
-            // A zombie is usual (bubblewrap's pid 1 may end after the outer one); a process still
-            // running is what the subreaper is for.
-            let running = orphans.filter(\.wasRunning).map(\.pid).sorted()
-            if !running.isEmpty {
-                logger.warning("killed what the service left behind: pids \(running)")
-            } else if !orphans.isEmpty {
-                logger.debug("reaped what the service left behind: pids \(orphans.map(\.pid).sorted())")
+            // The sandbox's own pid 1 ends with the service and may be found a moment after it,
+            // still running or a zombie: that is no news. A process that still ran and is not
+            // it is what the subreaper and the groups are for: the service left it behind.
+            var leftBehind: [Int32: ChildProcess.Straggler] = [:]
+            for straggler in strays + orphans where straggler.wasRunning && !straggler.isSandboxInit && leftBehind[straggler.pid] == nil {
+                leftBehind[straggler.pid] = straggler
+            }
+            if !leftBehind.isEmpty {
+                let named = leftBehind.values.sorted { $0.pid < $1.pid }.map { "pid \($0.pid) (\($0.name))" }
+                logger.warning("killed what the service left behind: \(named.joined(separator: ", "))")
+            } else if !strays.isEmpty || !orphans.isEmpty {
+                logger.debug("reaped the sandbox's own processes after the service: pids \(Set((strays + orphans).map(\.pid)).sorted())")
             }
             // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
             // if it never handshook, bubblewrap's complaint on stderr.
