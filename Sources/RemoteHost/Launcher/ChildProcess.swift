@@ -72,7 +72,7 @@ public final class ChildProcess: Sendable {
         /// runs: it cannot connect to an abstract Unix socket (`@name`: X11's, the session
         /// bus's) made outside it. Sets `PR_SET_NO_NEW_PRIVS`, so a setuid program it runs gets
         /// no privileges. Where the kernel lacks the scope (``Landlock/abi`` below 6) the start
-        /// fails: ask ``Landlock/restrictsAbstractSockets`` first.
+        /// fails: ask ``Landlock/scopesAbstractSockets`` first.
         public var restrictsAbstractSockets = false
 
         public init() {}

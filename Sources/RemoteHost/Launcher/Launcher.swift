@@ -36,7 +36,7 @@ public actor Launcher {
         /// The lowest protocol version the host serves (`docs/Protocol.md`, "Versions"): a
         /// service whose highest version is below it is refused at its handshake
         /// (`VERSION_MISMATCH`, naming both), and ends as a protocol violation. Default 1:
-        /// every version this build speaks, up to ``remoteViewLatestProtocolVersion``.
+        /// every version this build speaks, up to `remoteViewLatestProtocolVersion`.
         public var minimumProtocolVersion: UInt32
         /// The first relaunch delay after a crash; it doubles with each further crash in a row.
         public var backoff: Duration
