@@ -1,5 +1,5 @@
 import Glibc
-import RemoteHost
+@testable import RemoteHost
 import RemoteTestSupport
 import Testing
 
@@ -206,5 +206,95 @@ struct ManifestTests {
             return
         }
         #expect(echo.display.title == "Echo")
+    }
+}
+
+// MARK: issue 25, finding 3: what the duplicate-key scan and the decoder read must be the same text
+
+/// Writes `bytes` to `name` in `folder` (the helper writes UTF-8 strings only).
+private func write(_ bytes: [UInt8], to path: String) throws {
+    let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw SystemCallError(call: "open(\(path))", errno: errno) }
+    defer { close(fd) }
+    guard bytes.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+        throw SystemCallError(call: "write(\(path))", errno: errno)
+    }
+}
+
+@Suite("Manifests: the text is UTF-8, keys compare byte for byte")
+struct ManifestEncodingTests {
+    /// The valid manifest with a duplicate written through an escape, which a UTF-16 reader and
+    /// the decoder would take as the first `network`, jq and Python as the last.
+    static let duplicate = ManifestTests.valid.replacing(#""network": true"#, with: #""network": true, "netw\u006frk": false"#)
+
+    static func utf16(_ text: String, bigEndian: Bool = false) -> [UInt8] {
+        text.utf16.flatMap { bigEndian ? [UInt8($0 >> 8), UInt8($0 & 0xFF)] : [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
+    }
+
+    static func utf32(_ text: String) -> [UInt8] {
+        text.unicodeScalars.flatMap { scalar in (0..<4).map { UInt8((scalar.value >> (8 * $0)) & 0xFF) } }
+    }
+
+    /// (what the file holds, words its refusal must say)
+    static let encodings: [(String, [UInt8], [String])] = [
+        ("UTF-16LE with its byte-order mark", [0xFF, 0xFE] + utf16(duplicate), ["UTF-16", "must be UTF-8"]),
+        ("UTF-16LE without a byte-order mark", utf16(duplicate), ["UTF-16", "must be UTF-8"]),
+        ("UTF-16BE with its byte-order mark", [0xFE, 0xFF] + utf16(duplicate, bigEndian: true), ["UTF-16", "must be UTF-8"]),
+        ("UTF-16BE without a byte-order mark", utf16(duplicate, bigEndian: true), ["UTF-16", "must be UTF-8"]),
+        ("UTF-32LE with its byte-order mark", [0xFF, 0xFE, 0, 0] + utf32(duplicate), ["UTF-32", "must be UTF-8"]),
+        ("UTF-32LE without a byte-order mark", utf32(duplicate), ["UTF-32", "must be UTF-8"]),
+        ("UTF-8 with a byte-order mark", [0xEF, 0xBB, 0xBF] + Array(ManifestTests.valid.utf8), ["byte-order mark", "UTF-8 without one"]),
+        ("invalid UTF-8 (a Latin-1 é in the title)", Array(ManifestTests.valid.utf8).replacing(Array("Mail".utf8), with: [0x4D, 0xE9]),
+         ["not UTF-8", "0xE9", "offset"]),
+        ("a NUL byte", Array(ManifestTests.valid.utf8) + [0], ["NUL", "offset"]),
+    ]
+
+    @Test("a manifest that is not UTF-8 is refused, saying so, before the duplicate-key scan or the decoder reads it",
+          arguments: 0..<encodings.count)
+    func notUTF8(_ index: Int) throws {
+        let (what, bytes, words) = Self.encodings[index]
+        let folder = try ManifestTests.folder([:])
+        defer { folder.remove() }
+        try write(bytes, to: folder.path + "/bad.json")
+        let error = #expect(throws: ManifestError.self, "\(what)") { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+        #expect(error?.key == nil, "\(what): \(String(describing: error))")
+        for word in words { #expect(error?.reason.contains(word) == true, "\(what): \(String(describing: error))") }
+        #expect(error.map { !$0.description.unicodeScalars.contains { $0.value == 0 } } == true, "no raw NUL in \(String(describing: error))")
+    }
+
+    @Test("the same duplicate in UTF-8 is caught with its path")
+    func escapedDuplicate() throws {
+        let folder = try ManifestTests.folder(["dup.json": Self.duplicate])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/dup.json") }
+        #expect(error?.key == "sandbox.network" && error?.reason.contains("appears twice") == true, "\(String(describing: error))")
+    }
+
+    @Test("a key that is not ASCII is refused with its path, escaped: the Kelvin sign is not K, é is not e\\u{301}",
+          arguments: [(#""networ\u212A": false"#, #"sandbox.networ\u{212A}"#),
+                      ("\"networ\u{212A}\": false", #"sandbox.networ\u{212A}"#),
+                      (#""n\u00e9twork": false"#, #"sandbox.n\u{E9}twork"#),
+                      (#""ne\u0301twork": false"#, #"sandbox.ne\u{301}twork"#),
+                      (#""network\u202e": false"#, #"sandbox.network\u{202E}"#)])
+    func notASCIIKey(_ key: String, _ shown: String) throws {
+        let folder = try ManifestTests.folder(["key.json": ManifestTests.valid.replacing(#""network": true"#, with: #""network": true, "# + key)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/key.json") }
+        #expect(error?.key == shown, "\(String(describing: error))")
+        #expect(error?.reason.contains("not ASCII") == true, "\(String(describing: error))")
+        #expect(error.map { !$0.description.unicodeScalars.contains { !$0.isASCII } } == true, "\(String(describing: error))")
+    }
+
+    @Test("the scan compares keys byte for byte after unescaping, and reports every key that is not ASCII, with its path")
+    func scanner() {
+        func findings(_ json: String) -> [String] {
+            DuplicateKeyScanner.findings(in: Array(json.utf8)).map { "\($0.kind) \($0.keyPath)" }
+        }
+        #expect(findings(#"{"K": 1, "\u212A": 2}"#) == [#"notASCII \u{212A}"#], "Set<String> and JSONDecoder take these as one key")
+        #expect(findings("{\"\u{E1}\": 1, \"a\u{301}\": 2}") == [#"notASCII \u{E1}"#, #"notASCII a\u{301}"#])
+        #expect(findings(#"{"a": {"b": 1, "\u0062": 2}, "c": [{"d": 0}, {"d": 1, "d": 2}]}"#) == ["duplicate a.b", "duplicate c[1].d"])
+        #expect(findings(#"{"a\"b": 1, "a\u0022b": 2, "x\\": 1, "x\u005c": 2}"#) == [#"duplicate a"b"#, #"duplicate x\"#])
+        #expect(findings(#"[{"a": 1,}, {"a": 1, "a": 2,},]"#) == ["duplicate [1].a"], "JSONDecoder takes trailing commas")
+        #expect(findings(#"{"a": "{\"a\": 1, \"a\": 2}"}"#).isEmpty, "a string is not an object")
     }
 }

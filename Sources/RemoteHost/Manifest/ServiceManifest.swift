@@ -161,6 +161,9 @@ extension ServiceManifest: Decodable {
         limits = try container.decodeIfPresent(Limits.self, forKey: .limits) ?? Limits()
     }
 
+    /// Why a key beyond ASCII is refused.
+    static let notASCIIKeyReason = "is not ASCII (every key of the schema is ASCII, and keys are compared byte for byte)"
+
     static func isReverseDNS(_ identifier: String) -> Bool {
         guard identifier.utf8.count <= WireLimits.maxIdentifierLength else { return false }
         let labels = identifier.split(separator: ".", omittingEmptySubsequences: false)
@@ -264,6 +267,11 @@ extension Decoder {
     /// Throws for the first key of this object that `Keys` does not name.
     fileprivate func rejectUnknownKeys<Keys: CodingKey & CaseIterable>(_ keys: Keys.Type) throws {
         let container = try self.container(keyedBy: AnyKey.self)
+        // Every key of the schema is ASCII. Beyond it, Swift's String compares by canonical
+        // equivalence ("\u{212A}", the Kelvin sign, is "K"), jq and Python byte for byte.
+        for key in container.allKeys where !key.stringValue.unicodeScalars.allSatisfy(\.isASCII) {
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key], debugDescription: ServiceManifest.notASCIIKeyReason))
+        }
         for key in container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) where Keys(stringValue: key.stringValue) == nil {
             let known = Keys.allCases.map(\.stringValue).joined(separator: ", ")
             throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key],

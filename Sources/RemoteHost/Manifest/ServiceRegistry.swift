@@ -77,7 +77,12 @@ public struct ServiceRegistry: Sendable {
 
     /// Reads and validates one manifest file, resolving its executable and icon.
     public static func load(file: String) throws(ManifestError) -> ServiceManifest {
-        let data = try read(file)
+        let bytes = try read(file)
+        // Before any JSON reader: the decoder and the duplicate-key scan must read one text.
+        if let problem = ManifestText.encodingProblem(in: bytes) {
+            throw ManifestError(file: file, reason: problem)
+        }
+        let data = Data(bytes)
         var manifest: ServiceManifest
         do {
             manifest = try JSONDecoder().decode(ServiceManifest.self, from: data)
@@ -88,9 +93,12 @@ public struct ServiceRegistry: Sendable {
         } catch {
             throw ManifestError(file: file, reason: "\(error)", identifier: declaredIdentifier(in: data))
         }
-        if let duplicate = DuplicateKeyScanner.firstDuplicate(in: Array(data)) {
-            throw ManifestError(file: file, key: duplicate.path.map { "\($0).\(duplicate.key)" } ?? duplicate.key,
-                                reason: "appears twice in the same object (a key may appear once)", identifier: manifest.identifier)
+        if let finding = DuplicateKeyScanner.findings(in: bytes).first {
+            let reason = switch finding.kind {
+            case .duplicate: "appears twice in the same object (a key may appear once)"
+            case .notASCII: ServiceManifest.notASCIIKeyReason
+            }
+            throw ManifestError(file: file, key: finding.keyPath, reason: reason, identifier: manifest.identifier)
         }
         let folder = directory(of: file)
         manifest.file = file
@@ -149,7 +157,7 @@ public struct ServiceRegistry: Sendable {
 
     /// The file's bytes. Opened without blocking and checked to be a regular file first, so a
     /// FIFO or a device where a manifest was expected cannot stall or flood the host.
-    private static func read(_ file: String) throws(ManifestError) -> Data {
+    private static func read(_ file: String) throws(ManifestError) -> [UInt8] {
         // Looked at before it is opened: opening a device can have effects of its own.
         guard Syscall.isRegularFile(file) else {
             throw ManifestError(file: file, reason: (try? Syscall.status(ofPath: file)) == nil ? "cannot be read (a broken link?)" : "not a regular file (a FIFO, device, socket or folder)")
@@ -161,7 +169,7 @@ public struct ServiceRegistry: Sendable {
         // And again once open: the name may have been replaced in between.
         guard Syscall.isRegularFile(descriptor) else { throw ManifestError(file: file, reason: "not a regular file (a FIFO, device, socket or folder)") }
         do {
-            return Data(try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file))
+            return try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file)
         } catch where error.errno == EFBIG {
             throw ManifestError(file: file, reason: "larger than \(maxManifestSize) bytes")
         } catch {
@@ -182,7 +190,8 @@ public struct ServiceRegistry: Sendable {
             for key in codingPath {
                 if let index = key.intValue { result += "[\(index)]" } else { result += (result.isEmpty ? "" : ".") + key.stringValue }
             }
-            return result.isEmpty ? nil : result
+            // A key that is not ASCII is refused; shown escaped, so a look-alike shows as one.
+            return result.isEmpty ? nil : result.escapedForTerminal(asciiOnly: true)
         }
         switch error {
         case .keyNotFound(let key, let context):
