@@ -298,3 +298,88 @@ struct ManifestEncodingTests {
         #expect(findings(#"{"a": "{\"a\": 1, \"a\": 2}"}"#).isEmpty, "a string is not an object")
     }
 }
+
+// MARK: issue 25, finding 4: what a manifest says reaches the terminal escaped
+
+@Suite("Manifests: titles and errors are safe to print")
+struct ManifestTextSafetyTests {
+    /// (the title or subtitle as JSON writes it, the key refused, the character named)
+    static let refused: [(String, String, String)] = [
+        (#""title": "\u0007\u001b[31mred""#, "display.title", "U+0007"),
+        (#""title": "Mail\u001b]0;pwned\u0007""#, "display.title", "U+001B"),
+        (#""title": "Mail\u007f""#, "display.title", "U+007F"),
+        (#""title": "Mail\u009b31m""#, "display.title", "U+009B"),
+        (#""title": "Mail\n2""#, "display.title", "U+000A"),
+        (#""title": "lmth.\u202Eexe""#, "display.title", "U+202E"),
+        (#""title": "a\u2066b\u2069""#, "display.title", "U+2066"),
+        (#""subtitle": "Send \u202Aby mail""#, "display.subtitle", "U+202A"),
+        (#""subtitle": "\u0085""#, "display.subtitle", "U+0085"),
+    ]
+
+    @Test("a title or subtitle with a C0 or C1 control, DEL, or a bidi embedding, override or isolate is refused, naming the key and the character",
+          arguments: 0..<refused.count)
+    func refusedText(_ index: Int) throws {
+        let (json, key, character) = Self.refused[index]
+        let original = key == "display.title" ? #""title": "Mail""# : #""subtitle": "Send by mail""#
+        let folder = try ManifestTests.folder(["bad.json": ManifestTests.valid.replacing(original, with: json)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+        #expect(error?.key == key && error?.reason.contains(character) == true, "\(String(describing: error))")
+    }
+
+    @Test("right-to-left text, LRM and RLM, and emoji are fine in a title and a subtitle")
+    func rightToLeft() throws {
+        let json = ManifestTests.valid.replacing(#""title": "Mail""#, with: #""title": "דואר\u200F 📬""#)
+            .replacing(#""subtitle": "Send by mail""#, with: #""subtitle": "\u200Eשלח בדואר (mail)""#)
+        let folder = try ManifestTests.folder(["rtl.json": json])
+        defer { folder.remove() }
+        let manifest = try ServiceRegistry.load(file: folder.path + "/rtl.json")
+        #expect(manifest.display.title == "דואר\u{200F} 📬" && manifest.display.subtitle == "\u{200E}שלח בדואר (mail)")
+    }
+
+    /// Whether `text` holds anything a terminal would act on.
+    static func isSafe(_ text: String) -> Bool {
+        !text.unicodeScalars.contains { $0.isEscapedForTerminal }
+    }
+
+    @Test("a refused identifier, a MIME type and a path are quoted escaped: U+202E cannot turn the line around")
+    func quotedValues() throws {
+        for (original, replacement, shown) in [
+            (#""identifier": "com.example.mail""#, #""identifier": "com.example.\u202Elmth""#, #""com.example.\u{202E}lmth""#),
+            (#""type": "text/plain""#, #""type": "text/\u001b[2Jplain""#, #""text/\u{1B}[2Jplain""#),
+            (#""readOnlyPaths": ["/usr/share"]"#, #""readOnlyPaths": ["rel\u0007ative"]"#, #""rel\u{07}ative""#),
+        ] {
+            let folder = try ManifestTests.folder(["bad.json": ManifestTests.valid.replacing(original, with: replacement)])
+            defer { folder.remove() }
+            let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+            #expect(error.map { Self.isSafe($0.reason) && Self.isSafe($0.description) && $0.reason.contains(shown) } == true,
+                    "\(String(describing: error))")
+        }
+    }
+
+    @Test("a file name with controls is escaped in every message of the registry, and a lookup's error too")
+    func fileName() throws {
+        let name = "evil\u{1B}[2J\u{202E}nosj.json"
+        let folder = try ManifestTests.folder([
+            name: ManifestTests.valid.replacing(#""com.example.mail""#, with: "\"com.example.\\u001b]0;x\\u0007\"").replacing("Mail", with: "Evil"),
+            "dup.json": ManifestTests.valid, "dup2.json": ManifestTests.valid,
+        ])
+        defer { folder.remove() }
+        let registry = ServiceRegistry(scanning: [folder.path])
+        #expect(registry.problems.count == 2, "\(registry.problems)")
+        for problem in registry.problems {
+            #expect(Self.isSafe(problem.description), "\(problem.description.unicodeScalars.map(\.value))")
+        }
+        #expect(registry.problems.contains { $0.description.contains(#"evil\u{1B}[2J\u{202E}nosj.json"#) }, "\(registry.problems)")
+        guard case .failure(let lookup) = registry.lookup("com.example.\u{1B}]0;x\u{7}") else {
+            Issue.record("the bad manifest must be found as invalid")
+            return
+        }
+        #expect(Self.isSafe(lookup.description) && lookup.description.contains(#"com.example.\u{1B}]0;x\u{07}"#), "\(lookup.description)")
+        guard case .failure(let unknown) = registry.lookup("no\u{7}such") else {
+            Issue.record("an unknown identifier is unknown")
+            return
+        }
+        #expect(Self.isSafe(unknown.description), "\(unknown.description)")
+    }
+}

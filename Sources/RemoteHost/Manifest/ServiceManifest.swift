@@ -141,7 +141,7 @@ extension ServiceManifest: Decodable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         identifier = try container.decode(String.self, forKey: .identifier)
         try container.check(Self.isReverseDNS(identifier), .identifier,
-                            "\"\(identifier)\" is not a reverse-DNS identifier (two or more dot-separated labels of letters, digits and '-', at most \(WireLimits.maxIdentifierLength) bytes)")
+                            "\"\(identifier.escapedForTerminal())\" is not a reverse-DNS identifier (two or more dot-separated labels of letters, digits and '-', at most \(WireLimits.maxIdentifierLength) bytes)")
         executable = try container.decode(String.self, forKey: .executable)
         try container.check(!executable.isEmpty && !executable.contains("\0"), .executable, "must be a non-empty path")
         arguments = try container.decodeIfPresent([String].self, forKey: .arguments) ?? []
@@ -182,8 +182,10 @@ extension ServiceManifest.Display {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         title = try container.decode(String.self, forKey: .title)
         try container.check(!title.isEmpty && title.utf8.count <= 200, .title, "must be 1 to 200 bytes")
+        try container.checkShownAsIs(title, .title)
         subtitle = try container.decodeIfPresent(String.self, forKey: .subtitle)
         try container.check((subtitle?.utf8.count ?? 0) <= 400, .subtitle, "must be at most 400 bytes")
+        if let subtitle { try container.checkShownAsIs(subtitle, .subtitle) }
         icon = try container.decodeIfPresent(String.self, forKey: .icon)
         try container.check(icon.map { !$0.isEmpty && !$0.contains("\0") } ?? true, .icon, "must be a non-empty path")
     }
@@ -208,7 +210,7 @@ extension ServiceManifest.ContentTypeRule {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let written = try container.decode(String.self, forKey: .type)
         try container.check(MIMEType.isValid(written, allowingWildcard: true), .type,
-                            "\"\(written)\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
+                            "\"\(written.escapedForTerminal())\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
         type = MIMEType.normalized(written)
         let most = ShareLimits.maxItems
         min = try container.decodeInteger(.min) ?? 1
@@ -231,7 +233,7 @@ extension ServiceManifest.Sandbox {
         for path in readOnlyPaths {
             let parts = path.split(separator: "/")
             try container.check(path.hasPrefix("/") && !parts.contains("..") && !parts.contains(".") && !path.contains("\0") && parts.count >= 1,
-                                .readOnlyPaths, "\"\(path)\" is not a normalised absolute path below /")
+                                .readOnlyPaths, "\"\(path.escapedForTerminal())\" is not a normalised absolute path below /")
         }
     }
 }
@@ -287,6 +289,22 @@ extension KeyedDecodingContainer {
         guard let value = try decodeIfPresent(Double.self, forKey: key) else { return nil }
         try check(value.rounded() == value && abs(value) < 1e15, key, "\(value) is not an integer")
         return Int(value)
+    }
+
+    /// Throws unless `text` (a title or a subtitle, which hosts show as they are) is free of what
+    /// a terminal or a bidi renderer acts on: C0 and C1 controls, DEL, and the bidi embedding,
+    /// override and isolate controls (``Swift/Unicode/Scalar/isEscapedForTerminal``). The marks
+    /// LRM and RLM, and right-to-left text, are fine.
+    fileprivate func checkShownAsIs(_ text: String, _ key: Key) throws {
+        guard let scalar = text.unicodeScalars.first(where: \.isEscapedForTerminal) else { return }
+        let hex = String(scalar.value, radix: 16, uppercase: true)
+        let kind = switch scalar.value {
+        case 0x202A...0x202E: "a bidi embedding or override control"
+        case 0x2066...0x2069: "a bidi isolate control"
+        case 0x7F: "DEL"
+        default: "a control character"
+        }
+        try check(false, key, "holds U+\(String(repeating: "0", count: max(0, 4 - hex.count)))\(hex), \(kind): it is shown as it is, so it may hold no C0 or C1 control, DEL, or bidi embedding, override or isolate control (U+202A-U+202E, U+2066-U+2069); LRM and RLM are fine")
     }
 
     /// Throws a `DecodingError` naming `key` with `reason` unless `condition` holds.

@@ -4,25 +4,36 @@ import RemoteCore
 
 /// What was wrong with one manifest: the file, the key (a dotted path such as
 /// `sandbox.readOnlyPaths[1]`, or `nil` for the whole file) and why.
+///
+/// What the manifest wrote reaches its words escaped (``Swift/String/escapedForTerminal(asciiOnly:)``),
+/// so an error can be printed or logged as it is: ``reason`` is escaped when the error is made,
+/// ``key`` names keys beyond ASCII as `\u{…}`, and ``description`` escapes the file's name too
+/// (a file name may hold controls).
 public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// The manifest file (or folder) at fault.
+    /// The manifest file (or folder) at fault, as its path was given (not escaped).
     public var file: String
     /// The key at fault, as a dotted path with indices.
     public var key: String?
     /// What is wrong with it.
     public var reason: String
-    /// The identifier the file declares, when it got that far.
+    /// The identifier the file declares, when it got that far (as written: not escaped).
     public var identifier: String?
 
+    /// - Parameters:
+    ///   - file: The manifest file (or folder).
+    ///   - key: The key at fault, as a dotted path (`nil`: the whole file).
+    ///   - reason: What is wrong; escaped for the terminal here.
+    ///   - identifier: The identifier the file declares, if known.
     public init(file: String, key: String? = nil, reason: String, identifier: String? = nil) {
         self.file = file
-        self.key = key
-        self.reason = reason
+        self.key = key?.escapedForTerminal(asciiOnly: true)
+        self.reason = reason.escapedForTerminal()
         self.identifier = identifier
     }
 
+    /// `FILE: KEY: REASON`, escaped for the terminal.
     public var description: String {
-        "\(file): \(key.map { "\($0): " } ?? "")\(reason)"
+        "\(file): \(key.map { "\($0): " } ?? "")\(reason)".escapedForTerminal()
     }
 }
 
@@ -251,8 +262,9 @@ public enum ManifestLookupError: Error, Sendable, Hashable, CustomStringConverti
         switch self {
         case .unknown(let identifier, let folders):
             "no service \"\(identifier)\" is registered (manifest folders: \(folders.isEmpty ? "none" : folders.joined(separator: ", ")))"
+                .escapedForTerminal()
         case .invalid(let problem):
-            "the manifest of \"\(problem.identifier ?? "?")\" is invalid: \(problem)"
+            "the manifest of \"\(problem.identifier?.escapedForTerminal() ?? "?")\" is invalid: \(problem)"
         }
     }
 }
