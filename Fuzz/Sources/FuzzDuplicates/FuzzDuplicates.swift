@@ -15,9 +15,10 @@
 //
 // JSONDecoder checks a text's structure first and each value only when it is decoded, so the
 // value of a repeated key, which it never decodes (it keeps the first), may be anything that
-// scans: `{"a": 1, "a": 1E0-2}` and `{"a": 1, "a": {"\x": 1}}` are accepted. The reference
-// scans values as leniently and decodes keys strictly; a key it cannot decode must come after a
-// repeated key (where the loader refuses the file), and the reports are compared up to it.
+// scans: `{"a": 1, "a": 1E0-2}`, `{"a": 1, "a": "\uEEE\"}` and `{"a": 1, "a": {"\x": 1}}` are
+// accepted. The reference scans as leniently and decodes every string strictly; a string it
+// cannot decode must come after a repeated key (where the loader refuses the file), and the
+// reports are compared up to it.
 //
 // A disagreement aborts with both answers, and libFuzzer saves the input.
 import FoundationEssentials
@@ -61,9 +62,10 @@ private indirect enum JSONValue: Decodable {
 /// (its own UTF-8 decoding and escapes), a tree of the values with each object's keys in order.
 /// Its structure is RFC 8259's with JSONDecoder's trailing comma in an array or an object; its
 /// values are scanned as JSONDecoder scans them before it decodes any (a number is `-` or a
-/// digit, then digits, `.`, `e`, `E`, `+` and `-`; a string runs to the first quote no
-/// backslash escapes; `true`, `false` and `null` are spelled out); keys are decoded strictly
-/// (RFC 8259's escapes, surrogates in pairs, no raw control character), `nil` when they cannot be.
+/// digit, then digits, `.`, `e`, `E`, `+` and `-`; a string runs to the first quote no escape
+/// takes, a backslash taking the byte after it, or `\u` the four after it, none of them a quote;
+/// `true`, `false` and `null` are spelled out). Every string is then decoded strictly (RFC
+/// 8259's escapes, surrogates in pairs, no raw control character), keys into their scalars.
 private struct ReferenceDetector {
     enum Component: Equatable {
         case key([UInt32])
@@ -79,6 +81,8 @@ private struct ReferenceDetector {
 
     indirect enum Node {
         case scalar
+        /// A string value that cannot be decoded, at this offset.
+        case undecodable(Int)
         case array([Node])
         /// Each member's key (`nil`: it cannot be decoded), the offset of its quote, its value.
         case object([(key: [UInt32]?, offset: Int, value: Node)])
@@ -107,7 +111,7 @@ private struct ReferenceDetector {
     }
 
     /// Every key beyond ASCII and every repeated key, in the order of the text, up to the first
-    /// key that cannot be decoded (and that key's offset, if there is one).
+    /// string that cannot be decoded (and that string's offset, if there is one).
     static func reports(_ node: Node) -> (reports: [Report], undecodable: Int?) {
         var result: [Report] = []
         var undecodable: Int?
@@ -115,6 +119,8 @@ private struct ReferenceDetector {
             switch node {
             case .scalar:
                 break
+            case .undecodable(let offset):
+                undecodable = offset
             case .array(let elements):
                 for (index, element) in elements.enumerated() where undecodable == nil { walk(element, path + [.index(index)]) }
             case .object(let members):
@@ -158,7 +164,10 @@ private struct ReferenceDetector {
         case UInt8(ascii: "["):
             return try array()
         case UInt8(ascii: "\""):
+            let offset = at
             try skipString()
+            var string = ReferenceDetector(Array(text[offset..<at]))
+            if (try? string.string()) == nil { return .undecodable(offset) }
         case UInt8(ascii: "t"):
             try literal("true")
         case UInt8(ascii: "f"):
@@ -234,7 +243,8 @@ private struct ReferenceDetector {
         for byte in word.utf8 { try expect(byte) }
     }
 
-    /// A string as JSONDecoder scans it: up to the first quote that no backslash escapes.
+    /// A string as JSONDecoder scans it: up to the first quote no escape takes (a backslash
+    /// takes the byte after it; `\u` the four after it, none of which may be a quote).
     mutating func skipString() throws(Refused) {
         try expect(UInt8(ascii: "\""))
         while true {
@@ -242,8 +252,13 @@ private struct ReferenceDetector {
             at += 1
             if byte == UInt8(ascii: "\"") { return }
             if byte == UInt8(ascii: "\\") {
-                guard peek() != nil else { throw Refused(reason: "unterminated escape", offset: at) }
+                guard let escape = peek() else { throw Refused(reason: "unterminated escape", offset: at) }
                 at += 1
+                guard escape == UInt8(ascii: "u") else { continue }
+                for _ in 0..<4 {
+                    guard let next = peek(), next != UInt8(ascii: "\"") else { throw Refused(reason: "a quote in a \\u escape", offset: at) }
+                    at += 1
+                }
             }
         }
     }
@@ -341,6 +356,8 @@ private func compareKeys(_ node: ReferenceDetector.Node, _ decoded: JSONValue, p
     switch (node, decoded) {
     case (.scalar, _):
         break
+    case (.undecodable(let offset), _):
+        fail("at \(path): the decoder decodes the string at offset \(offset), which the reference cannot")
     case (.array(let elements), .array(let values)):
         guard elements.count == values.count else { fail("at \(path): \(elements.count) elements, the decoder has \(values.count)") }
         for (index, element) in elements.enumerated() { compareKeys(element, values[index], path: path + "[\(index)]") }
@@ -378,7 +395,7 @@ public func testOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     if let undecodable {
         // Never decoded, so inside the value of a repeated key, where the loader refuses the file.
         guard expected.contains(where: { $0.duplicate && $0.offset < undecodable }) else {
-            fail("JSONDecoder accepts a key the reference cannot decode (offset \(undecodable)), with no repeated key before it")
+            fail("JSONDecoder accepts a string the reference cannot decode (offset \(undecodable)), with no repeated key before it")
         }
         found = found.filter { $0.offset < undecodable }
         expected = expected.filter { $0.offset < undecodable }
