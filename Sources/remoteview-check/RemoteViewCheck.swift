@@ -63,10 +63,11 @@ struct RemoteViewCheck: AsyncParsableCommand {
     static func table(_ report: Report, manifest: ServiceManifest) -> String {
         let rows = report.rows
         let width = rows.map(\.rule.id.count).max() ?? 0
-        var lines = ["\(manifest.identifier) (\(manifest.file))", ""]
+        var lines = ["\(manifest.identifier) (\(manifest.file.escapedForTerminal()))", ""]
         lines.append("RULE".padding(toLength: width, withPad: " ", startingAt: 0) + "  RESULT   SEEN")
         for (rule, entry) in rows {
-            let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen
+            // What was seen quotes what the service said: escaped for the terminal.
+            let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen.escapedForTerminal()
             lines.append(rule.id.padding(toLength: width, withPad: " ", startingAt: 0) + "  "
                          + entry.verdict.rawValue.padding(toLength: 7, withPad: " ", startingAt: 0) + "  " + seen)
         }
@@ -87,6 +88,6 @@ struct RemoteViewCheck: AsyncParsableCommand {
         let rows = report.rows.map { Row(rule: $0.rule.id, result: $0.entry.verdict.rawValue, seen: $0.entry.seen, text: $0.rule.text) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(rows), as: UTF8.self)
+        return String(jsonForTerminal: try encoder.encode(rows))
     }
 }

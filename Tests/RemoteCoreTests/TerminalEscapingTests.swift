@@ -1,5 +1,5 @@
 import FoundationEssentials
-import RemoteCore
+@testable import RemoteCore
 import Testing
 
 /// The one escaping of what a manifest, a service or a peer wrote before the host prints it
@@ -62,6 +62,22 @@ struct TerminalEscapingTests {
             #expect(escaped == (scalar.isEscapedForTerminal ? "\\u{\(value < 16 ? "0" : "")\(String(value, radix: 16, uppercase: true))}" : String(scalar)))
             #expect(!escaped.unicodeScalars.contains { $0.isEscapedForTerminal })
         }
+    }
+
+    @Test("errors, failures and updates that quote a peer print escaped: a codec refusal, a refused URL or file name, RemoteError, ServiceFailure, ActivityUpdate")
+    func quotedByMessages() throws {
+        func isSafe(_ text: String?) -> Bool { text.map { !$0.unicodeScalars.contains { $0.isEscapedForTerminal } } ?? false }
+        let identifier = #expect(throws: RemoteError.self) { try EnvelopeCodec.checkIdentifier("com.example.\u{1B}]0;x\u{7}") }
+        #expect(isSafe(identifier?.reason) && identifier?.reason.contains(#"com.example.\u{1B}]0;x\u{07}"#) == true, "\(String(describing: identifier))")
+        let type = #expect(throws: RemoteError.self) { try EnvelopeCodec.checkType("echo\u{9B}2J", "request") }
+        #expect(isSafe(type?.reason), "\(String(describing: type))")
+        let url = #expect(throws: RemoteError.self) { try ShareItem.url("https://example.com/\u{1B}[2J") }
+        #expect(isSafe(url?.reason) && url?.reason.contains(#"\u{1B}[2J"#) == true, "\(String(describing: url))")
+        let name = #expect(throws: RemoteError.self) { try ShareItem.file(named: "a/\u{202E}fdp.exe", contentType: "text/plain", contents: [0]) }
+        #expect(isSafe(name?.reason), "\(String(describing: name))")
+        #expect(isSafe(RemoteError(.interrupted, "the peer closed the connection: \u{1B}[2J").description))
+        #expect(isSafe(ServiceFailure(domain: "com.example\u{202E}", code: 1, message: "no\u{7}").description))
+        #expect(isSafe(ActivityUpdate(title: "Posting\u{1B}[2J", subtitle: "\u{2066}x", progress: 0.5, state: .working).description))
     }
 
     @Test("JSON output: JSONEncoder escapes C0 itself; DEL, C1 and bidi controls are escaped as \\uXXXX, and the value reads back unchanged")

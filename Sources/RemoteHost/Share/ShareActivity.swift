@@ -25,5 +25,7 @@ public struct ShareActivity: Sendable, Identifiable, CustomStringConvertible {
         self.manifest = manifest
     }
 
-    public var description: String { "\(title) (\(identifier))" }
+    /// `TITLE (IDENTIFIER)`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// a registry built in code (``ServiceRegistry/init(manifests:)``) checks no title.
+    public var description: String { "\(title) (\(identifier))".escapedForTerminal() }
 }
