@@ -90,22 +90,25 @@ extension String {
     }
 
     /// `json`, JSON text as `JSONEncoder` writes it, with every scalar a terminal would act on
-    /// (``Swift/Unicode/Scalar/isEscapedForTerminal``) written as JSON's `\uXXXX` escape.
+    /// (``Swift/Unicode/Scalar/isEscapedForTerminal``) written as JSON's `\uXXXX` escape, but
+    /// the white space between values (tab, line feed, carriage return).
     ///
     /// JSON escapes only U+0000–U+001F itself, and `JSONEncoder` writes DEL, the C1 controls and
-    /// the bidi controls as they are. Outside a string JSON text holds none of them, and inside
-    /// one `\uXXXX` stands for the same scalar (every one of them is in the Basic Multilingual
+    /// the bidi controls as they are. Outside a string JSON text holds none of them but its white
+    /// space (a string holds no raw tab or line feed: `JSONEncoder` escapes them), and inside one
+    /// `\uXXXX` stands for the same scalar (every one of them is in the Basic Multilingual
     /// Plane), so the value read back is unchanged; only the terminal that prints it sees
     /// escapes.
     package init(jsonForTerminal json: some Collection<UInt8>) {
         let text = String(decoding: json, as: UTF8.self)
-        guard text.unicodeScalars.contains(where: \.isEscapedForTerminal) else {
+        let escapes = { (scalar: Unicode.Scalar) in scalar.isEscapedForTerminal && !["\t", "\n", "\r"].contains(scalar) }
+        guard text.unicodeScalars.contains(where: escapes) else {
             self = text
             return
         }
         var result = ""
         for scalar in text.unicodeScalars {
-            if scalar.isEscapedForTerminal {
+            if escapes(scalar) {
                 let digits = String(scalar.value, radix: 16)
                 result += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
             } else {

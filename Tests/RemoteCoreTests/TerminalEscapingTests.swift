@@ -91,5 +91,12 @@ struct TerminalEscapingTests {
         #expect(!safe.unicodeScalars.contains { $0.isEscapedForTerminal }, "\(safe)")
         #expect(safe.contains(#"\u007f\u0085\u202ex\u2066y"#) && safe.contains("שלום 👋"), "\(safe)")
         #expect(try JSONDecoder().decode([String: String].self, from: Data(safe.utf8)) == value)
+        // Pretty-printed: the white space between values stays, the strings' controls are escaped.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let pretty = String(jsonForTerminal: try encoder.encode(["a": value, "b": ["x": "line\nfeed\u{202E}"]]))
+        #expect(pretty.contains("\n  \"a\" : {\n") && pretty.contains(#""line\nfeed\u202e""#), "\(pretty)")
+        #expect(!pretty.unicodeScalars.contains { $0.isEscapedForTerminal && !["\n", "\t", "\r"].contains($0) })
+        #expect(try JSONDecoder().decode([String: [String: String]].self, from: Data(pretty.utf8))["a"] == value)
     }
 }
