@@ -55,6 +55,7 @@ struct HostOptions: ParsableArguments {
     func registry() throws -> ServiceRegistry {
         let registry = ServiceRegistry(scanning: try folders())
         for problem in registry.problems { Syscall.writeStandardError("warning: invalid manifest: \(problem)\n") }
+        for warning in registry.warnings { Syscall.writeStandardError("warning: \(warning)\n") }
         return registry
     }
 
@@ -107,6 +108,7 @@ struct Host: AsyncParsableCommand {
         let registry = ServiceRegistry(scanning: try options.folders())
         print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
         for problem in registry.problems { print("  invalid manifest: \(problem)") }
+        for warning in registry.warnings { print("  manifest warning: \(warning)") }
         let identifier = "com.example.demo-share.echo"
         let (roundTrips, coldStarts, coldStartService) = (self.roundTrips, self.coldStarts, self.coldStartService)
         try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
@@ -212,6 +214,7 @@ struct Services: AsyncParsableCommand {
         } else {
             print(ServicesTable.render(status))
             for problem in registry.problems { print("invalid manifest: \(problem)") }
+            for warning in registry.warnings { print("manifest warning: \(warning)") }
         }
     }
 }

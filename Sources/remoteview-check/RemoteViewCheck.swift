@@ -37,12 +37,14 @@ struct RemoteViewCheck: AsyncParsableCommand {
 
     func run() async throws {
         let loaded: ServiceManifest
+        var warnings: [ManifestError] = []
         do {
-            loaded = try ServiceRegistry.load(file: manifest)
+            loaded = try ServiceRegistry.load(file: manifest, warnings: &warnings)
         } catch {
             FileHandle.standardError.write(Data("remoteview-check: \(error)\n".utf8))
             throw ExitCode(2)
         }
+        for warning in warnings { FileHandle.standardError.write(Data("remoteview-check: warning: \(warning)\n".utf8)) }
         var logger = Logger(label: "remoteview-check")
         logger.logLevel = verbose ? .debug : .critical
         // The service's data folder, when its manifest asks for one: made for this check, and

@@ -11,10 +11,13 @@ struct ManifestTests {
     static func folder(_ manifests: [String: String]) throws -> TemporaryFolder {
         let folder = try TemporaryFolder("remoteview-manifests")
         try folder.write("service", "#!/bin/sh\nexit 0\n", mode: 0o755)
-        try folder.write("icon.png", "not really a png")
+        try write(iconPNG, to: folder.path + "/icon.png")
         for (name, json) in manifests { try folder.write(name, json) }
         return folder
     }
+
+    /// A 4 × 4 PNG.
+    static let iconPNG = try! RemoteImage(width: 4, height: 4) { _, _ in 0xFF00_80FF }.pngData()
 
     static let valid = """
         {
@@ -39,7 +42,8 @@ struct ManifestTests {
         #expect(manifest.executablePath == folder.path + "/service")
         #expect(manifest.arguments == ["--share"])
         #expect(manifest.display.subtitle == "Send by mail")
-        #expect(manifest.iconPath == folder.path + "/icon.png")
+        #expect(manifest.icon?.path == folder.path + "/icon.png" && manifest.icon?.pngData == Self.iconPNG)
+        #expect(manifest.icon?.width == 4 && manifest.icon?.height == 4)
         #expect(manifest.activation?.contentTypes.map(\.type) == ["text/plain", "image/*"], "stored in lower case")
         #expect(manifest.activation?.contentTypes[1].min == 1 && manifest.activation?.contentTypes[1].max == 10)
         #expect(manifest.sandbox.network && manifest.sandbox.readOnlyPaths == ["/usr/share"] && manifest.sandbox.dataFolder)
@@ -71,7 +75,6 @@ struct ManifestTests {
         (#""executable": "service""#, #""executable": """#, "executable", "non-empty"),
         (#""title": "Mail""#, #""title": """#, "display.title", "1 to 200"),
         (#""title": "Mail", "#, "", "display.title", "missing"),
-        (#""icon": "icon.png""#, #""icon": "nope.png""#, "display.icon", "not a file"),
         (#""min": 1, "max": 5"#, #""min": 6, "max": 5"#, "activation.contentTypes[0].max", "at least min"),
         (#""min": 1, "max": 5"#, #""min": 1, "max": 17"#, "activation.contentTypes[0].max", "a share carries at most 16 items"),
         (#""min": 1, "max": 5"#, #""min": 17, "max": 17"#, "activation.contentTypes[0].min", "0...16"),
@@ -381,5 +384,105 @@ struct ManifestTextSafetyTests {
             return
         }
         #expect(Self.isSafe(unknown.description), "\(unknown.description)")
+    }
+}
+
+// MARK: issue 25, finding 4: an icon is a small PNG from the manifest's folder or an icon folder
+
+@Suite("Manifests: icons", .serialized)
+struct ManifestIconTests {
+    /// Loads `folder/mail.json` (the valid manifest with `"icon": ICON`) and returns the
+    /// manifest and the registry's warnings.
+    static func load(_ folder: TemporaryFolder, icon: String) throws -> (ServiceManifest, [ManifestError]) {
+        try folder.write("mail.json", ManifestTests.valid.replacing(#""icon": "icon.png""#, with: #""icon": "\#(icon)""#))
+        let registry = ServiceRegistry(scanning: [folder.path])
+        #expect(registry.problems.isEmpty, "\(registry.problems)")
+        var warnings: [ManifestError] = []
+        let manifest = try ServiceRegistry.load(file: folder.path + "/mail.json", warnings: &warnings)
+        #expect(registry.warnings == warnings, "the registry reports what load(file:warnings:) reports")
+        return (manifest, warnings)
+    }
+
+    /// Expects `icon` to be left out with a warning on `display.icon` that says `words`.
+    static func expectLeftOut(_ folder: TemporaryFolder, icon: String, _ words: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let (manifest, warnings) = try load(folder, icon: icon)
+        #expect(manifest.icon == nil, "\(icon)", sourceLocation: sourceLocation)
+        #expect(warnings.count == 1 && warnings.first?.key == "display.icon" && warnings.first?.reason.contains(words) == true,
+                "\(icon): \(warnings)", sourceLocation: sourceLocation)
+        #expect(warnings.first?.reason.hasSuffix("the service is listed without its icon") == true, sourceLocation: sourceLocation)
+        #expect(ShareActivity(manifest: manifest).icon == nil, sourceLocation: sourceLocation)
+    }
+
+    @Test("an icon outside the manifest's folder and the icon folders is left out, with a warning: /etc/shadow is never opened")
+    func outside() throws {
+        let folder = try ManifestTests.folder([:])
+        defer { folder.remove() }
+        try Self.expectLeftOut(folder, icon: "/etc/shadow", "is neither in the manifest's folder nor in an icon folder")
+        try Self.expectLeftOut(folder, icon: "/proc/self/environ", "is neither in the manifest's folder nor in an icon folder")
+        try Self.expectLeftOut(folder, icon: "../icon.png", "leads out of")
+        try Self.expectLeftOut(folder, icon: folder.path + "/../../etc/passwd", "leads out of")
+    }
+
+    @Test("a symbolic link in the folder that leads out of it is refused on the opened path (openat2, RESOLVE_BENEATH); one that stays in is fine")
+    func links() throws {
+        let folder = try ManifestTests.folder([:])
+        let outside = try TemporaryFolder("remoteview-icon-outside")
+        defer { rmdir(folder.path + "/sub"); folder.remove(); outside.remove() }
+        try write(ManifestTests.iconPNG, to: outside.path + "/real.png")
+        #expect(symlink(outside.path + "/real.png", folder.path + "/out.png") == 0)
+        #expect(symlink("/etc/passwd", folder.path + "/passwd.png") == 0)
+        #expect(mkdir(folder.path + "/sub", 0o755) == 0 && symlink("../..", folder.path + "/sub/up") == 0)
+        #expect(symlink("icon.png", folder.path + "/same.png") == 0)
+        defer { unlink(folder.path + "/sub/up") }
+        try Self.expectLeftOut(folder, icon: "out.png", "leads out of")
+        try Self.expectLeftOut(folder, icon: "passwd.png", "leads out of")
+        try Self.expectLeftOut(folder, icon: "sub/up/" + String(folder.path.split(separator: "/").last!) + "/icon.png", "leads out of")  // out and back in
+        let (same, warnings) = try Self.load(folder, icon: "same.png")
+        #expect(same.icon?.pngData == ManifestTests.iconPNG && warnings.isEmpty, "\(warnings)")
+        let (sub, _) = try Self.load(folder, icon: "sub/../icon.png")
+        #expect(sub.icon?.pngData == ManifestTests.iconPNG)
+        let (absolute, _) = try Self.load(folder, icon: folder.path + "/icon.png")
+        #expect(absolute.icon?.path == folder.path + "/icon.png" && ShareActivity(manifest: absolute).icon?.width == 4)
+    }
+
+    @Test("an icon that is not a regular file, not a PNG, over 1 MiB or over 1024 × 1024 pixels is left out, with the reason")
+    func bounds() async throws {
+        let folder = try ManifestTests.folder([:])
+        defer { rmdir(folder.path + "/folder.png"); folder.remove() }
+        #expect(mkfifo(folder.path + "/fifo.png", 0o644) == 0 && mkdir(folder.path + "/folder.png", 0o755) == 0)
+        try folder.write("text.png", "not really a png")
+        try write([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + [UInt8](repeating: 0, count: ServiceManifest.Icon.maxBytes), to: folder.path + "/huge.png")
+        try write(try RemoteImage(width: 1025, height: 2) { _, _ in 0 }.pngData(), to: folder.path + "/wide.png")
+        var tall = ManifestTests.iconPNG
+        tall.replaceSubrange(20..<24, with: [0x7F, 0xFF, 0xFF, 0xFF])  // IHDR height, read before decoding
+        try write(tall, to: folder.path + "/tall.png")
+        try await withDeadline(.seconds(5), "loading a manifest whose icon is a FIFO") {
+            try Self.expectLeftOut(folder, icon: "fifo.png", "is not a regular file")
+        }
+        try Self.expectLeftOut(folder, icon: "folder.png", "is not a regular file")
+        try Self.expectLeftOut(folder, icon: "missing.png", "No such file")
+        try Self.expectLeftOut(folder, icon: "text.png", "is not a PNG")
+        try Self.expectLeftOut(folder, icon: "huge.png", "more than 1048576")
+        try Self.expectLeftOut(folder, icon: "wide.png", "declares 1025 × 2 pixels")
+        try Self.expectLeftOut(folder, icon: "tall.png", "declares 4 × 2147483647 pixels")
+        let (square, _) = try Self.load(folder, icon: "icon.png")
+        #expect(square.icon?.width == 4)
+    }
+
+    @Test("an absolute icon path inside $XDG_DATA_HOME/icons is read beneath that folder")
+    func xdgIconFolder() throws {
+        let folder = try ManifestTests.folder([:])
+        let data = try TemporaryFolder("remoteview-xdg-data")
+        defer { folder.remove(); unlink(data.path + "/icons/app.png"); rmdir(data.path + "/icons"); data.remove() }
+        #expect(mkdir(data.path + "/icons", 0o755) == 0)
+        try write(ManifestTests.iconPNG, to: data.path + "/icons/app.png")
+        try folder.write("outside.png", "")
+        let saved = getenv("XDG_DATA_HOME").map { String(cString: $0) }
+        setenv("XDG_DATA_HOME", data.path, 1)
+        defer { if let saved { setenv("XDG_DATA_HOME", saved, 1) } else { unsetenv("XDG_DATA_HOME") } }
+        let (manifest, warnings) = try Self.load(folder, icon: data.path + "/icons/app.png")
+        #expect(manifest.icon?.path == data.path + "/icons/app.png" && warnings.isEmpty, "\(warnings)")
+        try Self.expectLeftOut(folder, icon: data.path + "/icons/../../etc/passwd", "leads out of")
+        try Self.expectLeftOut(folder, icon: data.path + "/app.png", "is neither in the manifest's folder nor in an icon folder")
     }
 }

@@ -126,6 +126,9 @@ public actor Launcher {
         for problem in registry.problems {
             configuration.logger.error("invalid service manifest: \(problem)")
         }
+        for warning in registry.warnings {
+            configuration.logger.warning("service manifest: \(warning)")
+        }
         resources = ResourceControl.detect(launcher: Self.serial.wrappingAdd(1, ordering: .relaxed).oldValue)
         let enforcement = resources.enforcement
         switch (enforcement.enforcesMemory, enforcement.enforcesProcesses) {

@@ -39,8 +39,9 @@ public struct ServiceManifest: Sendable, Hashable {
     public var file: String = ""
     /// The executable's absolute path.
     public var executablePath: String = ""
-    /// The icon's absolute path, if one is named.
-    public var iconPath: String?
+    /// The icon, read and checked when the registry loaded the manifest: `nil` when none is
+    /// named, or when it was left out (``ServiceRegistry/warnings`` says why).
+    public var icon: Icon?
 
     /// Display metadata.
     public struct Display: Sendable, Hashable, Codable {
@@ -48,7 +49,8 @@ public struct ServiceManifest: Sendable, Hashable {
         public var title: String
         /// A second line; at most 400 bytes.
         public var subtitle: String?
-        /// A PNG, relative to the manifest's folder.
+        /// A PNG, relative to the manifest's folder, or an absolute path inside it or inside an
+        /// XDG icon folder (``ServiceManifest/Icon``).
         public var icon: String?
     }
 

@@ -41,7 +41,8 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
 /// launchd's job folders.
 ///
 /// Scanning never stops at a bad manifest: valid ones are listed in ``services``, every invalid
-/// one in ``problems`` with its reason.
+/// one in ``problems`` with its reason, and what a valid one was loaded without (its icon) in
+/// ``warnings``.
 public struct ServiceRegistry: Sendable {
     /// The folders scanned, in order.
     public let folders: [String]
@@ -49,6 +50,9 @@ public struct ServiceRegistry: Sendable {
     public private(set) var services: [String: ServiceManifest] = [:]
     /// Every manifest that could not be used, and every folder that could not be read.
     public private(set) var problems: [ManifestError] = []
+    /// What valid manifests were loaded without: an icon that is not a small PNG inside the
+    /// manifest's folder or an icon folder (``ServiceManifest/Icon``), with the reason.
+    public private(set) var warnings: [ManifestError] = []
 
     /// The largest manifest read, in bytes.
     public static let maxManifestSize = 64 * 1024
@@ -86,8 +90,21 @@ public struct ServiceRegistry: Sendable {
         services.values.sorted { $0.identifier < $1.identifier }
     }
 
-    /// Reads and validates one manifest file, resolving its executable and icon.
+    /// Reads and validates one manifest file, resolving its executable and reading its icon;
+    /// what it is loaded without (an icon left out) is dropped: ``load(file:warnings:)`` gives it.
     public static func load(file: String) throws(ManifestError) -> ServiceManifest {
+        var warnings: [ManifestError] = []
+        return try load(file: file, warnings: &warnings)
+    }
+
+    /// Reads and validates one manifest file, resolving its executable and reading its icon
+    /// (``ServiceManifest/Icon``).
+    ///
+    /// - Parameters:
+    ///   - file: The manifest's path.
+    ///   - warnings: Gets what the manifest is loaded without: an icon that is left out, with
+    ///     the reason (the key `display.icon`).
+    public static func load(file: String, warnings: inout [ManifestError]) throws(ManifestError) -> ServiceManifest {
         let bytes = try read(file)
         // Before any JSON reader: the decoder and the duplicate-key scan must read one text.
         if let problem = ManifestText.encodingProblem(in: bytes) {
@@ -125,11 +142,13 @@ public struct ServiceRegistry: Sendable {
             throw fail("executable", "\(manifest.executablePath) is not an executable file")
         }
         if let icon = manifest.display.icon {
-            let path = resolve(icon, against: folder)
-            guard Syscall.isRegularFile(path) else {
-                throw fail("display.icon", "\(path) is not a file")
+            do {
+                manifest.icon = try ServiceManifest.Icon.read(icon, manifestFolder: resolve(folder, against: "."),
+                                                              iconFolders: ServiceManifest.Icon.xdgIconFolders)
+            } catch {
+                warnings.append(ManifestError(file: file, key: "display.icon", reason: "\(error.reason): the service is listed without its icon",
+                                              identifier: manifest.identifier))
             }
-            manifest.iconPath = path
         }
         for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
             if case .failure(let refusal) = SandboxPaths.check(readOnly: path) {
@@ -142,20 +161,24 @@ public struct ServiceRegistry: Sendable {
     // MARK: private
 
     private mutating func add(file: String) {
+        var warnings: [ManifestError] = []
         do {
-            insert(try Self.load(file: file), from: file)
+            if insert(try Self.load(file: file, warnings: &warnings), from: file) { self.warnings += warnings }
         } catch {
             problems.append(error)
         }
     }
 
-    private mutating func insert(_ manifest: ServiceManifest, from file: String? = nil) {
+    /// Adds `manifest` unless its identifier is taken (then reported); whether it was added.
+    @discardableResult
+    private mutating func insert(_ manifest: ServiceManifest, from file: String? = nil) -> Bool {
         if let existing = services[manifest.identifier] {
             problems.append(ManifestError(file: file ?? manifest.file, key: "identifier",
                                           reason: "\"\(manifest.identifier)\" is already declared by \(existing.file); this one is ignored"))
-            return
+            return false
         }
         services[manifest.identifier] = manifest
+        return true
     }
 
     private static func jsonFiles(in folder: String) throws(ManifestError) -> [String] {
