@@ -486,3 +486,59 @@ struct ManifestIconTests {
         try Self.expectLeftOut(folder, icon: data.path + "/app.png", "is neither in the manifest's folder nor in an icon folder")
     }
 }
+
+// MARK: issue 25, finding 5: each refusal says what is wrong
+
+@Suite("Manifests: precise refusals")
+struct ManifestRefusalTests {
+    @Test("a file that does not exist says so; a symbolic link to none is called a broken link")
+    func missing() throws {
+        let folder = try ManifestTests.folder([:])
+        defer { folder.remove() }
+        let missing = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/none.json") }
+        #expect(missing?.reason == "does not exist", "\(String(describing: missing))")
+        #expect(symlink(folder.path + "/gone.json", folder.path + "/link.json") == 0)
+        let broken = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/link.json") }
+        #expect(broken?.reason == "is a symbolic link to \(folder.path)/gone.json, which does not exist (a broken link)", "\(String(describing: broken))")
+    }
+
+    /// (what to change in the valid manifest, the key, the whole reason)
+    static let cases: [(String, String, String, String)] = [
+        (#""memoryMiB": 128"#, #""memoryMiB": 18446744073709551617"#, "limits.memoryMiB", "1.8446744073709552e+19 is not in 16...65536"),
+        (#""openFiles": 64"#, #""openFiles": -18446744073709551617"#, "limits.openFiles", "-1.8446744073709552e+19 is not in 16...65536"),
+        (#""cpuSeconds": 30"#, #""cpuSeconds": 1e300"#, "limits.cpuSeconds", "1e+300 is not in 1...86400"),
+        (#""processes": 4"#, #""processes": 4.5"#, "limits.processes", "4.5 is not an integer"),
+        (#""max": 5"#, #""max": 1e20"#, "activation.contentTypes[0].max", "1e+20 is not in 1...16 (at least min and 1; a share carries at most 16 items)"),
+        (#""instances": "perConnection""#, #""instances": "x""#, "instances", #""x" is not one of "shared", "perConnection""#),
+        (#""instances": "perConnection""#, #""instances": "\u001b[2J""#, "instances", #""\u{1B}[2J" is not one of "shared", "perConnection""#),
+    ]
+
+    @Test("a huge integer is out of range, not 'not an integer'; a bad instances value lists the good ones", arguments: 0..<cases.count)
+    func reasons(_ index: Int) throws {
+        let (original, replacement, key, reason) = Self.cases[index]
+        #expect(ManifestTests.valid.contains(original), "test table out of date: \(original)")
+        let folder = try ManifestTests.folder(["bad.json": ManifestTests.valid.replacing(original, with: replacement)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/bad.json") }
+        #expect(error?.key == key && error?.reason == reason, "\(String(describing: error))")
+    }
+
+    @Test("JSON nested too deeply says so, with the limit, whatever JSONDecoder says", arguments: [17, 100, 600])
+    func tooDeep(_ depth: Int) throws {
+        let nested = String(repeating: "[", count: depth - 1) + String(repeating: "]", count: depth - 1)
+        let folder = try ManifestTests.folder(["deep.json": ManifestTests.valid.replacing(#""arguments": ["--share"]"#, with: #""arguments": \#(nested)"#)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/deep.json") }
+        #expect(error?.key == nil && error?.reason == "nested \(depth) levels deep: at most \(ServiceRegistry.maxNestingDepth) levels of arrays and objects (a manifest needs 4)",
+                "\(String(describing: error))")
+    }
+
+    @Test("16 levels are read as usual (and refused for what they hold)")
+    func deepEnough() throws {
+        let nested = String(repeating: "[", count: 15) + String(repeating: "]", count: 15)
+        let folder = try ManifestTests.folder(["deep.json": ManifestTests.valid.replacing(#""arguments": ["--share"]"#, with: #""arguments": \#(nested)"#)])
+        defer { folder.remove() }
+        let error = #expect(throws: ManifestError.self) { try ServiceRegistry.load(file: folder.path + "/deep.json") }
+        #expect(error?.key == "arguments[0]" && error?.reason == "expected a string", "\(String(describing: error))")
+    }
+}

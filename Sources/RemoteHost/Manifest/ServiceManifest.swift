@@ -96,11 +96,11 @@ public struct ServiceManifest: Sendable, Hashable {
     }
 
     /// ``ServiceManifest/instances``.
-    public enum InstancePolicy: String, Sendable, Hashable, Codable {
-        /// Each connection gets its own process.
-        case perConnection
+    public enum InstancePolicy: String, Sendable, Hashable, Codable, CaseIterable {
         /// All of a host's connections share one process (each over its own socket).
         case shared
+        /// Each connection gets its own process.
+        case perConnection
     }
 
     /// Resource limits. `openFiles` and `cpuSeconds` are applied as rlimits at start; memory and
@@ -159,7 +159,17 @@ extension ServiceManifest: Decodable {
         } else {
             idleTimeout = Self.defaultIdleTimeout
         }
-        instances = try container.decodeIfPresent(InstancePolicy.self, forKey: .instances) ?? .shared
+        if let written = try container.decodeIfPresent(String.self, forKey: .instances) {
+            // Decoded as a string: JSONDecoder's own refusal of the enum names the Swift type.
+            let names = InstancePolicy.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+            guard let policy = InstancePolicy(rawValue: written) else {
+                throw DecodingError.dataCorruptedError(forKey: .instances, in: container,
+                                                       debugDescription: "\"\(written.escapedForTerminal())\" is not one of \(names)")
+            }
+            instances = policy
+        } else {
+            instances = .shared
+        }
         limits = try container.decodeIfPresent(Limits.self, forKey: .limits) ?? Limits()
     }
 
@@ -215,11 +225,9 @@ extension ServiceManifest.ContentTypeRule {
                             "\"\(written.escapedForTerminal())\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
         type = MIMEType.normalized(written)
         let most = ShareLimits.maxItems
-        min = try container.decodeInteger(.min) ?? 1
-        max = try container.decodeInteger(.max) ?? Swift.max(min, 1)
-        try container.check(min >= 0 && min <= most, .min, "\(min) is not in 0...\(most) (a share carries at most \(most) items)")
-        try container.check(max >= Swift.max(min, 1) && max <= most, .max,
-                            "\(max) is not in \(Swift.max(min, 1))...\(most) (at least min and 1; a share carries at most \(most) items)")
+        min = try container.decodeInteger(.min, in: 0...most, "a share carries at most \(most) items") ?? 1
+        max = try container.decodeInteger(.max, in: Swift.max(min, 1)...most, "at least min and 1; a share carries at most \(most) items")
+            ?? Swift.max(min, 1)
     }
 }
 
@@ -247,14 +255,10 @@ extension ServiceManifest.Limits {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let defaults = Self()
-        memoryMiB = try container.decodeInteger(.memoryMiB) ?? defaults.memoryMiB
-        openFiles = try container.decodeInteger(.openFiles) ?? defaults.openFiles
-        processes = try container.decodeInteger(.processes) ?? defaults.processes
-        cpuSeconds = try container.decodeInteger(.cpuSeconds) ?? defaults.cpuSeconds
-        try container.check((16...65_536).contains(memoryMiB), .memoryMiB, "\(memoryMiB) is not in 16...65536")
-        try container.check((16...65_536).contains(openFiles), .openFiles, "\(openFiles) is not in 16...65536")
-        try container.check((1...4096).contains(processes), .processes, "\(processes) is not in 1...4096")
-        try container.check((1...86_400).contains(cpuSeconds), .cpuSeconds, "\(cpuSeconds) is not in 1...86400")
+        memoryMiB = try container.decodeInteger(.memoryMiB, in: 16...65_536) ?? defaults.memoryMiB
+        openFiles = try container.decodeInteger(.openFiles, in: 16...65_536) ?? defaults.openFiles
+        processes = try container.decodeInteger(.processes, in: 1...4096) ?? defaults.processes
+        cpuSeconds = try container.decodeInteger(.cpuSeconds, in: 1...86_400) ?? defaults.cpuSeconds
     }
 }
 
@@ -285,11 +289,16 @@ extension Decoder {
 }
 
 extension KeyedDecodingContainer {
-    /// An integer value. (Decoding `Int` directly reports `1.5` as "not valid JSON" for the
-    /// whole file, without the key.)
-    fileprivate func decodeInteger(_ key: Key) throws -> Int? {
+    /// An integer value in `range`. (Decoding `Int` directly reports `1.5`, and any integer
+    /// beyond `Int`, as "not valid JSON" for the whole file, without the key.) A whole number
+    /// out of the range, however large, is said to be out of it, with `why` after it.
+    fileprivate func decodeInteger(_ key: Key, in range: ClosedRange<Int>, _ why: String? = nil) throws -> Int? {
         guard let value = try decodeIfPresent(Double.self, forKey: key) else { return nil }
-        try check(value.rounded() == value && abs(value) < 1e15, key, "\(value) is not an integer")
+        try check(value.rounded() == value, key, "\(value) is not an integer")
+        // Compared as doubles, so a value beyond Int is out of range too, not a trap.
+        let written = abs(value) < 1e15 ? "\(Int(value))" : "\(value)"
+        try check(value >= Double(range.lowerBound) && value <= Double(range.upperBound), key,
+                  "\(written) is not in \(range.lowerBound)...\(range.upperBound)\(why.map { " (\($0))" } ?? "")")
         return Int(value)
     }
 

@@ -57,6 +57,11 @@ public struct ServiceRegistry: Sendable {
     /// The largest manifest read, in bytes.
     public static let maxManifestSize = 64 * 1024
 
+    /// The deepest nesting of arrays and objects a manifest may have: 16 (a manifest needs 4,
+    /// `activation.contentTypes[0]`). Checked before decoding, so that deeper text is refused
+    /// saying so (`JSONDecoder` refuses 513 levels with only "not valid JSON").
+    public static let maxNestingDepth = 16
+
     /// Scans `folders` (not recursively) for `*.json` manifests.
     public init(scanning folders: [String]) {
         self.folders = folders
@@ -109,6 +114,10 @@ public struct ServiceRegistry: Sendable {
         // Before any JSON reader: the decoder and the duplicate-key scan must read one text.
         if let problem = ManifestText.encodingProblem(in: bytes) {
             throw ManifestError(file: file, reason: problem)
+        }
+        let depth = ManifestText.nestingDepth(of: bytes)
+        guard depth <= maxNestingDepth else {
+            throw ManifestError(file: file, reason: "nested \(depth) levels deep: at most \(maxNestingDepth) levels of arrays and objects (a manifest needs 4)")
         }
         let data = Data(bytes)
         var manifest: ServiceManifest
@@ -194,7 +203,21 @@ public struct ServiceRegistry: Sendable {
     private static func read(_ file: String) throws(ManifestError) -> [UInt8] {
         // Looked at before it is opened: opening a device can have effects of its own.
         guard Syscall.isRegularFile(file) else {
-            throw ManifestError(file: file, reason: (try? Syscall.status(ofPath: file)) == nil ? "cannot be read (a broken link?)" : "not a regular file (a FIFO, device, socket or folder)")
+            let reason: String
+            do {
+                _ = try Syscall.status(ofPath: file)
+                reason = "not a regular file (a FIFO, device, socket or folder)"
+            } catch where error.errno == ENOENT {
+                // The name, or what a link names, does not exist.
+                if let link = try? Syscall.linkStatus(ofPath: file), link.isSymbolicLink {
+                    reason = "is a symbolic link to \(Syscall.symbolicLinkTarget(file) ?? "?"), which does not exist (a broken link)"
+                } else {
+                    reason = "does not exist"
+                }
+            } catch {
+                reason = "cannot be read: \(error.reason)"
+            }
+            throw ManifestError(file: file, reason: reason)
         }
         let descriptor: OwnedFD
         do { descriptor = try Syscall.openForReading(file) } catch {
