@@ -400,7 +400,7 @@ public actor Launcher {
     private func invalidate(_ identifier: String, _ error: RemoteError) {
         guard let waiters = records[identifier]?.invalidate(error) else { return }
         waiters.resumeAll(returning: ())
-        configuration.logger.error("\(identifier) is invalidated: \(error.reason)")
+        configuration.logger.error("\(identifier) is invalidated: \(error.reason.escapedForTerminal())")
         broadcast(.invalidated(identifier: identifier, reason: error))
         for entry in clients.withLock({ Array($0.entries.values) }) {
             if let connection = entry.connection, connection.identifier == identifier { connection.invalidated(by: error) }

@@ -101,7 +101,7 @@ final class OutputCapture: Sendable {
     }
 
     /// Logs one line, escaped for the terminal: a service writes what it likes, escape
-    /// sequences and bytes that are not UTF-8 included (``Swift/String/init(decodingForTerminal:)``).
+    /// sequences and bytes that are not UTF-8 included (`String(decodingForTerminal:)`).
     private func emit(_ bytes: ArraySlice<UInt8>) {
         let line = String(decodingForTerminal: bytes)
         let count = state.withLock { state in

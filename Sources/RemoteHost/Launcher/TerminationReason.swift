@@ -50,7 +50,7 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         }()
     }
 
-    /// `KIND: DETAIL`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// `KIND: DETAIL`, escaped for the terminal (`String.escapedForTerminal()`):
     /// a detail may quote what the service said.
     public var description: String { "\(kind.rawValue): \(detail)".escapedForTerminal() }
 

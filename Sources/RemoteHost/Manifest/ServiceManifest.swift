@@ -304,7 +304,7 @@ extension KeyedDecodingContainer {
 
     /// Throws unless `text` (a title or a subtitle, which hosts show as they are) is free of what
     /// a terminal or a bidi renderer acts on: C0 and C1 controls, DEL, and the bidi embedding,
-    /// override and isolate controls (``Swift/Unicode/Scalar/isEscapedForTerminal``). The marks
+    /// override and isolate controls (`Unicode.Scalar.isEscapedForTerminal`). The marks
     /// LRM and RLM, and right-to-left text, are fine.
     fileprivate func checkShownAsIs(_ text: String, _ key: Key) throws {
         guard let scalar = text.unicodeScalars.first(where: \.isEscapedForTerminal) else { return }

@@ -5,7 +5,7 @@ import RemoteCore
 /// What was wrong with one manifest: the file, the key (a dotted path such as
 /// `sandbox.readOnlyPaths[1]`, or `nil` for the whole file) and why.
 ///
-/// What the manifest wrote reaches its words escaped (``Swift/String/escapedForTerminal(asciiOnly:)``),
+/// What the manifest wrote reaches its words escaped (`String.escapedForTerminal()`),
 /// so an error can be printed or logged as it is: ``reason`` is escaped when the error is made,
 /// ``key`` names keys beyond ASCII as `\u{…}`, and ``description`` escapes the file's name too
 /// (a file name may hold controls).
@@ -150,6 +150,12 @@ public struct ServiceRegistry: Sendable {
         guard executable.isRegularFile, (try? Syscall.checkAccess(manifest.executablePath, X_OK)) != nil else {
             throw fail("executable", "\(manifest.executablePath) is not an executable file")
         }
+        for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
+            if case .failure(let refusal) = SandboxPaths.check(readOnly: path) {
+                throw fail("sandbox.readOnlyPaths[\(index)]", "\(refusal)")
+            }
+        }
+        // Last: a manifest refused for something else gets no warning about its icon.
         if let icon = manifest.display.icon {
             do {
                 manifest.icon = try ServiceManifest.Icon.read(icon, manifestFolder: resolve(folder, against: "."),
@@ -157,11 +163,6 @@ public struct ServiceRegistry: Sendable {
             } catch {
                 warnings.append(ManifestError(file: file, key: "display.icon", reason: "\(error.reason): the service is listed without its icon",
                                               identifier: manifest.identifier))
-            }
-        }
-        for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
-            if case .failure(let refusal) = SandboxPaths.check(readOnly: path) {
-                throw fail("sandbox.readOnlyPaths[\(index)]", "\(refusal)")
             }
         }
         return manifest

@@ -27,7 +27,7 @@ public struct ShareActivity: Sendable, Identifiable, CustomStringConvertible {
         self.manifest = manifest
     }
 
-    /// `TITLE (IDENTIFIER)`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// `TITLE (IDENTIFIER)`, escaped for the terminal (`String.escapedForTerminal()`):
     /// a registry built in code (``ServiceRegistry/init(manifests:)``) checks no title.
     public var description: String { "\(title) (\(identifier))".escapedForTerminal() }
 }

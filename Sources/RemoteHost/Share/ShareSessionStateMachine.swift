@@ -127,7 +127,7 @@ public enum ShareOutcome: Sendable, CustomStringConvertible {
     /// says how, with the termination reason.
     case interrupted(RemoteError)
 
-    /// What happened, in a line escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// What happened, in a line escaped for the terminal (`String.escapedForTerminal()`):
     /// the activity wrote the reason, the message and the items.
     public var description: String {
         let text = switch self {
