@@ -32,5 +32,14 @@ let package = Package(
             dependencies: [.product(name: "RemoteHost", package: "RemoteView")],
             path: "Sources/FuzzManifest"
         ),
+        // The manifest loader's duplicate-key scan (DuplicateKeyScanner, package-level, through
+        // @testable import) against a second detector written for the test, on every input
+        // JSONDecoder accepts: both must report the same keys, and the decoder must not merge
+        // two keys the scan tells apart.
+        .executableTarget(
+            name: "fuzz-duplicates",
+            dependencies: [.product(name: "RemoteHost", package: "RemoteView")],
+            path: "Sources/FuzzDuplicates"
+        ),
     ]
 )

@@ -4,6 +4,7 @@
 #include "CRemoteViewLinux.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -45,6 +46,14 @@ const int rv_f_seal_shrink = F_SEAL_SHRINK;
 const int rv_f_seal_grow = F_SEAL_GROW;
 const int rv_f_seal_write = F_SEAL_WRITE;
 int rv_fcntl_int(int fd, int command, int argument) { return fcntl(fd, command, argument); }
+
+int rv_openat2(int directory, const char *path, uint64_t flags, uint64_t mode, uint64_t resolve) {
+    struct open_how how = {.flags = flags, .mode = mode, .resolve = resolve};
+    return (int)syscall(SYS_openat2, directory, path, &how, sizeof how);
+}
+const int rv_o_path = O_PATH;
+const uint64_t rv_resolve_beneath = RESOLVE_BENEATH;
+const uint64_t rv_resolve_no_magiclinks = RESOLVE_NO_MAGICLINKS;
 
 int rv_pidfd_open(pid_t pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
 int rv_pidfd_send_signal(int pidfd, int signal, unsigned int flags) {

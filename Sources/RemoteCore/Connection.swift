@@ -313,12 +313,12 @@ public final class Connection: Sendable {
     public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {
         let reply = try await exchange(.request(type: message.type, payload: message.payload),
                                        attachments: message.attachments, expectsPong: false,
-                                       timeout: timeout ?? configuration.defaultRequestTimeout, what: "request \"\(message.type)\"")
+                                       timeout: timeout ?? configuration.defaultRequestTimeout, what: "request \"\(message.type.escapedForTerminal())\"")
         switch reply.body {
         case .reply(let type, let payload):
             return ServiceMessage(type: type, payload: payload, attachments: reply.attachments)
         case .failure(let failure):
-            throw RemoteError(.remoteError, "request \"\(message.type)\" failed: \(failure)", remote: failure)
+            throw RemoteError(.remoteError, "request \"\(message.type.escapedForTerminal())\" failed: \(failure)", remote: failure)
         default:
             preconditionFailure("dispatch only delivers replies and failures to requests")
         }
@@ -509,11 +509,11 @@ public final class Connection: Sendable {
         case .handshake:
             throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
         case .goodbye(let reason):
-            logger.debug("the peer said goodbye: \(reason)")
-            machine.withLock { $0.goodbyeReceived(reason) }.fail(with: RemoteError(.interrupted, "the peer closed the connection: \(reason)"))
+            logger.debug("the peer said goodbye: \(reason.escapedForTerminal())")
+            machine.withLock { $0.goodbyeReceived(reason) }.fail(with: RemoteError(.interrupted, "the peer closed the connection: \(reason.escapedForTerminal())"))
             return false
         case .protocolError(let code, let reason):
-            throw RemoteError(.protocolViolation, "the peer reported a protocol error (\(code)): \(reason)")
+            throw RemoteError(.protocolViolation, "the peer reported a protocol error (\(code)): \(reason.escapedForTerminal())")
         case .ping:
             try await transport.send(Envelope(replyTo: envelope.id, body: .pong(nonce: 0)))
         case .pong, .reply, .failure:
@@ -601,10 +601,10 @@ public final class Connection: Sendable {
         do {
             try await transport.send(Envelope(replyTo: id, body: body, attachments: attachments))
         } catch where error.code == .invalidArgument {
-            logger.error("reply to \"\(message.type)\" cannot be sent: \(error.reason)")
+            logger.error("reply to \"\(message.type.escapedForTerminal())\" cannot be sent: \(error.reason)")
             await sendBestEffort(.failure(ServiceFailure(domain: ServiceFailure.frameworkDomain, code: ServiceFailure.FrameworkCode.replyNotSent, message: "the reply could not be sent: \(error.reason)")), replyTo: id)
         } catch {
-            logger.debug("reply to \"\(message.type)\" not sent: \(error)")
+            logger.debug("reply to \"\(message.type.escapedForTerminal())\" not sent: \(error)")
         }
     }
 

@@ -68,7 +68,7 @@ extension EnvelopeCodec {
             }
             let contentType = try string(i.content_type, "\(field) content_type", max: ShareLimits.maxContentTypeLength)
             guard MIMEType.normalized(contentType) == contentType else {
-                throw violation("\(field) content_type \"\(contentType)\" is not in lower case")
+                throw violation("\(field) content_type \"\(contentType.escapedForTerminal())\" is not in lower case")
             }
             result.append(WireShareItem(
                 kind: kind, contentType: contentType,

@@ -158,7 +158,7 @@ package enum EnvelopeCodec {
         for (index, capability) in handshake.capabilities.enumerated() {
             guard !capability.isEmpty, capability.utf8.count <= WireLimits.maxCapabilityLength,
                   capability.utf8.allSatisfy(isTokenByte) else {
-                throw violation("handshake capability \(index) \"\(capability.prefix(64))\" must be 1…\(WireLimits.maxCapabilityLength) bytes of [A-Za-z0-9._-]")
+                throw violation("handshake capability \(index) \"\(String(capability.prefix(64)).escapedForTerminal())\" must be 1…\(WireLimits.maxCapabilityLength) bytes of [A-Za-z0-9._-]")
             }
         }
         guard handshake.maxPacketSize >= 1_024 else {
@@ -170,7 +170,7 @@ package enum EnvelopeCodec {
     package static func checkIdentifier(_ identifier: String) throws(RemoteError) {
         guard !identifier.isEmpty, identifier.utf8.count <= WireLimits.maxIdentifierLength,
               identifier.utf8.allSatisfy(isTokenByte) else {
-            throw violation("identifier \"\(identifier.prefix(64))\" must be 1…\(WireLimits.maxIdentifierLength) bytes of [A-Za-z0-9._-]")
+            throw violation("identifier \"\(String(identifier.prefix(64)).escapedForTerminal())\" must be 1…\(WireLimits.maxIdentifierLength) bytes of [A-Za-z0-9._-]")
         }
     }
 
@@ -178,7 +178,7 @@ package enum EnvelopeCodec {
     package static func checkType(_ type: String, _ what: String) throws(RemoteError) {
         guard !type.isEmpty, type.utf8.count <= WireLimits.maxTypeLength,
               type.unicodeScalars.allSatisfy({ !($0.value < 0x20 || (0x7F..<0xA0).contains($0.value)) }) else {
-            throw violation("\(what) type \"\(type.prefix(64))\" must be 1…\(WireLimits.maxTypeLength) bytes without control characters")
+            throw violation("\(what) type \"\(String(type.prefix(64)).escapedForTerminal())\" must be 1…\(WireLimits.maxTypeLength) bytes without control characters")
         }
     }
 

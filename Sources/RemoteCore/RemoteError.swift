@@ -50,7 +50,9 @@ public struct RemoteError: Error, Sendable, Hashable, CustomStringConvertible {
         self.remote = remote
     }
 
-    public var description: String { "\(code): \(reason)" }
+    /// `CODE: REASON`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// a reason may quote what a peer sent.
+    public var description: String { "\(code): \(reason)".escapedForTerminal() }
 }
 
 /// An error a service (or host) sends as the answer to a request, like an `NSError` with a
@@ -72,7 +74,9 @@ public struct ServiceFailure: Error, Sendable, Hashable, CustomStringConvertible
         self.message = message
     }
 
-    public var description: String { "\(domain) \(code): \(message)" }
+    /// `DOMAIN CODE: MESSAGE`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):
+    /// a peer wrote all of it.
+    public var description: String { "\(domain) \(code): \(message)".escapedForTerminal() }
 }
 
 extension ServiceFailure {
@@ -92,7 +96,7 @@ extension ServiceFailure {
     /// supported" from a failure of the work.
     public static func unknownRequest(_ type: String, handler: String? = nil) -> ServiceFailure {
         ServiceFailure(domain: frameworkDomain, code: FrameworkCode.unknownRequest,
-                       message: "\(handler.map { "\($0) handles" } ?? "there is") no request of type \"\(type)\"")
+                       message: "\(handler.map { "\($0) handles" } ?? "there is") no request of type \"\(type.escapedForTerminal())\"")
     }
 
     /// Whether this is ``unknownRequest(_:handler:)``'s failure (from any peer that follows the protocol).

@@ -475,7 +475,7 @@ public final class ServiceConnection: Sendable {
         } else if let goodbye, goodbye != FrameworkMessage.idleExitReason {
             // A process the host stops says goodbye on its way out: then how it ended (the
             // host's reason) is the news, not the goodbye it was made to say.
-            var error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye)")
+            var error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye.escapedForTerminal())")
             if channel.instance.isBeingStopped, let reason = await channel.instance.waitForStop() {
                 error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
             }

@@ -55,6 +55,7 @@ struct HostOptions: ParsableArguments {
     func registry() throws -> ServiceRegistry {
         let registry = ServiceRegistry(scanning: try folders())
         for problem in registry.problems { Syscall.writeStandardError("warning: invalid manifest: \(problem)\n") }
+        for warning in registry.warnings { Syscall.writeStandardError("warning: \(warning)\n") }
         return registry
     }
 
@@ -107,6 +108,7 @@ struct Host: AsyncParsableCommand {
         let registry = ServiceRegistry(scanning: try options.folders())
         print("registry: \(registry.sortedServices.map(\.identifier).joined(separator: ", "))")
         for problem in registry.problems { print("  invalid manifest: \(problem)") }
+        for warning in registry.warnings { print("  manifest warning: \(warning)") }
         let identifier = "com.example.demo-share.echo"
         let (roundTrips, coldStarts, coldStartService) = (self.roundTrips, self.coldStarts, self.coldStartService)
         try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
@@ -118,22 +120,22 @@ struct Host: AsyncParsableCommand {
             var reply: ServiceMessage?
             let cold = try await clock.measure { reply = try await echo.request(ServiceMessage(type: "echo", text: "hello from the host")) }
             let pid = echo.processIdentifier ?? 0
-            print("first request launched pid \(pid) \(options.unsandboxed ? "UNSANDBOXED" : "in a bubblewrap sandbox"): echo -> \"\(reply?.text ?? "")\" (cold start \(format(cold)))")
+            print("first request launched pid \(pid) \(options.unsandboxed ? "UNSANDBOXED" : "in a bubblewrap sandbox"): echo -> \"\(reply?.text?.escapedForTerminal() ?? "")\" (cold start \(format(cold)))")
 
             let time = try await echo.request(ServiceMessage(type: "clock"))
-            print("request clock -> \"\(time.text ?? "")\"")
+            print("request clock -> \"\(time.text?.escapedForTerminal() ?? "")\"")
             let file = try MemoryFile.sealed(name: "demo-item", contents: Array("a shared item, sent as a sealed memfd".utf8))
             let counted = try await echo.request(ServiceMessage(type: "count", attachments: [Attachment(file.takeDescriptor())]))
-            print("request count(memfd) -> \(counted.text ?? "")")
+            print("request count(memfd) -> \(counted.text?.escapedForTerminal() ?? "")")
             do {
                 _ = try await echo.request(ServiceMessage(type: "no-such-request"))
             } catch let error as RemoteError {
-                print("request no-such-request -> \(error.code): \(error.remote.map { "\($0)" } ?? error.reason)")
+                print("request no-such-request -> \(error.code): \(error.remote.map { "\($0)" } ?? error.reason.escapedForTerminal())")
             }
             do {
                 _ = try await echo.request(ServiceMessage(type: "slow"), timeout: .milliseconds(100))
             } catch let error as RemoteError {
-                print("request slow (100 ms deadline) -> \(error.code): \(error.reason)")
+                print("request slow (100 ms deadline) -> \(error.code): \(error.reason.escapedForTerminal())")
             }
 
             let payload = [UInt8](repeating: 0x2a, count: 64)
@@ -155,7 +157,7 @@ struct Host: AsyncParsableCommand {
                 }
             }
             let relaunch = try await clock.measure { reply = try await echo.request(ServiceMessage(type: "echo", text: "are you back?")) }
-            print("next request relaunched it as pid \(echo.processIdentifier ?? 0): echo -> \"\(reply?.text ?? "")\" (\(format(relaunch)))")
+            print("next request relaunched it as pid \(echo.processIdentifier ?? 0): echo -> \"\(reply?.text?.escapedForTerminal() ?? "")\" (\(format(relaunch)))")
             print("")
             print(ServicesTable.render(await launcher.status()))
             await echo.invalidate()
@@ -208,10 +210,11 @@ struct Services: AsyncParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             let report = ServicesReport(services: status, invalidManifests: registry.problems.map(\.description))
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            print(String(jsonForTerminal: try encoder.encode(report)))
         } else {
             print(ServicesTable.render(status))
             for problem in registry.problems { print("invalid manifest: \(problem)") }
+            for warning in registry.warnings { print("manifest warning: \(warning)") }
         }
     }
 }

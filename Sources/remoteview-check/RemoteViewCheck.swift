@@ -48,12 +48,14 @@ struct RemoteViewCheck: AsyncParsableCommand {
 
     func run() async throws {
         let loaded: ServiceManifest
+        var warnings: [ManifestError] = []
         do {
-            loaded = try ServiceRegistry.load(file: manifest)
+            loaded = try ServiceRegistry.load(file: manifest, warnings: &warnings)
         } catch {
             FileHandle.standardError.write(Data("remoteview-check: \(error)\n".utf8))
             throw ExitCode(2)
         }
+        for warning in warnings { FileHandle.standardError.write(Data("remoteview-check: warning: \(warning)\n".utf8)) }
         var logger = Logger(label: "remoteview-check")
         logger.logLevel = verbose ? .debug : .critical
         // The service's data folder, when its manifest asks for one: made for this check, and
@@ -74,14 +76,15 @@ struct RemoteViewCheck: AsyncParsableCommand {
     static func table(_ report: Report, manifest: ServiceManifest) -> String {
         let rows = report.rows
         let width = rows.map(\.rule.id.count).max() ?? 0
-        var lines = ["\(manifest.identifier) (\(manifest.file))"]
+        var lines = ["\(manifest.identifier) (\(manifest.file.escapedForTerminal()))"]
         if let versions = report.protocolVersions {
             lines.append("protocol: the service speaks up to version \(versions.service), the checker offered up to \(versions.offered): checked under protocol \(versions.inForce)")
         }
         lines.append("")
         lines.append("RULE".padding(toLength: width, withPad: " ", startingAt: 0) + "  RESULT   SEEN")
         for (rule, entry) in rows {
-            let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen
+            // What was seen quotes what the service said: escaped for the terminal.
+            let seen = entry.verdict == .passed && entry.seen.isEmpty ? rule.text : entry.seen.escapedForTerminal()
             lines.append(rule.id.padding(toLength: width, withPad: " ", startingAt: 0) + "  "
                          + entry.verdict.rawValue.padding(toLength: 7, withPad: " ", startingAt: 0) + "  " + seen)
         }
@@ -104,6 +107,6 @@ struct RemoteViewCheck: AsyncParsableCommand {
         let rows = report.rows.map { Row(rule: $0.rule.id, result: $0.entry.verdict.rawValue, seen: $0.entry.seen, text: $0.rule.text) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(rows), as: UTF8.self)
+        return String(jsonForTerminal: try encoder.encode(rows))
     }
 }

@@ -64,6 +64,19 @@ int rv_fcntl_int(int fd, int command, int argument);
 /// for `top -H`, `perf` and debuggers (at most 15 bytes).
 int rv_name_this_thread(const char *_Nonnull name);
 
+// MARK: files
+
+/// `syscall(SYS_openat2, directory, path, &how, sizeof how)` with `how` = `{flags, mode,
+/// resolve}` (glibc has no wrapper): opens `path` relative to `directory`, resolved as `resolve`
+/// says (`RESOLVE_BENEATH`: never above `directory`, by `..`, an absolute path or a symbolic
+/// link). Linux 5.6.
+int rv_openat2(int directory, const char *_Nonnull path, uint64_t flags, uint64_t mode, uint64_t resolve);
+/// `O_PATH` (needs _GNU_SOURCE): a descriptor that names a file without opening it for I/O.
+extern const int rv_o_path;
+/// `RESOLVE_BENEATH` and `RESOLVE_NO_MAGICLINKS` (`<linux/openat2.h>`).
+extern const uint64_t rv_resolve_beneath;
+extern const uint64_t rv_resolve_no_magiclinks;
+
 // MARK: processes
 
 /// `syscall(SYS_pidfd_open, pid, flags)`.

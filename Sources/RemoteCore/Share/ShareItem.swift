@@ -61,12 +61,12 @@ public struct ShareItem: Sendable, CustomStringConvertible {
     ///   the memfd failed with.
     public static func file(named name: String, contentType: String, contents: some Collection<UInt8>) throws(RemoteError) -> ShareItem {
         guard contents.count <= ShareLimits.maxFileBytes else {
-            throw RemoteError(.invalidArgument, "file item \"\(name.prefix(64))\" has \(contents.count) bytes, more than \(ShareLimits.maxFileBytes)")
+            throw RemoteError(.invalidArgument, "file item \"\(String(name.prefix(64)).escapedForTerminal())\" has \(contents.count) bytes, more than \(ShareLimits.maxFileBytes)")
         }
         if let problem = SharedFile.nameProblem(name) { throw RemoteError(.invalidArgument, problem) }
         let memory: MemoryFile
         do { memory = try MemoryFile.sealed(name: "share:\(name)", contents: contents) } catch {
-            throw RemoteError(.invalidArgument, "cannot put file item \"\(name.prefix(64))\" in a memfd: \(error)")
+            throw RemoteError(.invalidArgument, "cannot put file item \"\(String(name.prefix(64)).escapedForTerminal())\" in a memfd: \(error)")
         }
         let file = SharedFile(name: name, size: contents.count, descriptor: memory.takeDescriptor())
         return try checked(ShareItem(contentType: MIMEType.normalized(contentType), content: .file(file)))
@@ -132,7 +132,7 @@ public struct ShareItem: Sendable, CustomStringConvertible {
         case .text(let text), .url(let text): return text
         case .file(let file):
             guard let text = String(validating: try file.read(limit: limit), as: UTF8.self) else {
-                throw RemoteError(.invalidArgument, "file item \"\(file.name)\" (\(contentType)) is not UTF-8 text")
+                throw RemoteError(.invalidArgument, "file item \"\(file.name.escapedForTerminal())\" (\(contentType.escapedForTerminal())) is not UTF-8 text")
             }
             return text
         }
@@ -140,9 +140,9 @@ public struct ShareItem: Sendable, CustomStringConvertible {
 
     public var description: String {
         switch content {
-        case .text(let text): "text (\(contentType), \(text.utf8.count) bytes)"
-        case .url(let url): "URL \(url.prefix(80))"
-        case .file(let file): "file \"\(file.name)\" (\(contentType), \(file.size) bytes)"
+        case .text(let text): "text (\(contentType.escapedForTerminal()), \(text.utf8.count) bytes)"
+        case .url(let url): "URL \(String(url.prefix(80)).escapedForTerminal())"
+        case .file(let file): "file \"\(file.name.escapedForTerminal())\" (\(contentType.escapedForTerminal()), \(file.size) bytes)"
         }
     }
 
@@ -191,14 +191,14 @@ public struct ShareItem: Sendable, CustomStringConvertible {
                     seals = try memory.seals
                     size = try memory.size
                 } catch {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name)\"): its fd is not a sealed memfd (\(error))")
+                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\"): its fd is not a sealed memfd (\(error))")
                 }
                 let required: MemoryFile.Seals = [.shrink, .grow, .write]
                 guard seals.isSuperset(of: required) else {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name)\"): its memfd is not sealed against shrinking, growing and writing (seals \(seals.rawValue))")
+                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\"): its memfd is not sealed against shrinking, growing and writing (seals \(seals.rawValue))")
                 }
                 guard size == description.size else {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name)\") declares \(description.size) bytes but its memfd holds \(size)")
+                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\") declares \(description.size) bytes but its memfd holds \(size)")
                 }
                 let file = SharedFile(name: description.name, size: size, descriptor: memory.takeDescriptor())
                 items.append(ShareItem(contentType: description.contentType, content: .file(file)))
@@ -231,27 +231,27 @@ public final class SharedFile: Sendable {
     ///   larger (nothing is read then), or when reading the memfd fails.
     public func read(limit: Int) throws(RemoteError) -> [UInt8] {
         guard size <= limit else {
-            throw RemoteError(.invalidArgument, "file item \"\(name)\" holds \(size) bytes, more than the \(limit) this reader takes")
+            throw RemoteError(.invalidArgument, "file item \"\(name.escapedForTerminal())\" holds \(size) bytes, more than the \(limit) this reader takes")
         }
         do { return try Syscall.read(descriptor, count: size, at: 0) } catch {
-            throw RemoteError(.invalidArgument, "cannot read file item \"\(name)\": \(error)")
+            throw RemoteError(.invalidArgument, "cannot read file item \"\(name.escapedForTerminal())\": \(error)")
         }
     }
 
     /// A duplicate of the memfd to send.
     func attachment() throws(RemoteError) -> Attachment {
         do { return try Attachment(duplicating: descriptor) } catch {
-            throw RemoteError(.invalidArgument, "cannot duplicate the memfd of file item \"\(name)\": \(error)")
+            throw RemoteError(.invalidArgument, "cannot duplicate the memfd of file item \"\(name.escapedForTerminal())\": \(error)")
         }
     }
 
     /// Why `name` cannot be a file item's name, or `nil`.
     static func nameProblem(_ name: String) -> String? {
         guard !name.isEmpty, name.utf8.count <= ShareLimits.maxFileNameBytes else {
-            return "file item name \"\(name.prefix(64))\" must be 1…\(ShareLimits.maxFileNameBytes) bytes"
+            return "file item name \"\(String(name.prefix(64)).escapedForTerminal())\" must be 1…\(ShareLimits.maxFileNameBytes) bytes"
         }
         guard !name.contains("/"), !name.contains("\0"), name != ".", name != ".." else {
-            return "file item name \"\(name.prefix(64))\" must be a plain file name (no '/' or NUL, not \".\" or \"..\")"
+            return "file item name \"\(String(name.prefix(64)).escapedForTerminal())\" must be a plain file name (no '/' or NUL, not \".\" or \"..\")"
         }
         return nil
     }
@@ -281,25 +281,25 @@ package struct WireShareItem: Sendable, Hashable {
     /// Why a peer could never accept this item, or `nil`.
     package var problem: String? {
         guard MIMEType.isValid(contentType) else {
-            return "item content type \"\(contentType.prefix(64))\" is not a MIME type (type/subtype, at most \(ShareLimits.maxContentTypeLength) bytes)"
+            return "item content type \"\(String(contentType.prefix(64)).escapedForTerminal())\" is not a MIME type (type/subtype, at most \(ShareLimits.maxContentTypeLength) bytes)"
         }
         switch kind {
         case .text:
             guard !text.isEmpty, text.utf8.count <= ShareLimits.maxTextBytes else {
                 return "text item must be 1…\(ShareLimits.maxTextBytes) bytes, not \(text.utf8.count)"
             }
-            guard contentType.hasPrefix("text/") else { return "text item of type \(contentType): inline text must be text/…" }
+            guard contentType.hasPrefix("text/") else { return "text item of type \(contentType.escapedForTerminal()): inline text must be text/…" }
         case .url:
-            guard contentType == "text/uri-list" else { return "URL item of type \(contentType): URLs are text/uri-list" }
+            guard contentType == "text/uri-list" else { return "URL item of type \(contentType.escapedForTerminal()): URLs are text/uri-list" }
             if let problem = Self.urlProblem(text) { return problem }
         case .file:
             if let problem = SharedFile.nameProblem(name) { return problem }
             guard size >= 0, size <= ShareLimits.maxFileBytes else {
-                return "file item \"\(name)\" of \(size) bytes is over \(ShareLimits.maxFileBytes)"
+                return "file item \"\(name.escapedForTerminal())\" of \(size) bytes is over \(ShareLimits.maxFileBytes)"
             }
         }
         if kind != .file, !name.isEmpty || size != 0 { return "\(kind) item with a file name or size" }
-        if kind == .file, !text.isEmpty { return "file item \"\(name)\" with inline text" }
+        if kind == .file, !text.isEmpty { return "file item \"\(name.escapedForTerminal())\" with inline text" }
         return nil
     }
 
@@ -309,20 +309,20 @@ package struct WireShareItem: Sendable, Hashable {
             return "URL must be 1…\(ShareLimits.maxURLBytes) bytes, not \(url.utf8.count)"
         }
         guard !url.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) }) else {
-            return "URL \"\(url.prefix(64))\" contains whitespace or a control character"
+            return "URL \"\(String(url.prefix(64)).escapedForTerminal())\" contains whitespace or a control character"
         }
-        guard let colon = url.firstIndex(of: ":") else { return "URL \"\(url.prefix(64))\" has no scheme (it must be absolute, e.g. https://…)" }
+        guard let colon = url.firstIndex(of: ":") else { return "URL \"\(String(url.prefix(64)).escapedForTerminal())\" has no scheme (it must be absolute, e.g. https://…)" }
         let scheme = url[..<colon]
         guard let first = scheme.unicodeScalars.first, first.isASCII, first.properties.isAlphabetic,
               scheme.unicodeScalars.allSatisfy({ $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "+.-".unicodeScalars.contains($0)) }) else {
-            return "URL \"\(url.prefix(64))\" has no valid scheme (letters, digits, '+', '.', '-', starting with a letter)"
+            return "URL \"\(String(url.prefix(64)).escapedForTerminal())\" has no valid scheme (letters, digits, '+', '.', '-', starting with a letter)"
         }
         let rest = url[url.index(after: colon)...]
-        guard !rest.isEmpty else { return "URL \"\(url.prefix(64))\" is only a scheme" }
+        guard !rest.isEmpty else { return "URL \"\(String(url.prefix(64)).escapedForTerminal())\" is only a scheme" }
         if ["http", "https", "ftp"].contains(scheme.lowercased()) {
             guard rest.hasPrefix("//"), let host = rest.dropFirst(2).split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first,
                   !host.isEmpty else {
-                return "URL \"\(url.prefix(64))\" has no host (\(scheme): URLs are \(scheme)://host/…)"
+                return "URL \"\(String(url.prefix(64)).escapedForTerminal())\" has no host (\(scheme): URLs are \(scheme)://host/…)"
             }
         }
         return nil

@@ -51,9 +51,11 @@ public struct ActivityUpdate: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
+    /// `STATE: TITLE — SUBTITLE (PROGRESS)`, escaped for the terminal
+    /// (``Swift/String/escapedForTerminal(asciiOnly:)``): the activity wrote the title.
     public var description: String {
         let progress = self.progress.map { "\(Int(($0 * 100).rounded()))%" } ?? "indeterminate"
-        return "\(state): \(title)\(subtitle.map { " — \($0)" } ?? "") (\(progress))"
+        return "\(state): \(title)\(subtitle.map { " — \($0)" } ?? "") (\(progress))".escapedForTerminal()
     }
 }
 

@@ -97,6 +97,29 @@ extension Syscall {
         OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) })
     }
 
+    /// `open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)`: a folder to open files beneath
+    /// (``openBeneath(_:_:)``), held without being read.
+    package static func openDirectory(_ path: String) throws(SystemCallError) -> OwnedFD {
+        OwnedFD(adopting: try retrying("open(\(path))") { open(path, rv_o_path | O_DIRECTORY | O_CLOEXEC) })
+    }
+
+    /// `openat2(directory, path, {O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+    /// RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS})`: the file at `path` inside `directory`, which
+    /// neither `..`, an absolute path nor a symbolic link (one in `directory` included) may lead
+    /// out of (`EXDEV`), nor a `/proc` magic link (`ELOOP`). Checked by the kernel on the whole
+    /// walk, so a name swapped in between cannot lead out either. Non-blocking, as
+    /// ``openForReading(_:)``: pair with ``status(_:)`` to check the type.
+    package static func openBeneath(_ directory: borrowing OwnedFD, _ path: String) throws(SystemCallError) -> OwnedFD {
+        let flags = UInt64(O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        let fd = try retrying("openat2(\(path))") { rv_openat2(directory.rawValue, path, flags, 0, rv_resolve_beneath | rv_resolve_no_magiclinks) }
+        return OwnedFD(adopting: fd)
+    }
+
+    /// `fstat(file)`.
+    package static func status(_ file: borrowing OwnedFD) throws(SystemCallError) -> stat {
+        try status(file.rawValue)
+    }
+
     /// `read(fd, count)`: what is there, `[]` at end of file, or would-block.
     static func read(_ fd: Int32, upTo count: Int) throws(SystemCallError) -> IOResult<[UInt8]> {
         var buffer = [UInt8](repeating: 0, count: count)
@@ -140,6 +163,13 @@ extension Syscall {
     package static func status(ofPath path: String) throws(SystemCallError) -> stat {
         var result = stat()
         _ = try retrying("stat(\(path))") { stat(path, &result) }
+        return result
+    }
+
+    /// `lstat(path)`: the file at `path`, a symbolic link itself rather than what it names.
+    package static func linkStatus(ofPath path: String) throws(SystemCallError) -> stat {
+        var result = stat()
+        _ = try retrying("lstat(\(path))") { lstat(path, &result) }
         return result
     }
 
@@ -682,4 +712,6 @@ extension stat {
     package var isRegularFile: Bool { st_mode & S_IFMT == S_IFREG }
     /// Whether the file is a directory (`S_IFDIR`).
     package var isDirectory: Bool { st_mode & S_IFMT == S_IFDIR }
+    /// Whether the file is a symbolic link (`S_IFLNK`; only `lstat` sees one).
+    package var isSymbolicLink: Bool { st_mode & S_IFMT == S_IFLNK }
 }

@@ -151,6 +151,9 @@ public actor Launcher {
         for problem in registry.problems {
             configuration.logger.error("invalid service manifest: \(problem)")
         }
+        for warning in registry.warnings {
+            configuration.logger.warning("service manifest: \(warning)")
+        }
         resources = ResourceControl.detect(launcher: Self.serial.wrappingAdd(1, ordering: .relaxed).oldValue)
         if Syscall.effectiveUserID == 0, configuration.sandbox != .unsandboxed {
             let users = configuration.serviceUsers
@@ -439,7 +442,7 @@ public actor Launcher {
     private func invalidate(_ identifier: String, _ error: RemoteError) {
         guard let waiters = records[identifier]?.invalidate(error) else { return }
         waiters.resumeAll(returning: ())
-        configuration.logger.error("\(identifier) is invalidated: \(error.reason)")
+        configuration.logger.error("\(identifier) is invalidated: \(error.reason.escapedForTerminal())")
         broadcast(.invalidated(identifier: identifier, reason: error))
         for entry in clients.withLock({ Array($0.entries.values) }) {
             if let connection = entry.connection, connection.identifier == identifier { connection.invalidated(by: error) }

@@ -63,7 +63,7 @@ final class OutputCapture: Sendable {
     /// Stops reading (the process is gone but a grandchild may still hold the pipe).
     func stop() { source.stop() }
 
-    /// The last lines read (at most 8), for error messages.
+    /// The last lines read (at most 8), escaped for the terminal, for error messages.
     var recentLines: [String] { state.withLock { $0.recent } }
 
     /// Splits `chunk` (after what is left of the last one) into lines of at most
@@ -100,8 +100,10 @@ final class OutputCapture: Sendable {
         return false
     }
 
+    /// Logs one line, escaped for the terminal: a service writes what it likes, escape
+    /// sequences and bytes that are not UTF-8 included (`String(decodingForTerminal:)`).
     private func emit(_ bytes: ArraySlice<UInt8>) {
-        let line = String(decoding: bytes, as: UTF8.self)
+        let line = String(decodingForTerminal: bytes)
         let count = state.withLock { state in
             state.lines += 1
             state.bytes += bytes.count

@@ -304,7 +304,7 @@ final class ServiceInstance: LaunchedProcess {
                 default:
                     // Without its main connection a service is unreachable: it must exit now.
                     if await self.seeEnd(until: .now.advanced(by: stopGrace)) == nil {
-                        let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0)\") on its main connection but did not exit" }
+                        let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0.escapedForTerminal())\") on its main connection but did not exit" }
                             ?? "it closed its main connection but did not exit"
                         await self.stop(TerminationReason(kind: .protocolViolation, detail: detail), grace: stopGrace)
                     }

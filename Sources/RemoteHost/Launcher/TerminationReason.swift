@@ -50,7 +50,9 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         }()
     }
 
-    public var description: String { "\(kind.rawValue): \(detail)" }
+    /// `KIND: DETAIL`, escaped for the terminal (`String.escapedForTerminal()`):
+    /// a detail may quote what the service said.
+    public var description: String { "\(kind.rawValue): \(detail)".escapedForTerminal() }
 
     /// The reason for a process that ended by itself with `termination`.
     static func ended(_ termination: Termination) -> TerminationReason {

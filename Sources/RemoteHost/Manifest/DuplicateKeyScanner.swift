@@ -1,26 +1,62 @@
-/// Finds the first object key that appears twice in the same JSON object.
+/// Finds every object key that appears twice in the same JSON object, and every key that is
+/// not ASCII.
 ///
 /// `JSONDecoder` accepts `{"a": 1, "a": 2}` and keeps one of the values without a word, so a
 /// manifest could say `"network": false` where a reviewer looks and `"network": true` where the
 /// decoder looks. The manifest loader runs this over the file after it decoded, and refuses the
 /// file when a key repeats.
 ///
-/// It reads the text as JSON (RFC 8259) and does not validate it: it is only run on text the
-/// decoder has accepted. Keys compare after their escapes are decoded (`"a"` and `"\u0061"` are
-/// the same key). Nesting is tracked with an explicit stack, so depth costs no recursion.
+/// Keys compare byte for byte, as UTF-8, after their escapes are decoded (`"a"` and `"\u0061"`
+/// are the same key), as jq and Python's `json` compare them. Never by Unicode canonical
+/// equivalence, as Swift's `String` does (and `JSONDecoder` with it): to a `Set<String>`, the
+/// Kelvin sign `"\u212A"` is `"K"` and `"e\u0301"` is `"é"`. Since every key of the schema is
+/// ASCII, a key that is not is reported too (and refused by the loader): between ASCII keys
+/// both comparisons agree, so the decoder cannot take two keys for one that this scan tells
+/// apart.
+///
+/// It reads the text as JSON (RFC 8259) in UTF-8 and does not validate it: it is only run on
+/// text the decoder has accepted, after ``ManifestText/encodingProblem(in:)`` made sure it is
+/// UTF-8 (a UTF-16 file would read as other keys here than there). Nesting is tracked with an
+/// explicit stack, so depth costs no recursion. `Fuzz/Sources/FuzzDuplicates` compares it with
+/// a second detector written apart from it.
 struct DuplicateKeyScanner {
-    /// A repeated key: where its object is (a dotted path with indices, as manifest errors
-    /// name keys; `nil` for the top level) and the key.
-    struct Duplicate: Equatable {
-        var path: String?
-        var key: String
+    /// One step of the path to a value: a key of an object (its bytes, unescaped) or an index
+    /// of an array.
+    enum PathComponent: Hashable {
+        case key([UInt8])
+        case index(Int)
+    }
+
+    /// A key this scan reports.
+    struct Finding: Equatable {
+        enum Kind: Equatable {
+            /// The key appears earlier in the same object.
+            case duplicate
+            /// The key holds a byte beyond ASCII, once unescaped.
+            case notASCII
+        }
+
+        var kind: Kind
+        /// Where the key's object is (`[]` for the top level).
+        var path: [PathComponent]
+        /// The key, unescaped, as UTF-8.
+        var key: [UInt8]
+        /// The offset of the key's opening quote in the text.
+        var offset: Int
+
+        /// The path and the key as manifest errors name keys (`sandbox.network`,
+        /// `activation.contentTypes[1].max`), with every scalar beyond ASCII or that a terminal
+        /// would act on escaped (`networ\u{212A}`).
+        var keyPath: String {
+            DuplicateKeyScanner.render(path + [.key(key)])
+        }
     }
 
     private enum Container {
         /// An object: the keys seen so far, the path to it, and the key whose value is next.
-        case object(keys: Set<String>, path: String?, pending: String?)
+        case object(keys: Set<[UInt8]>, path: [PathComponent], pending: [UInt8]?)
         /// An array: the path to it and the index of the next element.
-        case array(path: String?, next: Int)
+        case array(path: [PathComponent], next: Int)
     }
 
     private let bytes: [UInt8]
@@ -30,13 +66,29 @@ struct DuplicateKeyScanner {
         self.bytes = bytes
     }
 
-    /// The first key that repeats within one object, or `nil`.
-    static func firstDuplicate(in bytes: [UInt8]) -> Duplicate? {
+    /// Every repeated key and every key that is not ASCII, in the order of the text.
+    static func findings(in bytes: [UInt8]) -> [Finding] {
         var scanner = DuplicateKeyScanner(bytes)
         return scanner.scan()
     }
 
-    private mutating func scan() -> Duplicate? {
+    /// `path` written as manifest errors name keys, escaped.
+    static func render(_ path: [PathComponent]) -> String {
+        var result = ""
+        for component in path {
+            switch component {
+            case .key(let key):
+                if !result.isEmpty { result += "." }
+                result += String(decoding: key, as: UTF8.self)
+            case .index(let index):
+                result += "[\(index)]"
+            }
+        }
+        return result.escapedForTerminal(asciiOnly: true)
+    }
+
+    private mutating func scan() -> [Finding] {
+        var findings: [Finding] = []
         var stack: [Container] = []
         // Whether the next string is an object key (after `{` or a `,` inside an object).
         var expectingKey = false
@@ -60,9 +112,15 @@ struct DuplicateKeyScanner {
                 if case .object? = stack.last { expectingKey = true }
                 position += 1
             case UInt8(ascii: "\""):
-                guard let string = readString() else { return nil }
+                let offset = position
+                guard let string = readString() else { return findings }
                 if expectingKey, case .object(var keys, let path, _)? = stack.last {
-                    if !keys.insert(string).inserted { return Duplicate(path: path, key: string) }
+                    if string.contains(where: { $0 >= 0x80 }) {
+                        findings.append(Finding(kind: .notASCII, path: path, key: string, offset: offset))
+                    }
+                    if !keys.insert(string).inserted {
+                        findings.append(Finding(kind: .duplicate, path: path, key: string, offset: offset))
+                    }
                     stack[stack.count - 1] = .object(keys: keys, path: path, pending: string)
                     expectingKey = false
                 } else {
@@ -76,19 +134,19 @@ struct DuplicateKeyScanner {
                 valueEnded(in: &stack)
             }
         }
-        return nil
+        return findings
     }
 
-    /// The dotted path of the value that comes next in `stack`'s innermost container.
-    private func pathOfNextValue(in stack: [Container]) -> String? {
+    /// The path of the value that comes next in `stack`'s innermost container.
+    private func pathOfNextValue(in stack: [Container]) -> [PathComponent] {
         switch stack.last {
         case .object(_, let path, let pending)?:
             guard let pending else { return path }
-            return path.map { "\($0).\(pending)" } ?? pending
+            return path + [.key(pending)]
         case .array(let path, let next)?:
-            return (path ?? "") + "[\(next)]"
+            return path + [.index(next)]
         case nil:
-            return nil
+            return []
         }
     }
 
@@ -118,36 +176,28 @@ struct DuplicateKeyScanner {
     private static let simpleEscapes: [UInt8: UInt8] = [UInt8(ascii: "n"): 0x0A, UInt8(ascii: "t"): 0x09, UInt8(ascii: "r"): 0x0D,
                                                         UInt8(ascii: "b"): 0x08, UInt8(ascii: "f"): 0x0C]
 
-    /// Reads the string that starts at `position` (a quote), decoding its escapes; `nil` when
-    /// the text ends inside it.
-    private mutating func readString() -> String? {
+    /// Reads the string that starts at `position` (a quote), decoding its escapes, as UTF-8;
+    /// `nil` when the text ends inside it.
+    private mutating func readString() -> [UInt8]? {
         position += 1
-        var scalars = String.UnicodeScalarView()
-        var raw: [UInt8] = []
-        func flush() {
-            scalars.append(contentsOf: String(decoding: raw, as: UTF8.self).unicodeScalars)
-            raw.removeAll(keepingCapacity: true)
-        }
+        var result: [UInt8] = []
         while position < bytes.count {
             let byte = bytes[position]
             position += 1
-            if byte == UInt8(ascii: "\"") {
-                flush()
-                return String(scalars)
-            }
+            if byte == UInt8(ascii: "\"") { return result }
             guard byte == UInt8(ascii: "\\") else {
-                raw.append(byte)
+                result.append(byte)
                 continue
             }
             guard position < bytes.count else { return nil }
             let escape = bytes[position]
             position += 1
             if let replacement = Self.simpleEscapes[escape] {
-                raw.append(replacement)
+                result.append(replacement)
             } else if escape == UInt8(ascii: "u") {
                 guard var unit = readHex() else { return nil }
-                flush()
-                // A surrogate pair is two escapes; a lone surrogate becomes U+FFFD, as the decoder reads it.
+                // A surrogate pair is two escapes. A lone surrogate becomes U+FFFD here; the
+                // decoder refuses the text, so the scan never sees one in a manifest it reports on.
                 if (0xD800..<0xDC00).contains(unit), position + 1 < bytes.count,
                    bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u") {
                     position += 2
@@ -155,16 +205,20 @@ struct DuplicateKeyScanner {
                     if (0xDC00..<0xE000).contains(low) {
                         unit = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
                     } else {
-                        scalars.append("\u{FFFD}")
+                        result += Self.utf8(of: "\u{FFFD}")
                         unit = low
                     }
                 }
-                scalars.append(Unicode.Scalar(unit) ?? "\u{FFFD}")
+                result += Self.utf8(of: Unicode.Scalar(unit) ?? "\u{FFFD}")
             } else {
-                raw.append(escape)  // \" \\ \/
+                result.append(escape)  // \" \\ \/
             }
         }
         return nil
+    }
+
+    private static func utf8(of scalar: Unicode.Scalar) -> [UInt8] {
+        Array(UTF8.encode(scalar)!)
     }
 
     /// Four hex digits at `position`.

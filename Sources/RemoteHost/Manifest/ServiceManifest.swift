@@ -39,8 +39,9 @@ public struct ServiceManifest: Sendable, Hashable {
     public var file: String = ""
     /// The executable's absolute path.
     public var executablePath: String = ""
-    /// The icon's absolute path, if one is named.
-    public var iconPath: String?
+    /// The icon, read and checked when the registry loaded the manifest: `nil` when none is
+    /// named, or when it was left out (``ServiceRegistry/warnings`` says why).
+    public var icon: Icon?
 
     /// Display metadata.
     public struct Display: Sendable, Hashable, Codable {
@@ -48,7 +49,8 @@ public struct ServiceManifest: Sendable, Hashable {
         public var title: String
         /// A second line; at most 400 bytes.
         public var subtitle: String?
-        /// A PNG, relative to the manifest's folder.
+        /// A PNG, relative to the manifest's folder, or an absolute path inside it or inside an
+        /// XDG icon folder (``ServiceManifest/Icon``).
         public var icon: String?
     }
 
@@ -94,11 +96,11 @@ public struct ServiceManifest: Sendable, Hashable {
     }
 
     /// ``ServiceManifest/instances``.
-    public enum InstancePolicy: String, Sendable, Hashable, Codable {
-        /// Each connection gets its own process.
-        case perConnection
+    public enum InstancePolicy: String, Sendable, Hashable, Codable, CaseIterable {
         /// All of a host's connections share one process (each over its own socket).
         case shared
+        /// Each connection gets its own process.
+        case perConnection
     }
 
     /// Resource limits. `openFiles` and `cpuSeconds` are applied as rlimits at start; memory and
@@ -141,7 +143,7 @@ extension ServiceManifest: Decodable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         identifier = try container.decode(String.self, forKey: .identifier)
         try container.check(Self.isReverseDNS(identifier), .identifier,
-                            "\"\(identifier)\" is not a reverse-DNS identifier (two or more dot-separated labels of letters, digits and '-', at most \(WireLimits.maxIdentifierLength) bytes)")
+                            "\"\(identifier.escapedForTerminal())\" is not a reverse-DNS identifier (two or more dot-separated labels of letters, digits and '-', at most \(WireLimits.maxIdentifierLength) bytes)")
         executable = try container.decode(String.self, forKey: .executable)
         try container.check(!executable.isEmpty && !executable.contains("\0"), .executable, "must be a non-empty path")
         arguments = try container.decodeIfPresent([String].self, forKey: .arguments) ?? []
@@ -157,9 +159,22 @@ extension ServiceManifest: Decodable {
         } else {
             idleTimeout = Self.defaultIdleTimeout
         }
-        instances = try container.decodeIfPresent(InstancePolicy.self, forKey: .instances) ?? .shared
+        if let written = try container.decodeIfPresent(String.self, forKey: .instances) {
+            // Decoded as a string: JSONDecoder's own refusal of the enum names the Swift type.
+            let names = InstancePolicy.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+            guard let policy = InstancePolicy(rawValue: written) else {
+                throw DecodingError.dataCorruptedError(forKey: .instances, in: container,
+                                                       debugDescription: "\"\(written.escapedForTerminal())\" is not one of \(names)")
+            }
+            instances = policy
+        } else {
+            instances = .shared
+        }
         limits = try container.decodeIfPresent(Limits.self, forKey: .limits) ?? Limits()
     }
+
+    /// Why a key beyond ASCII is refused.
+    static let notASCIIKeyReason = "is not ASCII (every key of the schema is ASCII, and keys are compared byte for byte)"
 
     static func isReverseDNS(_ identifier: String) -> Bool {
         guard identifier.utf8.count <= WireLimits.maxIdentifierLength else { return false }
@@ -179,8 +194,10 @@ extension ServiceManifest.Display {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         title = try container.decode(String.self, forKey: .title)
         try container.check(!title.isEmpty && title.utf8.count <= 200, .title, "must be 1 to 200 bytes")
+        try container.checkShownAsIs(title, .title)
         subtitle = try container.decodeIfPresent(String.self, forKey: .subtitle)
         try container.check((subtitle?.utf8.count ?? 0) <= 400, .subtitle, "must be at most 400 bytes")
+        if let subtitle { try container.checkShownAsIs(subtitle, .subtitle) }
         icon = try container.decodeIfPresent(String.self, forKey: .icon)
         try container.check(icon.map { !$0.isEmpty && !$0.contains("\0") } ?? true, .icon, "must be a non-empty path")
     }
@@ -205,14 +222,12 @@ extension ServiceManifest.ContentTypeRule {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let written = try container.decode(String.self, forKey: .type)
         try container.check(MIMEType.isValid(written, allowingWildcard: true), .type,
-                            "\"\(written)\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
+                            "\"\(written.escapedForTerminal())\" is not a MIME type (type/subtype, or type/* for a whole family, e.g. image/*)")
         type = MIMEType.normalized(written)
         let most = ShareLimits.maxItems
-        min = try container.decodeInteger(.min) ?? 1
-        max = try container.decodeInteger(.max) ?? Swift.max(min, 1)
-        try container.check(min >= 0 && min <= most, .min, "\(min) is not in 0...\(most) (a share carries at most \(most) items)")
-        try container.check(max >= Swift.max(min, 1) && max <= most, .max,
-                            "\(max) is not in \(Swift.max(min, 1))...\(most) (at least min and 1; a share carries at most \(most) items)")
+        min = try container.decodeInteger(.min, in: 0...most, "a share carries at most \(most) items") ?? 1
+        max = try container.decodeInteger(.max, in: Swift.max(min, 1)...most, "at least min and 1; a share carries at most \(most) items")
+            ?? Swift.max(min, 1)
     }
 }
 
@@ -228,7 +243,7 @@ extension ServiceManifest.Sandbox {
         for path in readOnlyPaths {
             let parts = path.split(separator: "/")
             try container.check(path.hasPrefix("/") && !parts.contains("..") && !parts.contains(".") && !path.contains("\0") && parts.count >= 1,
-                                .readOnlyPaths, "\"\(path)\" is not a normalised absolute path below /")
+                                .readOnlyPaths, "\"\(path.escapedForTerminal())\" is not a normalised absolute path below /")
         }
     }
 }
@@ -240,14 +255,10 @@ extension ServiceManifest.Limits {
         try decoder.rejectUnknownKeys(CodingKeys.self)
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let defaults = Self()
-        memoryMiB = try container.decodeInteger(.memoryMiB) ?? defaults.memoryMiB
-        openFiles = try container.decodeInteger(.openFiles) ?? defaults.openFiles
-        processes = try container.decodeInteger(.processes) ?? defaults.processes
-        cpuSeconds = try container.decodeInteger(.cpuSeconds) ?? defaults.cpuSeconds
-        try container.check((16...65_536).contains(memoryMiB), .memoryMiB, "\(memoryMiB) is not in 16...65536")
-        try container.check((16...65_536).contains(openFiles), .openFiles, "\(openFiles) is not in 16...65536")
-        try container.check((1...4096).contains(processes), .processes, "\(processes) is not in 1...4096")
-        try container.check((1...86_400).contains(cpuSeconds), .cpuSeconds, "\(cpuSeconds) is not in 1...86400")
+        memoryMiB = try container.decodeInteger(.memoryMiB, in: 16...65_536) ?? defaults.memoryMiB
+        openFiles = try container.decodeInteger(.openFiles, in: 16...65_536) ?? defaults.openFiles
+        processes = try container.decodeInteger(.processes, in: 1...4096) ?? defaults.processes
+        cpuSeconds = try container.decodeInteger(.cpuSeconds, in: 1...86_400) ?? defaults.cpuSeconds
     }
 }
 
@@ -264,6 +275,11 @@ extension Decoder {
     /// Throws for the first key of this object that `Keys` does not name.
     fileprivate func rejectUnknownKeys<Keys: CodingKey & CaseIterable>(_ keys: Keys.Type) throws {
         let container = try self.container(keyedBy: AnyKey.self)
+        // Every key of the schema is ASCII. Beyond it, Swift's String compares by canonical
+        // equivalence ("\u{212A}", the Kelvin sign, is "K"), jq and Python byte for byte.
+        for key in container.allKeys where !key.stringValue.unicodeScalars.allSatisfy(\.isASCII) {
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key], debugDescription: ServiceManifest.notASCIIKeyReason))
+        }
         for key in container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) where Keys(stringValue: key.stringValue) == nil {
             let known = Keys.allCases.map(\.stringValue).joined(separator: ", ")
             throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key],
@@ -273,12 +289,33 @@ extension Decoder {
 }
 
 extension KeyedDecodingContainer {
-    /// An integer value. (Decoding `Int` directly reports `1.5` as "not valid JSON" for the
-    /// whole file, without the key.)
-    fileprivate func decodeInteger(_ key: Key) throws -> Int? {
+    /// An integer value in `range`. (Decoding `Int` directly reports `1.5`, and any integer
+    /// beyond `Int`, as "not valid JSON" for the whole file, without the key.) A whole number
+    /// out of the range, however large, is said to be out of it, with `why` after it.
+    fileprivate func decodeInteger(_ key: Key, in range: ClosedRange<Int>, _ why: String? = nil) throws -> Int? {
         guard let value = try decodeIfPresent(Double.self, forKey: key) else { return nil }
-        try check(value.rounded() == value && abs(value) < 1e15, key, "\(value) is not an integer")
+        try check(value.rounded() == value, key, "\(value) is not an integer")
+        // Compared as doubles, so a value beyond Int is out of range too, not a trap.
+        let written = abs(value) < 1e15 ? "\(Int(value))" : "\(value)"
+        try check(value >= Double(range.lowerBound) && value <= Double(range.upperBound), key,
+                  "\(written) is not in \(range.lowerBound)...\(range.upperBound)\(why.map { " (\($0))" } ?? "")")
         return Int(value)
+    }
+
+    /// Throws unless `text` (a title or a subtitle, which hosts show as they are) is free of what
+    /// a terminal or a bidi renderer acts on: C0 and C1 controls, DEL, and the bidi embedding,
+    /// override and isolate controls (`Unicode.Scalar.isEscapedForTerminal`). The marks
+    /// LRM and RLM, and right-to-left text, are fine.
+    fileprivate func checkShownAsIs(_ text: String, _ key: Key) throws {
+        guard let scalar = text.unicodeScalars.first(where: \.isEscapedForTerminal) else { return }
+        let hex = String(scalar.value, radix: 16, uppercase: true)
+        let kind = switch scalar.value {
+        case 0x202A...0x202E: "a bidi embedding or override control"
+        case 0x2066...0x2069: "a bidi isolate control"
+        case 0x7F: "DEL"
+        default: "a control character"
+        }
+        try check(false, key, "holds U+\(String(repeating: "0", count: max(0, 4 - hex.count)))\(hex), \(kind): it is shown as it is, so it may hold no C0 or C1 control, DEL, or bidi embedding, override or isolate control (U+202A-U+202E, U+2066-U+2069); LRM and RLM are fine")
     }
 
     /// Throws a `DecodingError` naming `key` with `reason` unless `condition` holds.

@@ -4,25 +4,36 @@ import RemoteCore
 
 /// What was wrong with one manifest: the file, the key (a dotted path such as
 /// `sandbox.readOnlyPaths[1]`, or `nil` for the whole file) and why.
+///
+/// What the manifest wrote reaches its words escaped (`String.escapedForTerminal()`),
+/// so an error can be printed or logged as it is: ``reason`` is escaped when the error is made,
+/// ``key`` names keys beyond ASCII as `\u{…}`, and ``description`` escapes the file's name too
+/// (a file name may hold controls).
 public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// The manifest file (or folder) at fault.
+    /// The manifest file (or folder) at fault, as its path was given (not escaped).
     public var file: String
     /// The key at fault, as a dotted path with indices.
     public var key: String?
     /// What is wrong with it.
     public var reason: String
-    /// The identifier the file declares, when it got that far.
+    /// The identifier the file declares, when it got that far (as written: not escaped).
     public var identifier: String?
 
+    /// - Parameters:
+    ///   - file: The manifest file (or folder).
+    ///   - key: The key at fault, as a dotted path (`nil`: the whole file).
+    ///   - reason: What is wrong; escaped for the terminal here.
+    ///   - identifier: The identifier the file declares, if known.
     public init(file: String, key: String? = nil, reason: String, identifier: String? = nil) {
         self.file = file
-        self.key = key
-        self.reason = reason
+        self.key = key?.escapedForTerminal(asciiOnly: true)
+        self.reason = reason.escapedForTerminal()
         self.identifier = identifier
     }
 
+    /// `FILE: KEY: REASON`, escaped for the terminal.
     public var description: String {
-        "\(file): \(key.map { "\($0): " } ?? "")\(reason)"
+        "\(file): \(key.map { "\($0): " } ?? "")\(reason)".escapedForTerminal()
     }
 }
 
@@ -30,7 +41,8 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
 /// launchd's job folders.
 ///
 /// Scanning never stops at a bad manifest: valid ones are listed in ``services``, every invalid
-/// one in ``problems`` with its reason.
+/// one in ``problems`` with its reason, and what a valid one was loaded without (its icon) in
+/// ``warnings``.
 public struct ServiceRegistry: Sendable {
     /// The folders scanned, in order.
     public let folders: [String]
@@ -38,9 +50,17 @@ public struct ServiceRegistry: Sendable {
     public private(set) var services: [String: ServiceManifest] = [:]
     /// Every manifest that could not be used, and every folder that could not be read.
     public private(set) var problems: [ManifestError] = []
+    /// What valid manifests were loaded without: an icon that is not a small PNG inside the
+    /// manifest's folder or an icon folder (``ServiceManifest/Icon``), with the reason.
+    public private(set) var warnings: [ManifestError] = []
 
     /// The largest manifest read, in bytes.
     public static let maxManifestSize = 64 * 1024
+
+    /// The deepest nesting of arrays and objects a manifest may have: 16 (a manifest needs 4,
+    /// `activation.contentTypes[0]`). Checked before decoding, so that deeper text is refused
+    /// saying so (`JSONDecoder` refuses 513 levels with only "not valid JSON").
+    public static let maxNestingDepth = 16
 
     /// Scans `folders` (not recursively) for `*.json` manifests.
     public init(scanning folders: [String]) {
@@ -75,9 +95,31 @@ public struct ServiceRegistry: Sendable {
         services.values.sorted { $0.identifier < $1.identifier }
     }
 
-    /// Reads and validates one manifest file, resolving its executable and icon.
+    /// Reads and validates one manifest file, resolving its executable and reading its icon;
+    /// what it is loaded without (an icon left out) is dropped: ``load(file:warnings:)`` gives it.
     public static func load(file: String) throws(ManifestError) -> ServiceManifest {
-        let data = try read(file)
+        var warnings: [ManifestError] = []
+        return try load(file: file, warnings: &warnings)
+    }
+
+    /// Reads and validates one manifest file, resolving its executable and reading its icon
+    /// (``ServiceManifest/Icon``).
+    ///
+    /// - Parameters:
+    ///   - file: The manifest's path.
+    ///   - warnings: Gets what the manifest is loaded without: an icon that is left out, with
+    ///     the reason (the key `display.icon`).
+    public static func load(file: String, warnings: inout [ManifestError]) throws(ManifestError) -> ServiceManifest {
+        let bytes = try read(file)
+        // Before any JSON reader: the decoder and the duplicate-key scan must read one text.
+        if let problem = ManifestText.encodingProblem(in: bytes) {
+            throw ManifestError(file: file, reason: problem)
+        }
+        let depth = ManifestText.nestingDepth(of: bytes)
+        guard depth <= maxNestingDepth else {
+            throw ManifestError(file: file, reason: "nested \(depth) levels deep: at most \(maxNestingDepth) levels of arrays and objects (a manifest needs 4)")
+        }
+        let data = Data(bytes)
         var manifest: ServiceManifest
         do {
             manifest = try JSONDecoder().decode(ServiceManifest.self, from: data)
@@ -88,9 +130,12 @@ public struct ServiceRegistry: Sendable {
         } catch {
             throw ManifestError(file: file, reason: "\(error)", identifier: declaredIdentifier(in: data))
         }
-        if let duplicate = DuplicateKeyScanner.firstDuplicate(in: Array(data)) {
-            throw ManifestError(file: file, key: duplicate.path.map { "\($0).\(duplicate.key)" } ?? duplicate.key,
-                                reason: "appears twice in the same object (a key may appear once)", identifier: manifest.identifier)
+        if let finding = DuplicateKeyScanner.findings(in: bytes).first {
+            let reason = switch finding.kind {
+            case .duplicate: "appears twice in the same object (a key may appear once)"
+            case .notASCII: ServiceManifest.notASCIIKeyReason
+            }
+            throw ManifestError(file: file, key: finding.keyPath, reason: reason, identifier: manifest.identifier)
         }
         let folder = directory(of: file)
         manifest.file = file
@@ -105,16 +150,19 @@ public struct ServiceRegistry: Sendable {
         guard executable.isRegularFile, (try? Syscall.checkAccess(manifest.executablePath, X_OK)) != nil else {
             throw fail("executable", "\(manifest.executablePath) is not an executable file")
         }
-        if let icon = manifest.display.icon {
-            let path = resolve(icon, against: folder)
-            guard Syscall.isRegularFile(path) else {
-                throw fail("display.icon", "\(path) is not a file")
-            }
-            manifest.iconPath = path
-        }
         for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
             if case .failure(let refusal) = SandboxPaths.check(readOnly: path) {
                 throw fail("sandbox.readOnlyPaths[\(index)]", "\(refusal)")
+            }
+        }
+        // Last: a manifest refused for something else gets no warning about its icon.
+        if let icon = manifest.display.icon {
+            do {
+                manifest.icon = try ServiceManifest.Icon.read(icon, manifestFolder: resolve(folder, against: "."),
+                                                              iconFolders: ServiceManifest.Icon.xdgIconFolders)
+            } catch {
+                warnings.append(ManifestError(file: file, key: "display.icon", reason: "\(error.reason): the service is listed without its icon",
+                                              identifier: manifest.identifier))
             }
         }
         return manifest
@@ -123,20 +171,24 @@ public struct ServiceRegistry: Sendable {
     // MARK: private
 
     private mutating func add(file: String) {
+        var warnings: [ManifestError] = []
         do {
-            insert(try Self.load(file: file), from: file)
+            if insert(try Self.load(file: file, warnings: &warnings), from: file) { self.warnings += warnings }
         } catch {
             problems.append(error)
         }
     }
 
-    private mutating func insert(_ manifest: ServiceManifest, from file: String? = nil) {
+    /// Adds `manifest` unless its identifier is taken (then reported); whether it was added.
+    @discardableResult
+    private mutating func insert(_ manifest: ServiceManifest, from file: String? = nil) -> Bool {
         if let existing = services[manifest.identifier] {
             problems.append(ManifestError(file: file ?? manifest.file, key: "identifier",
                                           reason: "\"\(manifest.identifier)\" is already declared by \(existing.file); this one is ignored"))
-            return
+            return false
         }
         services[manifest.identifier] = manifest
+        return true
     }
 
     private static func jsonFiles(in folder: String) throws(ManifestError) -> [String] {
@@ -149,10 +201,24 @@ public struct ServiceRegistry: Sendable {
 
     /// The file's bytes. Opened without blocking and checked to be a regular file first, so a
     /// FIFO or a device where a manifest was expected cannot stall or flood the host.
-    private static func read(_ file: String) throws(ManifestError) -> Data {
+    private static func read(_ file: String) throws(ManifestError) -> [UInt8] {
         // Looked at before it is opened: opening a device can have effects of its own.
         guard Syscall.isRegularFile(file) else {
-            throw ManifestError(file: file, reason: (try? Syscall.status(ofPath: file)) == nil ? "cannot be read (a broken link?)" : "not a regular file (a FIFO, device, socket or folder)")
+            let reason: String
+            do {
+                _ = try Syscall.status(ofPath: file)
+                reason = "not a regular file (a FIFO, device, socket or folder)"
+            } catch where error.errno == ENOENT {
+                // The name, or what a link names, does not exist.
+                if let link = try? Syscall.linkStatus(ofPath: file), link.isSymbolicLink {
+                    reason = "is a symbolic link to \(Syscall.symbolicLinkTarget(file) ?? "?"), which does not exist (a broken link)"
+                } else {
+                    reason = "does not exist"
+                }
+            } catch {
+                reason = "cannot be read: \(error.reason)"
+            }
+            throw ManifestError(file: file, reason: reason)
         }
         let descriptor: OwnedFD
         do { descriptor = try Syscall.openForReading(file) } catch {
@@ -161,7 +227,7 @@ public struct ServiceRegistry: Sendable {
         // And again once open: the name may have been replaced in between.
         guard Syscall.isRegularFile(descriptor) else { throw ManifestError(file: file, reason: "not a regular file (a FIFO, device, socket or folder)") }
         do {
-            return Data(try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file))
+            return try Syscall.readToEnd(descriptor, limit: maxManifestSize, name: file)
         } catch where error.errno == EFBIG {
             throw ManifestError(file: file, reason: "larger than \(maxManifestSize) bytes")
         } catch {
@@ -182,7 +248,8 @@ public struct ServiceRegistry: Sendable {
             for key in codingPath {
                 if let index = key.intValue { result += "[\(index)]" } else { result += (result.isEmpty ? "" : ".") + key.stringValue }
             }
-            return result.isEmpty ? nil : result
+            // A key that is not ASCII is refused; shown escaped, so a look-alike shows as one.
+            return result.isEmpty ? nil : result.escapedForTerminal(asciiOnly: true)
         }
         switch error {
         case .keyNotFound(let key, let context):
@@ -242,8 +309,9 @@ public enum ManifestLookupError: Error, Sendable, Hashable, CustomStringConverti
         switch self {
         case .unknown(let identifier, let folders):
             "no service \"\(identifier)\" is registered (manifest folders: \(folders.isEmpty ? "none" : folders.joined(separator: ", ")))"
+                .escapedForTerminal()
         case .invalid(let problem):
-            "the manifest of \"\(problem.identifier ?? "?")\" is invalid: \(problem)"
+            "the manifest of \"\(problem.identifier?.escapedForTerminal() ?? "?")\" is invalid: \(problem)"
         }
     }
 }

@@ -380,6 +380,43 @@ extension RemoteImage {
         guard status == CAIRO_STATUS_SUCCESS else {
             throw RemoteError(.invalidArgument, "cannot read \(path): \(String(cString: cairo_status_to_string(status)))")
         }
+        self.init(surface: surface!)
+    }
+
+    /// Decodes a PNG's bytes (with Cairo's `cairo_image_surface_create_from_png_stream`), as
+    /// premultiplied ARGB32: an icon a manifest names, read and checked once
+    /// (``ServiceManifest/Icon``).
+    ///
+    /// - Throws: `RemoteError` `invalidArgument` with Cairo's reason.
+    public init(pngData: [UInt8]) throws(RemoteError) {
+        final class Source {
+            let bytes: [UInt8]
+            var offset = 0
+            init(_ bytes: [UInt8]) { self.bytes = bytes }
+        }
+        let source = Source(pngData)
+        let surface = withExtendedLifetime(source) {
+            cairo_image_surface_create_from_png_stream({ closure, data, length in
+                let source = Unmanaged<Source>.fromOpaque(closure!).takeUnretainedValue()
+                let count = Int(length)
+                guard let data, count > 0, source.bytes.count - source.offset >= count else { return CAIRO_STATUS_READ_ERROR }
+                source.bytes.withUnsafeBufferPointer { bytes in
+                    data.update(from: bytes.baseAddress! + source.offset, count: count)
+                }
+                source.offset += count
+                return CAIRO_STATUS_SUCCESS
+            }, Unmanaged.passUnretained(source).toOpaque())
+        }
+        defer { cairo_surface_destroy(surface) }
+        let status = cairo_surface_status(surface)
+        guard status == CAIRO_STATUS_SUCCESS else {
+            throw RemoteError(.invalidArgument, "cannot decode the PNG: \(String(cString: cairo_status_to_string(status)))")
+        }
+        self.init(surface: surface!)
+    }
+
+    /// The pixels of a Cairo image surface, converted to ARGB32 if need be.
+    private init(surface: OpaquePointer) {
         let converted: OpaquePointer
         if cairo_image_surface_get_format(surface) == CAIRO_FORMAT_ARGB32 {
             converted = cairo_surface_reference(surface)

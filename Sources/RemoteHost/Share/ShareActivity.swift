@@ -11,19 +11,23 @@ public struct ShareActivity: Sendable, Identifiable, CustomStringConvertible {
     public let title: String
     /// The manifest's `display.subtitle`.
     public let subtitle: String?
-    /// The manifest's icon, decoded (`nil` when it has none, or it is not a PNG Cairo reads).
+    /// The manifest's icon, decoded from the bytes the registry read and checked
+    /// (``ServiceManifest/icon``; `nil` when it has none, or it is not a PNG Cairo reads).
     public let icon: RemoteImage?
     /// The whole manifest.
     public let manifest: ServiceManifest
 
-    /// The activity of `manifest`, its icon read from its file.
+    /// The activity of `manifest`, its icon decoded from the bytes read when the manifest was
+    /// loaded (the file is not opened again).
     public init(manifest: ServiceManifest) {
         identifier = manifest.identifier
         title = manifest.display.title
         subtitle = manifest.display.subtitle
-        icon = manifest.iconPath.flatMap { try? RemoteImage(contentsOfPNG: $0) }
+        icon = manifest.icon.flatMap { try? RemoteImage(pngData: $0.pngData) }
         self.manifest = manifest
     }
 
-    public var description: String { "\(title) (\(identifier))" }
+    /// `TITLE (IDENTIFIER)`, escaped for the terminal (`String.escapedForTerminal()`):
+    /// a registry built in code (``ServiceRegistry/init(manifests:)``) checks no title.
+    public var description: String { "\(title) (\(identifier))".escapedForTerminal() }
 }

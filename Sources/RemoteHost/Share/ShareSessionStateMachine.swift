@@ -127,12 +127,15 @@ public enum ShareOutcome: Sendable, CustomStringConvertible {
     /// says how, with the termination reason.
     case interrupted(RemoteError)
 
+    /// What happened, in a line escaped for the terminal (`String.escapedForTerminal()`):
+    /// the activity wrote the reason, the message and the items.
     public var description: String {
-        switch self {
+        let text = switch self {
         case .completed(let items): "completed, returning \(items.count) item(s)\(items.isEmpty ? "" : ": " + items.map(\.description).joined(separator: ", "))"
         case .cancelled(let reason): "cancelled\(reason.map { ": \($0)" } ?? "")"
         case .failed(let message): "failed: \(message)"
         case .interrupted(let error): "interrupted: \(error.reason)"
         }
+        return text.escapedForTerminal()
     }
 }

@@ -15,7 +15,7 @@ public struct ShareSheet: Sendable {
         public let activity: ShareActivity
         public let reason: String
 
-        public var description: String { "\(activity.identifier): \(reason)" }
+        public var description: String { "\(activity.identifier): \(reason)".escapedForTerminal() }
     }
 
     /// The items to share.

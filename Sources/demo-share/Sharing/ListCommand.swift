@@ -29,7 +29,7 @@ struct ListCommand: ParsableCommand {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            print(String(decoding: try encoder.encode(ListReport(sheet, explain: explain)), as: UTF8.self))
+            print(String(jsonForTerminal: try encoder.encode(ListReport(sheet, explain: explain))))
             return
         }
         print("items: " + shared.map(\.description).joined(separator: ", "))
@@ -77,9 +77,11 @@ struct ListReport: Encodable {
     }
 }
 
-/// Columns padded to their widest cell; the last column is not padded.
+/// Columns padded to their widest cell; the last column is not padded. Every cell is escaped for
+/// the terminal: titles, reasons and termination details are what manifests and services wrote.
 enum Table {
     static func render(_ rows: [[String]]) -> String {
+        let rows = rows.map { $0.map { $0.escapedForTerminal() } }
         guard let header = rows.first else { return "" }
         let widths = header.indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in

@@ -36,7 +36,8 @@ final class ShareReporter: Sendable {
         }
         let padded = String(repeating: " ", count: max(0, 4 - percent.count)) + percent
         let state = update.state.description
-        return "[\(gauge)] \(padded) \(state)\(String(repeating: " ", count: max(0, 9 - state.count))) \(update.title)\(update.subtitle.map { " — \($0)" } ?? "")"
+        let text = "\(update.title)\(update.subtitle.map { " — \($0)" } ?? "")".escapedForTerminal()
+        return "[\(gauge)] \(padded) \(state)\(String(repeating: " ", count: max(0, 9 - state.count))) \(text)"
     }
 
     func update(_ update: ActivityUpdate) {
@@ -52,8 +53,10 @@ final class ShareReporter: Sendable {
         }
     }
 
-    /// A step or a result, on its own line (above the progress bar); nothing in JSON mode.
+    /// A step or a result, on its own line (above the progress bar), escaped for the terminal
+    /// (it may quote what the activity said); nothing in JSON mode.
     func note(_ text: String) {
+        let text = text.escapedForTerminal()
         switch mode {
         case .json:
             return
@@ -74,7 +77,7 @@ final class ShareReporter: Sendable {
     func outcome(_ outcome: ShareOutcome, written: [String?]) {
         endProgress()
         if mode == .json { return emit(JSONLine.Outcome(outcome, written: written)) }
-        write("outcome: \(outcome.result)\(outcome.message.map { ": \($0)" } ?? "")\n")
+        write("outcome: \(outcome.result)\(outcome.message.map { ": \($0.escapedForTerminal())" } ?? "")\n")
         guard case .completed(let items) = outcome else { return }
         for (index, item) in items.enumerated() {
             let value: String = switch item.content {
@@ -82,7 +85,7 @@ final class ShareReporter: Sendable {
             case .url(let url): url
             case .file(let file): "\"\(file.name)\", \(file.size) bytes"
             }
-            write("  item \(index + 1): \(item.contentType) \(value)\(written[index].map { " → \($0)" } ?? "")\n")
+            write("  item \(index + 1): \("\(item.contentType) \(value)".escapedForTerminal())\(written[index].map { " → \($0.escapedForTerminal())" } ?? "")\n")
         }
     }
 
@@ -90,7 +93,7 @@ final class ShareReporter: Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(value) else { return }
-        write(String(decoding: data, as: UTF8.self) + "\n")
+        write(String(jsonForTerminal: data) + "\n")
     }
 
     private func write(_ text: String) {

@@ -485,7 +485,7 @@ final class WindowApp {
                 // "ID ended: killed: …" says the activity's name twice in the bar.
                 let prefix = "\(presented.activity.identifier) ended: "
                 presented.ended = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
-                afterRender.append("window: ended \(error.reason)")
+                afterRender.append("window: ended \(error.reason.escapedForTerminal())")
             default:
                 presented.outcome = "\(outcome)"
                 afterRender.append("window: outcome \(outcome)")

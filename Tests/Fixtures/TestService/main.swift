@@ -144,10 +144,10 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         let usage = MemoryUsage.current()
         return ServiceMessage(type: "memory", text: "\(usage.heapBytes ?? 0) \(usage.residentBytes)")
     case "print":
-        // One line on stdout and one on stderr, for the host's log.
-        let text = request.text ?? ""
-        _ = Array("out: \(text)\n".utf8).withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-        _ = Array("err: \(text)\n".utf8).withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        // One line on stdout and one on stderr, for the host's log: the payload's bytes as they
+        // are (not necessarily UTF-8).
+        _ = (Array("out: ".utf8) + request.payload + [0x0A]).withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        _ = (Array("err: ".utf8) + request.payload + [0x0A]).withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
         return ServiceMessage(type: "printed")
     case "data.write":
         // Writes "NAME=CONTENTS" as the file NAME in ServiceMain.dataDirectory; answers its path.
