@@ -606,11 +606,6 @@ extension Syscall {
         OwnedFD(adopting: try retrying("open(\(path))") { open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) })
     }
 
-    /// `fstat(file)`.
-    package static func status(_ file: borrowing OwnedFD) throws(SystemCallError) -> stat {
-        try status(file.rawValue)
-    }
-
     /// `flock(file, LOCK_EX)`: waits for the file's exclusive lock, held until it is closed.
     package static func lockExclusively(_ file: borrowing OwnedFD, name: String) throws(SystemCallError) {
         _ = try retrying("flock(\(name))") { flock(file.rawValue, LOCK_EX) }

@@ -95,7 +95,7 @@ struct BubblewrapCommand {
             identity == nil ? nil : SandboxPaths.unreachableFolder(above: path)
         }
         func refuse(_ what: String, _ path: String, _ folder: String) -> RemoteError {
-            RemoteError(.invalidated, "\(manifest.file): \(what) \(path) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder) above it does not let other users through (mode o+x)")
+            RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): \(what) \(path.escapedForTerminal()) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder) above it does not let other users through (mode o+x)")
         }
         func bind(_ path: String, from source: String? = nil) {
             guard !path.hasPrefix("/usr/"), !bound.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) else { return }
@@ -111,7 +111,7 @@ struct BubblewrapCommand {
                   unreachable(file) != nil || status.st_mode & everyone != everyone else { return bind(file) }
             guard !bound.contains(file) else { return }
             guard copies.count < Self.maxCopies else {
-                throw RemoteError(.invalidated, "\(manifest.file): more than \(Self.maxCopies) files would be copied into the sandbox (the service's uid cannot reach \(file)); install the service where every user may read it")
+                throw RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): more than \(Self.maxCopies) files would be copied into the sandbox (the service's uid cannot reach \(file)); install the service where every user may read it")
             }
             bound.append(file)
             arguments += ["--perms", "0555", "--ro-bind-data", String(Self.firstCopyDescriptor + Int32(copies.count)), file]
@@ -137,7 +137,7 @@ struct BubblewrapCommand {
             case .success(let resolved):
                 bind(path, from: resolved)
             case .failure(let refusal):
-                throw RemoteError(.invalidated, "\(manifest.file): sandbox.readOnlyPaths[\(index)]: \(refusal)")
+                throw RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): sandbox.readOnlyPaths[\(index)]: \(refusal)")
             }
         }
         if let dataFolder {

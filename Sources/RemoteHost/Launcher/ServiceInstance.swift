@@ -350,7 +350,7 @@ final class ServiceInstance: LaunchedProcess {
                 leftBehind[straggler.pid] = straggler
             }
             if !leftBehind.isEmpty {
-                let named = leftBehind.values.sorted { $0.pid < $1.pid }.map { "pid \($0.pid) (\($0.name))" }
+                let named = leftBehind.values.sorted { $0.pid < $1.pid }.map { "pid \($0.pid) (\($0.name.escapedForTerminal()))" }
                 logger.warning("killed what the service left behind: \(named.joined(separator: ", "))")
             } else if !strays.isEmpty || !orphans.isEmpty {
                 logger.debug("reaped the sandbox's own processes after the service: pids \(Set((strays + orphans).map(\.pid)).sorted())")
