@@ -11,8 +11,11 @@
 
 // What a sandboxed service may not do, and the errno it gets instead. Everything else is allowed
 // (a deny-list, as Flatpak's): a service is an ordinary program that must run unmodified. Each
-// denial answers with an errno, never a kill, so a denied service stays debuggable and can fall
-// back (ENOSYS where a library tries an older call next, as glibc does for clone3).
+// denial of a native (x86-64) call answers with an errno, never a kill, so a denied service stays
+// debuggable and can fall back (ENOSYS where a library tries an older call next, as glibc does
+// for clone3). A call through another entry point (32-bit int $0x80, x32) matches no
+// architecture of the filter and gets libseccomp's default for a foreign architecture: the
+// calling thread is killed with SIGSYS (docs/Manifest.md says so).
 //
 // Listed in docs/Manifest.md ("The seccomp filter"); the hostile suite tries each one.
 struct denial {
