@@ -43,11 +43,16 @@ public struct RemoteError: Error, Sendable, Hashable, CustomStringConvertible {
     public var reason: String
     /// The peer's own error, when ``code`` is ``Code/remoteError``.
     public var remote: ServiceFailure?
+    /// When the error is the end of the peer's process: the last lines it wrote to standard
+    /// error, oldest first, as written (escape them before printing). ``reason`` has its fatal
+    /// error or last line already.
+    public var standardErrorTail: [String]
 
-    public init(_ code: Code, _ reason: String, remote: ServiceFailure? = nil) {
+    public init(_ code: Code, _ reason: String, remote: ServiceFailure? = nil, standardErrorTail: [String] = []) {
         self.code = code
         self.reason = reason
         self.remote = remote
+        self.standardErrorTail = standardErrorTail
     }
 
     /// `CODE: REASON`, escaped for the terminal (``Swift/String/escapedForTerminal(asciiOnly:)``):

@@ -195,7 +195,13 @@ public final class ServiceConnection: Sendable {
     package func withChannel<R>(_ body: (Connection) async throws(RemoteError) -> R) async throws(RemoteError) -> R {
         let channel = try await currentChannel()
         channel.instance.idleClock.touch()
-        do { return try await body(channel.connection) } catch { throw normalized(error) }
+        do {
+            return try await body(channel.connection)
+        } catch {
+            // The process's end, when that is what failed (its handshake never came, say): how
+            // it ended and what it said, waiting for it at most a grace period.
+            throw explained(error, end: await processEnd(after: error, on: channel, waiting: true))
+        }
     }
 
     /// How `channel`'s process ended, when `error` on it came from that end (waiting at most a
@@ -214,7 +220,13 @@ public final class ServiceConnection: Sendable {
     private func explained(_ error: RemoteError, end: TerminationReason?) -> RemoteError {
         let error = normalized(error)
         guard error.code == .interrupted, let end else { return error }
-        return RemoteError(.interrupted, "\(identifier) ended: \(end) (\(error.reason))")
+        return ended(end)
+    }
+
+    /// The interruption that `reason`, the end of this connection's process, is: how it ended
+    /// and what it last wrote to stderr.
+    private func ended(_ reason: TerminationReason) -> RemoteError {
+        RemoteError(.interrupted, "\(identifier) ended: \(reason)", standardErrorTail: reason.standardErrorTail)
     }
 
     /// A channel that closed under this connection is an interruption, not an invalidation:
@@ -468,7 +480,7 @@ public final class ServiceConnection: Sendable {
             // takes at most the three steps of stopping).
             var error = failure
             if failure.code == .interrupted, let reason = await channel.instance.waitForStop() {
-                error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
+                error = ended(reason)
             }
             eventSink.yield(.interrupted(error))
             return error
@@ -477,7 +489,7 @@ public final class ServiceConnection: Sendable {
             // host's reason) is the news, not the goodbye it was made to say.
             var error = RemoteError(.interrupted, "\(identifier) closed the connection: \(goodbye.escapedForTerminal())")
             if channel.instance.isBeingStopped, let reason = await channel.instance.waitForStop() {
-                error = RemoteError(.interrupted, "\(identifier) ended: \(reason)")
+                error = ended(reason)
             }
             eventSink.yield(.interrupted(error))
             return error

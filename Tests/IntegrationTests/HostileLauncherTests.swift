@@ -444,16 +444,16 @@ struct HostileLauncherTests {
                 #expect(try await victim.request(ServiceMessage(type: "blocked", text: "1")).text == "1")
                 let error = await requestError(victim, ServiceMessage(type: request))
                 // The requests say how the process ended, not only that their connection closed.
-                #expect(error?.code == .interrupted && error?.reason.contains("signal \(signal)") == true, "\(request): \(String(describing: error))")
+                #expect(error?.code == .interrupted && error?.reason.contains(Termination.signalName(signal)) == true, "\(request): \(String(describing: error))")
                 let strandedError = await stranded
-                #expect(strandedError?.code == .interrupted && strandedError?.reason.contains("signal \(signal)") == true,
+                #expect(strandedError?.code == .interrupted && strandedError?.reason.contains(Termination.signalName(signal)) == true,
                         "\(request): \(String(describing: strandedError))")
                 let reason = try await termination(of: pid, in: events)
                 #expect(reason.kind == .killed && reason.signal == signal, "\(request): \(reason)")
                 for connection in [victim, bystander] {
                     let event = try await nextEvent(of: connection)
                     guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
-                    #expect(interruption.reason.contains("signal \(signal)"), "\(request): \(interruption)")
+                    #expect(interruption.reason.contains(Termination.signalName(signal)), "\(request): \(interruption)")
                 }
                 #expect(try await good.request(ServiceMessage(type: "echo", text: "fine")).text == "fine")
             }
@@ -498,7 +498,7 @@ struct HostileLauncherTests {
                 for connection in [victim, bystander] {
                     let event = try await nextEvent(of: connection)
                     guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
-                    #expect(interruption.reason.contains("signal \(signal)"), "round \(round), \(request): \(interruption)")
+                    #expect(interruption.reason.contains(Termination.signalName(signal)), "round \(round), \(request): \(interruption)")
                 }
             }
             print("requestRightAfterCrash: \(relaunched) of 12 relaunched")

@@ -238,7 +238,7 @@ struct LauncherTests {
                 Issue.record("expected an interrupted event")
                 return
             }
-            #expect(event.reason.contains("signal 9"), "\(event.reason)")
+            #expect(event.reason.contains("killed by SIGKILL"), "\(event.reason)")
 
             #expect(try await connection.request(ServiceMessage(type: "echo", text: "again")).text == "again")
             #expect(connection.processIdentifier != first)
@@ -275,6 +275,62 @@ struct LauncherTests {
             let status = try #require(await launcher.status().first)
             #expect(status.state == .invalidated && status.launches == 3 && status.crashes == 3)
         }
+    }
+
+    @Test("a crash carries its evidence: the signal by name, Swift's fatal error and the last lines on stderr reach the request's error, the interrupted event, the termination event and the status; the stack trace is one log entry")
+    func crashEvidence() async throws {
+        let records = LogRecords()
+        try await withServices(["test.json": ServiceFolder.manifest()], configuration: fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })) { launcher, _ in
+            let events = launcher.events()
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "echo"))
+            let pid = try #require(connection.processIdentifier)
+            let error = await requestError(connection, ServiceMessage(type: "fatal", text: "Word Count crashes on purpose after item 1"))
+            let reason = try await termination(of: pid, in: events)
+            #expect(reason.kind == .killed && reason.signal == SIGILL, "\(reason)")
+            #expect(reason.detail == "killed by SIGILL (Illegal instruction)", "\(reason)")
+            #expect(reason.fatalError?.hasSuffix("Fatal error: Word Count crashes on purpose after item 1") == true, "\(reason)")
+            #expect(reason.standardErrorTail.first == "about to fail: Word Count crashes on purpose after item 1", "\(reason.standardErrorTail)")
+            #expect(!reason.standardErrorTail.contains { $0.contains("Current stack trace") }, "the crash report stays out of the tail")
+            #expect("\(reason)".contains("; stderr: ") && "\(reason)".contains("Fatal error: Word Count crashes on purpose after item 1"), "\(reason)")
+            #expect(error?.code == .interrupted && error?.reason.contains("killed by SIGILL") == true
+                    && error?.reason.contains("Fatal error: Word Count crashes on purpose") == true, "\(String(describing: error))")
+            #expect(error?.standardErrorTail == reason.standardErrorTail)
+            guard case .interrupted(let event) = try await nextEvent(of: connection) else { Issue.record("no interrupted event"); return }
+            #expect(event.reason.contains("Fatal error: Word Count crashes on purpose") && event.standardErrorTail == reason.standardErrorTail, "\(event)")
+            #expect(await launcher.status().first?.lastTermination?.fatalError == reason.fatalError)
+        }
+        let lines = records.lines.map(\.message)
+        let report = lines.filter { $0.hasPrefix("crash report (") }
+        #expect(report.count == 1 && report[0].contains("Current stack trace:") && report[0].contains("\n0 "), "\(report)")
+        #expect(!lines.contains { $0.hasPrefix("0 ") || $0.hasPrefix("1 ") }, "no log entry per stack frame")
+    }
+
+    @Test("a start-up failure says how it ended and what it said: the exit code and the last stderr line, in the error, the crash loop's invalidation and the status; no log line blames the host",
+          arguments: ["script", "false"])
+    func startUpFailureEvidence(kind: String) async throws {
+        let records = LogRecords()
+        let folder = try TemporaryFolder("remoteview-startup", searchable: true)
+        defer { folder.remove() }
+        let executable = kind == "false" ? "/bin/false"
+            : try folder.write("wordcount", "#!/bin/sh\necho 'cannot open /etc/wordcount.conf' >&2\nexit 1\n", mode: 0o755)
+        let manifest = ServiceFolder.manifest(identifier: "com.example.wordcount").replacing(testServiceExecutable, with: executable)
+        try await withServices(["wc.json": manifest], configuration: fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.wordcount")
+            let said = kind == "false" ? "" : "; stderr: cannot open /etc/wordcount.conf"
+            var last: RemoteError?
+            for _ in 0..<10 {
+                last = await requestError(connection, ServiceMessage(type: "echo"))
+                if last?.code != .interrupted { break }
+                #expect(last?.reason == "com.example.wordcount ended: exited: exited with code 1 before its handshake\(said)", "\(String(describing: last))")
+            }
+            #expect(last?.code == .invalidated && last?.reason.contains("last: exited: exited with code 1 before its handshake\(said)") == true, "\(String(describing: last))")
+            if kind == "script" { #expect(last?.standardErrorTail == ["cannot open /etc/wordcount.conf"]) }
+            let status = try #require(await launcher.status().first)
+            #expect(status.lastTermination?.exitCode == 1 && status.lastTermination?.kind == .exited, "\(status)")
+        }
+        let blaming = records.lines.map(\.message).filter { $0.contains("by the host") || $0.hasPrefix("stopping: stopped") }
+        #expect(blaming.isEmpty, "\(blaming)")
     }
 
     @Test("an unknown service and an invalid manifest invalidate the connection with the reason")

@@ -191,7 +191,10 @@ struct SecurityTests {
             let uids = try await withServices(manifests) { launcher, _ in
                 var uids: [String: UInt32] = [:]
                 for identifier in identifiers {
-                    _ = try await launcher.connection(to: identifier).request(ServiceMessage(type: "echo"))
+                    // Kept while its process is looked at: a connection let go closes.
+                    let connection = launcher.connection(to: identifier)
+                    defer { withExtendedLifetime(connection) {} }
+                    _ = try await connection.request(ServiceMessage(type: "echo"))
                     let process = try #require(await launcher.status().first { $0.identifier == identifier }?.processes.first)
                     let service = try #require(process.servicePid)
                     // How the kernel sees the service's process: real, effective, saved and file

@@ -145,6 +145,28 @@ struct ShareSessionTests {
         }
     }
 
+    @Test("a failure carries its evidence to the host's app: an activity's fatal error mid-share is in the interrupted outcome (with its last stderr lines), and one that fails at start-up makes perform throw with its exit code")
+    func failureEvidence() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("nine words")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            _ = await requestError(session.connection, ServiceMessage(type: "fatal", text: "Word Count crashes on purpose after item 1"))
+            guard case .interrupted(let error) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(error.reason.contains("killed by SIGILL (Illegal instruction)") && error.reason.contains("Fatal error: Word Count crashes on purpose after item 1"),
+                    "\(error.reason)")
+            #expect(error.standardErrorTail.first == "about to fail: Word Count crashes on purpose after item 1", "\(error.standardErrorTail)")
+            #expect("\(await session.outcome)".contains("Fatal error: Word Count crashes"))
+            await session.close()
+        }
+        try await withServices(Self.manifests(mode: "exit")) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("nine words")])
+            let error = await #expect(throws: RemoteError.self) {
+                _ = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            }
+            #expect(error?.reason.contains("exited with code 7 before its handshake") == true, "\(String(describing: error))")
+        }
+    }
+
     @Test("an activity that never answers share_cancel is stopped after the grace period, with that as the reason")
     func ignoresCancel() async throws {
         try await withServices(Self.manifests(mode: "share-ignore-cancel")) { launcher, folder in

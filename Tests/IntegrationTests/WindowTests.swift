@@ -232,7 +232,7 @@ struct WindowTests {
                 // The service killed: its last frame stays, dimmed, under the reason.
                 kill(pid, SIGKILL)
                 let ended = try await screen.await("window: ended")
-                #expect(ended.contains("killed") || ended.contains("signal 9"), "\(ended)")
+                #expect(ended.contains("killed") || ended.contains("SIGKILL"), "\(ended)")
                 let dead = try await screen.screenshot()
                 let live = typed.pixel(x: 4, y: 300)
                 let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)

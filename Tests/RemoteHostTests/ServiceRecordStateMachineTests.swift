@@ -19,7 +19,7 @@ struct ServiceRecordStateMachineTests {
     static let policy = Machine.Policy(backoff: .milliseconds(100), maximumBackoff: .seconds(1), minimumRelaunchInterval: .milliseconds(150),
                                        crashLoopLimit: 3, stableAfter: .seconds(10))
     static let t0 = ContinuousClock.now
-    static let crash = TerminationReason(kind: .killed, detail: "killed by signal 9", signal: 9)
+    static let crash = TerminationReason(kind: .killed, detail: "killed by SIGKILL (Killed)", signal: 9)
     static let idle = TerminationReason(kind: .idleExit, detail: "idle")
 
     static func machine(_ instances: ServiceManifest.InstancePolicy = .shared) -> Machine {

@@ -142,7 +142,17 @@ public enum Termination: Sendable, Hashable, CustomStringConvertible {
         case .unknown: "ended (its status was collected elsewhere: how is unknown)"
         case .exited(let code): "exited with code \(code)"
         case .killed(let signal, let dumped):
-            "killed by signal \(signal) (\(String(cString: strsignal(signal))))\(dumped ? ", core dumped" : "")"
+            "killed by \(Self.signalName(signal)) (\(String(cString: strsignal(signal))))\(dumped ? ", core dumped" : "")"
         }
+    }
+
+    /// The name of signal `signal` (`SIGILL`, like `sigabbrev_np`), or `signal N` for one
+    /// without a name (a real-time signal).
+    public static func signalName(_ signal: Int32) -> String {
+        let names = ["SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
+                     "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP",
+                     "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH",
+                     "SIGIO", "SIGPWR", "SIGSYS"]
+        return (1...names.count).contains(Int(signal)) ? names[Int(signal) - 1] : "signal \(signal)"
     }
 }

@@ -16,8 +16,31 @@ final class OutputCapture: Sendable {
     let stream: String
     private let source: ReadableDescriptor
     private let logger: Logger
-    private let state = Mutex<(partial: [UInt8], lines: Int, bytes: Int, recent: [String])>(([], 0, 0, []))
+    private let state = Mutex(State())
     private let finished = Latch<Void>()
+
+    private struct State {
+        /// An unfinished line.
+        var partial: [UInt8] = []
+        var lines = 0
+        var bytes = 0
+        /// The last lines, escaped (at most 8).
+        var recent: [String] = []
+        /// The last lines as written, before a crash report, at most 2 KB.
+        var tail: [String] = []
+        var tailBytes = 0
+        /// The first `Fatal error:` line.
+        var fatalError: String?
+        /// A crash report being read (a Swift stack trace): logged as one entry at the end.
+        var crashReport: [String]?
+        var crashReportLines = 0
+    }
+
+    /// The first line of a crash report whose lines go to the log as one entry: Swift's
+    /// runtime's stack trace, and its backtracer's report.
+    static let crashReportStarts = ["Current stack trace:", "*** Program crashed:", "💣 Program crashed:"]
+    /// The most lines of a crash report logged.
+    static let maxCrashReportLines = 256
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
     init(_ readEnd: consuming OwnedFD, stream: String, logger: Logger) throws(SystemCallError) {
@@ -48,7 +71,18 @@ final class OutputCapture: Sendable {
             return state.partial
         }
         if !rest.isEmpty { emit(rest[...]) }
+        if let (report, total) = state.withLock({ state in state.crashReport.map { ($0, state.crashReportLines) } }) {
+            let shown = report.map { $0.escapedForTerminal() }.joined(separator: "\n")
+            logger.warning("crash report (\(total) lines\(total > report.count ? ", the first \(report.count) shown" : "")):\n\(shown)",
+                           metadata: ["stream": "\(stream)"])
+        }
         finished.open(())
+    }
+
+    /// What the process last said on this stream (before a crash report), as written, and its
+    /// first `Fatal error:` line: the evidence its ``TerminationReason`` carries.
+    var evidence: (tail: [String], fatalError: String?) {
+        state.withLock { ($0.tail, $0.fatalError) }
     }
 
     /// Past the caps, at most one chunk is read per this interval.
@@ -102,22 +136,50 @@ final class OutputCapture: Sendable {
 
     /// Logs one line, escaped for the terminal: a service writes what it likes, escape
     /// sequences and bytes that are not UTF-8 included (`String(decodingForTerminal:)`).
+    /// A crash report is kept to be logged as one entry when the stream ends.
     private func emit(_ bytes: ArraySlice<UInt8>) {
         let line = String(decodingForTerminal: bytes)
-        let count = state.withLock { state in
+        let written = String(decoding: bytes, as: UTF8.self)
+        let (count, reported) = state.withLock { state -> (Int, Bool) in
             state.lines += 1
             state.bytes += bytes.count
             if state.bytes > Self.maxBytes { state.lines = max(state.lines, Self.maxLines + 1) }
+            if state.crashReport != nil || Self.crashReportStarts.contains(where: { written.hasPrefix($0) }) {
+                state.crashReportLines += 1
+                if state.crashReportLines <= Self.maxCrashReportLines { state.crashReport = (state.crashReport ?? []) + [written] }
+                return (state.lines, true)
+            }
             if state.lines <= Self.maxLines {
                 state.recent.append(line)
                 if state.recent.count > 8 { state.recent.removeFirst() }
+                Self.keep(written, in: &state)
             }
-            return state.lines
+            return (state.lines, false)
         }
+        if reported { return }
         if count <= Self.maxLines {
             logger.log(level: stream == "stderr" ? .warning : .info, "\(line)", metadata: ["stream": "\(stream)"])
         } else if count == Self.maxLines + 1 {
             logger.warning("more than \(Self.maxLines) lines or \(Self.maxBytes) bytes of output; the rest is dropped", metadata: ["stream": "\(stream)"])
+        }
+    }
+
+    /// Keeps `line` in the tail (at most ``TerminationReason/maxStandardErrorBytes``, the oldest
+    /// lines going first, a longer line kept by its end) and notes a first `Fatal error:`.
+    private static func keep(_ line: String, in state: inout State) {
+        if state.fatalError == nil, line.contains("Fatal error:") { state.fatalError = line }
+        let limit = TerminationReason.maxStandardErrorBytes
+        var kept = line
+        if kept.utf8.count > limit {
+            // Its end, cut at a character boundary.
+            var start = kept.utf8.index(kept.utf8.endIndex, offsetBy: -limit)
+            while !kept.unicodeScalars.indices.contains(start) { start = kept.utf8.index(after: start) }
+            kept = String(kept[start...])
+        }
+        state.tail.append(kept)
+        state.tailBytes += kept.utf8.count
+        while state.tailBytes > limit, !state.tail.isEmpty {
+            state.tailBytes -= state.tail.removeFirst().utf8.count
         }
     }
 }

@@ -355,14 +355,18 @@ final class ServiceInstance: LaunchedProcess {
             } else if !strays.isEmpty || !orphans.isEmpty {
                 logger.debug("reaped the sandbox's own processes after the service: pids \(Set((strays + orphans).map(\.pid)).sorted())")
             }
-            // Read what the process said before it went: its goodbye on fd 3 (an idle exit?) and,
-            // if it never handshook, bubblewrap's complaint on stderr.
+            // Read what the process said before it went: its goodbye on fd 3 (an idle exit?), and
+            // its last words on stderr (bubblewrap's complaint if it never started, a fatal
+            // error): every pipe's writer is gone by now, so its end of file is near.
             _ = await controlDone.value(before: .now.advanced(by: stopGrace))
-            if sandboxed, control.peer == nil, let errors = captures.last {
+            if let errors = captures.last {
                 await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
             }
             var reason = classify(termination)
             reason.uptime = uptime.inSeconds
+            if let evidence = captures.last?.evidence {
+                (reason.standardErrorTail, reason.fatalError) = (evidence.tail, evidence.fatalError)
+            }
             // Every process of it is gone or going (reaped, or its orphans collected): its groups
             // can go once the last has left them.
             if let controlGroup = self.group, !(await controlGroup.remove(until: .now.advanced(by: stopGrace))) {
@@ -392,7 +396,12 @@ final class ServiceInstance: LaunchedProcess {
             termination = .killed(signal: code - 128, coreDumped: false)
         }
         // What the host did decides first; a service's word counts only for what it did alone.
-        if var requested = state.withLock({ $0.stopping ?? $0.violation }) {
+        // A process that never started and ended without the host's signal failed on its own,
+        // whatever the host was doing meanwhile (invalidating a crash loop, say): that is not
+        // the host's stop.
+        let (stopping, violation) = state.withLock { ($0.stopping, $0.violation) }
+        let hostsSignal = if case .killed(let signal, _) = termination { signal == SIGTERM || signal == SIGKILL } else { false }
+        if var requested = violation ?? stopping, violation != nil || control.peer != nil || hostsSignal {
             requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
             requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
             requested.detail += " (then \(termination))"

@@ -202,10 +202,11 @@ package struct ServiceRecordStateMachine<Process: LaunchedProcess>: Sendable {
             consecutiveCrashes = 0
         }
         if reason.kind == .sandboxRefused {
-            return .bookedInvalidating(RemoteError(.invalidated, "\(identifier) cannot run: \(reason.detail)"))
+            return .bookedInvalidating(RemoteError(.invalidated, "\(identifier) cannot run: \(reason.detail)", standardErrorTail: reason.standardErrorTail))
         }
         if consecutiveCrashes >= policy.crashLoopLimit {
-            return .bookedInvalidating(RemoteError(.invalidated, "crash loop: \(identifier) crashed \(consecutiveCrashes) times in a row, each within \(policy.stableAfter) of its launch; last: \(reason.detail)"))
+            return .bookedInvalidating(RemoteError(.invalidated, "crash loop: \(identifier) crashed \(consecutiveCrashes) times in a row, each within \(policy.stableAfter) of its launch; last: \(reason)",
+                                                   standardErrorTail: reason.standardErrorTail))
         }
         return .booked
     }

@@ -35,6 +35,18 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
     /// How long the process ran, in seconds: from its launch until the launcher reaped it
     /// (`nil` for an ending the launcher did not time).
     public var uptime: Double?
+    /// The last lines the service wrote to standard error before it ended (before a crash
+    /// report, which the log keeps as one entry), oldest first: at most ``maxStandardErrorBytes``
+    /// in all, decoded as UTF-8 (a byte that is not becomes U+FFFD), as written: escape them
+    /// (`escapedForTerminal()`) before printing.
+    public var standardErrorTail: [String] = []
+    /// The first line of Swift's runtime saying `Fatal error:` (a `fatalError`, a failed
+    /// `precondition`, a force-unwrapped `nil`), when the service wrote one: the words of its
+    /// crash.
+    public var fatalError: String?
+
+    /// The most bytes of ``standardErrorTail``.
+    public static let maxStandardErrorBytes = 2048
 
     public init(kind: Kind, detail: String, exitCode: Int32? = nil, signal: Int32? = nil, isCrash: Bool? = nil) {
         self.kind = kind
@@ -50,9 +62,20 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         }()
     }
 
-    /// `KIND: DETAIL`, escaped for the terminal (`String.escapedForTerminal()`):
-    /// a detail may quote what the service said.
-    public var description: String { "\(kind.rawValue): \(detail)".escapedForTerminal() }
+    /// `KIND: DETAIL`, and for a crash or a failed exit what it last said on standard error
+    /// (its fatal error, else its last line), escaped for the terminal
+    /// (`String.escapedForTerminal()`): a detail may quote what the service said.
+    public var description: String {
+        var text = "\(kind.rawValue): \(detail)"
+        if isCrash || kind == .exited, let said = fatalError ?? standardErrorTail.last { text += "; stderr: \(said)" }
+        return text.escapedForTerminal()
+    }
+
+    /// ``description``, then every line of ``standardErrorTail``, indented: for a place with
+    /// room, such as the end of a conformance check.
+    public var report: String {
+        ([description] + standardErrorTail.map { "  " + $0.escapedForTerminal() }).joined(separator: "\n")
+    }
 
     /// The reason for a process that ended by itself with `termination`.
     static func ended(_ termination: Termination) -> TerminationReason {

@@ -120,6 +120,10 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         throw ServiceFailure(domain: serviceIdentifier, code: 42, message: "asked to fail")
     case "crash":
         exit(3)
+    case "fatal":
+        // Swift's runtime: "Fatal error: …" on stderr, then SIGILL (ud2), as a service's bug does.
+        Syscall.writeStandardError("about to fail: \(request.text ?? "")\n")
+        fatalError(request.text ?? "the test service fails on purpose")
     case "stat":
         // Whether a path is visible in this process's file system.
         guard let path = request.text else { throw ServiceFailure(domain: "test", code: 1, message: "stat needs a path") }
