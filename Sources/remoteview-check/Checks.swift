@@ -23,8 +23,8 @@ struct Checker: Sendable {
         await checkConversation()
         await checkIdleExit()
         // Every packet received went through the transport's id check (failures are recorded
-        // by each peer's reader).
-        report.passUnlessRecorded("ids.increase")
+        // by each peer's reader); with no packet, there was nothing to check.
+        if report.anyReceived { report.passUnlessRecorded("ids.increase") } else { report.skip("ids.increase", "not reached: no packet came from the service") }
         return report
     }
 
@@ -41,6 +41,10 @@ struct Checker: Sendable {
         let control = Peer(service.socket, name: "fd 3", report: report)
         defer { control.close() }
         guard await handshake(on: control) != nil else {
+            if let ending = await service.ending(before: .now.advanced(by: Self.wait)) {
+                report.processDied(ending)
+                report.ended("conversation", ending)
+            }
             await service.stop()
             return
         }
@@ -94,13 +98,20 @@ struct Checker: Sendable {
         }
 
         // fd 3 closes without a goodbye, as when the host crashes (the harder case: a goodbye
-        // says it in words), and the process must go.
+        // says it in words), and the process must go. One that went before has nothing to show.
+        // Alive if fd 3 still answers a ping; a process that died meanwhile has closed it.
+        let endedBefore = await control.ping(within: .seconds(1)) != nil
         control.close()
-        if let termination = await service.exit(before: .now.advanced(by: Self.wait)) {
-            report.pass("exit.fd3", "\(termination)")
+        let ending = await service.ending(before: .now.advanced(by: Self.wait))
+        if let ending, endedBefore {
+            report.skip("exit.fd3", "not reached: the process had ended before fd 3 closed")
+            report.processDied(ending)
+        } else if let ending {
+            report.pass("exit.fd3", "\(ending)")
         } else {
             report.fail("exit.fd3", "still running \(Self.wait) after fd 3 closed")
         }
+        report.ended("conversation", ending)
         await service.stop()
     }
 
@@ -264,6 +275,7 @@ struct Checker: Sendable {
         let control = Peer(service.socket, name: "fd 3", report: report)
         defer { control.close() }
         guard await handshake(on: control) != nil else {
+            report.ended("idle exit", await service.ending(before: .now.advanced(by: Self.wait)))
             await service.stop()
             return
         }
@@ -281,11 +293,13 @@ struct Checker: Sendable {
         case .failure(let failure):
             report.fail("idle.goodbye", failure.reason)
         }
-        if let termination = await service.exit(before: .now.advanced(by: Self.wait)) {
-            report.record("idle.exit", termination == .exited(0) ? nil : "it \(termination)")
+        let ending = await service.ending(before: .now.advanced(by: Self.wait))
+        if let ending {
+            report.record("idle.exit", ending.kind == .exited && ending.exitCode == 0 ? nil : "it \(ending.detail)")
         } else {
             report.fail("idle.exit", "still running \(Self.wait) after the idle timeout")
         }
+        report.ended("idle exit", ending)
         await service.stop()
     }
 }

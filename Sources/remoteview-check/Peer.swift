@@ -46,7 +46,12 @@ final class Peer: Sendable {
             while true {
                 let received: Received
                 do throws(RemoteError) {
-                    if let envelope = try await socket.receive() { received = .envelope(envelope) } else { received = .end }
+                    if let envelope = try await socket.receive() {
+                        report.noteReceived()
+                        received = .envelope(envelope)
+                    } else {
+                        received = .end
+                    }
                 } catch {
                     if error.reason.contains("ids must increase") { report.fail("ids.increase", "on \(name): \(error.reason)") }
                     received = .failed(error)

@@ -93,6 +93,11 @@ struct RemoteViewCheck: AsyncParsableCommand {
         }
         lines.append("")
         lines.append(counts.joined(separator: ", "))
+        // How each run's process ended, and what it last said on stderr.
+        if !report.processEnds.isEmpty { lines.append("") }
+        for (run, reason) in report.processEnds {
+            lines.append("process (\(run) run): " + (reason?.report ?? "did not end by itself; the checker killed it"))
+        }
         return lines.joined(separator: "\n")
     }
 
@@ -104,7 +109,13 @@ struct RemoteViewCheck: AsyncParsableCommand {
     }
 
     static func json(_ report: Report) throws -> String {
+        // The rules, then how each run's process ended (result "ended").
         let rows = report.rows.map { Row(rule: $0.rule.id, result: $0.entry.verdict.rawValue, seen: $0.entry.seen, text: $0.rule.text) }
+            + report.processEnds.map { run, reason in
+                Row(rule: "process.\(run.replacing(" ", with: "-"))", result: "ended",
+                    seen: reason.map { ([$0.description] + $0.standardErrorTail).joined(separator: "\n") } ?? "did not end by itself; the checker killed it",
+                    text: "how the service's process of the \(run) run ended, and its last lines on stderr")
+            }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         return String(jsonForTerminal: try encoder.encode(rows))

@@ -1,4 +1,6 @@
 import RemoteCore
+import RemoteHost
+import struct Synchronization.Atomic
 
 /// One rule of the protocol the checker tries, as the table names it.
 struct Rule: Sendable {
@@ -59,6 +61,40 @@ final class Report: Sendable {
     }
 
     private let versions = Mutex<Versions?>(nil)
+    /// How each run's process ended ("conversation", "idle exit"), in order.
+    private let ends = Mutex<[(run: String, reason: TerminationReason?)]>([])
+    /// Whether any packet came from the service, on any connection: before one has, a rule
+    /// checked on every packet has nothing to hold for.
+    private let received = Atomic<Bool>(false)
+
+    /// A packet came from the service.
+    func noteReceived() { received.store(true, ordering: .relaxed) }
+
+    /// Whether any packet came from the service.
+    var anyReceived: Bool { received.load(ordering: .relaxed) }
+
+    /// How the process of `run` ended (`nil`: it did not end; it was killed by the checker).
+    func ended(_ run: String, _ reason: TerminationReason?) {
+        ends.withLock { $0.append((run, reason)) }
+    }
+
+    /// How each run's process ended, in order.
+    var processEnds: [(run: String, reason: TerminationReason?)] { ends.withLock { $0 } }
+
+    /// The service's process ended while it was being checked, for `reason`: each failure that
+    /// shows it (a connection closed, a send that found nobody) says how it ended, its signal
+    /// or exit code and its last words on stderr.
+    func processDied(_ reason: TerminationReason) {
+        entries.withLock { entries in
+            for (rule, entry) in entries where entry.verdict == .failed
+                && Self.deathSymptoms.contains(where: { entry.seen.contains($0) }) && !entry.seen.contains("process had ended") {
+                entries[rule]?.seen += "; the service's process had ended: \(reason)"
+            }
+        }
+    }
+
+    /// What a failure caused by the process's death says.
+    private static let deathSymptoms = ["closed", "end of file", "cannot send", "no client"]
 
     /// The versions, once the service's first handshake was read.
     var protocolVersions: Versions? {

@@ -113,7 +113,10 @@ extension Checker {
         }
         do throws(RemoteError) {
             // A share activity's view is a share's: a host sends the items first.
-            if share { try await client.send(.share(.request(items: [Self.shareItem]))) }
+            if share {
+                let (items, attachments) = try Self.shareItems()
+                try await client.send(.share(.request(items: items)), attachments: attachments)
+            }
             // Input before the first size has no view to reach: taken, and dropped.
             try await client.send(.input(.focus(true)))
             try await client.send(.input(.pointer(PointerEvent(.moved, x: 5, y: 5))))
@@ -183,11 +186,14 @@ extension Checker {
 
     /// A share: the request, a view if the service has one, a cancel, and its one answer.
     func checkShare(_ control: Peer, view: Bool) async {
-        guard let (client, _) = await connect(control, name: "share client") else { return }
+        guard let (client, _) = await connect(control, name: "share client") else {
+            return report.fail("share.cancel", "no client to share with: remoteview.connect failed (see connect)")
+        }
         defer { client.close() }
         let surface = SurfaceUnderTest(peer: client, report: report)
         do throws(RemoteError) {
-            try await client.send(.share(.request(items: [Self.shareItem])))
+            let (items, attachments) = try Self.shareItems()
+            try await client.send(.share(.request(items: items)), attachments: attachments)
             if view { try await surface.resize(SurfaceSize(width: 64, height: 48)) }
             // Whatever the service does first (a frame, an update), then the user dismisses it.
             var answered = false
@@ -219,8 +225,20 @@ extension Checker {
         }
     }
 
-    /// What the checker shares: one text.
-    static let shareItem = WireShareItem(kind: .text, contentType: "text/plain", text: "remoteview-check")
+    /// What the checker shares (`docs/Protocol.md`, "Checking a service"): three items, so that
+    /// an activity that fails on a later one is caught: a text, a URL, and a file (a sealed
+    /// memfd of 64 bytes of text), all of them `text/…`.
+    static func shareItems() throws(RemoteError) -> ([WireShareItem], [Attachment]) {
+        let items: [ShareItem]
+        do {
+            items = [try .text("remoteview-check: the first item"), try .url("https://example.com/remoteview-check/the-second-item"),
+                     try .file(named: "remoteview-check.txt", contentType: "text/plain",
+                               contents: Array("remoteview-check: the third item, a file of sixty-four bytes.\n\n".utf8))]
+        } catch {
+            throw RemoteError(.invalidArgument, "the checker's share items: \(error)")
+        }
+        return try ShareItem.wire(items)
+    }
 
     private static func isCommit(_ envelope: Envelope) -> Bool {
         if case .surface(.commit) = envelope.body { true } else { false }

@@ -122,7 +122,32 @@ struct ConformanceTests {
         // The table as a person reads it.
         let table = runs[1].1.split(separator: "\n").map(String.init)
         #expect(table.dropFirst().first == "protocol: the service speaks up to version 1, the checker offered up to 2: checked under protocol 1", "\(runs[1].1)")
-        #expect(table.last?.contains("2 warnings, 0 failed") == true, "\(runs[1].1)")
+        #expect(table.contains("27 passed, 2 warnings, 0 failed, 2 skipped"), "\(runs[1].1)")
+    }
+
+    @Test("the checker judges only what it saw: a service that exits 1 before any packet fails the handshake and nothing passes (not even the id rule, with no packet to check); an activity that crashes on its second share item fails the share rule naming SIGILL and its fatal error; each table ends with how the process ended and what it wrote to stderr")
+    func judgesWhatItSaw() async throws {
+        let folder = try TemporaryFolder("remoteview-check", searchable: true)
+        defer { folder.remove() }
+        let none = try folder.write("false.json", #"{"identifier": "com.example.false", "executable": "/bin/false", "display": {"title": "False"}}"#)
+        let crash = try folder.write("crash.json", ServiceFolder.manifest(mode: "share-crash-on-2"))
+        let results = try Self.rows([none, crash])
+        let (status, rows) = results[0]
+        #expect(status == 1 && rows.filter { $0.result == "passed" }.isEmpty, "\(rows.filter { $0.result == "passed" })")
+        #expect(rows.filter { $0.result == "failed" }.map(\.rule) == ["handshake.first"], "\(rows.filter { $0.result == "failed" })")
+        #expect(rows.first { $0.rule == "handshake.first" }?.seen.contains("the service's process had ended: exited: exited with code 1") == true)
+        #expect(rows.first { $0.rule == "ids.increase" }.map { $0.result == "skipped" && $0.seen.hasPrefix("not reached") } == true)
+        #expect(rows.filter { $0.result == "ended" }.map(\.seen) == ["exited: exited with code 1", "exited: exited with code 1"], "\(rows.filter { $0.result == "ended" })")
+
+        let (crashStatus, crashRows) = results[1]
+        #expect(crashStatus == 1)
+        let share = crashRows.first { $0.rule == "share.cancel" }
+        #expect(share?.result == "failed" && share?.seen.contains("killed by SIGILL") == true
+                && share?.seen.contains("Fatal error: the test share crashes on purpose on item 2") == true, "\(String(describing: share))")
+        let ending = crashRows.first { $0.rule == "process.conversation" }
+        #expect(ending?.seen.contains("reading item 2: text/uri-list") == true && ending?.seen.contains("killed by SIGILL") == true, "\(String(describing: ending))")
+        #expect(crashRows.first { $0.rule == "exit.fd3" }?.seen == "not reached: the process had ended before fd 3 closed")
+        #expect(childProcesses().isEmpty, "the checkers and their services are gone")
     }
 
     @Test("deliberately broken services (the C activity with --break=RULE) fail on the right rule, and only on it")
@@ -156,7 +181,11 @@ struct ConformanceTests {
         #expect(lines.first == "com.example.test (\(folder.path)/service.json)", "\(output)")
         #expect(lines.contains { $0.hasPrefix("request.unknown") && $0.contains("passed") && $0.contains("handles no request of type") }, "\(output)")
         #expect(lines.dropFirst().first == "protocol: the service speaks up to version 2, the checker offered up to 2: checked under protocol 2", "\(output)")
-        #expect(lines.last == "18 passed, 0 warnings, 0 failed, 13 skipped", "\(output)")
+        #expect(lines.contains("18 passed, 0 warnings, 0 failed, 13 skipped"), "\(output)")
+        // It ends with how each run's process ended.
+        // (The SDK exits 1 when its host vanishes without a goodbye, as fd 3 closing is here.)
+        #expect(lines.contains { $0.hasPrefix("process (conversation run): exited: exited with code 1; stderr: ") }
+                && lines.last == "process (idle exit run): exited: exited with code 0", "\(output)")
 
         _ = try folder.write("bad.json", #"{"identifier": "com.example.bad", "executable": "x", "display": {"title": "Bad"}, "colour": 1}"#)
         let (badStatus, badOutput) = try Self.check([folder.path + "/bad.json"])

@@ -164,12 +164,32 @@ final class OutputCapture: Sendable {
         }
     }
 
+    /// `line` without the timestamp a log line starts with (swift-log's stream handler's
+    /// `2026-11-26T14:29:33+0000 `, an ISO 8601 time with its zone): in an excerpt of a few
+    /// lines it only takes room. Any other line is kept whole.
+    static func withoutTimestamp(_ line: String) -> String {
+        let bytes = Array(line.utf8.prefix(26))
+        func digits(_ range: Range<Int>) -> Bool { range.allSatisfy { bytes.indices.contains($0) && (0x30...0x39).contains(bytes[$0]) } }
+        guard bytes.count >= 21, digits(0..<4), bytes[4] == 0x2D, digits(5..<7), bytes[7] == 0x2D, digits(8..<10), bytes[10] == 0x54,
+              digits(11..<13), bytes[13] == 0x3A, digits(14..<16), bytes[16] == 0x3A, digits(17..<19) else { return line }
+        // The zone: Z, or +hhmm / -hhmm (+hh:mm too); then one space.
+        var end = 19
+        if bytes[end] == 0x5A { end += 1 } else if bytes[end] == 0x2B || bytes[end] == 0x2D {
+            end += 1
+            if digits(end..<end + 2) { end += 2 }
+            if end < bytes.count, bytes[end] == 0x3A { end += 1 }
+            if digits(end..<end + 2) { end += 2 }
+        }
+        guard end < bytes.count, bytes[end] == 0x20 else { return line }
+        return String(line.utf8.dropFirst(end + 1)) ?? line
+    }
+
     /// Keeps `line` in the tail (at most ``TerminationReason/maxStandardErrorBytes``, the oldest
     /// lines going first, a longer line kept by its end) and notes a first `Fatal error:`.
     private static func keep(_ line: String, in state: inout State) {
         if state.fatalError == nil, line.contains("Fatal error:") { state.fatalError = line }
         let limit = TerminationReason.maxStandardErrorBytes
-        var kept = line
+        var kept = withoutTimestamp(line)
         if kept.utf8.count > limit {
             // Its end, cut at a character boundary.
             var start = kept.utf8.index(kept.utf8.endIndex, offsetBy: -limit)

@@ -62,12 +62,12 @@ public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConver
         }()
     }
 
-    /// `KIND: DETAIL`, and for a crash or a failed exit what it last said on standard error
+    /// `KIND: DETAIL`, and for a crash (a failed exit included) what it last said on standard error
     /// (its fatal error, else its last line), escaped for the terminal
     /// (`String.escapedForTerminal()`): a detail may quote what the service said.
     public var description: String {
         var text = "\(kind.rawValue): \(detail)"
-        if isCrash || kind == .exited, let said = fatalError ?? standardErrorTail.last { text += "; stderr: \(said)" }
+        if isCrash, let said = fatalError ?? standardErrorTail.last { text += "; stderr: \(said)" }
         return text.escapedForTerminal()
     }
 

@@ -6,10 +6,13 @@ import RemoteService
 final class ShareTestController: ViewController {
     /// Whether it ignores the host's share_cancel (so the host must stop it).
     let ignoresCancel: Bool
+    /// The item whose reading crashes it (1-based), as a word counter with a bug would.
+    let crashesOnItem: Int?
     private(set) var begun = 0
 
-    init(ignoresCancel: Bool) {
+    init(ignoresCancel: Bool, crashesOnItem: Int? = nil) {
         self.ignoresCancel = ignoresCancel
+        self.crashesOnItem = crashesOnItem
     }
 
     override func loadView() {
@@ -21,6 +24,10 @@ final class ShareTestController: ViewController {
     }
 
     override func viewDidAppear() {
+        for (index, item) in (extensionContext?.inputItems ?? []).enumerated() {
+            Syscall.writeStandardError("reading item \(index + 1): \(item.contentType)\n")
+            if index + 1 == crashesOnItem { fatalError("the test share crashes on purpose on item \(index + 1)") }
+        }
         extensionContext?.update(title: "Test share", subtitle: "\(extensionContext?.inputItems.count ?? 0) items")
         extensionContext?.setProgress(nil, state: .ready)
     }

@@ -227,11 +227,13 @@ case "ui", "ui-loop":
     // the frame loop to the rule that keeps it out of that preference.
     ServiceMain.connectionTasksPreferEventLoop = mode == "ui-loop"
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { ScreenController() }, onRequest: serve)
-case "share", "share-ignore-cancel":
-    // A share activity (Share.swift); "share-ignore-cancel" never answers share_cancel.
+case "share", "share-ignore-cancel", "share-crash-on-2":
+    // A share activity (Share.swift); "share-ignore-cancel" never answers share_cancel;
+    // "share-crash-on-2" dies of a fatal error reading the second item.
     let ignoresCancel = mode == "share-ignore-cancel"
+    let crashesOnItem = mode == "share-crash-on-2" ? 2 : nil
     await ServiceMain.exit(serving: serviceIdentifier, shareTitle: "Test share",
-                           viewController: { ShareTestController(ignoresCancel: ignoresCancel) }, onRequest: serve)
+                           viewController: { ShareTestController(ignoresCancel: ignoresCancel, crashesOnItem: crashesOnItem) }, onRequest: serve)
 case "uppercase":
     // The Swift twin of Examples/uppercase-c (Share.swift).
     await ServiceMain.exit(sharing: serviceIdentifier, title: "Uppercase") { UppercaseController() }
