@@ -93,7 +93,8 @@ enum WindowPainter {
                 let button = PointRect(x: width - 96, y: 8, width: 84, height: 28)
                 fill(cr, button, 0xFFFFFF)
                 text(cr, "Relaunch", x: button.x + 12, y: 27, size: 13, bold: true, colour: 0x5C1A1A)
-                text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: width - 128)
+                text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: width - 128,
+                     ellipsized: true)
                 relaunch = button
                 return
             }
@@ -124,19 +125,40 @@ enum WindowPainter {
         cairo_set_source_rgb(cr, Double((rgb >> 16) & 0xFF) / 255, Double((rgb >> 8) & 0xFF) / 255, Double(rgb & 0xFF) / 255)
     }
 
+    /// Draws `string` at (`x`, `y`), clipped to `maxWidth`; `ellipsized`, a string too wide ends
+    /// with "…" after its last word that fits, never inside a word.
     static func text(_ cr: OpaquePointer, _ string: String, x: Double, y: Double, size: Double, bold: Bool = false,
-                     colour rgb: UInt32, maxWidth: Double? = nil) {
+                     colour rgb: UInt32, maxWidth: Double? = nil, ellipsized: Bool = false) {
         colour(cr, rgb)
         cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL)
         cairo_set_font_size(cr, size)
         cairo_save(cr)
+        var shown = string
         if let maxWidth {
             cairo_rectangle(cr, x, y - size - 4, maxWidth, size * 2)
             cairo_clip(cr)
+            if ellipsized { shown = ellipsize(string, toWidth: maxWidth) { advance(cr, $0) } }
         }
         cairo_move_to(cr, x, y)
-        cairo_show_text(cr, string)
+        cairo_show_text(cr, shown)
         cairo_restore(cr)
+    }
+
+    /// How far `string` advances the pen with `cr`'s font.
+    static func advance(_ cr: OpaquePointer, _ string: String) -> Double {
+        var extents = cairo_text_extents_t()
+        cairo_text_extents(cr, string, &extents)
+        return extents.x_advance
+    }
+
+    /// `string` if it is at most `width` wide (as `measure` says), else its longest run of
+    /// whole words that fits with "…" after it ("…" alone when not even the first word does).
+    static func ellipsize(_ string: String, toWidth width: Double, measure: (String) -> Double) -> String {
+        guard measure(string) > width else { return string }
+        let words = string.split(separator: " ", omittingEmptySubsequences: false)
+        var fitting = 0
+        while fitting < words.count, measure(words[...fitting].joined(separator: " ") + "…") <= width { fitting += 1 }
+        return words[..<fitting].joined(separator: " ") + "…"
     }
 
     /// Draws `icon` scaled into a `size` × `size` square at (`x`, `y`).
