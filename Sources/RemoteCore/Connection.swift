@@ -45,7 +45,8 @@ public final class Connection: Sendable {
         /// handshake offers the highest (`max_protocol_version`), the version in force is the
         /// lower of the two sides' highest, and a peer whose highest is below the lowest here is
         /// refused (`VERSION_MISMATCH`, naming both). Default: every version this build speaks,
-        /// 1 through ``remoteViewLatestProtocolVersion``.
+        /// 1 through ``remoteViewLatestProtocolVersion``; a range beyond those is a programming
+        /// error (the connection traps when it is made).
         public var protocolVersions: ClosedRange<UInt32> = remoteViewProtocolVersion...remoteViewLatestProtocolVersion
 
         public init(role: PeerRole, identifier: String, capabilities: [String] = [],
@@ -116,6 +117,9 @@ public final class Connection: Sendable {
                  onRequest: @escaping RequestHandler = Connection.refuseRequests,
                  onMessage: @escaping MessageHandler = { _, _ in },
                  loop: EventLoop = .shared) {
+        precondition(configuration.protocolVersions.lowerBound >= remoteViewProtocolVersion
+                     && configuration.protocolVersions.upperBound <= remoteViewLatestProtocolVersion,
+                     "Connection.Configuration.protocolVersions \(configuration.protocolVersions) is not within the versions this build speaks, \(remoteViewProtocolVersion)...\(remoteViewLatestProtocolVersion)")
         self.transport = transport
         self.configuration = configuration
         self.onRequest = onRequest

@@ -120,11 +120,16 @@ public final class ServiceConnection: Sendable {
         return channel.instance.process.pid
     }
 
-    /// From now on, nothing launches a process for this connection: a use that would need one
-    /// throws `error` (a share's ended). The process it talks to now serves on while it lasts.
-    package func forbidLaunches(_ error: RemoteError) {
-        machine.withLock { $0.forbidNewChannels(error) }
+    /// Only the first process is ever launched for this connection (a share's: its activity
+    /// runs once, for its items): once it has gone, a use that would need another throws what
+    /// `refusal` says (awaited then, so that it can say how the work ended).
+    package func allowOneProcess(refusal: @escaping @Sendable () async -> RemoteError) {
+        launchRefusal.withLock { $0 = refusal }
+        machine.withLock { $0.allowOneChannel() }
     }
+
+    /// What ``allowOneProcess(refusal:)`` gave.
+    private let launchRefusal = Mutex<(@Sendable () async -> RemoteError)?>(nil)
 
     /// Attaches `listener` (a libwayland listener attached to its object), held weakly: it
     /// hears about every channel opened from now on, and about the channel open now, if any
@@ -328,6 +333,9 @@ public final class ServiceConnection: Sendable {
                 } catch {
                     throw RemoteError(.cancelled, "cancelled while waiting for a connection to \(identifier)")
                 }
+            case .refused:
+                let refusal = launchRefusal.withLock { $0 }
+                throw await refusal?() ?? RemoteError(.invalidated, "\(identifier) runs once for this connection, and has ended")
             case .connect:
                 do {
                     let channel = try await connect()

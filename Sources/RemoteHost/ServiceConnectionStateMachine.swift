@@ -42,9 +42,11 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
     private var state = State.idle
     /// Failures being reported right now: connect attempts and channel ends.
     private var reporting = 0
-    /// Why no new channel may be made, once the connection's work is over (a share's): the
-    /// channel in use serves on, but none is made after it.
-    private var launchRefusal: RemoteError?
+    /// Whether only the first channel may be made (a share's connection: its activity runs
+    /// once, for its items): a caller that would need another is refused.
+    private var singleChannel = false
+    /// Whether a channel has been made.
+    private var madeChannel = false
 
     package init() {}
 
@@ -59,6 +61,9 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
         /// Connect, then report with ``connected(_:)`` (when a channel was made) and, in any
         /// case, ``connectEnded()``.
         case connect
+        /// The one channel allowed has been made and is gone (``allowOneChannel()``): fail,
+        /// saying why no other is made.
+        case refused
     }
 
     /// What a made channel leads to.
@@ -87,12 +92,12 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
             return .fail(error)
         case .current(let channel):
             if isUsable(channel) { return .use(channel) }
-            if let launchRefusal { return .fail(launchRefusal) }
+            if singleChannel && madeChannel { return .refused }
             state = .connecting(Connecting(channel: channel))
             reporting += 1
             return .connect
         case .idle:
-            if let launchRefusal { return .fail(launchRefusal) }
+            if singleChannel && madeChannel { return .refused }
             state = .connecting(Connecting())
             reporting += 1
             return .connect
@@ -107,10 +112,10 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
         }
     }
 
-    /// No channel may be made from now on: a caller that would need one fails with `error`.
-    /// The channel in use, or being made, still serves while it lasts. The first call counts.
-    package mutating func forbidNewChannels(_ error: RemoteError) {
-        if launchRefusal == nil { launchRefusal = error }
+    /// Only one channel is ever made (a share's connection): once it has been, a caller that
+    /// would need another is ``NextStep/refused``. The first channel serves while it lasts.
+    package mutating func allowOneChannel() {
+        singleChannel = true
     }
 
     /// A caller waiting for another's connect gave up.
@@ -138,6 +143,7 @@ package struct ServiceConnectionStateMachine<Channel: AnyObject & Sendable>: Sen
             state = .modifying
             connecting.channel = channel
             state = .connecting(connecting)
+            madeChannel = true
             return .run
         case .invalidated(let error, _, _):
             return .refuse(error)

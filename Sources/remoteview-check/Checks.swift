@@ -41,10 +41,9 @@ struct Checker: Sendable {
         let control = Peer(service.socket, name: "fd 3", report: report)
         defer { control.close() }
         guard await handshake(on: control) != nil else {
-            if let ending = await service.ending(before: .now.advanced(by: Self.wait)) {
-                report.processDied(ending)
-                report.ended("conversation", ending)
-            }
+            let ending = await service.ending(before: .now.advanced(by: Self.wait))
+            if let ending { report.processDied(ending) }
+            report.ended("conversation", ending)
             await service.stop()
             return
         }
@@ -99,8 +98,10 @@ struct Checker: Sendable {
 
         // fd 3 closes without a goodbye, as when the host crashes (the harder case: a goodbye
         // says it in words), and the process must go. One that went before has nothing to show.
-        // Alive if fd 3 still answers a ping; a process that died meanwhile has closed it.
-        let endedBefore = await control.ping(within: .seconds(1)) != nil
+        // Ended before fd 3 closes when fd 3 is dead already (a ping cannot be sent, or fd 3
+        // closed under it; a ping merely unanswered is a slow service) and the process is gone.
+        let dead = await control.ping(within: .seconds(1)).map { !$0.reason.hasPrefix("no ") } ?? false
+        let endedBefore = dead ? await service.exit(before: .now.advanced(by: .seconds(1))) != nil : false
         control.close()
         let ending = await service.ending(before: .now.advanced(by: Self.wait))
         if let ending, endedBefore {

@@ -227,13 +227,13 @@ extension Checker {
 
     /// What the checker shares (`docs/Protocol.md`, "Checking a service"): three items, so that
     /// an activity that fails on a later one is caught: a text, a URL, and a file (a sealed
-    /// memfd of 64 bytes of text), all of them `text/…`.
+    /// memfd of 63 bytes of text), all of them `text/…`.
     static func shareItems() throws(RemoteError) -> ([WireShareItem], [Attachment]) {
         let items: [ShareItem]
         do {
             items = [try .text("remoteview-check: the first item"), try .url("https://example.com/remoteview-check/the-second-item"),
                      try .file(named: "remoteview-check.txt", contentType: "text/plain",
-                               contents: Array("remoteview-check: the third item, a file of sixty-four bytes.\n\n".utf8))]
+                               contents: Array("remoteview-check: the third item, a file of sixty-three bytes.\n".utf8))]
         } catch {
             throw RemoteError(.invalidArgument, "the checker's share items: \(error)")
         }

@@ -260,6 +260,18 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("protocol versions: under version 2 only RemoteView code 1 means \"not handled\": a service of version 2 that answers a settle in its own domain makes settle() throw its failure (the same from a version-1 service falls back to a ping, above)")
+    func settleOwnDomainVersion2() async throws {
+        let identifier = "com.example.hostile-own-domain"
+        try await withServices(["v2.json": ServiceFolder.manifest(identifier: identifier, mode: "surface-ownDomain")], within: .seconds(30)) { launcher, _ in
+            let view = RemoteView(connection: launcher.connection(to: identifier))
+            try await view.present(width: 64, height: 48)
+            _ = try await nextDamage(view)
+            let error = await #expect(throws: RemoteError.self) { try await view.settle() }
+            #expect(error?.code == .remoteError && error?.remote?.domain == "hostile", "\(String(describing: error))")
+        }
+    }
+
     @Test("a frame's buffer and frame_done go to the process that drew it: after a crash, framePresented() drops them and launches nothing, and the relaunched process, which never attached that buffer, reports no violation")
     func framePresentedAfterCrash() async throws {
         try await withServices(["view.json": ServiceFolder.manifest(mode: "view")]) { launcher, _ in

@@ -333,6 +333,34 @@ struct LauncherTests {
         #expect(blaming.isEmpty, "\(blaming)")
     }
 
+    @Test("a service the host stops while it starts ended by the host's stop, not its own crash; a stack trace's report ends at the first line that is not of it, and what follows is logged and kept as usual")
+    func stopDuringStartAndCrashReportEnd() async throws {
+        let records = LogRecords()
+        try await withServices(["mute.json": ServiceFolder.manifest(identifier: "com.example.mute", mode: "mute-until-closed"),
+                                "test.json": ServiceFolder.manifest()],
+                               configuration: fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })) { launcher, _ in
+            let events = launcher.events()
+            let mute = launcher.connection(to: "com.example.mute")
+            let pending = Task { try? await mute.request(ServiceMessage(type: "echo"), timeout: .seconds(10)) }
+            let pid = try await launch(of: "com.example.mute", in: events)
+            await mute.invalidate()
+            let reason = try await termination(of: pid, in: events)
+            #expect(reason.kind == .stopped && !reason.isCrash, "\(reason)")
+            _ = await pending.value
+
+            let connection = launcher.connection(to: "com.example.test")
+            _ = try await connection.request(ServiceMessage(type: "print-lines", text: "Current stack trace:\n0    frame zero\n1    frame one\nback to normal"))
+            _ = try await connection.request(ServiceMessage(type: "print-lines", text: "still normal"))
+            let process = try #require(connection.processIdentifier)
+            await connection.invalidate()
+            let ended = try await termination(of: process, in: events)
+            #expect(ended.standardErrorTail.suffix(2) == ["back to normal", "still normal"], "\(ended.standardErrorTail)")
+        }
+        let lines = records.lines.map(\.message)
+        #expect(lines.contains("crash report (3 lines):\nCurrent stack trace:\n0    frame zero\n1    frame one"), "\(lines)")
+        #expect(lines.contains("back to normal") && lines.contains("still normal"), "\(lines)")
+    }
+
     @Test("an unknown service and an invalid manifest invalidate the connection with the reason")
     func unknownAndInvalid() async throws {
         let invalid = ServiceFolder.manifest(identifier: "com.example.broken", extra: #""colour": "blue""#)

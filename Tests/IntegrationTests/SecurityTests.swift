@@ -230,6 +230,16 @@ struct SecurityTests {
         #expect(Syscall.isDumpable)
     }
 
+    @Test("/proc/sys is mounted read-only in the sandbox, whatever the uid: the bind itself, not only the files' modes")
+    func procSysReadOnly() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let options = try await launcher.connection(to: "com.example.test").request(ServiceMessage(type: "mount-options", text: "/proc/sys")).text ?? ""
+            let readOnly = options.split(separator: ",").contains("ro")
+            #expect(readOnly, "\(options)")
+            SecurityTable.record("the mount of `/proc/sys` in the sandbox", "options \(options)", contained: readOnly)
+        }
+    }
+
     @Test("abstract Unix sockets: a service entitled to the network shares the host's network namespace, and Landlock's scope keeps it from the host's @sockets; without the entitlement its own namespace has none")
     func abstractSockets() async throws {
         let name = "remoteview-probe-\(getpid())"

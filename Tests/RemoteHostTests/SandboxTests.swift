@@ -91,13 +91,15 @@ struct SandboxTests {
         #expect(refusal.description.contains("is refused: it is not readable by every user (mode o+r)"), "\(refusal)")
         #expect(chmod(secret, 0o644) == 0)
         #expect((try? SandboxPaths.check(readOnly: secret, forbidden: []).get()) == secret)
-        // Readable, but behind a folder others cannot pass (mkdtemp's 0700).
+        // Readable, but behind a folder others cannot pass (mkdtemp's 0700): fine for the
+        // host's own user, refused for a root host's service, whose uid cannot reach it.
         #expect(chmod(folder.path, 0o700) == 0)
-        guard case .failure(let hidden) = SandboxPaths.check(readOnly: secret, forbidden: []) else {
-            Issue.record("a file behind a folder of mode 0700 must be refused")
+        #expect((try? SandboxPaths.check(readOnly: secret, forbidden: []).get()) == secret)
+        guard case .failure(let hidden) = SandboxPaths.check(readOnly: secret, forbidden: [], reachable: true) else {
+            Issue.record("a file behind a folder of mode 0700 must be refused to a service of its own uid")
             return
         }
-        #expect(hidden.description.contains("since \(folder.path) above it does not let them through (mode o+x)"), "\(hidden)")
+        #expect(hidden.description.contains("since \(folder.path) above it does not let other users through (mode o+x)"), "\(hidden)")
         #expect(mkfifo(folder.path + "/fifo", 0o644) == 0)
         guard case .failure(let fifo) = SandboxPaths.check(readOnly: folder.path + "/fifo", forbidden: []) else {
             Issue.record("a FIFO must be refused")
@@ -115,15 +117,37 @@ struct SandboxTests {
             let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: reachable, environment: [:], identity: identity)
             #expect(command.copies.isEmpty && command.arguments.joined(separator: " ").contains("--ro-bind \(Self.ownExecutable) \(Self.ownExecutable)"))
         }
-        // One behind a folder of mode 0700: copied, read-only and executable, at the same path.
+        // One behind a folder of mode 0700: copied, read-only and executable, at the same path;
+        // opened beneath its folder, and only if its own mode lets every user read and run it.
         let hidden = try TemporaryFolder("remoteview-hidden")
         defer { hidden.remove() }
-        let executable = try hidden.write("service", "#!/bin/sh\n", mode: 0o700)
+        let executable = try hidden.write("service", "#!/bin/sh\n", mode: 0o755)
         var manifest = reachable
         manifest.executablePath = executable
         let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], identity: identity)
-        #expect(command.copies == [executable])
+        #expect(command.copies == [.init(path: executable, folder: hidden.path, mode: S_IROTH | S_IXOTH)])
         #expect(command.arguments.joined(separator: " ").contains("--perms 0555 --ro-bind-data 5 \(executable)"), "\(command.arguments)")
+        // Its own mode keeps others out: a copy would show it anyway, so it is refused.
+        #expect(chmod(executable, 0o700) == 0)
+        let unreadable = #expect(throws: RemoteError.self) {
+            try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], identity: identity)
+        }
+        #expect(unreadable?.reason.contains("cannot be run by the service's uid 1879048193, gid 1879048193 (the host is root): its mode 700 does not give other users o+rx") == true,
+                "\(String(describing: unreadable))")
+        #expect(chmod(executable, 0o755) == 0)
+        // A library beside it that is a link to a secret: refused by the secret's mode; a link to
+        // a file anyone may read, elsewhere: the copy's open beneath the folder refuses it.
+        #expect(symlink("/etc/shadow", hidden.path + "/libsecret.so") == 0)
+        defer { unlink(hidden.path + "/libsecret.so") }
+        var options = ChildProcess.Options()
+        options.pass(fileAt: hidden.path + "/libsecret.so", beneath: hidden.path, requiring: S_IROTH, as: 5)
+        let escaped = #expect(throws: SystemCallError.self) { _ = try ChildProcess.start(executable: "/bin/true", arguments: [], options: options) }
+        #expect(escaped?.errno == EXDEV, "\(String(describing: escaped))")
+        var outside = ChildProcess.Options()
+        #expect(symlink("/etc/hostname", hidden.path + "/libout.so") == 0)
+        defer { unlink(hidden.path + "/libout.so") }
+        outside.pass(fileAt: hidden.path + "/libout.so", beneath: hidden.path, requiring: S_IROTH, as: 5)
+        #expect(throws: SystemCallError.self) { _ = try ChildProcess.start(executable: "/bin/true", arguments: [], options: outside) }
         // As the host's own user, nothing is copied.
         #expect(try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).copies.isEmpty)
         // A data folder the uid cannot reach; a bubblewrap it cannot run.
@@ -149,7 +173,17 @@ struct SandboxTests {
         #expect(table == "\(a.user) com.example.a\n\(b.user) com.example.b\n")
         // The first choice is derived from the name: the same on every machine.
         #expect(a.user == 0x7000_0000 + UInt32(ServiceUserPool.hash("com.example.a") % 256))
-        // Refusals.
+        // Refusals: a table that gives one uid to two identifiers; one others may write.
+        try folder.write("twice", "1879048193 com.example.a\n1879048193 com.example.b\n")
+        let twice = #expect(throws: RemoteError.self) { try ServiceUserPool(ids: pool.ids, table: folder.path + "/twice").identity(for: "com.example.c") }
+        #expect(twice?.reason.contains("gives uid 1879048193 to com.example.b, which com.example.a has") == true, "\(String(describing: twice))")
+        unlink(folder.path + "/twice")
+        // A line cut short (a full disk) is left out, and the next one starts on a line of its own.
+        try folder.write("cut", "1879048193 com.example.a\n18790")
+        let cut = ServiceUserPool(ids: pool.ids, table: folder.path + "/cut")
+        let c = try cut.identity(for: "com.example.c")
+        #expect(String(decoding: Syscall.readSmallFile(cut.table) ?? [], as: UTF8.self).hasSuffix("18790\n\(c.user) com.example.c\n"))
+        unlink(folder.path + "/cut")
         #expect(chmod(pool.table, 0o666) == 0)
         #expect(throws: RemoteError.self) { try pool.identity(for: "com.example.a") }
         #expect(chmod(pool.table, 0o644) == 0)

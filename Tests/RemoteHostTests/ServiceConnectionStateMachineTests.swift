@@ -23,21 +23,27 @@ struct ServiceConnectionStateMachineTests {
         return machine
     }
 
-    @Test("once new channels are forbidden (a share ended), a usable channel still serves, and a caller that would need a new one fails with the reason given first, in any state")
-    func forbiddenChannels() {
-        let ended = RemoteError(.shareEnded, "the share ended"), later = RemoteError(.shareEnded, "later")
-        var machine = Self.current(FakeChannel())
-        machine.forbidNewChannels(ended)
-        machine.forbidNewChannels(later)
-        guard case .use = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("use"); return }
-        var gone = Self.current(FakeChannel(usable: false))
-        gone.forbidNewChannels(ended)
-        guard case .fail(let error) = gone.channelNeeded(isUsable: Self.usable) else { Issue.record("fail"); return }
-        #expect(error == ended && gone.phase == "current")
-        var idle = Machine()
-        idle.forbidNewChannels(ended)
-        guard case .fail = idle.channelNeeded(isUsable: Self.usable) else { Issue.record("fail when idle"); return }
-        #expect(idle.phase == "idle")
+    @Test("a connection allowed one channel (a share's) makes the first, uses it while it is usable, and refuses to make another once it has gone")
+    func oneChannel() {
+        var machine = Machine()
+        machine.allowOneChannel()
+        guard case .connect = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("the first connects"); return }
+        guard case .run = machine.connected(FakeChannel(usable: false)) else { Issue.record("run"); return }
+        _ = machine.connectEnded()
+        guard case .refused = machine.channelNeeded(isUsable: Self.usable) else { Issue.record("refused"); return }
+        #expect(machine.phase == "current")
+        var usable = Machine()
+        usable.allowOneChannel()
+        _ = usable.channelNeeded(isUsable: Self.usable)
+        _ = usable.connected(FakeChannel())
+        _ = usable.connectEnded()
+        guard case .use = usable.channelNeeded(isUsable: Self.usable) else { Issue.record("use"); return }
+        // A first attempt that made no channel may be tried again.
+        var failed = Machine()
+        failed.allowOneChannel()
+        _ = failed.channelNeeded(isUsable: Self.usable)
+        _ = failed.connectEnded()
+        guard case .connect = failed.channelNeeded(isUsable: Self.usable) else { Issue.record("connect again"); return }
     }
 
     @Test("the first caller connects, later ones wait; the made channel serves them once the attempt ends")

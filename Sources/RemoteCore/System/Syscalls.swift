@@ -229,11 +229,13 @@ extension Syscall {
         return names
     }
 
-    /// `mkdir(path, mode)`; a folder already there is fine.
-    package static func makeDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemCallError) {
-        if mkdir(path, mode) == 0 { return }
+    /// `mkdir(path, mode)`; a folder already there is fine. Returns whether it made one. The
+    /// process's umask takes bits off `mode`: ``changeMode(_:_:name:)`` sets it exactly.
+    @discardableResult
+    package static func makeDirectory(_ path: String, mode: mode_t = 0o755) throws(SystemCallError) -> Bool {
+        if mkdir(path, mode) == 0 { return true }
         let code = Glibc.errno
-        if code == EEXIST && isDirectory(path) { return }
+        if code == EEXIST && isDirectory(path) { return false }
         throw SystemCallError(call: "mkdir(\(path))", errno: code)
     }
 
@@ -574,20 +576,33 @@ extension Syscall {
     /// `geteuid()`: 0 when this process runs as root.
     package static var effectiveUserID: UInt32 { geteuid() }
 
-    /// Whether the user database has an entry for user `uid` (`getpwuid_r`).
-    package static func userEntryExists(_ uid: UInt32) -> Bool {
+    /// Whether the user database has an entry for user `uid` (`getpwuid_r`); `nil` when it
+    /// cannot say (an error other than "no such entry", an entry larger than 1 MiB).
+    package static func userEntryExists(_ uid: UInt32) -> Bool? {
         var entry = passwd()
         var found: UnsafeMutablePointer<passwd>?
-        var buffer = [CChar](repeating: 0, count: 16 * 1024)
-        return getpwuid_r(uid, &entry, &buffer, buffer.count, &found) == 0 && found != nil
+        return entryExists { buffer in getpwuid_r(uid, &entry, buffer.baseAddress!, buffer.count, &found) } found: { found != nil }
     }
 
-    /// Whether the group database has an entry for group `gid` (`getgrgid_r`).
-    package static func groupEntryExists(_ gid: UInt32) -> Bool {
+    /// Whether the group database has an entry for group `gid` (`getgrgid_r`); `nil` when it
+    /// cannot say.
+    package static func groupEntryExists(_ gid: UInt32) -> Bool? {
         var entry = group()
         var found: UnsafeMutablePointer<group>?
-        var buffer = [CChar](repeating: 0, count: 64 * 1024)
-        return getgrgid_r(gid, &entry, &buffer, buffer.count, &found) == 0 && found != nil
+        return entryExists { buffer in getgrgid_r(gid, &entry, buffer.baseAddress!, buffer.count, &found) } found: { found != nil }
+    }
+
+    /// Runs a `get*_r` lookup with a buffer that doubles on `ERANGE`, up to 1 MiB.
+    private static func entryExists(_ lookup: (UnsafeMutableBufferPointer<CChar>) -> Int32, found: () -> Bool) -> Bool? {
+        var size = 16 * 1024
+        while size <= 1 << 20 {
+            var buffer = [CChar](repeating: 0, count: size)
+            let result = buffer.withUnsafeMutableBufferPointer { lookup($0) }
+            if result == 0 { return found() }
+            guard result == ERANGE else { return nil }
+            size *= 2
+        }
+        return nil
     }
 
     /// The kernel's Landlock ABI version, 0 without Landlock (`landlock_create_ruleset` with

@@ -88,14 +88,18 @@ public final class ChildProcess: Sendable {
 
         /// The child's descriptor `number` becomes the file at `path`, opened for reading by the
         /// host when the process starts, before any drop of ``identity`` (like
-        /// `posix_spawn_file_actions_addopen`): a file the child's own user could not open.
-        public mutating func pass(fileAt path: String, as number: Int) {
+        /// `posix_spawn_file_actions_addopen`): a file the child's own user could not reach.
+        /// It is opened beneath `folder` (`openat2` with `RESOLVE_BENEATH`: no `..` or symbolic
+        /// link leads out of it), and must be a regular file whose mode has every bit of
+        /// `mode` (`S_IROTH`, say); otherwise the start fails with `EACCES`.
+        public mutating func pass(fileAt path: String, beneath folder: String, requiring mode: mode_t, as number: Int) {
             precondition((0..<Int(RV_SPAWN_MAX_FDS)).contains(number), "a child's descriptor number must be 0…\(RV_SPAWN_MAX_FDS - 1)")
-            files.append((path, number))
+            precondition(path.hasPrefix(folder + "/"), "\(path) is not beneath \(folder)")
+            files.append((path, folder, mode, number))
         }
 
-        /// The files ``pass(fileAt:as:)`` names.
-        fileprivate var files: [(path: String, number: Int)] = []
+        /// The files ``pass(fileAt:beneath:requiring:as:)`` names.
+        fileprivate var files: [(path: String, folder: String, mode: mode_t, number: Int)] = []
     }
 
     /// Starts `executable` with `socket` as its fd 3 and `LISTEN_FDS=1` (the socket-activation
@@ -139,8 +143,13 @@ public final class ChildProcess: Sendable {
         defer { for fd in groups + files { Syscall.close(fd) } }
         for group in options.controlGroups { groups.append(try Syscall.openForWriting(group + "/cgroup.procs").release()) }
         var descriptors = options.descriptors
-        for (path, number) in options.files {
-            files.append(try Syscall.openForReading(path).release())
+        for (path, folder, mode, number) in options.files {
+            let file = try Syscall.openBeneath(try Syscall.openDirectory(folder), String(path.dropFirst(folder.count + 1)))
+            let status = try Syscall.status(file)
+            guard status.isRegularFile, status.st_mode & mode == mode else {
+                throw SystemCallError(call: "open(\(path)): not a regular file of mode \(String(mode, radix: 8)) or more", errno: EACCES)
+            }
+            files.append(file.release())
             while descriptors.count <= number { descriptors.append(-1) }
             descriptors[number] = files.last!
         }

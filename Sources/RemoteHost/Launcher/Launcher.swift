@@ -36,7 +36,8 @@ public actor Launcher {
         /// The lowest protocol version the host serves (`docs/Protocol.md`, "Versions"): a
         /// service whose highest version is below it is refused at its handshake
         /// (`VERSION_MISMATCH`, naming both), and ends as a protocol violation. Default 1:
-        /// every version this build speaks, up to `remoteViewLatestProtocolVersion`.
+        /// every version this build speaks, up to `remoteViewLatestProtocolVersion`; a version
+        /// beyond that is a programming error (the launcher traps).
         public var minimumProtocolVersion: UInt32
         /// The first relaunch delay after a crash; it doubles with each further crash in a row.
         public var backoff: Duration
@@ -112,7 +113,7 @@ public actor Launcher {
         /// The protocol versions the host speaks with its services: ``minimumProtocolVersion``
         /// up to the latest this build speaks.
         var protocolVersions: ClosedRange<UInt32> {
-            min(minimumProtocolVersion, remoteViewLatestProtocolVersion)...remoteViewLatestProtocolVersion
+            minimumProtocolVersion...remoteViewLatestProtocolVersion
         }
 
         /// A root host's default data root, `/var/lib/remoteview/services`: its services run as
@@ -145,6 +146,8 @@ public actor Launcher {
     }
 
     public init(registry: ServiceRegistry, configuration: Configuration = Configuration()) {
+        precondition((remoteViewProtocolVersion...remoteViewLatestProtocolVersion).contains(configuration.minimumProtocolVersion),
+                     "Launcher.Configuration.minimumProtocolVersion \(configuration.minimumProtocolVersion) is not a version this build speaks (\(remoteViewProtocolVersion)...\(remoteViewLatestProtocolVersion))")
         self.registry = registry
         self.configuration = configuration
         (jobs, jobSink) = AsyncStream.makeStream()
@@ -158,6 +161,12 @@ public actor Launcher {
         if Syscall.effectiveUserID == 0, configuration.sandbox != .unsandboxed {
             let users = configuration.serviceUsers
             configuration.logger.info("the host runs as root: each sandboxed service runs as a uid of its own from \(users.ids.lowerBound)...\(users.ids.upperBound) (kept in \(users.table))")
+            // bubblewrap runs as that uid, so it needs the user namespaces an ordinary user's
+            // bubblewrap needs.
+            for (setting, off) in [("/proc/sys/kernel/unprivileged_userns_clone", "0"), ("/proc/sys/user/max_user_namespaces", "0")]
+            where Syscall.readSmallFile(setting).map({ String(decoding: $0, as: UTF8.self).split(whereSeparator: \.isWhitespace).first.map(String.init) }) == off {
+                configuration.logger.error("\(setting) is \(off): bubblewrap, which runs as each service's own uid, cannot make its user namespace, and no sandboxed service can start")
+            }
         }
         let enforcement = resources.enforcement
         switch (enforcement.enforcesMemory, enforcement.enforcesProcesses) {

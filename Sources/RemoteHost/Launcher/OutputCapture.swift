@@ -31,16 +31,23 @@ final class OutputCapture: Sendable {
         var tailBytes = 0
         /// The first `Fatal error:` line.
         var fatalError: String?
-        /// A crash report being read (a Swift stack trace): logged as one entry at the end.
+        /// A crash report being read (a Swift stack trace): logged as one entry when it ends.
         var crashReport: [String]?
-        var crashReportLines = 0
     }
 
     /// The first line of a crash report whose lines go to the log as one entry: Swift's
     /// runtime's stack trace, and its backtracer's report.
     static let crashReportStarts = ["Current stack trace:", "*** Program crashed:", "💣 Program crashed:"]
-    /// The most lines of a crash report logged.
+    /// The most lines of a crash report logged as one entry; more make another.
     static let maxCrashReportLines = 256
+
+    /// Whether `line` can belong to a crash report that has begun: a frame (`0    libswiftCore.so …`),
+    /// an indented or empty line, or one of the backtracer's headings. Any other line ends it.
+    static func continuesCrashReport(_ line: String) -> Bool {
+        guard let first = line.unicodeScalars.first else { return true }
+        if first.properties.numericType != nil || first == " " || first == "\t" { return true }
+        return ["Thread ", "Registers", "Images", "Backtrace", "Backtrace took", "0x", "***", "💣", "Press "].contains { line.hasPrefix($0) }
+    }
 
     /// - Parameter logger: carries the service's identifier and pid as metadata.
     init(_ readEnd: consuming OwnedFD, stream: String, logger: Logger) throws(SystemCallError) {
@@ -71,12 +78,15 @@ final class OutputCapture: Sendable {
             return state.partial
         }
         if !rest.isEmpty { emit(rest[...]) }
-        if let (report, total) = state.withLock({ state in state.crashReport.map { ($0, state.crashReportLines) } }) {
-            let shown = report.map { $0.escapedForTerminal() }.joined(separator: "\n")
-            logger.warning("crash report (\(total) lines\(total > report.count ? ", the first \(report.count) shown" : "")):\n\(shown)",
-                           metadata: ["stream": "\(stream)"])
-        }
+        logCrashReport(state.withLock { $0.crashReport.take() })
         finished.open(())
+    }
+
+    /// Logs a crash report's lines as one entry.
+    private func logCrashReport(_ report: [String]?) {
+        guard let report, !report.isEmpty else { return }
+        let shown = report.map { $0.escapedForTerminal() }.joined(separator: "\n")
+        logger.warning("crash report (\(report.count) lines):\n\(shown)", metadata: ["stream": "\(stream)"])
     }
 
     /// What the process last said on this stream (before a crash report), as written, and its
@@ -94,8 +104,12 @@ final class OutputCapture: Sendable {
         _ = await finished.value(before: deadline)
     }
 
-    /// Stops reading (the process is gone but a grandchild may still hold the pipe).
-    func stop() { source.stop() }
+    /// Stops reading (the process is gone but a grandchild may still hold the pipe); a crash
+    /// report being read is logged.
+    func stop() {
+        source.stop()
+        logCrashReport(state.withLock { $0.crashReport.take() })
+    }
 
     /// The last lines read (at most 8), escaped for the terminal, for error messages.
     var recentLines: [String] { state.withLock { $0.recent } }
@@ -109,8 +123,16 @@ final class OutputCapture: Sendable {
             defer { state.partial.removeAll(keepingCapacity: true) }
             return (state.partial + chunk, state.lines > Self.maxLines || state.bytes > Self.maxBytes)
         }
-        // Past the cap the bytes are only drained; the lines are not even split.
-        if capped { return true }
+        // Past the cap the bytes are only drained: the lines are not logged, and only the last
+        // few are split, for the tail and a fatal error the process's end must still tell.
+        if capped {
+            let recent = chunk.suffix(TerminationReason.maxStandardErrorBytes)
+            state.withLock { state in
+                for line in recent.split(separator: 0x0a) { Self.keep(String(decoding: line, as: UTF8.self), in: &state) }
+                if state.fatalError == nil, let line = Self.fatalErrorLine(in: chunk) { state.fatalError = line }
+            }
+            return true
+        }
         var lines: [ArraySlice<UInt8>] = []
         var start = 0
         buffer.withUnsafeBufferPointer { bytes in
@@ -140,28 +162,43 @@ final class OutputCapture: Sendable {
     private func emit(_ bytes: ArraySlice<UInt8>) {
         let line = String(decodingForTerminal: bytes)
         let written = String(decoding: bytes, as: UTF8.self)
-        let (count, reported) = state.withLock { state -> (Int, Bool) in
+        let (count, reported, full) = state.withLock { state -> (Int, Bool, [String]?) in
             state.lines += 1
             state.bytes += bytes.count
             if state.bytes > Self.maxBytes { state.lines = max(state.lines, Self.maxLines + 1) }
+            // A crash report's lines are kept to be logged as one entry, until a line that
+            // cannot belong to it, or the most one entry takes.
+            var full: [String]?
+            if state.crashReport != nil, !Self.continuesCrashReport(written) || state.crashReport!.count >= Self.maxCrashReportLines {
+                full = state.crashReport.take()
+            }
             if state.crashReport != nil || Self.crashReportStarts.contains(where: { written.hasPrefix($0) }) {
-                state.crashReportLines += 1
-                if state.crashReportLines <= Self.maxCrashReportLines { state.crashReport = (state.crashReport ?? []) + [written] }
-                return (state.lines, true)
+                state.crashReport = (state.crashReport ?? []) + [written]
+                return (state.lines, true, full)
             }
             if state.lines <= Self.maxLines {
                 state.recent.append(line)
                 if state.recent.count > 8 { state.recent.removeFirst() }
-                Self.keep(written, in: &state)
             }
-            return (state.lines, false)
+            Self.keep(written, in: &state)
+            return (state.lines, false, full)
         }
+        logCrashReport(full)
         if reported { return }
         if count <= Self.maxLines {
             logger.log(level: stream == "stderr" ? .warning : .info, "\(line)", metadata: ["stream": "\(stream)"])
         } else if count == Self.maxLines + 1 {
             logger.warning("more than \(Self.maxLines) lines or \(Self.maxBytes) bytes of output; the rest is dropped", metadata: ["stream": "\(stream)"])
         }
+    }
+
+    /// The first line of `bytes` holding `Fatal error:`, if any.
+    static func fatalErrorLine(in bytes: [UInt8]) -> String? {
+        let marker = Array("Fatal error:".utf8)
+        guard let at = bytes.indices.first(where: { bytes[$0...].starts(with: marker) }) else { return nil }
+        let start = bytes[..<at].lastIndex(of: 0x0a).map { $0 + 1 } ?? bytes.startIndex
+        let end = bytes[at...].firstIndex(of: 0x0a) ?? bytes.endIndex
+        return String(decoding: bytes[start..<end], as: UTF8.self)
     }
 
     /// `line` without the timestamp a log line starts with (swift-log's stream handler's

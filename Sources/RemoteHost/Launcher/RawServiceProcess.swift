@@ -12,14 +12,12 @@ package final class RawServiceProcess: Sendable {
     /// The host's end of the process's fd 3: nothing has been said on it yet.
     package let socket: SeqpacketSocket
     private let started: ServiceInstance.Started
-    private let manifest: ServiceManifest
     private let resources: ResourceControl
     /// The readers of its stdout and stderr (to the logger), so that a chatty service never
     /// blocks on a full pipe.
     private let readers: [Task<Void, Never>]
 
-    private init(manifest: ServiceManifest, started: ServiceInstance.Started, resources: ResourceControl) {
-        self.manifest = manifest
+    private init(started: ServiceInstance.Started, resources: ResourceControl) {
         self.started = started
         self.resources = resources
         process = started.process
@@ -35,7 +33,7 @@ package final class RawServiceProcess: Sendable {
         do {
             let started = try await ServiceInstance.start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users,
                                                           resources: resources, logger: logger)
-            return RawServiceProcess(manifest: manifest, started: started, resources: resources)
+            return RawServiceProcess(started: started, resources: resources)
         } catch {
             resources.remove()
             throw error
@@ -48,15 +46,9 @@ package final class RawServiceProcess: Sendable {
     /// until `deadline` for the end (`nil` if it still runs then), and a moment more for the
     /// last of its stderr.
     package func ending(before deadline: ContinuousClock.Instant) async -> TerminationReason? {
-        guard var termination = await exit(before: deadline) else { return nil }
-        if started.spawnArguments.first != manifest.executablePath, case .exited(let code) = termination, code > 128, code < 128 + 65 {
-            termination = .killed(signal: code - 128, coreDumped: false)
-        }
-        var reason = TerminationReason.ended(termination)
-        if let errors = started.captures.last {
-            await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
-            (reason.standardErrorTail, reason.fatalError) = (errors.evidence.tail, errors.evidence.fatalError)
-        }
+        guard let termination = await exit(before: deadline) else { return nil }
+        var reason = TerminationReason.ended(started.serviceTermination(termination))
+        (reason.standardErrorTail, reason.fatalError) = await started.evidence()
         return reason
     }
 

@@ -37,7 +37,17 @@ struct BubblewrapCommand {
     let arguments: [String]
     /// Host files copied into the sandbox, in order: the launcher opens each and passes it as
     /// the child's descriptor ``firstCopyDescriptor`` + its index, which the arguments name.
-    let copies: [String]
+    let copies: [Copy]
+
+    /// A file to copy in: opened beneath `folder` (no `..` or symbolic link leading out of it),
+    /// and only if it is a regular file whose mode gives every user `mode` (`o+r`, and `o+x`
+    /// for the executable): a copy never shows the service more than its own uid could read
+    /// were the folders above open to it.
+    struct Copy: Equatable {
+        let path: String
+        let folder: String
+        let mode: mode_t
+    }
 
     /// Files outside `/usr` that are bound read-only when present.
     static let systemFiles = ["/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/var/cache/fontconfig"]
@@ -90,42 +100,50 @@ struct BubblewrapCommand {
         arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
         for file in Self.systemFiles { arguments += ["--ro-bind-try", file, file] }
         var bound: [String] = []
-        var copies: [String] = []
+        var copies: [Copy] = []
+        /// The first folder above `path` (its links resolved) that the service's own uid cannot
+        /// pass, when it has one.
         func unreachable(_ path: String) -> String? {
-            identity == nil ? nil : SandboxPaths.unreachableFolder(above: path)
+            guard identity != nil else { return nil }
+            return SandboxPaths.unreachableFolder(above: (try? Syscall.resolvedPath(path)) ?? path)
         }
         func refuse(_ what: String, _ path: String, _ folder: String) -> RemoteError {
-            RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): \(what) \(path.escapedForTerminal()) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder) above it does not let other users through (mode o+x)")
+            RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): \(what) \(path.escapedForTerminal()) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder.escapedForTerminal()) above it does not let other users through (mode o+x)")
         }
+        let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
         func bind(_ path: String, from source: String? = nil) {
             guard !path.hasPrefix("/usr/"), !bound.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) else { return }
             bound.append(path)
             arguments += ["--ro-bind", source ?? path, path]
         }
-        /// A file of the executable's own: bound, or copied in when the service's uid cannot
-        /// reach it, or read it (and run it, for the executable).
-        func bindOrCopy(_ file: String, executable: Bool = false) throws(RemoteError) {
+        /// A file of the service's own, `beneath` a folder of it: bound, or copied in when a
+        /// folder above it does not let the service's uid pass. Its own mode must let every user
+        /// read it (and run it, for the executable), copied or not: checked here on the path,
+        /// and on the opened file when it is copied (``Copy``).
+        func bindOrCopy(_ file: String, beneath owner: String, executable: Bool = false) throws(RemoteError) {
             // A file that is not there is bound by path all the same, for bubblewrap to refuse.
+            guard identity != nil, let status = try? Syscall.status(ofPath: file) else { return bind(file) }
             let everyone: mode_t = executable ? S_IROTH | S_IXOTH : S_IROTH
-            guard identity != nil, let status = try? Syscall.status(ofPath: file),
-                  unreachable(file) != nil || status.st_mode & everyone != everyone else { return bind(file) }
+            guard status.st_mode & everyone == everyone else {
+                throw RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): \(file.escapedForTerminal()) cannot be \(executable ? "run" : "read") by the service's \(identity!) (the host is root): its mode \(String(status.st_mode & 0o7777, radix: 8)) does not give other users o+\(executable ? "rx" : "r")")
+            }
+            guard unreachable(file) != nil else { return bind(file) }
             guard !bound.contains(file) else { return }
             guard copies.count < Self.maxCopies else {
-                throw RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): more than \(Self.maxCopies) files would be copied into the sandbox (the service's uid cannot reach \(file)); install the service where every user may read it")
+                throw RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): more than \(Self.maxCopies) files would be copied into the sandbox (the service's uid cannot reach \(file.escapedForTerminal())); install the service where every user may read it")
             }
             bound.append(file)
-            arguments += ["--perms", "0555", "--ro-bind-data", String(Self.firstCopyDescriptor + Int32(copies.count)), file]
-            copies.append(file)
+            arguments += ["--perms", executable ? "0555" : "0444", "--ro-bind-data", String(Self.firstCopyDescriptor + Int32(copies.count)), file]
+            copies.append(Copy(path: file, folder: owner, mode: everyone))
         }
-        try bindOrCopy(manifest.executablePath, executable: true)
-        let folder = String(manifest.executablePath[..<(manifest.executablePath.lastIndex(of: "/") ?? manifest.executablePath.endIndex)])
+        try bindOrCopy(manifest.executablePath, beneath: folder, executable: true)
         for entry in ELFRunPath.entries(of: manifest.executablePath) {
             let path = Self.normalised(entry.replacing("$ORIGIN", with: folder).replacing("${ORIGIN}", with: folder))
             // The executable's folder and below: its libraries are bound one by one. Elsewhere,
             // only a Swift runtime folder: a RUNPATH is the service's to write, and must not
             // widen the sandbox to the host's files.
             if path == folder || path.hasPrefix(folder + "/") {
-                for library in Self.sharedLibraries(in: path) { try bindOrCopy(path + "/" + library) }
+                for library in Self.sharedLibraries(in: path) { try bindOrCopy(path + "/" + library, beneath: folder) }
             } else if Syscall.isDirectory(path), (try? Syscall.checkAccess(path + "/libswiftCore.so", R_OK)) != nil,
                       !Self.forbidden.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) {
                 if let blocked = unreachable(path + "/libswiftCore.so") { throw refuse("the Swift runtime folder", path, blocked) }
@@ -133,7 +151,7 @@ struct BubblewrapCommand {
             }
         }
         for (index, path) in manifest.sandbox.readOnlyPaths.enumerated() {
-            switch SandboxPaths.check(readOnly: path, dataRoot: dataRoot) {
+            switch SandboxPaths.check(readOnly: path, dataRoot: dataRoot, reachable: identity != nil) {
             case .success(let resolved):
                 bind(path, from: resolved)
             case .failure(let refusal):
@@ -145,7 +163,11 @@ struct BubblewrapCommand {
             arguments += ["--bind", dataFolder, Self.dataMountPoint]
         }
         for file in sanitizers?.suppressionFiles ?? [] {
-            if Syscall.isRegularFile(file), unreachable(file) != nil { try bindOrCopy(file) } else { arguments += ["--ro-bind-try", file, file] }
+            if Syscall.isRegularFile(file), unreachable(file) != nil {
+                try bindOrCopy(file, beneath: String(file[..<(file.lastIndex(of: "/") ?? file.startIndex)]))
+            } else {
+                arguments += ["--ro-bind-try", file, file]
+            }
         }
         let environment = environment.merging(sanitizers?.variables ?? [:]) { _, sanitizer in sanitizer }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }

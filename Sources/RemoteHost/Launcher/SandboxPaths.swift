@@ -11,9 +11,9 @@ import RemoteCore
 ///   whole: name the files of `/etc` the service needs, e.g. `/etc/ssl/certs`;
 /// - none of ``secrets`` (`/etc/shadow`, `/etc/ssh`, …), nor a folder containing one;
 /// - only regular files and folders (no socket, FIFO or device);
-/// - only what every user of the machine may read (mode `o+r`, and `o+x` for a folder, and
-///   `o+x` on every folder above it), so a sandbox never shows a file the host's user keeps to
-///   itself, and a root host's services, which run as uids of their own, can reach it;
+/// - only what every user of the machine may read (mode `o+r`, and `o+x` for a folder), so a
+///   sandbox never shows a file the host's user keeps to itself; and for a root host, whose
+///   services run as uids of their own, only what they can reach (`o+x` on every folder above);
 /// - never the launcher's data root, which holds every service's data folder.
 ///
 /// The rule is checked on the path with its symbolic links resolved, when the manifest is read
@@ -35,8 +35,11 @@ enum SandboxPaths {
     /// - Parameters:
     ///   - dataRoot: The launcher's data root, when known (at launch).
     ///   - forbidden: The places never bound (tests give their own).
+    ///   - reachable: Whether every user must be able to pass the folders above it too: for a
+    ///     root host's service, which runs as a uid of its own, and whose bubblewrap binds it by
+    ///     path as that uid.
     static func check(readOnly path: String, dataRoot: String? = nil,
-                      forbidden: [String] = privateFolders + secrets) -> Result<String, Refusal> {
+                      forbidden: [String] = privateFolders + secrets, reachable: Bool = false) -> Result<String, Refusal> {
         let resolved: String
         do {
             resolved = try Syscall.resolvedPath(path)
@@ -72,8 +75,8 @@ enum SandboxPaths {
         guard status.st_mode & everyone == everyone else {
             return .failure(Refusal("\(shown) is refused: it is not readable by every user (mode o+r\(status.isDirectory ? "x" : "")); a sandbox shows only what any user may read"))
         }
-        if let folder = unreachableFolder(above: resolved) {
-            return .failure(Refusal("\(shown) is refused: it is not readable by every user, since \(folder) above it does not let them through (mode o+x); a sandbox shows only what any user may read"))
+        if reachable, let folder = unreachableFolder(above: resolved) {
+            return .failure(Refusal("\(shown) is refused: the service's own uid cannot reach it (the host is root), since \(folder) above it does not let other users through (mode o+x)"))
         }
         return .success(resolved)
     }
@@ -89,6 +92,18 @@ enum SandboxPaths {
             guard let status = try? Syscall.status(ofPath: folder), status.st_mode & S_IXOTH != 0 else { return folder }
         }
         return nil
+    }
+
+    /// Makes the folders of the absolute path `path` that are missing, each with exactly the
+    /// mode `mode` gives for it (set through a descriptor, whatever the process's umask
+    /// takes off, and never through a link); the folders already there are left as they are.
+    static func makeFolders(_ path: String, mode: (String) -> mode_t) throws(SystemCallError) {
+        var folder = ""
+        for component in path.split(separator: "/") {
+            folder += "/" + component
+            guard try Syscall.makeDirectory(folder, mode: 0o700) else { continue }
+            try Syscall.changeMode(try Syscall.openFolder(folder), mode(folder), name: folder)
+        }
     }
 
     /// Why a path is refused.

@@ -45,6 +45,9 @@ final class ServiceInstance: LaunchedProcess {
     private struct State {
         var clients = 0
         var stopping: TerminationReason?
+        /// The process had exited by itself (a zombie, or reaped) when the host began to stop
+        /// it: how it ended is its own doing, not the stop's.
+        var endedBeforeStop = false
         /// The protocol violation its main connection ended with, if it did (see run()).
         var violation: TerminationReason?
         /// Reaped: its pid may belong to another process now.
@@ -55,9 +58,14 @@ final class ServiceInstance: LaunchedProcess {
         var descendants: Set<Int32> = []
     }
 
-    private init(manifest: ServiceManifest, process: ChildProcess, control: Connection, sandboxed: Bool,
-                 captures: [OutputCapture], logger: Logger, hostIdentifier: String, stopGrace: Duration, spawnArguments: [String],
-                 identity: ChildProcess.Identity?, group: ControlGroup?, mappings: SharedBudget, incomingRequests: SharedBudget) {
+    /// The process as it was started.
+    private let started: Started
+
+    private init(manifest: ServiceManifest, started: Started, control: Connection, hostIdentifier: String, stopGrace: Duration,
+                 mappings: SharedBudget, incomingRequests: SharedBudget) {
+        self.started = started
+        let (process, sandboxed, captures, logger, spawnArguments, identity, group) =
+            (started.process, started.sandboxed, started.captures, started.logger, started.spawnArguments, started.identity, started.group)
         self.spawnArguments = spawnArguments
         self.identity = identity
         self.incomingRequests = incomingRequests
@@ -88,9 +96,7 @@ final class ServiceInstance: LaunchedProcess {
         configuration.sharedIncomingRequests = incomingRequests
         configuration.protocolVersions = protocolVersions
         let control = Connection(transport: started.socket, configuration: configuration)
-        return ServiceInstance(manifest: manifest, process: started.process, control: control, sandboxed: sandbox != .unsandboxed,
-                               captures: started.captures, logger: started.logger, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
-                               spawnArguments: started.spawnArguments, identity: started.identity, group: started.group,
+        return ServiceInstance(manifest: manifest, started: started, control: control, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
                                mappings: SharedBudget(limit: maxMappedBytes), incomingRequests: incomingRequests)
     }
 
@@ -107,6 +113,26 @@ final class ServiceInstance: LaunchedProcess {
         let identity: ChildProcess.Identity?
         /// A logger naming the process.
         let logger: Logger
+        /// Whether it runs under bubblewrap.
+        let sandboxed: Bool
+
+        /// How the service ended, as `termination` (the launched process's) says: bubblewrap
+        /// reports a service killed by signal N as its own exit status 128 + N.
+        func serviceTermination(_ termination: Termination) -> Termination {
+            if sandboxed, case .exited(let code) = termination, code > 128, code < 128 + 65 {
+                return .killed(signal: code - 128, coreDumped: false)
+            }
+            return termination
+        }
+
+        /// What the process last wrote to stderr, and its fatal error, once that is read: the
+        /// writers are gone when it has ended, so the end of the pipe is near (waited for at
+        /// most half a second).
+        func evidence() async -> (tail: [String], fatalError: String?) {
+            guard let errors = captures.last else { return ([], nil) }
+            await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
+            return errors.evidence
+        }
     }
 
     /// Starts the service's process (see ``launch(_:sandbox:dataRoot:hostIdentifier:stopGrace:resources:maxMappedBytes:logger:)``)
@@ -129,7 +155,7 @@ final class ServiceInstance: LaunchedProcess {
         let dataFolder = manifest.sandbox.dataFolder ? try prepareDataFolder(of: manifest, in: dataRoot, owner: identity) : nil
         let executable: String, arguments: [String]
         var seccomp: MemoryFile?
-        var copies: [String] = []
+        var copies: [BubblewrapCommand.Copy] = []
         switch sandbox {
         case .bubblewrap(let path):
             environment["HOME"] = "/tmp"
@@ -145,7 +171,7 @@ final class ServiceInstance: LaunchedProcess {
                                                 sanitizers: SanitizerEnvironment.forService(sandboxed: true), identity: identity)
             (executable, arguments, copies) = (command.bubblewrap, command.arguments, command.copies)
             if !copies.isEmpty {
-                logger.info("copying \(copies.joined(separator: ", ")) into the sandbox of \(manifest.identifier): its \(identity.map { "\($0)" } ?? "uid") cannot read them where they are")
+                logger.info("copying \(copies.map(\.path).joined(separator: ", ").escapedForTerminal()) into the sandbox of \(manifest.identifier): its \(identity.map { "\($0)" } ?? "uid") cannot reach them where they are")
             }
             environment = [:]  // bubblewrap clears the service's environment and sets the above
         case .unsandboxed:
@@ -176,7 +202,9 @@ final class ServiceInstance: LaunchedProcess {
             case .some(let filter): options.pass(filter.fd, as: Int(Self.seccompDescriptorNumber))
             case .none: break
             }
-            for (index, file) in copies.enumerated() { options.pass(fileAt: file, as: Int(BubblewrapCommand.firstCopyDescriptor) + index) }
+            for (index, copy) in copies.enumerated() {
+                options.pass(fileAt: copy.path, beneath: copy.folder, requiring: copy.mode, as: Int(BubblewrapCommand.firstCopyDescriptor) + index)
+            }
             options.identity = identity
             // Kept from the host's abstract sockets (X11's, the session bus's), which a service
             // sharing the host's network namespace could otherwise reach; without the network,
@@ -206,7 +234,8 @@ final class ServiceInstance: LaunchedProcess {
             let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
                             try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
             return Started(process: process, socket: try SeqpacketSocket(pair.first), captures: captures, group: group,
-                           spawnArguments: [executable] + arguments, identity: identity, logger: processLogger)
+                           spawnArguments: [executable] + arguments, identity: identity, logger: processLogger,
+                           sandboxed: sandbox != .unsandboxed)
         } catch {
             // Started, but what the host needs to talk to it could not be made: it must not run on.
             if let launched {
@@ -242,14 +271,10 @@ final class ServiceInstance: LaunchedProcess {
             "cannot prepare the data folder of \(manifest.identifier) (sandbox.dataFolder) at \(folder): \(reason)"
         }
         guard dataRoot.hasPrefix("/") else { throw RemoteError(.invalidated, failure("the data root \"\(dataRoot)\" is not an absolute path")) }
-        var path = ""
-        for component in folder.split(separator: "/") {
-            path += "/" + component
-            do {
-                try Syscall.makeDirectory(path, mode: owner == nil || path == folder ? 0o700 : 0o711)
-            } catch {
-                throw RemoteError([ENOSPC, EDQUOT, ENOMEM].contains(error.errno) ? .interrupted : .invalidated, failure("\(error)"))
-            }
+        do {
+            try SandboxPaths.makeFolders(folder) { path in owner == nil || path == folder ? 0o700 : 0o711 }
+        } catch {
+            throw RemoteError([ENOSPC, EDQUOT, ENOMEM].contains(error.errno) ? .interrupted : .invalidated, failure("\(error)"))
         }
         guard Syscall.symbolicLinkTarget(folder) == nil else {
             throw RemoteError(.invalidated, failure("it is a symbolic link; it must be a folder"))
@@ -356,17 +381,12 @@ final class ServiceInstance: LaunchedProcess {
                 logger.debug("reaped the sandbox's own processes after the service: pids \(Set((strays + orphans).map(\.pid)).sorted())")
             }
             // Read what the process said before it went: its goodbye on fd 3 (an idle exit?), and
-            // its last words on stderr (bubblewrap's complaint if it never started, a fatal
-            // error): every pipe's writer is gone by now, so its end of file is near.
+            // its last words on stderr (bubblewrap's complaint if it never started, a fatal error).
             _ = await controlDone.value(before: .now.advanced(by: stopGrace))
-            if let errors = captures.last {
-                await errors.waitUntilRead(until: .now.advanced(by: .milliseconds(500)))
-            }
+            let evidence = await started.evidence()
             var reason = classify(termination)
             reason.uptime = uptime.inSeconds
-            if let evidence = captures.last?.evidence {
-                (reason.standardErrorTail, reason.fatalError) = (evidence.tail, evidence.fatalError)
-            }
+            (reason.standardErrorTail, reason.fatalError) = (evidence.tail, evidence.fatalError)
             // Every process of it is gone or going (reaped, or its orphans collected): its groups
             // can go once the last has left them.
             if let controlGroup = self.group, !(await controlGroup.remove(until: .now.advanced(by: stopGrace))) {
@@ -390,18 +410,12 @@ final class ServiceInstance: LaunchedProcess {
     }
 
     private func classify(_ termination: Termination) -> TerminationReason {
-        // bubblewrap reports a service killed by signal N as exit status 128 + N.
-        var termination = termination
-        if sandboxed, case .exited(let code) = termination, code > 128, code < 128 + 65 {
-            termination = .killed(signal: code - 128, coreDumped: false)
-        }
+        let termination = started.serviceTermination(termination)
         // What the host did decides first; a service's word counts only for what it did alone.
-        // A process that never started and ended without the host's signal failed on its own,
-        // whatever the host was doing meanwhile (invalidating a crash loop, say): that is not
-        // the host's stop.
-        let (stopping, violation) = state.withLock { ($0.stopping, $0.violation) }
-        let hostsSignal = if case .killed(let signal, _) = termination { signal == SIGTERM || signal == SIGKILL } else { false }
-        if var requested = violation ?? stopping, violation != nil || control.peer != nil || hostsSignal {
+        // A process that had exited by itself before the host began to stop it (invalidating a
+        // crash loop, say) ended its own way: that is not the host's stop.
+        let (stopping, violation, endedBeforeStop) = state.withLock { ($0.stopping, $0.violation, $0.endedBeforeStop) }
+        if var requested = violation ?? stopping, violation != nil || !endedBeforeStop {
             requested.exitCode = { if case .exited(let code) = termination { code } else { nil } }()
             requested.signal = { if case .killed(let signal, _) = termination { signal } else { nil } }()
             requested.detail += " (then \(termination))"
@@ -460,9 +474,12 @@ final class ServiceInstance: LaunchedProcess {
     /// Ends the process: goodbye on the control connection (the service closes its clients and
     /// exits), then `SIGTERM` to the service, then `SIGKILL`, each after `grace`.
     func stop(_ reason: TerminationReason, grace: Duration) async {
+        // Exited already, not yet reaped (a zombie): the stop finds it gone.
+        let exited = process.termination != nil || Syscall.processStatus(of: process.pid)?.state == "Z"
         let first = state.withLock { state -> Bool in
             guard state.stopping == nil, ending.value == nil else { return false }
             state.stopping = reason
+            state.endedBeforeStop = exited
             retired.store(true, ordering: .releasing)
             return true
         }
@@ -470,7 +487,11 @@ final class ServiceInstance: LaunchedProcess {
             _ = await seeEnd()
             return
         }
-        logger.info("stopping: \(reason)")
+        if exited {
+            logger.debug("not stopping (\(reason)): the process has exited by itself already")
+        } else {
+            logger.info("stopping: \(reason)")
+        }
         // Unsandboxed there is no pid namespace to take its children along: hold them by pidfd
         // now (one may have left the process group) and kill what is left once it has ended.
         let descendants = sandboxed ? [] : process.processTree().dropFirst().compactMap { try? ProcessDescriptor(pid: $0, isChild: false) }

@@ -148,10 +148,11 @@ public final class RemoteView: Sendable {
     /// - Throws: `RemoteError`: the reason the service was ended, if it was meanwhile (a broken
     ///   surface rule, a crash), `timeout`, or what the request throws.
     public func settle(timeout: Duration = .seconds(10)) async throws(RemoteError) {
-        do {
-            _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
-        } catch let error where error.code == .remoteError {
-            try await connection.withChannel { connection throws(RemoteError) in
+        // The request and what its failure means, on one channel: the process that answered.
+        try await connection.withChannel { connection throws(RemoteError) in
+            do throws(RemoteError) {
+                _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
+            } catch let error where error.code == .remoteError {
                 // Version 1 set no domain for "unknown request": any failure may mean it.
                 let peer = try await connection.peerHandshake()
                 guard connection.protocolVersion(with: peer) < 2 || error.remote?.isUnknownRequest == true else { throw error }

@@ -56,6 +56,26 @@ public final class ShareSession: Sendable {
         (updates, updateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
         view = RemoteView(connection: connection, presentation: presentation)
         connection.addListener(self)
+        // The view and the connection are the share's: its activity runs once, for its items.
+        // Once that process has gone, nothing relaunches it (which would start it without
+        // them); a caller is told how the share ended.
+        let activity = activity.identifier
+        connection.allowOneProcess { [weak self] in
+            guard let outcome = await self?.outcome else { return RemoteError(.shareEnded, "the share with \(activity) has ended") }
+            return Self.ended(activity, outcome)
+        }
+    }
+
+    /// The error a use of an ended share's view or connection throws: it names the share and
+    /// how it ended.
+    private static func ended(_ activity: String, _ outcome: ShareOutcome) -> RemoteError {
+        let how = switch outcome {
+        case .completed: "completed"
+        case .cancelled: "cancelled"
+        case .failed: "failed"
+        case .interrupted: "interrupted"
+        }
+        return RemoteError(.shareEnded, "the share with \(activity) has ended (\(how)); its view keeps its last frame, and performing the share again runs the activity again")
     }
 
     deinit {
@@ -144,15 +164,6 @@ public final class ShareSession: Sendable {
 
     private func finish(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
-        // The view is the share's: nothing relaunches its activity, which would start without
-        // the items, once the share is over. The process serves on while it lasts.
-        let how = switch outcome {
-        case .completed: "completed"
-        case .cancelled: "cancelled"
-        case .failed: "failed"
-        case .interrupted: "interrupted"
-        }
-        connection.forbidLaunches(RemoteError(.shareEnded, "the share with \(activity.identifier) has ended (\(how)); its view keeps its last frame, and performing the share again runs the activity again"))
         updateSink.finish()
     }
 

@@ -28,6 +28,9 @@ enum HostileSurface {
         /// The same, from connections that speak protocol version 1 only (a service written
         /// before version 2), and only when the host asks (a resize): lawful under version 1.
         case unannouncedVersion1
+        /// A good view of protocol version 2 that answers an unknown request (a settle) in its
+        /// own domain, which version 2 forbids.
+        case ownDomain
         /// Commits buffer 1 twice in a row without waiting for its release or frame_done.
         case unreleased
         /// Commits `floodFrames` frames, alternating two buffers, never waiting for frame_done.
@@ -149,7 +152,7 @@ enum HostileSurface {
             default:
                 // remoteview.settle too, except in settleDamage mode: these services do not settle.
                 // A version-1 service may say so in its own domain, as version 1 allowed.
-                if mode == .unannouncedVersion1 { throw ServiceFailure(domain: "hostile", code: 404, message: "no \(request.type) here") }
+                if mode == .unannouncedVersion1 || mode == .ownDomain { throw ServiceFailure(domain: "hostile", code: 404, message: "no \(request.type) here") }
                 throw ServiceFailure.unknownRequest(request.type, handler: serviceIdentifier)
             }
         }
@@ -203,7 +206,7 @@ enum HostileSurface {
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
                 _ = firstFrame.open((width, height))
                 return "drew the first frame"
-            case .unannounced, .unannouncedVersion1:
+            case .unannounced, .unannouncedVersion1, .ownDomain:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)
                 return "committed a first frame"

@@ -120,6 +120,15 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         throw ServiceFailure(domain: serviceIdentifier, code: 42, message: "asked to fail")
     case "crash":
         exit(3)
+    case "mount-options":
+        // The options of the mount at `text` as this process sees it (/proc/self/mountinfo).
+        let mounts = String(decoding: Syscall.readSmallFile("/proc/self/mountinfo", limit: 1 << 20) ?? [], as: UTF8.self)
+        let line = mounts.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first.map(String.init) == request.text }
+        return ServiceMessage(type: "mount-options", text: line?.split(separator: " ").dropFirst(5).first.map(String.init) ?? "not mounted")
+    case "print-lines":
+        // Each line of `text` on stderr, as written.
+        Syscall.writeStandardError((request.text ?? "") + "\n")
+        return ServiceMessage(type: "printed")
     case "fatal":
         // Swift's runtime: "Fatal error: …" on stderr, then SIGILL (ud2), as a service's bug does.
         Syscall.writeStandardError("about to fail: \(request.text ?? "")\n")
@@ -264,6 +273,12 @@ case "exit":
 case "mute":
     // Never handshakes: it just waits (SIGTERM ends it).
     while true { pause() }
+case "mute-until-closed":
+    // Never handshakes, ignores SIGTERM, and exits 1 by itself once the host closes fd 3, as
+    // a service still starting does when its host goes: that end is the host's doing.
+    signal(SIGTERM, SIG_IGN)
+    waitForHangup()
+    exit(1)
 case "drop-control":
     // Handshakes on fd 3, reads the host's handshake, closes fd 3, and keeps running.
     sendRaw(try EnvelopeCodec.encode(Envelope(id: 1, body: .handshake(Handshake(role: .service, identifier: serviceIdentifier)))))
