@@ -34,6 +34,10 @@ int rv_recvmmsg(int fd, struct rv_mmsghdr *messages, unsigned int count, int fla
     return recvmmsg(fd, (struct mmsghdr *)messages, count, flags, NULL);
 }
 
+int rv_sendmmsg(int fd, struct rv_mmsghdr *messages, unsigned int count, int flags) {
+    return sendmmsg(fd, (struct mmsghdr *)messages, count, flags);
+}
+
 int rv_accept_cloexec_nonblock(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
 int rv_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 int rv_memfd_create(const char *name, unsigned int flags) { return memfd_create(name, flags); }

@@ -1,47 +1,47 @@
 /// The life of one ``Connection`` as a value: its phase, who waits for what, and what the
 /// connection must do next. No socket, no thread, no clock.
 ///
-/// Like async-http-client's `HTTP1ConnectionStateMachine`: the ``Connection`` holds the machine
-/// under its lock, feeds it one event at a time (`mutating func`), and performs the returned
-/// action outside the lock: send, fail these waiters, cancel those handlers. Each state carries
-/// exactly the data valid in it. An event that cannot happen in a state is a `preconditionFailure`
-/// naming the state: it is a bug in `Connection`, never something a peer can cause.
+/// Like async-http-client's `HTTP1ConnectionStateMachine`, owned by its handler: the
+/// connection's ``ConnectionHandler`` holds the machine on its loop, with no lock, feeds it one
+/// event at a time (`mutating func`), and performs the returned action: write, resume or fail
+/// these callers, cancel those handlers. Each state carries exactly the data valid in it. An
+/// event that cannot happen in a state is a `preconditionFailure` naming the state: it is a bug
+/// in the handler, never something a peer can cause.
+///
+/// Generic over what a caller waiting for an answer (`Requester`) and for the peer's handshake
+/// (`Opener`) is: the handler's continuations; plain values in the machine's tests.
 ///
 /// ```
-/// idle ──run──▶ handshaking ──peer's handshake──▶ open
-///   │              │  (ours sent: senders go)      │
-///   └──close──▶ closing ◀──close / peer's goodbye──┘
+/// idle ──run (ours written)──▶ handshaking ──peer's handshake──▶ open
+///   │                              │                              │
+///   └──close──▶ closing ◀──────────┴───────close / peer's goodbye─┘
 ///                  │
-///   read loop ended (any state but idle) ──▶ closed
+///   the channel ended (any state but idle) ──▶ closed
 /// ```
-package struct ConnectionStateMachine: Sendable {
+package struct ConnectionStateMachine<Requester, Opener> {
     /// A task running a handler for one of the peer's requests.
     package typealias Handler = Task<Void, Never>
-    /// What a requester waits for: the reply (or failure, or pong) envelope, or why none came.
-    package typealias ReplyWaiter = Waiter<Result<Envelope, RemoteError>>
 
     /// A request this side sent and awaits an answer to.
-    package struct Outgoing: Sendable {
+    package struct Outgoing {
         /// Whether the answer must be a pong (the request was a ping).
         package var expectsPong: Bool
-        package var waiter: ReplyWaiter
+        package var requester: Requester
     }
 
-    /// Callers waiting before the connection is open: to send (until this side's handshake is
-    /// on the wire) and for the peer's handshake.
+    /// Callers waiting for the peer's handshake before the connection is open, with the token
+    /// each can be forgotten by.
     private struct Queued {
-        var senders = WaiterQueue<Result<Void, RemoteError>>()
-        var openers = WaiterQueue<Result<Handshake, RemoteError>>()
+        var openers: [(token: UInt64, opener: Opener)] = []
 
         mutating func takeAll() -> Failures {
-            Failures(senders: senders.takeAll(), openers: openers.takeAll())
+            defer { openers = [] }
+            return Failures(openers: openers.map(\.opener))
         }
     }
 
     private struct Handshaking {
         var queued: Queued
-        /// Whether this side's handshake is on the wire (messages may follow it).
-        var sent = false
         var outgoing: [UInt64: Outgoing] = [:]
         var refusal: ProtocolErrorCode?
     }
@@ -62,7 +62,7 @@ package struct ConnectionStateMachine: Sendable {
         var peer: Handshake?
         /// The peer's goodbye, if it said one.
         var goodbye: String?
-        /// Handlers still running; ``readLoopEnded(_:)`` cancels and awaits them.
+        /// Handlers still running; ``channelEnded(_:)`` cancels them, and the handler awaits them.
         var incoming: [UInt64: Handler?]
         var refusal: ProtocolErrorCode?
 
@@ -98,55 +98,47 @@ package struct ConnectionStateMachine: Sendable {
 
     // MARK: actions
 
-    /// Waiters to fail because the connection can no longer carry what they wait for.
-    package struct Failures: Sendable {
-        package var senders: [Waiter<Result<Void, RemoteError>>] = []
-        package var openers: [Waiter<Result<Handshake, RemoteError>>] = []
-        package var requests: [ReplyWaiter] = []
+    /// Callers to fail because the connection can no longer carry what they wait for.
+    package struct Failures {
+        package var openers: [Opener] = []
+        package var requests: [Requester] = []
 
-        package var isEmpty: Bool { senders.isEmpty && openers.isEmpty && requests.isEmpty }
-
-        /// Fails each waiter with `error`.
-        package func fail(with error: RemoteError) {
-            senders.resumeAll(returning: .failure(error))
-            openers.resumeAll(returning: .failure(error))
-            requests.resumeAll(returning: .failure(error))
-        }
+        package var isEmpty: Bool { openers.isEmpty && requests.isEmpty }
     }
 
     /// What ``run()`` leads to.
     package enum RunAction: Equatable, Sendable {
-        /// Send this side's handshake, then read.
+        /// Write this side's handshake (what callers asked to send before it follows), then read.
         case handshake
         /// The connection was closed before it ran: nothing to send; end at once.
         case finish
     }
 
     /// What the peer's handshake leads to.
-    package enum HandshakeAction: Sendable {
+    package enum HandshakeAction {
         /// Open: resume these callers with the peer's handshake.
-        case open([Waiter<Result<Handshake, RemoteError>>])
-        /// Refuse the peer: the read loop ends with this violation.
+        case open([Opener])
+        /// Refuse the peer: the connection ends with this violation.
         case refuse(RemoteError)
         /// This side is closing already: the peer is recorded; read on until the end.
         case ignore
     }
 
-    /// Whether a caller may send now.
-    package enum Readiness<Value: Sendable>: Sendable {
+    /// Whether a caller's wait for the peer's handshake is over.
+    package enum Readiness<Value> {
         case ready(Value)
         case failed(RemoteError)
-        /// The waiter is queued; await it.
+        /// The opener is queued; it is resumed or failed later.
         case wait
     }
 
     /// What an answer (reply, failure or pong) to request `id` leads to.
-    package enum AnswerAction: Sendable {
+    package enum AnswerAction {
         /// Resume the requester.
-        case deliver(ReplyWaiter)
+        case deliver(Requester)
         /// An answer to a request that timed out or was cancelled: dropped.
         case drop
-        /// The answer is of the wrong kind: the read loop ends with this violation.
+        /// The answer is of the wrong kind: the connection ends with this violation.
         case violation(RemoteError)
     }
 
@@ -159,23 +151,23 @@ package struct ConnectionStateMachine: Sendable {
     }
 
     /// What ``close()`` leads to.
-    package enum CloseAction: Sendable {
+    package enum CloseAction {
         /// Already closing or closed.
         case none
         /// Say goodbye first when `sayGoodbye` (only after both handshakes), fail `failures`,
-        /// and close the transport.
+        /// and close the channel.
         case close(sayGoodbye: Bool, failures: Failures)
     }
 
-    /// How the connection ends, once its read loop has.
-    package struct Ending: Sendable {
+    /// How the connection ends, once its channel has.
+    package struct Ending {
         /// `nil`: closed in order (by either side).
         package var outcome: RemoteError?
         /// Tell the peer it broke the protocol, with this code, before closing.
         package var protocolError: ProtocolErrorCode?
-        /// Fail these waiters (with ``failure``).
+        /// Fail these callers (with ``failure``).
         package var failures: Failures
-        /// The error the remaining waiters fail with.
+        /// The error the remaining callers fail with.
         package var failure: RemoteError
         /// Cancel these handlers and wait for them.
         package var handlers: [Handler]
@@ -198,24 +190,6 @@ package struct ConnectionStateMachine: Sendable {
             preconditionFailure("Connection.run() called twice (state: \(phase))")
         case .modifying:
             preconditionFailure("ConnectionStateMachine.run() while modifying")
-        }
-    }
-
-    /// This side's handshake is on the wire; returns the senders to let go.
-    package mutating func handshakeSent() -> [Waiter<Result<Void, RemoteError>>] {
-        switch state {
-        case .handshaking(var handshaking):
-            state = .modifying
-            handshaking.sent = true
-            let senders = handshaking.queued.senders.takeAll()
-            state = .handshaking(handshaking)
-            return senders
-        case .closing:
-            return []
-        case .idle, .open, .closed:
-            preconditionFailure("handshake sent in state \(phase)")
-        case .modifying:
-            preconditionFailure("ConnectionStateMachine.handshakeSent() while modifying")
         }
     }
 
@@ -246,9 +220,7 @@ package struct ConnectionStateMachine: Sendable {
                 return .refuse(RemoteError(.protocolViolation, "the \(theirs.role) says it is \"\(theirs.identifier)\" in its handshake, but it was launched as \"\(expected)\""))
             }
             state = .modifying
-            let openers = handshaking.queued.openers.takeAll()
-            // Senders were let go when ours was sent (it precedes reading theirs).
-            precondition(handshaking.queued.senders.isEmpty, "senders still queued after this side's handshake was sent")
+            let openers = handshaking.queued.openers.map(\.opener)
             state = .open(Open(peer: theirs, outgoing: handshaking.outgoing, refusal: handshaking.refusal))
             return .open(openers)
         case .closing(var closing):
@@ -264,7 +236,7 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// This side refuses the peer (it is told with `code` when the read loop ends).
+    /// This side refuses the peer (it is told with `code` when the connection ends).
     package mutating func refuse(_ code: ProtocolErrorCode) {
         switch state {
         case .handshaking(var handshaking):
@@ -285,23 +257,12 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// A caller wants to send: ready once this side's handshake is sent; otherwise `waiter` is
-    /// queued (await it).
-    package mutating func sendability(_ waiter: Waiter<Result<Void, RemoteError>>) -> Readiness<Void> {
-        switch canSend() {
-        case .success: return .ready(())
-        case .failure(let error): return .failed(error)
-        case nil:
-            updateQueued { $0.senders.append(waiter) }
-            return .wait
-        }
-    }
-
-    /// Whether a caller may send now, without queueing: `nil` means it must wait.
+    /// Whether a packet may be written now: `nil` before ``run()`` (it is written after this
+    /// side's handshake, which ``run()`` writes first).
     package func canSend() -> Result<Void, RemoteError>? {
         switch state {
         case .idle: nil
-        case .handshaking(let handshaking): handshaking.sent ? .success(()) : nil
+        case .handshaking: .success(())
         case .open: .success(())
         case .closing(let closing): .failure(closing.unusable)
         case .closed(let closed): .failure(closed.unusable)
@@ -314,11 +275,11 @@ package struct ConnectionStateMachine: Sendable {
         if case .open(let open) = state { open.peer } else { nil }
     }
 
-    /// A caller waits for the peer's handshake; `waiter` is queued unless it is known.
-    package mutating func openness(_ waiter: Waiter<Result<Handshake, RemoteError>>) -> Readiness<Handshake> {
+    /// A caller waits for the peer's handshake; `opener` is queued, under `token`, unless it is known.
+    package mutating func openness(_ opener: Opener, token: UInt64) -> Readiness<Handshake> {
         switch state {
         case .idle, .handshaking:
-            updateQueued { $0.openers.append(waiter) }
+            updateQueued { $0.openers.append((token, opener)) }
             return .wait
         case .open(let open):
             return .ready(open.peer)
@@ -331,15 +292,15 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// A caller that queued `waiter` gave up (cancelled): forget it. (Once open, closing or
-    /// closed it was let go or failed already.)
-    package mutating func abandon(sender waiter: Waiter<Result<Void, RemoteError>>) {
-        updateQueued { $0.senders.remove(waiter) }
-    }
-
-    /// A caller that queued `waiter` for the peer's handshake gave up (cancelled): forget it.
-    package mutating func abandon(opener waiter: Waiter<Result<Handshake, RemoteError>>) {
-        updateQueued { $0.openers.remove(waiter) }
+    /// The caller that queued an opener under `token` gave up (cancelled): returns its opener,
+    /// to fail, unless it was resumed or failed already (once open, closing or closed).
+    package mutating func abandon(opener token: UInt64) -> Opener? {
+        var found: Opener?
+        updateQueued { queued in
+            guard let index = queued.openers.firstIndex(where: { $0.token == token }) else { return }
+            found = queued.openers.remove(at: index).opener
+        }
+        return found
     }
 
     /// Changes the callers queued until the connection opens (in `idle` and `handshaking`);
@@ -361,19 +322,18 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// This side sends request `id` (a ping when `expectsPong`); its answer goes to `waiter`.
+    /// This side sends request `id` (a ping when `expectsPong`); its answer goes to `requester`.
     /// Fails when the connection is closing or closed.
-    package mutating func requestSent(_ id: UInt64, expectsPong: Bool, waiter: ReplyWaiter) -> Result<Void, RemoteError> {
+    package mutating func requestSent(_ id: UInt64, expectsPong: Bool, requester: Requester) -> Result<Void, RemoteError> {
         switch state {
         case .handshaking(var handshaking):
-            precondition(handshaking.sent, "a request before this side's handshake")
             state = .modifying
-            handshaking.outgoing[id] = Outgoing(expectsPong: expectsPong, waiter: waiter)
+            handshaking.outgoing[id] = Outgoing(expectsPong: expectsPong, requester: requester)
             state = .handshaking(handshaking)
             return .success(())
         case .open(var open):
             state = .modifying
-            open.outgoing[id] = Outgoing(expectsPong: expectsPong, waiter: waiter)
+            open.outgoing[id] = Outgoing(expectsPong: expectsPong, requester: requester)
             state = .open(open)
             return .success(())
         case .closing(let closing):
@@ -381,25 +341,28 @@ package struct ConnectionStateMachine: Sendable {
         case .closed(let closed):
             return .failure(closed.unusable)
         case .idle:
-            preconditionFailure("a request in state idle: callers wait until this side's handshake is sent")
+            preconditionFailure("a request in state idle: what is sent before run() is written after this side's handshake")
         case .modifying:
             preconditionFailure("ConnectionStateMachine.requestSent() while modifying")
         }
     }
 
-    /// Request `id` needs no answer any more (it timed out, was cancelled, or could not be sent).
-    package mutating func requestEnded(_ id: UInt64) {
+    /// Request `id` needs no answer any more (it timed out or was cancelled): returns its
+    /// requester, to fail, unless it was answered or failed already.
+    package mutating func requestEnded(_ id: UInt64) -> Requester? {
         switch state {
         case .handshaking(var handshaking):
             state = .modifying
-            handshaking.outgoing[id] = nil
+            let outgoing = handshaking.outgoing.removeValue(forKey: id)
             state = .handshaking(handshaking)
+            return outgoing?.requester
         case .open(var open):
             state = .modifying
-            open.outgoing[id] = nil
+            let outgoing = open.outgoing.removeValue(forKey: id)
             state = .open(open)
+            return outgoing?.requester
         case .idle, .closing, .closed:
-            break  // failed with the rest already
+            return nil  // failed with the rest already
         case .modifying:
             preconditionFailure("ConnectionStateMachine.requestEnded() while modifying")
         }
@@ -416,7 +379,7 @@ package struct ConnectionStateMachine: Sendable {
             state = .modifying
             open.outgoing[replyTo] = nil
             state = .open(open)
-            return .deliver(outgoing.waiter)
+            return .deliver(outgoing.requester)
         case .closing:
             return .drop  // every request was failed when closing began
         case .idle, .handshaking, .closed:
@@ -499,12 +462,12 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// The peer said goodbye: returns what to fail (with *interrupted*); the read loop stops.
+    /// The peer said goodbye: returns what to fail (with *interrupted*); reading stops.
     package mutating func goodbyeReceived(_ reason: String) -> Failures {
         switch state {
         case .open(let open):
             state = .closing(Closing(local: false, ran: true, peer: open.peer, goodbye: reason, incoming: open.incoming, refusal: open.refusal))
-            return Failures(requests: open.outgoing.values.map(\.waiter))
+            return Failures(requests: open.outgoing.values.map(\.requester))
         case .closing(var closing):
             state = .modifying
             closing.goodbye = reason
@@ -525,15 +488,15 @@ package struct ConnectionStateMachine: Sendable {
             return .close(sayGoodbye: false, failures: queued.takeAll())
         case .handshaking(var handshaking):
             var failures = handshaking.queued.takeAll()
-            failures.requests = handshaking.outgoing.values.map(\.waiter)
+            failures.requests = handshaking.outgoing.values.map(\.requester)
             state = .closing(Closing(local: true, ran: true, peer: nil, goodbye: nil, incoming: [:], refusal: handshaking.refusal))
             return .close(sayGoodbye: false, failures: failures)
         case .open(let open):
             state = .closing(Closing(local: true, ran: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal))
-            return .close(sayGoodbye: true, failures: Failures(requests: open.outgoing.values.map(\.waiter)))
+            return .close(sayGoodbye: true, failures: Failures(requests: open.outgoing.values.map(\.requester)))
         case .closing(var closing):
             guard !closing.local else { return .none }
-            // The peer said goodbye and the read loop is ending: this side's close makes no difference.
+            // The peer said goodbye and the connection is ending: this side's close makes no difference.
             state = .modifying
             closing.local = true
             state = .closing(closing)
@@ -545,13 +508,14 @@ package struct ConnectionStateMachine: Sendable {
         }
     }
 
-    /// The read loop ended: with `error`, or `nil` at the peer's end of file (or after a goodbye).
-    package mutating func readLoopEnded(_ error: RemoteError?) -> Ending {
+    /// The channel ended: with `error`, or `nil` at the peer's end of file (or after a goodbye,
+    /// or this side's close).
+    package mutating func channelEnded(_ error: RemoteError?) -> Ending {
         switch state {
         case .handshaking(var handshaking):
             let outcome = error ?? RemoteError(.interrupted, "the peer closed the connection before its handshake (it may have crashed at start-up)")
             var failures = handshaking.queued.takeAll()
-            failures.requests = handshaking.outgoing.values.map(\.waiter)
+            failures.requests = handshaking.outgoing.values.map(\.requester)
             state = .closed(Closed(outcome: outcome, peer: nil, goodbye: nil))
             return Ending(outcome: outcome, protocolError: Self.complaint(outcome, handshaking.refusal), failures: failures,
                           failure: Self.failure(for: outcome), handlers: [])
@@ -559,27 +523,27 @@ package struct ConnectionStateMachine: Sendable {
             let outcome = error ?? RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)")
             state = .closed(Closed(outcome: outcome, peer: open.peer, goodbye: nil))
             return Ending(outcome: outcome, protocolError: Self.complaint(outcome, open.refusal),
-                          failures: Failures(requests: open.outgoing.values.map(\.waiter)),
+                          failures: Failures(requests: open.outgoing.values.map(\.requester)),
                           failure: Self.failure(for: outcome), handlers: open.incoming.values.compactMap { $0 })
         case .closing(let closing):
-            // Closed in order, by this side or by the peer's goodbye: whatever the read loop saw last.
+            // Closed in order, by this side or by the peer's goodbye: whatever the channel saw last.
             state = .closed(Closed(outcome: nil, peer: closing.peer, goodbye: closing.goodbye))
             return Ending(outcome: nil, protocolError: nil, failures: Failures(), failure: Self.failure(for: nil),
                           handlers: closing.incoming.values.compactMap { $0 })
         case .idle, .closed:
-            preconditionFailure("the read loop ended in state \(phase)")
+            preconditionFailure("the channel ended in state \(phase)")
         case .modifying:
-            preconditionFailure("ConnectionStateMachine.readLoopEnded() while modifying")
+            preconditionFailure("ConnectionStateMachine.channelEnded() while modifying")
         }
     }
 
-    /// What the peer is told when the read loop ends with `outcome`: the refusal's code for a
+    /// What the peer is told when the connection ends with `outcome`: the refusal's code for a
     /// violation this side found (malformed unless a code was given).
     private static func complaint(_ outcome: RemoteError, _ refusal: ProtocolErrorCode?) -> ProtocolErrorCode? {
         outcome.code == .protocolViolation ? refusal ?? .malformed : nil
     }
 
-    /// What waiters left at the end fail with. A request sent behind this side's handshake to a
+    /// What callers left at the end fail with. A request sent behind this side's handshake to a
     /// peer that never answered it did not time out itself: the connection failed under it
     /// (XPC's "interrupted").
     private static func failure(for outcome: RemoteError?) -> RemoteError {
@@ -628,7 +592,7 @@ package struct ConnectionStateMachine: Sendable {
     package var phase: String {
         switch state {
         case .idle: "idle"
-        case .handshaking(let handshaking): handshaking.sent ? "handshaking (ours sent)" : "handshaking"
+        case .handshaking: "handshaking"
         case .open: "open"
         case .closing(let closing): closing.local ? "closing" : "closing (peer said goodbye)"
         case .closed: "closed"

@@ -70,8 +70,8 @@ package enum ProtocolErrorCode: Int32, Sendable, CaseIterable {
 ///
 /// The wire layer: ``Connection`` builds and reads these; authors never see them.
 package struct Envelope: Sendable {
-    /// Sender-assigned, never 0 on the wire, increasing in the order packets are written (a
-    /// transport numbers what it sends: see ``Transport/send(_:written:)``).
+    /// Sender-assigned, never 0 on the wire, increasing in the order packets are written (the
+    /// sender numbers what it writes as it queues it: see ``EnvelopeFramer``).
     package var id: UInt64
     /// The request this answers, if it is a reply.
     package var replyTo: UInt64?

@@ -5,7 +5,8 @@ import Testing
 /// thread or clock). The illegal ones trap; each is checked in a process of its own.
 @Suite("Connection state machine")
 struct ConnectionStateMachineTests {
-    typealias Machine = ConnectionStateMachine
+    /// Requesters and openers are plain numbers here; the handler's are its pending calls.
+    typealias Machine = ConnectionStateMachine<Int, Int>
     static let ours = Handshake(role: .host, identifier: "com.example.host")
     static let theirs = Handshake(role: .service, identifier: "com.example.service", capabilities: ["echo"])
 
@@ -13,7 +14,6 @@ struct ConnectionStateMachineTests {
     static func open() -> Machine {
         var machine = Machine()
         _ = machine.run()
-        _ = machine.handshakeSent()
         guard case .open = machine.handshakeReceived(theirs, ours: ours) else { preconditionFailure("not open") }
         return machine
     }
@@ -24,69 +24,56 @@ struct ConnectionStateMachineTests {
 
     // MARK: opening
 
-    @Test("idle: senders and openers queue; run starts the handshake; ours sent lets the senders go; theirs opens")
+    @Test("idle: nothing may be written yet and openers queue; run writes the handshake (writes may follow it); theirs opens")
     func opening() {
         var machine = Machine()
         #expect(machine.phase == "idle" && machine.isIdle && !machine.isClosed && machine.peer == nil)
-        #expect(machine.canSend() == nil, "nothing may be sent before this side's handshake")
-        let sender = Waiter<Result<Void, RemoteError>>(), opener = Waiter<Result<Handshake, RemoteError>>()
-        guard case .wait = machine.sendability(sender), case .wait = machine.openness(opener) else {
-            Issue.record("idle callers must wait")
-            return
-        }
+        #expect(machine.canSend() == nil, "nothing may be written before this side's handshake")
+        guard case .wait = machine.openness(1, token: 10) else { Issue.record("idle openers must wait"); return }
         let run = machine.run()
         #expect(run == .handshake)
         #expect(machine.phase == "handshaking")
-        let late = Waiter<Result<Void, RemoteError>>()
-        guard case .wait = machine.sendability(late) else { Issue.record("senders wait until ours is sent"); return }
-        let senders = machine.handshakeSent()
-        #expect(senders.count == 2 && senders[0] === sender && senders[1] === late)
-        #expect(machine.phase == "handshaking (ours sent)")
-        guard case .ready = machine.sendability(Waiter()) else { Issue.record("ours is sent: ready"); return }
-        if case .success = machine.canSend() {} else { Issue.record("ours is sent: canSend") }
+        if case .success = machine.canSend() {} else { Issue.record("ours is written with run: canSend") }
+        guard case .wait = machine.openness(2, token: 11) else { Issue.record("openers wait for theirs"); return }
         guard case .open(let openers) = machine.handshakeReceived(Self.theirs, ours: Self.ours) else {
             Issue.record("the peer's handshake opens")
             return
         }
-        #expect(openers.count == 1 && openers[0] === opener)
+        #expect(openers == [1, 2])
         #expect(machine.phase == "open" && machine.peer == Self.theirs)
-        guard case .ready(let peer) = machine.openness(Waiter()) else { Issue.record("open: openness ready"); return }
+        guard case .ready(let peer) = machine.openness(3, token: 12) else { Issue.record("open: openness ready"); return }
         #expect(peer == Self.theirs)
     }
 
-    @Test("a caller that gives up while queued is forgotten")
+    @Test("an opener that gives up while queued is handed back once, and forgotten")
     func abandoned() {
         var machine = Machine()
-        let sender = Waiter<Result<Void, RemoteError>>(), opener = Waiter<Result<Handshake, RemoteError>>()
-        _ = machine.sendability(sender)
-        _ = machine.openness(opener)
-        machine.abandon(sender: sender)
-        machine.abandon(opener: opener)
+        _ = machine.openness(1, token: 10)
+        _ = machine.openness(2, token: 11)
+        #expect(machine.abandon(opener: 10) == 1)
+        #expect(machine.abandon(opener: 10) == nil, "once")
         _ = machine.run()
-        let senders = machine.handshakeSent()
-        #expect(senders.isEmpty)
         guard case .open(let openers) = machine.handshakeReceived(Self.theirs, ours: Self.ours) else { Issue.record("open"); return }
-        #expect(openers.isEmpty)
+        #expect(openers == [2])
+        #expect(machine.abandon(opener: 11) == nil, "resumed already")
     }
 
     @Test("the peer's handshake is refused for another version (naming both) or the same role, with the code the peer is told")
     func refusals() {
         var machine = Machine()
         _ = machine.run()
-        _ = machine.handshakeSent()
         var future = Self.theirs
         future.protocolVersion = 99
         guard case .refuse(let version) = machine.handshakeReceived(future, ours: Self.ours) else { Issue.record("version"); return }
         #expect(version.code == .protocolViolation && version.reason.contains("version 1") && version.reason.contains("version 99"))
-        let ending = machine.readLoopEnded(version)
+        let ending = machine.channelEnded(version)
         #expect(ending.protocolError == .versionMismatch && ending.outcome == version)
 
         var twin = Machine()
         _ = twin.run()
-        _ = twin.handshakeSent()
         guard case .refuse(let role) = twin.handshakeReceived(Self.ours, ours: Self.ours) else { Issue.record("role"); return }
         #expect(role.reason.contains("both peers claim to be the host"))
-        let twinEnding = twin.readLoopEnded(role)
+        let twinEnding = twin.channelEnded(role)
         #expect(twinEnding.protocolError == .role)
     }
 
@@ -94,13 +81,13 @@ struct ConnectionStateMachineTests {
     func violationCodes() {
         var refused = Self.open()
         refused.refuse(.unexpected)
-        let refusal = refused.readLoopEnded(RemoteError(.protocolViolation, "a second handshake"))
+        let refusal = refused.channelEnded(RemoteError(.protocolViolation, "a second handshake"))
         #expect(refusal.protocolError == .unexpected)
         var malformed = Self.open()
-        let garbage = malformed.readLoopEnded(RemoteError(.protocolViolation, "garbage"))
+        let garbage = malformed.channelEnded(RemoteError(.protocolViolation, "garbage"))
         #expect(garbage.protocolError == .malformed)
         var vanished = Self.open()
-        let ending = vanished.readLoopEnded(nil)
+        let ending = vanished.channelEnded(nil)
         #expect(ending.protocolError == nil)
         #expect(ending.outcome?.code == .interrupted && ending.outcome?.reason.contains("without saying goodbye") == true)
     }
@@ -110,16 +97,16 @@ struct ConnectionStateMachineTests {
     @Test("an answer goes to its requester once; unknown answers are dropped; the wrong kind is a violation")
     func answers() {
         var machine = Self.open()
-        let reply = Machine.ReplyWaiter(), ping = Machine.ReplyWaiter()
-        let sent = [machine.requestSent(2, expectsPong: false, waiter: reply), machine.requestSent(3, expectsPong: true, waiter: ping)]
+        let sent = [machine.requestSent(2, expectsPong: false, requester: 20), machine.requestSent(3, expectsPong: true, requester: 30)]
         #expect(sent.allSatisfy { if case .success = $0 { true } else { false } })
         #expect(machine.outstanding.outgoing == 2)
         guard case .violation(let wrong) = machine.answerReceived(to: 3, isPong: false, kind: "reply") else { Issue.record("kind"); return }
         #expect(wrong.reason.contains("expects a pong"))
-        guard case .deliver(let waiter) = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("deliver"); return }
-        #expect(waiter === reply)
+        guard case .deliver(let requester) = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("deliver"); return }
+        #expect(requester == 20)
         guard case .drop = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("answered once"); return }
-        machine.requestEnded(3)  // the ping timed out
+        #expect(machine.requestEnded(3) == 30, "the ping timed out: its requester is handed back to fail")
+        #expect(machine.requestEnded(3) == nil, "once")
         guard case .drop = machine.answerReceived(to: 3, isPong: true, kind: "pong") else { Issue.record("late pong"); return }
         #expect(machine.outstanding.outgoing == 0)
     }
@@ -128,13 +115,11 @@ struct ConnectionStateMachineTests {
     func requestBehindHandshake() {
         var machine = Machine()
         _ = machine.run()
-        _ = machine.handshakeSent()
-        let waiter = Machine.ReplyWaiter()
-        let sent = machine.requestSent(2, expectsPong: false, waiter: waiter)
+        let sent = machine.requestSent(2, expectsPong: false, requester: 20)
         if case .failure(let error) = sent { Issue.record("refused: \(error)") }
         _ = machine.handshakeReceived(Self.theirs, ours: Self.ours)
         guard case .deliver(let delivered) = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("deliver"); return }
-        #expect(delivered === waiter)
+        #expect(delivered == 20)
     }
 
     @Test("the peer's requests: started once each, at most the limit, cancelled by id, and a handler that ends before it is recorded is never recorded")
@@ -163,18 +148,17 @@ struct ConnectionStateMachineTests {
 
     // MARK: closing
 
-    @Test("closing before run: nothing to say, queued callers fail, and run then ends at once")
+    @Test("closing before run: nothing to say, queued openers fail, and run then ends at once")
     func closeIdle() {
         var machine = Machine()
-        let sender = Waiter<Result<Void, RemoteError>>()
-        _ = machine.sendability(sender)
+        _ = machine.openness(1, token: 10)
         guard case .close(let goodbye, let failures) = machine.close() else { Issue.record("close"); return }
-        #expect(!goodbye && failures.senders.count == 1 && failures.senders[0] === sender)
+        #expect(!goodbye && failures.openers == [1])
         #expect(machine.isClosed && machine.phase == "closing")
         guard case .none = machine.close() else { Issue.record("closing twice does nothing"); return }
         let run = machine.run()
         #expect(run == .finish)
-        let ending = machine.readLoopEnded(RemoteError(.invalidated, "the connection was closed"))
+        let ending = machine.channelEnded(RemoteError(.invalidated, "the connection was closed"))
         #expect(ending.outcome == nil && ending.protocolError == nil, "closed in order by this side")
         #expect(machine.phase == "closed")
     }
@@ -182,26 +166,24 @@ struct ConnectionStateMachineTests {
     @Test("closing while handshaking: no goodbye (a goodbye only follows both handshakes), requests and openers fail")
     func closeHandshaking() {
         var machine = Machine()
-        let opener = Waiter<Result<Handshake, RemoteError>>()
-        _ = machine.openness(opener)
+        _ = machine.openness(1, token: 10)
         _ = machine.run()
-        _ = machine.handshakeSent()
-        _ = machine.requestSent(2, expectsPong: false, waiter: Machine.ReplyWaiter())
+        _ = machine.requestSent(2, expectsPong: false, requester: 20)
         guard case .close(let goodbye, let failures) = machine.close() else { Issue.record("close"); return }
         #expect(!goodbye && failures.openers.count == 1 && failures.requests.count == 1)
         // The peer's handshake arriving now opens nothing: the peer is recorded, the loop reads on.
         guard case .ignore = machine.handshakeReceived(Self.theirs, ours: Self.ours) else { Issue.record("ignored"); return }
         #expect(machine.peer == Self.theirs)
-        guard case .failed(let error) = machine.sendability(Waiter()) else { Issue.record("no sends while closing"); return }
+        guard case .failure(let error) = machine.canSend() else { Issue.record("no writes while closing"); return }
         #expect(error.code == .invalidated && error.reason.contains("closing"))
-        let ending = machine.readLoopEnded(nil)
+        let ending = machine.channelEnded(nil)
         #expect(ending.outcome == nil)
     }
 
     @Test("closing while open: goodbye first, outstanding requests fail, running handlers are awaited at the end")
     func closeOpen() async throws {
         var machine = Self.open()
-        _ = machine.requestSent(2, expectsPong: false, waiter: Machine.ReplyWaiter())
+        _ = machine.requestSent(2, expectsPong: false, requester: 20)
         _ = machine.requestReceived(9, limit: 10)
         let handler = Task {}
         machine.handlerStarted(9, task: handler)
@@ -209,25 +191,25 @@ struct ConnectionStateMachineTests {
         #expect(goodbye && failures.requests.count == 1)
         let late = machine.requestReceived(10, limit: 10)
         #expect(try late.get() == .ignore, "no new handler while closing")
-        guard case .failure = machine.requestSent(3, expectsPong: false, waiter: Machine.ReplyWaiter()) else { Issue.record("no requests"); return }
-        let ending = machine.readLoopEnded(nil)
+        guard case .failure = machine.requestSent(3, expectsPong: false, requester: 30) else { Issue.record("no requests"); return }
+        let ending = machine.channelEnded(nil)
         #expect(ending.outcome == nil && ending.handlers == [handler] && ending.failures.isEmpty)
         #expect(machine.peer == Self.theirs, "the peer is still known after the end")
-        guard case .failed(let error) = machine.sendability(Waiter()) else { Issue.record("closed"); return }
+        guard case .failure(let error) = machine.canSend() else { Issue.record("closed"); return }
         #expect(error.code == .invalidated)
         await handler.value
     }
 
-    @Test("the peer's goodbye fails outstanding requests, stops the read loop, and ends in order")
+    @Test("the peer's goodbye fails outstanding requests, stops reading, and ends in order")
     func goodbye() {
         var machine = Self.open()
-        _ = machine.requestSent(2, expectsPong: false, waiter: Machine.ReplyWaiter())
+        _ = machine.requestSent(2, expectsPong: false, requester: 20)
         let failures = machine.goodbyeReceived("idle exit")
         #expect(failures.requests.count == 1)
         #expect(machine.goodbyeReason == "idle exit" && machine.isClosed && machine.phase == "closing (peer said goodbye)")
         guard case .drop = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("late answer"); return }
         guard case .none = machine.close() else { Issue.record("nothing to close after a goodbye"); return }
-        let ending = machine.readLoopEnded(nil)
+        let ending = machine.channelEnded(nil)
         #expect(ending.outcome == nil && machine.goodbyeReason == "idle exit")
     }
 
@@ -235,12 +217,11 @@ struct ConnectionStateMachineTests {
     func handshakeTimeout() {
         var machine = Machine()
         _ = machine.run()
-        _ = machine.handshakeSent()
-        _ = machine.requestSent(2, expectsPong: false, waiter: Machine.ReplyWaiter())
-        let ending = machine.readLoopEnded(RemoteError(.timeout, "the peer sent no handshake within 5 seconds"))
+        _ = machine.requestSent(2, expectsPong: false, requester: 20)
+        let ending = machine.channelEnded(RemoteError(.timeout, "the peer sent no handshake within 5 seconds"))
         #expect(ending.outcome?.code == .timeout && ending.failure.code == .interrupted && ending.failures.requests.count == 1)
         #expect(ending.protocolError == nil)
-        guard case .failed(let error) = machine.sendability(Waiter()) else { Issue.record("closed"); return }
+        guard case .failure(let error) = machine.canSend() else { Issue.record("closed"); return }
         #expect(error.code == .timeout, "later calls see how it ended")
     }
 
@@ -249,24 +230,24 @@ struct ConnectionStateMachineTests {
     @Test("run twice traps")
     func runTwice() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             _ = machine.run()
             _ = machine.run()
         }
     }
 
-    @Test("a request before this side's handshake traps (callers wait until it is sent)")
+    @Test("a request before this side's handshake traps (the handler keeps what is asked before run until its handshake is written)")
     func requestWhileIdle() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
-            _ = machine.requestSent(1, expectsPong: false, waiter: ConnectionStateMachine.ReplyWaiter())
+            var machine = ConnectionStateMachine<Int, Int>()
+            _ = machine.requestSent(1, expectsPong: false, requester: 1)
         }
     }
 
     @Test("an answer before the peer's handshake traps (answers are read only once open)")
     func answerWhileHandshaking() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             _ = machine.run()
             _ = machine.answerReceived(to: 1, isPong: false, kind: "reply")
         }
@@ -275,30 +256,29 @@ struct ConnectionStateMachineTests {
     @Test("run while running traps, even once closing")
     func runWhileClosing() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             _ = machine.run()
             _ = machine.close()
             _ = machine.run()
         }
     }
 
-    @Test("the read loop ending twice traps")
+    @Test("the channel ending twice traps")
     func endTwice() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             _ = machine.run()
-            _ = machine.readLoopEnded(nil)
-            _ = machine.readLoopEnded(nil)
+            _ = machine.channelEnded(nil)
+            _ = machine.channelEnded(nil)
         }
     }
 
     @Test("a second handshake event traps (the connection refuses it before it reaches the machine)")
     func handshakeTwice() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             let host = Handshake(role: .host, identifier: "com.example.host"), service = Handshake(role: .service, identifier: "com.example.service")
             _ = machine.run()
-            _ = machine.handshakeSent()
             _ = machine.handshakeReceived(service, ours: host)
             _ = machine.handshakeReceived(service, ours: host)
         }
@@ -307,7 +287,7 @@ struct ConnectionStateMachineTests {
     @Test("a goodbye before the peer's handshake traps (messages are read only once open)")
     func goodbyeWhileIdle() async {
         await #expect(processExitsWith: .failure) {
-            var machine = ConnectionStateMachine()
+            var machine = ConnectionStateMachine<Int, Int>()
             _ = machine.goodbyeReceived("early")
         }
     }

@@ -383,16 +383,15 @@ struct HostileConnectionTests {
         let outcome = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let peer = pair.second
-            let transport = try SeqpacketSocket(pair.first, sendTimeout: .milliseconds(100))
             try rawSend(peer.rawValue, Self.handshake())
-            let host = Connection(transport: transport, configuration: Connection.Configuration.testHost)
+            let host = Connection(channel: try SeqpacketChannel(pair.first, sendTimeout: .milliseconds(100)), configuration: Connection.Configuration.testHost)
             return try await withThrowingTaskGroup(of: Void.self) { group -> RemoteError? in
                 group.addTask { try? await host.run() }
-                defer { transport.close() }
                 let payload = [UInt8](repeating: 1, count: 60_000)
                 do {
                     while true { try await host.send(ServiceMessage(type: "flood", payload: payload)) }
                 } catch let error as RemoteError {
+                    await host.close()
                     return error
                 }
             }

@@ -121,7 +121,7 @@ struct SurfaceConnectionTests {
         let received = try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let box = Received()
-            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: .testHost)
+            let host = Connection(channel: try SeqpacketChannel(pair.first), configuration: .testHost)
             host.route(surface: { message, attachments, _ in
                 box.append("\(message.name) fds=\(attachments.count)")
                 if message.name == "preferred_size" { box.finish() }
@@ -153,7 +153,7 @@ struct SurfaceConnectionTests {
             let error = try await withoutLeaks { () -> RemoteError? in
                 let pair = try SeqpacketSocket.pair()
                 // `receiver` has the other role and a surface handler; the sender breaks the rule raw.
-                let receiver = Connection(transport: try SeqpacketSocket(pair.first),
+                let receiver = Connection(channel: try SeqpacketChannel(pair.first),
                                           configuration: .init(role: role == .host ? .service : .host, identifier: "com.example.receiver"))
                 receiver.route(surface: { _, _, _ in })
                 let raw = try SeqpacketSocket(pair.second)
@@ -168,7 +168,7 @@ struct SurfaceConnectionTests {
         }
         let error = try await withoutLeaks { () -> RemoteError? in
             let pair = try SeqpacketSocket.pair()
-            let host = try Connection(transport: SeqpacketSocket(pair.first), configuration: .testHost)
+            let host = try Connection(channel: SeqpacketChannel(pair.first), configuration: .testHost)
             let raw = try SeqpacketSocket(pair.second)
             try await raw.send(Envelope(body: .handshake(Handshake(role: .service, identifier: "com.example.rude"))))
             try await raw.send(Envelope(body: .surface(.preferredSize(width: 1, height: 1))))

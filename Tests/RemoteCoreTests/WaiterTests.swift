@@ -192,34 +192,3 @@ struct IdleClockTests {
         #expect(EventLoop.shared.scheduledTimers == timers)
     }
 }
-
-/// The event loop's rounds, as a task that prefers the loop sees them.
-@Suite("Event loop rounds", .serialized)
-struct EventLoopRoundTests {
-    @Test("a task on the loop that waits for the next round resumes after the descriptors that became ready meanwhile; one that only yields runs again first (the loop runs the jobs its jobs queue in the same round)")
-    func nextRoundComesAfterDescriptors() async throws {
-        try await withoutLeaks {
-            let loop = EventLoop.shared
-            let pair = try SeqpacketSocket.pair()
-            let seen = Atomic<Int>(0)
-            let registration = try loop.register(pair.first, edgeTriggered: EPOLLIN.rawValue) { _ in seen.add(1, ordering: .relaxed) }
-            defer { loop.deregister(registration) }
-            let writer = pair.second.rawValue
-            let (afterYield, afterNextRound) = await withTaskExecutorPreference(loop) { () -> (Int, Int) in
-                // Each packet makes the socket ready while the task runs on the loop thread;
-                // the loop's handler can only run once the loop looks at its descriptors.
-                var packet: UInt8 = 1
-                let before = seen.load(ordering: .relaxed)
-                _ = send(writer, &packet, 1, 0)
-                await Task.yield()
-                let afterYield = seen.load(ordering: .relaxed) - before
-                _ = send(writer, &packet, 1, 0)
-                await loop.nextRound()
-                return (afterYield, seen.load(ordering: .relaxed) - before)
-            }
-            #expect(afterYield == 0, "a yield comes back in the same round, before the loop looks at its descriptors")
-            #expect(afterNextRound >= 1, "the next round looked at the socket first")
-            withExtendedLifetime(pair) {}
-        }
-    }
-}

@@ -40,7 +40,7 @@ struct PresenterTests {
         try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let compositor = SurfaceCompositor(), frames = Frames()
-            let host = Connection(transport: try SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
+            let host = Connection(channel: try SeqpacketChannel(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
             host.route(surface: { message, attachments, context in
                 do {
                     try compositor.receive(message, attachments: attachments)
@@ -52,7 +52,7 @@ struct PresenterTests {
                 // The service may be closing after its last frame: a failed send is fine.
                 for reply in compositor.present() { try? await context.connection.send(reply) }
             })
-            let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
+            let service = Connection(channel: try SeqpacketChannel(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
             let presenter = SurfacePresenter(width: width, height: height, pool: nil) { [weak service] message, attachments throws(RemoteError) in
                 guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)
@@ -114,7 +114,7 @@ struct PresenterTests {
             // The host: maps each buffer, holds the committed one until the next commit (like a
             // Wayland compositor that scans out of it), checks every commit's buffer in full.
             let host = Mutex<(mapped: [UInt32: MappedBuffer], held: UInt32?, problems: [String], scenes: [String])>(([:], nil, [], []))
-            let hostConnection = Connection(transport: try SeqpacketSocket(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
+            let hostConnection = Connection(channel: try SeqpacketChannel(pair.first), configuration: .init(role: .host, identifier: "com.example.host"))
             hostConnection.route(surface: { message, attachments, context in
                 switch message {
                 case .attachBuffer(let layout):
@@ -137,7 +137,7 @@ struct PresenterTests {
                     break
                 }
             })
-            let service = Connection(transport: try SeqpacketSocket(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
+            let service = Connection(channel: try SeqpacketChannel(pair.second), configuration: .init(role: .service, identifier: "com.example.view"))
             let presenter = SurfacePresenter(width: 32, height: 32, pool: nil) { [weak service] message, attachments throws(RemoteError) in
                 guard let service else { throw RemoteError(.invalidated, "the connection is gone") }
                 try await service.send(message, attachments: attachments)

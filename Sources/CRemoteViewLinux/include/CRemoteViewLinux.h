@@ -37,6 +37,9 @@ struct rv_mmsghdr {
 /// `recvmmsg(fd, messages, count, flags, NULL)` (needs _GNU_SOURCE).
 int rv_recvmmsg(int fd, struct rv_mmsghdr *_Nonnull messages, unsigned int count, int flags);
 
+/// `sendmmsg(fd, messages, count, flags)` (needs _GNU_SOURCE).
+int rv_sendmmsg(int fd, struct rv_mmsghdr *_Nonnull messages, unsigned int count, int flags);
+
 /// `accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)` (accept4 needs _GNU_SOURCE).
 int rv_accept_cloexec_nonblock(int fd);
 

@@ -12,14 +12,13 @@ import Synchronization
 /// (``register(_:edgeTriggered:handler:)``), so no wait costs an `epoll_ctl`. Handlers run on
 /// the loop thread and must only hand work off (resume a continuation), never block.
 ///
-/// The loop is also a `TaskExecutor`: a connection's read loop prefers it, so when its socket
-/// becomes readable the reader resumes on the loop thread itself, in the same wake-up, instead
-/// of being handed to a pool thread (a futex wake and a context switch per message, the cost
-/// that dominated a round trip). Jobs run after each round of descriptor events and timers,
-/// with those they queue, up to 64 a round: the rest wait for the next. A job that must let
-/// the descriptors and timers come first (a read loop that has had its share) waits for
-/// ``nextRound()``, so one busy reader cannot starve the others.
-package final class EventLoop: TaskExecutor, Sendable {
+/// Each round: the handlers of the ready descriptors (a socket's channel reads and dispatches
+/// there), the due timers, the work handed over with ``execute(_:)`` and the jobs of tasks that
+/// prefer the loop as their `TaskExecutor`, with what those queue, up to 64 a round (the rest
+/// wait for the next); then every channel that queued packets in the round writes them
+/// (``flushAtEndOfRound(_:)``). It is the ``Loop`` of every connection's pipeline
+/// (docs/Architecture.md, "The connection core").
+package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// The process-wide loop, started on first use.
     package static let shared: EventLoop = {
         do { return try EventLoop() } catch {
@@ -37,9 +36,7 @@ package final class EventLoop: TaskExecutor, Sendable {
     }
 
     /// A scheduled deadline, to cancel.
-    package struct TimerID: Sendable, Hashable {
-        fileprivate let value: UInt64
-    }
+    package typealias TimerID = LoopTimer
 
     private struct Timer {
         var deadline: ContinuousClock.Instant
@@ -60,14 +57,18 @@ package final class EventLoop: TaskExecutor, Sendable {
         /// The array the last round's jobs were in, emptied: the next round's queue, so queueing
         /// a job does not allocate.
         var spareJobs: [UnownedJob] = []
-        /// Tasks waiting for the next round (``nextRound()``), resumed after its descriptors and
-        /// timers.
-        var nextRound: [UnsafeContinuation<Void, Never>] = []
+        /// Work handed to the loop (``execute(_:)``), in order, and the last round's array.
+        var work: [@Sendable () -> Void] = []
+        var spareWork: [@Sendable () -> Void] = []
     }
 
     private let epoll: Int32
     private let wakeup: Int32
     private let state = Mutex(State())
+    /// Who asked to be flushed at the end of this round: the loop's own, touched on its thread
+    /// only (``flushAtEndOfRound(_:)``).
+    nonisolated(unsafe) private var flushers: [any RoundFlusher] = []
+    nonisolated(unsafe) private var spareFlushers: [any RoundFlusher] = []
     private let thread = Atomic<UInt>(0)
     private static let wakeToken: UInt64 = 0
 
@@ -192,16 +193,24 @@ package final class EventLoop: TaskExecutor, Sendable {
             state.timers.append(Timer(deadline: deadline, id: id))
             Self.siftUp(&state.timers, from: state.timers.count - 1)
             let wake = state.sleeping && (state.sleepingUntil.map { deadline < $0 } ?? true)
+            // One wake-up per sleep: whoever comes next finds the loop on its way.
+            if wake { state.sleeping = false }
             return (id, wake)
         }
         if wake { Syscall.signalEventCounter(wakeup) }
-        return TimerID(value: id)
+        return TimerID(id)
     }
 
-    /// Runs `action` on the loop thread as soon as it is free. The loop thread lives as long as
-    /// the process, which is what `PR_SET_PDEATHSIG` (tied to the spawning thread) needs.
+    /// Runs `action` on the loop thread as soon as it is free, after what was handed over
+    /// before it: in this round when queued from the loop thread, else in the round the
+    /// `eventfd` write wakes (only when the loop sleeps). The loop thread lives as long as the
+    /// process, which is what `PR_SET_PDEATHSIG` (tied to the spawning thread) needs.
     package func execute(_ action: @escaping @Sendable () -> Void) {
-        schedule(at: .now, action)
+        let wake = state.withLock { state in
+            state.work.append(action)
+            return Self.wakeOnce(&state)
+        }
+        if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
     }
 
     /// How many timers are scheduled and not yet fired or cancelled (for tests and diagnostics:
@@ -231,14 +240,43 @@ package final class EventLoop: TaskExecutor, Sendable {
         let job = UnownedJob(job)
         let wake = state.withLock { state in
             state.jobs.append(job)
-            return state.sleeping
+            return Self.wakeOnce(&state)
         }
         if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
+    }
+
+    /// Whether the loop must be woken for what was just queued: only once per sleep (the first
+    /// producer writes the `eventfd`; the ones after it find the loop on its way), so a burst
+    /// of work handed over from another thread costs one wake-up, not one each.
+    private static func wakeOnce(_ state: inout State) -> Bool {
+        guard state.sleeping else { return false }
+        state.sleeping = false
+        return true
     }
 
     /// Whether the caller runs on the loop thread.
     package var isLoopThread: Bool {
         thread.load(ordering: .relaxed) == UInt(pthread_self())
+    }
+
+    // MARK: Loop
+
+    package var inLoop: Bool { isLoopThread }
+
+    package var now: ContinuousClock.Instant { .now }
+
+    package func flushAtEndOfRound(_ flusher: any RoundFlusher) {
+        preconditionInLoop("EventLoop.flushAtEndOfRound")
+        flushers.append(flusher)
+    }
+
+    /// Flushes what asked to be flushed in this round (and what those flushes ask for).
+    private func flushRound() {
+        while !flushers.isEmpty {
+            swap(&flushers, &spareFlushers)
+            for flusher in spareFlushers { flusher.flush() }
+            spareFlushers.removeAll(keepingCapacity: true)
+        }
     }
 
     // MARK: the loop thread
@@ -280,7 +318,7 @@ package final class EventLoop: TaskExecutor, Sendable {
                 // sleeping towards it means the next request's later deadline needs no wake-up
                 // (an eventfd write and read, and one more round, per request from another thread).
                 // Jobs queued while the last round ran: only poll, then run them.
-                if !state.jobs.isEmpty || !state.nextRound.isEmpty { return 0 }
+                if !state.jobs.isEmpty || !state.work.isEmpty { return 0 }
                 state.sleeping = true
                 state.sleepingUntil = state.timers.first?.deadline
                 guard let deadline = state.sleepingUntil else { return -1 }
@@ -312,28 +350,8 @@ package final class EventLoop: TaskExecutor, Sendable {
                 handler?(events[index].events)
             }
             fireDueTimers()
-            let waiting = state.withLock { state in
-                let waiting = state.nextRound
-                state.nextRound = []
-                return waiting
-            }
-            for continuation in waiting { continuation.resume() }
             runJobs()
-        }
-    }
-
-    /// Suspends the calling task until the loop has looked at its descriptors and timers again:
-    /// what `Task.yield()` is for, for a task on the loop, whose yielded job the loop would run
-    /// again in the same round (it runs the jobs its jobs queue, up to 64). A read loop that has
-    /// handled its share of envelopes waits here, so the other connections' packets and the
-    /// timers come first.
-    package func nextRound() async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            let wake = state.withLock { state in
-                state.nextRound.append(continuation)
-                return state.sleeping
-            }
-            if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
+            flushRound()
         }
     }
 
@@ -349,18 +367,26 @@ package final class EventLoop: TaskExecutor, Sendable {
         let executor = asUnownedTaskExecutor()
         var ran = 0
         while ran < Self.jobsPerRound {
-            var jobs = state.withLock { state in
-                if state.jobs.isEmpty { return [UnownedJob]() }
-                let taken = state.jobs
+            var (work, jobs) = state.withLock { state in
+                let work = state.work, jobs = state.jobs
+                state.work = state.spareWork
+                state.spareWork = []
                 state.jobs = state.spareJobs
                 state.spareJobs = []
-                return taken
+                return (work, jobs)
             }
-            if jobs.isEmpty { return }
+            if work.isEmpty && jobs.isEmpty { return }
+            // Work handed over first: a task that handed work over and then resumed here finds
+            // it done.
+            for action in work { action() }
             for job in jobs { job.runSynchronously(on: executor) }
-            ran += jobs.count
+            ran += work.count + jobs.count
+            work.removeAll(keepingCapacity: true)
             jobs.removeAll(keepingCapacity: true)
-            state.withLock { $0.spareJobs = jobs }
+            state.withLock { state in
+                state.spareWork = work
+                state.spareJobs = jobs
+            }
         }
     }
 

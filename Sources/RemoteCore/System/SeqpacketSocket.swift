@@ -3,13 +3,16 @@ import Glibc
 import Synchronization
 
 /// An `AF_UNIX` `SOCK_SEQPACKET` socket carrying one ``Envelope`` per packet, its fds riding on
-/// the same `sendmsg` as `SCM_RIGHTS` (received with `MSG_CMSG_CLOEXEC`).
+/// the same `sendmsg` as `SCM_RIGHTS` (received with `MSG_CMSG_CLOEXEC`), spoken packet by
+/// packet from async code: the raw peer of `remoteview-check` and of the hostile tests, which
+/// write what a ``Connection`` never would. A ``Connection`` runs over a ``SeqpacketChannel``
+/// instead (docs/Architecture.md, "The connection core").
 ///
 /// Non-blocking underneath: a call that would block waits on the shared ``EventLoop`` instead of
 /// holding a thread, and a send waits at most ``sendTimeout`` for a peer that stopped reading.
 /// At most ``maxWaitingSends`` sends wait at once: past that, a send fails at once, so a peer
 /// that stopped reading never makes this process hold an unbounded number of packets.
-package final class SeqpacketSocket: Transport, @unchecked Sendable {
+package final class SeqpacketSocket: @unchecked Sendable {
     // @unchecked: `fd`, `registration` and `timeout` are immutable; `batch` (with the last id
     // received) is only touched by the single receiver that `state.receiving` admits; the last
     // id sent is in `numbering`; everything else is in `state`.
@@ -28,6 +31,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
     private let loop: EventLoop
     private let registration: EventLoop.Registration
     private let batch: ReceiveBatch
+    /// The inbound id rule and decoding: the single receiver's.
+    private var framer = EnvelopeFramer()
     private let waiters: Waiters
     /// The id of the last packet written; taken with each write (see ``send(_:written:)``).
     private let numbering = Mutex<UInt64>(0)
@@ -146,7 +151,7 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         Syscall.close(fd)
     }
 
-    // MARK: Transport
+    // MARK: sending and receiving
 
     package func close() {
         let closing = waiters.state.withLock { state -> (Waiter<Void>?, [Waiter<Bool>])? in
@@ -164,6 +169,17 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         writers.resumeAll(returning: false)
     }
 
+    /// Sends one envelope, numbered as it is written (see ``send(_:written:)``).
+    @discardableResult
+    nonisolated(nonsending) package func send(_ envelope: Envelope) async throws(RemoteError) -> UInt64 {
+        try await send(envelope, written: { _ in })
+    }
+
+    /// Sends one envelope with its attachments, numbering it: its own `id` is ignored, and the
+    /// packet gets the next id at the moment it is written, so ids increase in write order
+    /// whichever task sends first. `written` runs with the id once written, before any later
+    /// packet is. Waits while the peer's queue is full, up to ``sendTimeout``.
+    @discardableResult
     nonisolated(nonsending) package func send(_ envelope: Envelope, written: (UInt64) -> Void) async throws(RemoteError) -> UInt64 {
         let packet = try EnvelopeCodec.encodeUnnumbered(envelope)
         var fds: [Int32] = []
@@ -420,7 +436,8 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
         let index = batch.next
         batch.next += 1
         do {
-            return .done(try batch.envelope(at: index))
+            guard let packet = try batch.packet(at: index) else { return .done(nil) }
+            return .done(try framer.decode(packet))
         } catch {
             // Nothing after a violation is read: the fds of the rest of the batch are closed now.
             batch.discardRest()
@@ -452,144 +469,4 @@ package final class SeqpacketSocket: Transport, @unchecked Sendable {
 @frozen package struct SocketPair: ~Copyable {
     package var first: OwnedFD
     package var second: OwnedFD
-}
-
-/// The receive side's batch: ``capacity`` packet and control buffers, made once per socket, the
-/// `recvmmsg` headers that point at them, and the packets of the last batch not yet handed out.
-/// Only the single receiver that `State.receiving` admits touches it.
-///
-/// The packet buffers (512 KiB) are one anonymous mapping of their own, not `malloc`'s: their
-/// pages exist only as far as packets have filled them (a connection of small messages uses a
-/// page or two per buffer), and they stay out of `malloc`'s arenas. A socket that goes gives its
-/// batch back for the next socket (``spares``, at most 8 kept), so a new connection maps nothing
-/// and faults in no page (with a batch of its own, each socket would map, fault in and unmap
-/// the pages it touched, and unmapping interrupts the process's other threads to flush their
-/// TLBs).
-private final class ReceiveBatch: @unchecked Sendable {
-    /// Batches of sockets that have gone, for the next ones.
-    private static let spares = Mutex<[ReceiveBatch]>([])
-    private static let maxSpares = 8
-
-    /// A spare batch, or a new one.
-    static func take() throws(SystemCallError) -> ReceiveBatch {
-        if let spare = spares.withLock({ $0.popLast() }) { return spare }
-        return try ReceiveBatch()
-    }
-
-    /// Gives the batch back for another socket, as new: nothing pending (fds closed), no id seen.
-    func giveBack() {
-        discardRest()
-        count = 0
-        next = 0
-        drained = false
-        lastID = 0
-        Self.spares.withLock { spares in
-            if spares.count < Self.maxSpares { spares.append(self) }
-        }
-    }
-
-    /// Packets read by one `recvmmsg` at most (the kernel queues 10 on a socket by default,
-    /// `net.unix.max_dgram_qlen`, before a sender waits).
-    static let capacity = 8
-    static let controlLength = rv_cmsg_space(WireLimits.maxAttachments * MemoryLayout<Int32>.size)
-    static let packetsLength = capacity * WireLimits.maxPacketSize
-
-    let packets: UnsafeMutableRawPointer
-    let controls = UnsafeMutableRawPointer.allocate(byteCount: capacity * controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
-    let vectors = UnsafeMutablePointer<iovec>.allocate(capacity: capacity)
-    let messages = UnsafeMutablePointer<rv_mmsghdr>.allocate(capacity: capacity)
-    /// The fds each packet of the batch carried, owned (closed if never handed out).
-    var attachments: [[Attachment]] = Array(repeating: [], count: capacity)
-    /// How many packets the last `recvmmsg` read, and the next to hand out.
-    var count = 0
-    var next = 0
-    /// The last `recvmmsg` read fewer than ``capacity``: the queue was empty then.
-    var drained = false
-    /// The id of the last envelope received (0 before the first): the next must be above it.
-    var lastID: UInt64 = 0
-
-    init() throws(SystemCallError) {
-        packets = try Syscall.mapAnonymous(length: Self.packetsLength)
-        messages.initialize(repeating: rv_mmsghdr(), count: Self.capacity)
-        vectors.initialize(repeating: iovec(), count: Self.capacity)
-        for index in 0..<Self.capacity {
-            vectors[index] = iovec(iov_base: packets + index * WireLimits.maxPacketSize, iov_len: WireLimits.maxPacketSize)
-            messages[index].msg_hdr.msg_iov = vectors + index
-            messages[index].msg_hdr.msg_iovlen = 1
-            messages[index].msg_hdr.msg_control = controls + index * Self.controlLength
-        }
-    }
-
-    deinit {
-        Syscall.unmap(packets, length: Self.packetsLength)
-        controls.deallocate()
-        vectors.deallocate()
-        messages.deallocate()
-    }
-
-    /// Gives every header its whole control buffer again: `recvmmsg` writes back how much of
-    /// it a packet used (and each packet's length and flags, which are only read), and leaves
-    /// the buffers the headers point at (set once, in `init`) as they are.
-    func prepare() {
-        for index in 0..<Self.capacity { messages[index].msg_hdr.msg_controllen = Self.controlLength }
-    }
-
-    /// Records the `count` packets `recvmmsg` read, owning every fd they carried at once, so
-    /// each error path closes them.
-    func received(_ count: Int) {
-        self.count = count
-        next = 0
-        drained = count < Self.capacity
-        for index in 0..<count {
-            var found: [Attachment] = []
-            let message = (messages + index).pointer(to: \.msg_hdr)!
-            var header = message.pointee.msg_controllen > 0 ? rv_cmsg_firsthdr(message) : nil
-            while let current = header {
-                if current.pointee.cmsg_level == SOL_SOCKET && current.pointee.cmsg_type == Int32(SCM_RIGHTS) {
-                    let data = UnsafeRawPointer(rv_cmsg_data(current))
-                    let fdCount = (Int(current.pointee.cmsg_len) - rv_cmsg_len(0)) / MemoryLayout<Int32>.size
-                    for fdIndex in 0..<fdCount {
-                        let fd = data.loadUnaligned(fromByteOffset: fdIndex * MemoryLayout<Int32>.size, as: Int32.self)
-                        found.append(Attachment(OwnedFD(adopting: fd)))
-                    }
-                }
-                header = rv_cmsg_nxthdr(message, current)
-            }
-            attachments[index] = found
-        }
-    }
-
-    /// The envelope of packet `index`, or `nil` for end of file; its fds go with it.
-    func envelope(at index: Int) throws(RemoteError) -> Envelope? {
-        var found: [Attachment] = []
-        swap(&found, &attachments[index])
-        let flags = messages[index].msg_hdr.msg_flags
-        if flags & Int32(MSG_CTRUNC) != 0 {
-            throw RemoteError(.protocolViolation, "packet carried more than \(WireLimits.maxAttachments) fds (control data truncated)")
-        }
-        if flags & Int32(MSG_TRUNC) != 0 {
-            throw RemoteError(.protocolViolation, "packet exceeds the \(WireLimits.maxPacketSize)-byte limit")
-        }
-        let length = Int(messages[index].msg_len)
-        if length == 0 {
-            // End of file (a zero-length packet can never be a valid envelope either).
-            if !found.isEmpty {
-                throw RemoteError(.protocolViolation, "empty packet carrying \(found.count) fd(s)")
-            }
-            return nil
-        }
-        let envelope = try EnvelopeCodec.decode(UnsafeRawBufferPointer(start: packets + index * WireLimits.maxPacketSize, count: length),
-                                                attachments: found)
-        guard envelope.id > lastID else {
-            throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(lastID): ids must increase per direction")
-        }
-        lastID = envelope.id
-        return envelope
-    }
-
-    /// Closes the fds of the packets not handed out yet, and forgets them.
-    func discardRest() {
-        for index in next..<count { attachments[index] = [] }
-        next = count
-    }
 }

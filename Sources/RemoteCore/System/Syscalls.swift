@@ -346,6 +346,12 @@ extension Syscall {
         try nonBlocking("recvmmsg") { Int(rv_recvmmsg(fd, messages, UInt32(count), Int32(MSG_DONTWAIT) | rv_msg_cmsg_cloexec)) }
     }
 
+    /// `sendmmsg(fd, messages, count, MSG_DONTWAIT | MSG_NOSIGNAL)`: how many of the packets
+    /// were written (fewer when the peer's queue filled), or would-block when none was.
+    static func sendMessages(_ fd: Int32, _ messages: UnsafeMutablePointer<rv_mmsghdr>, count: Int) throws(SystemCallError) -> IOResult<Int> {
+        try nonBlocking("sendmmsg") { Int(rv_sendmmsg(fd, messages, UInt32(count), Int32(MSG_DONTWAIT) | Int32(MSG_NOSIGNAL))) }
+    }
+
     /// `shutdown(fd, SHUT_RDWR)`. `ENOTCONN` (peer already gone) is not an error here.
     static func shutdownBoth(_ fd: Int32) {
         if Glibc.shutdown(fd, Int32(SHUT_RDWR)) == -1 {

@@ -191,7 +191,7 @@ public actor Launcher {
     /// all is reaped.
     public nonisolated func run() async {
         // The jobs run in a task of their own, which the caller's cancellation does not reach:
-        // cancelling a job would cut short what must be seen through (a connection's read loop
+        // cancelling a job would cut short what must be seen through (a running connection
         // would close with a bare goodbye, output would stop being drained, a stop's steps would
         // shorten). Shutting down stops them properly instead, and this waits for them all.
         let jobs = self.jobs

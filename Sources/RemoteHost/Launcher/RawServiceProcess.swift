@@ -17,11 +17,11 @@ package final class RawServiceProcess: Sendable {
     /// blocks on a full pipe.
     private let readers: [Task<Void, Never>]
 
-    private init(started: ServiceInstance.Started, resources: ResourceControl) {
+    private init(started: ServiceInstance.Started, socket: SeqpacketSocket, resources: ResourceControl) {
         self.started = started
         self.resources = resources
+        self.socket = socket
         process = started.process
-        socket = started.socket
         readers = started.captures.map { capture in Task { await capture.run() } }
     }
 
@@ -30,10 +30,18 @@ package final class RawServiceProcess: Sendable {
     package static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool = ServiceUserPool(),
                               logger: Logger) async throws(RemoteError) -> RawServiceProcess {
         let resources = ResourceControl.detect(launcher: Int(Syscall.processID))
-        do {
+        do throws(RemoteError) {
             let started = try await ServiceInstance.start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users,
                                                           resources: resources, logger: logger)
-            return RawServiceProcess(started: started, resources: resources)
+            let socket: SeqpacketSocket
+            do throws(SystemCallError) {
+                guard let fd = started.socket.take() else { preconditionFailure("a started process's socket is taken once") }
+                socket = try SeqpacketSocket(fd)
+            } catch {
+                await started.abandon()
+                throw RemoteError(.interrupted, "cannot talk to \(manifest.identifier) on its socket: \(error)")
+            }
+            return RawServiceProcess(started: started, socket: socket, resources: resources)
         } catch {
             resources.remove()
             throw error

@@ -95,7 +95,14 @@ final class ServiceInstance: LaunchedProcess {
                                                      expectedPeerIdentifier: manifest.identifier)
         configuration.sharedIncomingRequests = incomingRequests
         configuration.protocolVersions = protocolVersions
-        let control = Connection(transport: started.socket, configuration: configuration)
+        let control: Connection
+        do throws(SystemCallError) {
+            guard let socket = started.socket.take() else { preconditionFailure("a started process's socket is taken once") }
+            control = try Connection(socket: socket, configuration: configuration)
+        } catch {
+            await started.abandon()
+            throw RemoteError(.interrupted, "cannot talk to \(manifest.identifier) on its socket: \(error)")
+        }
         return ServiceInstance(manifest: manifest, started: started, control: control, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
                                mappings: SharedBudget(limit: maxMappedBytes), incomingRequests: incomingRequests)
     }
@@ -103,8 +110,8 @@ final class ServiceInstance: LaunchedProcess {
     /// A process started as the launcher starts one, before anything was said on its fd 3.
     struct Started: Sendable {
         let process: ChildProcess
-        /// The host's end of the process's fd 3.
-        let socket: SeqpacketSocket
+        /// The host's end of the process's fd 3, for whoever speaks on it to take.
+        let socket: Attachment
         let captures: [OutputCapture]
         let group: ControlGroup?
         /// The process's arguments, its executable first (bubblewrap's, when sandboxed).
@@ -115,6 +122,17 @@ final class ServiceInstance: LaunchedProcess {
         let logger: Logger
         /// Whether it runs under bubblewrap.
         let sandboxed: Bool
+
+        /// Ends a process that was started but cannot be talked to: killed, reaped, its control
+        /// groups emptied and removed.
+        func abandon() async {
+            process.send(signal: SIGKILL)
+            _ = await process.waitForExitUncancellably()
+            if let group {
+                _ = await group.killMembers(until: .now.advanced(by: .seconds(2)))
+                group.remove()
+            }
+        }
 
         /// How the service ended, as `termination` (the launched process's) says: bubblewrap
         /// reports a service killed by signal N as its own exit status 128 + N.
@@ -233,7 +251,7 @@ final class ServiceInstance: LaunchedProcess {
             processLogger[metadataKey: "pid"] = "\(process.pid)"
             let captures = [try OutputCapture(output.first, stream: "stdout", logger: processLogger),
                             try OutputCapture(errors.first, stream: "stderr", logger: processLogger)]
-            return Started(process: process, socket: try SeqpacketSocket(pair.first), captures: captures, group: group,
+            return Started(process: process, socket: Attachment(pair.first), captures: captures, group: group,
                            spawnArguments: [executable] + arguments, identity: identity, logger: processLogger,
                            sandboxed: sandbox != .unsandboxed)
         } catch {

@@ -245,7 +245,7 @@ extension RemoteView: ServiceChannelListener {
             let replies: [SurfaceMessage]
             if compositor.pixelsToCopy(for: message, cap: Self.offLoopCopyPixels) >= Self.offLoopCopyPixels {
                 // A large copy runs on the global concurrent executor while this connection's
-                // read loop waits for it, so the loop thread goes on reading every other
+                // delivery task waits for it, so the loop thread goes on reading every other
                 // connection (a 1920×1080 frame is about 0.3 ms of copying: four views
                 // streaming them on the loop kept a round trip elsewhere waiting about 3 ms).
                 replies = try await withTaskExecutorPreference(globalConcurrentExecutor) { () throws(RemoteError) -> [SurfaceMessage] in

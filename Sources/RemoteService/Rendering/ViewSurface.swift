@@ -16,7 +16,7 @@ final class ViewSurface {
     private var presenter: SurfacePresenter? {
         didSet { sharedPresenter.withLock { $0 = presenter } }
     }
-    /// The presenter, for the connection's read loop: it is thread-safe, and release_buffer and
+    /// The presenter, for the connection's delivery task: it is thread-safe, and release_buffer and
     /// frame_done need nothing else, so they reach it without a hop to the main actor and back.
     private nonisolated let sharedPresenter = Mutex<SurfacePresenter?>(nil)
     private(set) var root: ServiceRoot?

@@ -1,0 +1,776 @@
+import Logging
+import Synchronization
+
+/// The loop-confined heart of a ``Connection``: it owns the connection's
+/// ``ConnectionStateMachine`` (no lock), its ``EnvelopeFramer``, the table of this side's
+/// outstanding requests with their deadlines, and the dispatch of what the peer sends
+/// (docs/Architecture.md, "The connection core"). Like async-http-client's
+/// `HTTP1ClientChannelHandler`, which owns its state machine on its channel's event loop.
+///
+/// Everything here runs on ``loop`` (asserted in debug builds): the channel calls in there, and
+/// ``Connection`` hands its calls over with `loop.run`, inline when the caller is on the loop's
+/// thread already. The way back to async code is a continuation this handler resumes, or a task
+/// it starts (a request handler, a route that waits).
+final class ConnectionHandler: PacketInbound, @unchecked Sendable {
+    // @unchecked: every stored `var` is touched on `loop` only (checked in debug builds); the
+    // `let`s are set in init. What async code reads without the loop is in `status`.
+    typealias Machine = ConnectionStateMachine<PendingCall<Envelope>, PendingCall<Handshake>>
+
+    let loop: any Loop
+    private let channel: any PacketChannel
+    private let configuration: Connection.Configuration
+    private let logger: Logger
+    private let onRequest: Connection.RequestHandler
+    private let onMessage: Connection.MessageHandler
+    private let eventSink: AsyncStream<ConnectionEvent>.Continuation
+    /// What async code reads without hopping onto the loop.
+    let status: ConnectionStatus
+    /// The connection, for the contexts handed to handlers; weak: it owns this handler.
+    private weak var connection: Connection?
+
+    private var framer = EnvelopeFramer()
+    private var machine = Machine()
+    /// Who handles the message families beyond requests and messages; let go at the end (they
+    /// often hold the connection).
+    private var routes = Routes()
+    /// The context handed to every handler, once the peer's handshake is known.
+    private var context: ConnectionContext?
+    /// This side's handshake, once written.
+    private var ours: Handshake?
+    /// The peer's handshake has been read (or refused): what comes next is dispatched.
+    private var handshakeRead = false
+    private var handshakeTimer: LoopTimer?
+    /// What callers asked to write before ``run(_:)``: written after this side's handshake.
+    private var early: [Early] = []
+
+    private enum Early {
+        case write(EnvelopeCodec.UnnumberedPacket, [Attachment], StaticString)
+        case request(PendingCall<Envelope>, EnvelopeCodec.UnnumberedPacket, [Attachment], expectsPong: Bool)
+    }
+    /// ``Connection/run()``'s continuation: resumed with how the connection ended.
+    private var running: UnsafeContinuation<RemoteError?, Never>?
+    /// The channel has ended; `outcome` is how the connection did.
+    private var ended = false
+    private var outcome: RemoteError?
+    /// Request handlers still running after the end: the end waits for them.
+    private var handlersLeft = 0
+    /// What waits for the delivery task, in order (docs/Architecture.md, "The connection core").
+    private var inbox: [Delivery] = []
+    /// The delivery task: whether it runs, whether it is working through a batch, and its
+    /// continuation while it waits for the next.
+    private var deliveryStarted = false
+    private var delivering = false
+    private var deliveryWaiting: UnsafeContinuation<[Delivery]?, Never>?
+    /// Reading is paused because the inbox is full.
+    private var inboxFull = false
+    /// Above this many deliveries waiting, reading pauses until the delivery task has caught up.
+    static let maxInbox = 64
+
+    /// One thing for the delivery task: a handler or route to await, or an envelope that arrived
+    /// behind one and is handled, in order, once the ones before it have finished.
+    enum Delivery: Sendable {
+        typealias Handler = @Sendable () async throws(RemoteError) -> Void
+        case handler(Handler)
+        case envelope(Envelope)
+    }
+    private var finished = false
+    /// Senders waiting for room (``Connection/send(_:)`` while the channel is not writable).
+    private var roomWaiters: [UnsafeContinuation<Void, Never>] = []
+
+    struct Routes {
+        var surface: Connection.SurfaceHandler?
+        var input: Connection.InputHandler?
+        var share: Connection.ShareHandler?
+    }
+
+    init(channel: any PacketChannel, configuration: Connection.Configuration, logger: Logger,
+         onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler,
+         eventSink: AsyncStream<ConnectionEvent>.Continuation, status: ConnectionStatus) {
+        self.loop = channel.loop
+        self.channel = channel
+        self.configuration = configuration
+        self.logger = logger
+        self.onRequest = onRequest
+        self.onMessage = onMessage
+        self.eventSink = eventSink
+        self.status = status
+    }
+
+    /// Set once, before anything reaches the loop.
+    func attach(to connection: Connection) {
+        self.connection = connection
+    }
+
+    // MARK: from the connection (on the loop)
+
+    /// ``Connection/run()``: writes this side's handshake (what was asked before follows it),
+    /// starts the handshake's deadline, and starts reading.
+    func run(_ continuation: UnsafeContinuation<RemoteError?, Never>) {
+        loop.preconditionInLoop("ConnectionHandler.run")
+        running = continuation
+        switch machine.run() {
+        case .finish:
+            // Closed before it ran.
+            end(nil)
+        case .handshake:
+            let ours = Handshake(role: configuration.role, identifier: configuration.identifier,
+                                 capabilities: configuration.capabilities, maxProtocolVersion: configuration.protocolVersions.upperBound)
+            self.ours = ours
+            do {
+                try channel.write(try framer.encode(Envelope(body: .handshake(ours))).packet)
+            } catch {
+                return end(error)
+            }
+            // Requests and messages may follow it at once, before the peer's handshake arrives
+            // (as XPC queues messages to a connection still being set up): the peer reads them
+            // after the handshake, and if the handshake fails, so do they. A first request to a
+            // service being launched then costs no extra wake-up and round trip.
+            let early = self.early
+            self.early = []
+            for entry in early {
+                switch entry {
+                case .write(let packet, let attachments, let name):
+                    write(packet, attachments: attachments, name: name)
+                case .request(let call, let packet, let attachments, let expectsPong):
+                    request(call, packet, attachments: attachments, expectsPong: expectsPong)
+                }
+            }
+            let timeout = configuration.handshakeTimeout
+            handshakeTimer = loop.schedule(at: loop.now.advanced(by: timeout)) { [weak self] in
+                guard let self else { return }
+                self.handshakeTimer = nil
+                self.end(RemoteError(.timeout, "the peer sent no handshake within \(timeout)"))
+            }
+            channel.start(self)
+        }
+    }
+
+    /// ``Connection/close(reason:)``.
+    func close(reason: String) {
+        loop.preconditionInLoop("ConnectionHandler.close")
+        guard case .close(let sayGoodbye, let failures) = machine.close() else { return }
+        status.closing(goodbye: nil)
+        // What the routes hold often holds the connection; a connection that never runs would
+        // keep them for ever.
+        routes = Routes()
+        // Nothing but a handshake may come first, so a goodbye only follows one.
+        if sayGoodbye { writeFramed(Envelope(body: .goodbye(reason: reason))) }
+        let closed = RemoteError(.invalidated, "the connection was closed: \(reason)")
+        fail(failures, with: closed)
+        failEarly(with: closed)
+        channel.close()
+        // A connection that runs ends now; one that has not waits for run(), which ends at once.
+        if running != nil { end(nil) }
+    }
+
+    /// Routes a message family (``Connection/route(surface:)`` …), unless the connection is
+    /// closing.
+    func setRoute(_ change: (inout Routes) -> Void) {
+        loop.preconditionInLoop("ConnectionHandler.setRoute")
+        guard !machine.isClosed else { return }
+        change(&routes)
+    }
+
+    /// Writes a one-way envelope encoded by the caller (a message, surface, input or share
+    /// message); before ``run(_:)`` it waits for this side's handshake. A connection closed
+    /// meanwhile drops it.
+    func write(_ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], name: StaticString) {
+        loop.preconditionInLoop("ConnectionHandler.write")
+        switch machine.canSend() {
+        case nil:
+            early.append(.write(packet, attachments, name))
+        case .failure(let error):
+            logger.debug("\(name) not sent: \(error)")
+        case .success:
+            do {
+                try channel.write(framer.frame(packet, attachments: attachments).packet)
+            } catch {
+                // Past the channel's bound for a peer that does not read: it has not read for
+                // long, and everything after would be lost too.
+                end(error)
+            }
+        }
+    }
+
+    /// A message handed over by ``Connection/send(_:)``: counted out of the backlog, written.
+    func writeMessage(_ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], name: StaticString) {
+        write(packet, attachments: attachments, name: name)
+        status.backlog.subtract(1, ordering: .relaxed)
+        resumeRoomWaitersIfRoom()
+    }
+
+    /// Sends request `call` (encoded by the caller); its answer, timeout or failure resumes it.
+    func request(_ call: PendingCall<Envelope>, _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], expectsPong: Bool) {
+        loop.preconditionInLoop("ConnectionHandler.request")
+        if call.cancelled { return call.resume(.failure(RemoteError(.cancelled, "\(call.what) was cancelled before it was sent"))) }
+        switch machine.canSend() {
+        case nil:
+            early.append(.request(call, packet, attachments, expectsPong: expectsPong))
+            return
+        case .failure(let error):
+            return call.resume(.failure(error))
+        case .success:
+            break
+        }
+        let (framed, id) = framer.frame(packet, attachments: attachments)
+        do {
+            try channel.write(framed)
+        } catch {
+            return call.resume(.failure(error))
+        }
+        call.id = id
+        if case .failure(let error) = machine.requestSent(id, expectsPong: expectsPong, requester: call) {
+            return call.resume(.failure(error))
+        }
+        if let deadline = call.deadline {
+            call.timer = loop.schedule(at: deadline) { [weak self] in self?.requestTimedOut(id) }
+        }
+    }
+
+    /// The caller of `call` was cancelled: it fails now, and the peer is sent a cancel.
+    func cancel(_ call: PendingCall<Envelope>) {
+        loop.preconditionInLoop("ConnectionHandler.cancel")
+        guard let id = call.id else {
+            // Kept for after this side's handshake: it goes now. (Not handed over yet at all:
+            // ``request(_:_:attachments:expectsPong:)`` sees the flag.)
+            if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept === call } else { false } }) {
+                early.remove(at: index)
+                call.resume(.failure(RemoteError(.cancelled, "\(call.what) was cancelled before it was sent")))
+            }
+            return
+        }
+        guard let requester = machine.requestEnded(id) else { return }
+        complete(requester, .failure(RemoteError(.cancelled, "\(requester.what) was cancelled")))
+        writeBestEffort(Envelope(body: .cancel(requestID: id)))
+    }
+
+    private func requestTimedOut(_ id: UInt64) {
+        guard let requester = machine.requestEnded(id) else { return }
+        requester.timer = nil
+        requester.resume(.failure(RemoteError(.timeout, "no reply to \(requester.what) within \(requester.timeout.map { "\($0)" } ?? "its deadline")")))
+        writeBestEffort(Envelope(body: .cancel(requestID: id)))
+    }
+
+    /// A caller waits for the peer's handshake.
+    func waitForOpen(_ call: PendingCall<Handshake>) {
+        loop.preconditionInLoop("ConnectionHandler.waitForOpen")
+        if call.cancelled { return call.resume(.failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake"))) }
+        call.id = status.nextToken()
+        switch machine.openness(call, token: call.id!) {
+        case .ready(let peer): call.resume(.success(peer))
+        case .failed(let error): call.resume(.failure(error))
+        case .wait: break
+        }
+    }
+
+    /// A caller waiting for the peer's handshake was cancelled.
+    func cancel(_ call: PendingCall<Handshake>) {
+        loop.preconditionInLoop("ConnectionHandler.cancel")
+        guard let token = call.id, let opener = machine.abandon(opener: token) else { return }
+        opener.resume(.failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
+    }
+
+    /// A sender waits until the channel takes more (or the connection ends).
+    func waitForRoom(_ continuation: UnsafeContinuation<Void, Never>) {
+        loop.preconditionInLoop("ConnectionHandler.waitForRoom")
+        if ended || status.hasRoom { return continuation.resume() }
+        roomWaiters.append(continuation)
+    }
+
+    // MARK: from the channel (on the loop)
+
+    func channelRead(_ packet: InboundPacket) {
+        guard !ended else { return }
+        let envelope: Envelope
+        do {
+            envelope = try framer.decode(packet)
+        } catch {
+            return end(error)
+        }
+        if !handshakeRead { return handshakeArrived(envelope) }
+        // Behind a handler still running, everything waits its turn, so nothing the peer sent
+        // after a message is handled before it (a settle's reply never overtakes the commits
+        // before it).
+        if delivering || !inbox.isEmpty { return deliver(.envelope(envelope)) }
+        do {
+            if let handler = try dispatch(envelope) { deliver(.handler(handler)) }
+        } catch {
+            end(error)
+        }
+    }
+
+    func channelClosed(_ error: RemoteError?) {
+        end(error)
+    }
+
+    func channelWritabilityChanged(_ isWritable: Bool) {
+        status.writable.store(isWritable, ordering: .relaxed)
+        if isWritable { resumeRoomWaitersIfRoom() }
+    }
+
+    private func resumeRoomWaitersIfRoom() {
+        guard status.hasRoom else { return }
+        releaseRoomWaiters()
+    }
+
+    /// Lets every sender waiting for room look again (there is room, the connection ended, or
+    /// one of them was cancelled: the others wait again).
+    func releaseRoomWaiters() {
+        loop.preconditionInLoop("ConnectionHandler.releaseRoomWaiters")
+        guard !roomWaiters.isEmpty else { return }
+        let waiters = roomWaiters
+        roomWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+
+    // MARK: handshake and dispatch
+
+    private func handshakeArrived(_ first: Envelope) {
+        handshakeRead = true
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        guard case .handshake(let theirs) = first.body else {
+            return end(refuse(.unexpected, "expected a handshake first, got \(first.body.name)"))
+        }
+        switch machine.handshakeReceived(theirs, ours: ours!, expecting: configuration.expectedPeerIdentifier,
+                                         lowestVersion: configuration.protocolVersions.lowerBound) {
+        case .open(let openers):
+            guard let connection else { return end(RemoteError(.invalidated, "the connection was released while running")) }
+            context = ConnectionContext(connection: connection, peer: theirs, logger: logger)
+            status.opened(theirs)
+            for opener in openers { opener.resume(.success(theirs)) }
+            logger.debug("connected to \(theirs.role) \(theirs.identifier.escapedForTerminal()) (protocol \(ours!.agreedVersion(with: theirs)))")
+            eventSink.yield(.connected(theirs))
+        case .refuse(let violation):
+            end(violation)
+        case .ignore:
+            eventSink.yield(.connected(theirs))  // as when open: the handshake did complete
+        }
+    }
+
+    /// A protocol violation this side reports to the peer with `code` (not the default, malformed).
+    private func refuse(_ code: ProtocolErrorCode, _ reason: String) -> RemoteError {
+        machine.refuse(code)
+        return RemoteError(.protocolViolation, reason)
+    }
+
+    /// Handles one envelope from the peer, once open: on the loop, except a one-way message and
+    /// the routed families, whose handler it returns for the delivery task to await (in order,
+    /// behind what it awaits already).
+    private func dispatch(_ envelope: Envelope) throws(RemoteError) -> Delivery.Handler? {
+        switch envelope.body {
+        case .handshake:
+            throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
+        case .goodbye(let reason):
+            logger.debug("the peer said goodbye: \(reason.escapedForTerminal())")
+            let failures = machine.goodbyeReceived(reason)
+            status.closing(goodbye: reason)
+            fail(failures, with: RemoteError(.interrupted, "the peer closed the connection: \(reason.escapedForTerminal())"))
+            channel.close()
+            end(nil)
+        case .protocolError(let code, let reason):
+            throw RemoteError(.protocolViolation, "the peer reported a protocol error (\(code)): \(reason.escapedForTerminal())")
+        case .ping:
+            writeBestEffort(Envelope(replyTo: envelope.id, body: .pong(nonce: 0)))
+        case .pong, .reply, .failure:
+            let replyTo = envelope.replyTo!
+            guard replyTo <= framer.lastSentID else {
+                throw RemoteError(.protocolViolation, "\(envelope.body.name) to envelope \(replyTo), which was never sent")
+            }
+            switch machine.answerReceived(to: replyTo, isPong: envelope.body.name == "pong", kind: envelope.body.name) {
+            case .deliver(let requester): complete(requester, .success(envelope))
+            case .drop: break  // an answer to a request that timed out or was cancelled
+            case .violation(let error): throw error
+            }
+        case .request(let type, let payload):
+            try startHandler(for: ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), id: envelope.id)
+        case .message(let type, let payload):
+            let message = ServiceMessage(type: type, payload: payload, attachments: envelope.attachments)
+            let onMessage = self.onMessage, context = self.context!
+            return { () throws(RemoteError) in await onMessage(message, context) }
+        case .cancel(let requestID):
+            machine.cancelReceived(requestID)?.cancel()
+        case .surface(let message):
+            guard message.sender != configuration.role else {
+                throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
+            }
+            guard let handler = routes.surface else {
+                throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
+            }
+            let attachments = envelope.attachments, context = self.context!
+            return { () throws(RemoteError) in try await handler(message, attachments, context) }
+        case .input(let event):
+            guard configuration.role == .service else {
+                throw refuse(.unexpected, "\(event.name) is input, which only the host sends, and this side is the host")
+            }
+            guard let handler = routes.input else {
+                throw refuse(.unexpected, "\(event.name) on a connection that carries no view")
+            }
+            let context = self.context!
+            return { () throws(RemoteError) in await handler(event, context) }
+        case .share(let message):
+            guard message.sender != configuration.role else {
+                throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
+            }
+            guard let handler = routes.share else {
+                throw refuse(.unexpected, "\(message.name) on a connection that carries no share")
+            }
+            let attachments = envelope.attachments, context = self.context!
+            return { () throws(RemoteError) in try await handler(message, attachments, context) }
+        }
+        return nil
+    }
+
+    // MARK: the delivery task
+
+    /// Hands `delivery` to the connection's delivery task, in order behind what waits already.
+    /// The task is started on first use; when it waits for work, it is resumed with what is
+    /// queued (a batch, not one at a time). A full inbox pauses reading until it has caught up.
+    private func deliver(_ delivery: Delivery) {
+        inbox.append(delivery)
+        if let waiting = deliveryWaiting {
+            deliveryWaiting = nil
+            delivering = true
+            let batch = inbox
+            inbox = []
+            waiting.resume(returning: batch)
+        } else if !deliveryStarted {
+            deliveryStarted = true
+            startDeliveryTask()
+        }
+        if inbox.count >= Self.maxInbox && !inboxFull {
+            inboxFull = true
+            channel.pauseReading()
+        }
+    }
+
+    /// The delivery task: it awaits the message handler and the routes one at a time, in
+    /// order, and hands envelopes that came behind them back to the loop. It prefers the loop's
+    /// executor where the loop is one (``EventLoop``): a handler starts on the loop's thread, in
+    /// the round that read its message, and a handler that does not
+    /// suspend costs no thread hand-off.
+    private func startDeliveryTask() {
+        // On the loop's thread throughout: it prefers the loop's executor, and comes back to it
+        // after every handler, wherever that went meanwhile.
+        Task(executorPreference: loop) { [self] in
+            while let batch = await nextDeliveries() {
+                for delivery in batch {
+                    loop.preconditionInLoop("the delivery task")
+                    // Once the connection has ended, nothing more is handled (as nothing more
+                    // is read).
+                    if ended { break }
+                    let handler: Delivery.Handler
+                    switch delivery {
+                    case .handler(let next):
+                        handler = next
+                    case .envelope(let envelope):
+                        // It came behind a handler: handled now, in order; a handler it brings
+                        // is awaited here, before what came after it.
+                        do throws(RemoteError) {
+                            guard let next = try dispatch(envelope) else { continue }
+                            handler = next
+                        } catch {
+                            end(error)
+                            continue
+                        }
+                    }
+                    do throws(RemoteError) {
+                        try await handler()
+                    } catch {
+                        end(error)
+                    }
+                }
+            }
+            deliveryEnded()
+        }
+    }
+
+    /// The delivery task's next batch, once there is one; `nil` once the connection has ended.
+    private func nextDeliveries() async -> [Delivery]? {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<[Delivery]?, Never>) in
+            loop.run { self.deliveryWaits(continuation) }
+        }
+    }
+
+    private func deliveryWaits(_ continuation: UnsafeContinuation<[Delivery]?, Never>) {
+        if ended { return continuation.resume(returning: nil) }
+        if inboxFull {
+            inboxFull = false
+            channel.resumeReading()
+        }
+        guard inbox.isEmpty else {
+            delivering = true
+            let batch = inbox
+            inbox = []
+            return continuation.resume(returning: batch)
+        }
+        delivering = false
+        deliveryWaiting = continuation
+    }
+
+    private func deliveryEnded() {
+        deliveryStarted = false
+        finishIfDone()
+    }
+
+    private func startHandler(for message: ServiceMessage, id: UInt64) throws(RemoteError) {
+        guard try machine.requestReceived(id, limit: configuration.maxIncomingRequests).get() == .start else { return }
+        let shared = configuration.sharedIncomingRequests
+        if let shared, !shared.reserve(1) {
+            machine.handlerFinished(id)
+            throw RemoteError(.protocolViolation, "more than \(shared.limit) requests outstanding at once across the process's connections")
+        }
+        // The handler starts at once, on the loop's thread, and runs here until it first
+        // suspends, as an XPC handler runs on its connection's queue: a handler that answers
+        // without waiting costs no thread hand-off. The request travels in a handoff and the
+        // work runs in answer()'s own frame, so every fd of the request and the reply is
+        // released before the task ends (which the end of the connection awaits). A handler
+        // that finished before its task was recorded is never recorded.
+        let handoff = Handoff(message)
+        let context = self.context!
+        let loop = self.loop
+        let task = Task.immediate { [weak self] in
+            await self?.answer(handoff, id: id, context)
+            shared?.release(1)
+            loop.run { [weak self] in self?.handlerFinished(id) }
+        }
+        machine.handlerStarted(id, task: task)
+    }
+
+    private func handlerFinished(_ id: UInt64) {
+        machine.handlerFinished(id)
+    }
+
+    /// Runs the request handler for request `id` and sends its reply or failure (off the loop
+    /// once the handler has suspended).
+    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext) async {
+        guard let message = handoff.take() else { return }
+        let attachments: [Attachment]
+        let body: Envelope.Body
+        do {
+            let reply = try await onRequest(message, context)
+            body = .reply(type: reply.type, payload: reply.payload)
+            attachments = reply.attachments
+        } catch let failure as ServiceFailure {
+            body = .failure(failure)
+            attachments = []
+        } catch {
+            body = .failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)"))
+            attachments = []
+        }
+        guard !Task.isCancelled else { return }
+        let packet: EnvelopeCodec.UnnumberedPacket
+        do {
+            packet = try EnvelopeCodec.encodeUnnumbered(Envelope(replyTo: id, body: body, attachments: attachments))
+        } catch {
+            logger.error("reply to \"\(message.type.escapedForTerminal())\" cannot be sent: \(error.reason)")
+            let failure = Envelope(replyTo: id, body: .failure(ServiceFailure(domain: ServiceFailure.frameworkDomain, code: ServiceFailure.FrameworkCode.replyNotSent,
+                                                                              message: "the reply could not be sent: \(error.reason)")))
+            loop.run { self.writeBestEffort(failure) }
+            return
+        }
+        loop.run { self.write(packet, attachments: attachments, name: "reply") }
+    }
+
+    /// Writes an envelope the connection makes itself (a pong, a cancel, a failure reply) while
+    /// it may send; one that cannot be written is only logged.
+    private func writeBestEffort(_ envelope: Envelope) {
+        guard case .success = machine.canSend() else { return }
+        writeFramed(envelope)
+    }
+
+    /// Writes an envelope the connection makes itself, whatever the state (a goodbye and a
+    /// protocol error go as the connection closes, before the channel does).
+    private func writeFramed(_ envelope: Envelope) {
+        do {
+            try channel.write(try framer.encode(envelope).packet)
+        } catch {
+            logger.debug("could not send \(envelope.body.name): \(error)")
+        }
+    }
+
+    // MARK: ending
+
+    /// Fails what waits for something the connection can no longer carry.
+    private func fail(_ failures: Machine.Failures, with error: RemoteError) {
+        for opener in failures.openers { opener.resume(.failure(error)) }
+        for requester in failures.requests { complete(requester, .failure(error)) }
+    }
+
+    /// Fails the requests asked for before ``run(_:)``, and forgets the messages.
+    private func failEarly(with error: RemoteError) {
+        let early = self.early
+        self.early = []
+        for case .request(let call, _, _, _) in early { call.resume(.failure(error)) }
+    }
+
+    /// Resumes a requester, its deadline cancelled.
+    private func complete(_ requester: PendingCall<Envelope>, _ result: Result<Envelope, RemoteError>) {
+        if let timer = requester.timer { loop.cancel(timer) }
+        requester.timer = nil
+        requester.resume(result)
+    }
+
+    /// The connection ends: at the peer's end of file or goodbye (`nil`), this side's close, or
+    /// with `error`. Tells the peer of a violation it found, fails what waits, cancels the
+    /// request handlers; ``Connection/run()`` returns once they and the routes have finished.
+    private func end(_ error: RemoteError?) {
+        guard !ended else { return }
+        ended = true
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        let ending = machine.channelEnded(error)
+        outcome = ending.outcome
+        if let code = ending.protocolError, let outcome = ending.outcome {
+            logger.error("protocol violation by the peer: \(outcome.reason)")
+            writeFramed(Envelope(body: .protocolError(code, reason: outcome.reason)))
+        }
+        channel.close()
+        status.closed(ending.outcome)
+        fail(ending.failures, with: ending.failure)
+        releaseRoomWaiters()
+        failEarly(with: ending.failure)
+        // The delivery task finishes what it holds, then ends; what waited for it is dropped.
+        inbox = []
+        if let waiting = deliveryWaiting {
+            deliveryWaiting = nil
+            waiting.resume(returning: nil)
+        }
+        // Handlers hold what the routes hold; both are let go once nothing can call them.
+        handlersLeft = ending.handlers.count
+        for handler in ending.handlers { handler.cancel() }
+        if !ending.handlers.isEmpty {
+            let handlers = ending.handlers
+            Task { [self] in
+                for handler in handlers { await handler.value }
+                loop.run {
+                    self.handlersLeft = 0
+                    self.finishIfDone()
+                }
+            }
+        }
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard ended, !finished, handlersLeft == 0, !deliveryStarted else { return }
+        finished = true
+        routes = Routes()
+        context = nil
+        if let outcome { logger.debug("closed: \(outcome)") }
+        eventSink.yield(.closed(outcome))
+        eventSink.finish()
+        let running = self.running
+        self.running = nil
+        running?.resume(returning: outcome)
+    }
+}
+
+/// A call waiting on the loop for an answer: a request's reply, or the peer's handshake. Made by
+/// the caller, then touched on the loop only, except ``cancelled`` (the caller's cancellation
+/// handler sets it, then asks the loop to cancel).
+final class PendingCall<Value: Sendable>: @unchecked Sendable {
+    // @unchecked: `continuation`, `id` and `timer` are the loop's once handed over; `what`,
+    // `deadline` and `timeout` are set in init; `cancelledFlag` is atomic.
+    private var continuation: UnsafeContinuation<Result<Value, RemoteError>, Never>?
+    let what: String
+    let timeout: Duration?
+    let deadline: ContinuousClock.Instant?
+    /// The request's id once written (a token, for a handshake waiter).
+    var id: UInt64?
+    var timer: LoopTimer?
+    private let cancelledFlag = Atomic<Bool>(false)
+
+    init(what: String, timeout: Duration?, now: ContinuousClock.Instant) {
+        self.what = what
+        self.timeout = timeout
+        self.deadline = timeout.map { now.advanced(by: $0) }
+    }
+
+    /// Set before the call is handed to the loop.
+    func wait(with continuation: UnsafeContinuation<Result<Value, RemoteError>, Never>) {
+        self.continuation = continuation
+    }
+
+    var cancelled: Bool { cancelledFlag.load(ordering: .relaxed) }
+
+    func markCancelled() { cancelledFlag.store(true, ordering: .relaxed) }
+
+    /// Resumes the caller, once; later calls do nothing.
+    func resume(_ result: Result<Value, RemoteError>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        continuation.resume(returning: result)
+    }
+}
+
+/// What async code may read of a connection without hopping onto its loop: published by the
+/// handler as the connection changes (its one lock, taken once per change and per read), and
+/// the sender's backlog and the channel's writability (atomics).
+final class ConnectionStatus: Sendable {
+    struct Snapshot: Sendable {
+        var peer: Handshake?
+        var open = false
+        var closed = false
+        var goodbye: String?
+        /// Why nothing more may be sent, once closing or closed.
+        var unusable: RemoteError?
+    }
+
+    let snapshot = Mutex(Snapshot())
+    /// A cheap check before each send: closing or closed.
+    let isClosed = Atomic<Bool>(false)
+    /// The channel's writability (``PacketChannel/isWritable``).
+    let writable = Atomic<Bool>(true)
+    /// Messages handed to the loop and not written into the channel yet.
+    let backlog = Atomic<Int>(0)
+    private let tokens = Atomic<UInt64>(0)
+
+    /// The most messages that may be handed to the loop before it has taken them.
+    static let maxBacklog = 256
+
+    var hasRoom: Bool {
+        writable.load(ordering: .relaxed) && backlog.load(ordering: .relaxed) < Self.maxBacklog
+    }
+
+    func nextToken() -> UInt64 { tokens.add(1, ordering: .relaxed).newValue }
+
+    func opened(_ peer: Handshake) {
+        snapshot.withLock {
+            $0.peer = peer
+            $0.open = true
+        }
+    }
+
+    func closing(goodbye: String?) {
+        snapshot.withLock {
+            $0.open = false
+            $0.closed = true
+            if let goodbye { $0.goodbye = goodbye }
+            if $0.unusable == nil { $0.unusable = RemoteError(.invalidated, goodbye == nil ? "the connection is closing" : "the connection is closed") }
+        }
+        isClosed.store(true, ordering: .relaxed)
+    }
+
+    func closed(_ outcome: RemoteError?) {
+        snapshot.withLock {
+            $0.open = false
+            $0.closed = true
+            $0.unusable = outcome ?? RemoteError(.invalidated, "the connection is closed")
+        }
+        isClosed.store(true, ordering: .relaxed)
+    }
+
+    /// Why a send fails now, or `nil` when it may go.
+    var unusable: RemoteError? {
+        guard isClosed.load(ordering: .relaxed) else { return nil }
+        return snapshot.withLock { $0.unusable } ?? RemoteError(.invalidated, "the connection is closed")
+    }
+}
+
+/// Passes a value into a task exactly once, so the task's captures do not keep it alive.
+final class Handoff<Value: Sendable>: Sendable {
+    private let value: Mutex<Value?>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func take() -> Value? { value.withLock { $0.take() } }
+}

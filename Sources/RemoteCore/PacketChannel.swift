@@ -1,0 +1,124 @@
+/// Moves packets and the fds that ride with them between two peers, and nothing else: no codec,
+/// no numbering, no state machine (docs/Architecture.md, "The connection core").
+///
+/// A channel is confined to its ``loop``: every call is made there, and every callback comes
+/// there. ``SeqpacketChannel`` is a `SOCK_SEQPACKET` socket; ``InMemoryChannel`` carries packets
+/// within one process, for tests. A transport without an fd that runs on threads of its own (a
+/// network stream) conforms by posting what it receives to the loop and taking what is written
+/// from it there.
+package protocol PacketChannel: AnyObject {
+    /// The loop the channel is confined to.
+    var loop: any Loop { get }
+
+    /// Starts delivering what arrives to `inbound`, packet by packet, until end of file, a
+    /// failure, or ``close()``. Once.
+    func start(_ inbound: any PacketInbound)
+
+    /// Queues `packet`; it is written at the end of this round of the loop, with the others
+    /// queued in it (one system call for several, where the transport can).
+    ///
+    /// - Throws: ``RemoteError``: `invalidated` once closed, `timeout` when the peer has not
+    ///   read and the packets waiting for it reached the channel's bound (naming it).
+    func write(_ packet: OutboundPacket) throws(RemoteError)
+
+    /// Whether the packets waiting to be written are below the channel's high-water mark: a
+    /// producer that can wait should, until ``PacketInbound/channelWritabilityChanged(_:)``
+    /// says so (as NIO's `Channel.isWritable`).
+    var isWritable: Bool { get }
+
+    /// Stops delivering until ``resumeReading()``: what arrives meanwhile waits, in order (in
+    /// the socket, or in the channel). For an inbound stage that waits for async work.
+    func pauseReading()
+
+    /// Delivers again, beginning with what waited, in order (in a later turn of the loop).
+    func resumeReading()
+
+    /// Closes the channel: what was queued is written first, as far as the peer takes it; then
+    /// the peer sees end of file, nothing more is delivered or written, and the fds of packets
+    /// not delivered are closed. `inbound` is not called back.
+    func close()
+}
+
+/// What a ``PacketChannel`` delivers to: the next stage of the pipeline (the connection's
+/// handler, with its ``EnvelopeFramer``). Called on the channel's loop.
+package protocol PacketInbound: AnyObject {
+    /// A packet arrived. Its bytes are valid for this call only; its attachments are owned by
+    /// the packet (closed unless someone takes them).
+    func channelRead(_ packet: InboundPacket)
+
+    /// The channel ended by itself: `nil` at the peer's end of file, or why (a packet that
+    /// breaks the transport's rules, a send that timed out, a failed system call). Once; not
+    /// after ``PacketChannel/close()``.
+    func channelClosed(_ error: RemoteError?)
+
+    /// ``PacketChannel/isWritable`` changed.
+    func channelWritabilityChanged(_ isWritable: Bool)
+}
+
+/// One packet read: its bytes and the fds that came with it.
+package struct InboundPacket {
+    /// The packet's bytes, valid while the callback that gets it runs.
+    package let bytes: UnsafeRawBufferPointer
+    /// The fds that came with it, owned.
+    package let attachments: [Attachment]
+
+    package init(bytes: UnsafeRawBufferPointer, attachments: [Attachment]) {
+        self.bytes = bytes
+        self.attachments = attachments
+    }
+}
+
+/// One packet to write: a short prefix (the envelope's id field, which the framer puts in front
+/// of an envelope encoded without it), its body, and the fds to send with it (sent as
+/// duplicates: the attachments still own theirs, and are let go once the packet is written).
+/// The channel writes the prefix and the body as one packet (two `iovec`s), copying neither.
+package struct OutboundPacket: Sendable {
+    /// At most 16 bytes, kept inline (no allocation).
+    package struct Prefix: Sendable {
+        private var storage: (UInt64, UInt64) = (0, 0)
+        package private(set) var count = 0
+
+        package static let capacity = 16
+
+        package init() {}
+
+        /// `bytes` (at most ``capacity``).
+        package init(_ bytes: UnsafeRawBufferPointer) {
+            precondition(bytes.count <= Self.capacity, "a packet prefix holds at most \(Self.capacity) bytes")
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: bytes) }
+            count = bytes.count
+        }
+
+        /// The prefix's bytes, valid in `body`.
+        package func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+            var copy = storage
+            return try Swift.withUnsafeBytes(of: &copy) { (raw) throws(E) -> R in
+                try body(UnsafeRawBufferPointer(rebasing: raw[0..<count]))
+            }
+        }
+
+        /// The prefix's bytes, as an array.
+        package var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+    }
+
+    package var prefix: Prefix
+    package var body: ArraySlice<UInt8>
+    package var attachments: [Attachment]
+
+    package init(prefix: Prefix = Prefix(), body: ArraySlice<UInt8>, attachments: [Attachment] = []) {
+        self.prefix = prefix
+        self.body = body
+        self.attachments = attachments
+    }
+
+    /// A packet of `bytes`, with no prefix.
+    package init(bytes: [UInt8], attachments: [Attachment] = []) {
+        self.init(body: bytes[...], attachments: attachments)
+    }
+
+    /// The packet's bytes in one array (the prefix, then the body): for channels that copy anyway.
+    package var bytes: [UInt8] { prefix.bytes + body }
+
+    /// The packet's length in bytes.
+    package var count: Int { prefix.count + body.count }
+}

@@ -1,0 +1,368 @@
+import CRemoteViewLinux
+import Glibc
+
+/// An `AF_UNIX` `SOCK_SEQPACKET` socket as a ``PacketChannel``: one packet per envelope, its fds
+/// as one `SCM_RIGHTS` message, received with `MSG_CMSG_CLOEXEC`.
+///
+/// Confined to its ``EventLoop``. The socket is registered once, edge-triggered, for
+/// `EPOLLIN`. Reading takes up to ``ReceiveBatch/capacity`` queued packets with one `recvmmsg`
+/// and hands them to the inbound stage one at a time; a batch that came back full is followed by
+/// another in a later turn of the loop, so one busy peer cannot hold the others off. A batch that
+/// came back short met an empty queue, so the channel waits for the next edge without the call
+/// that would only say `EAGAIN`.
+///
+/// Writes are queued and written at the end of the loop's round: one `sendmsg` for one packet,
+/// one `sendmmsg` for several (like libwayland's `wl_connection_flush` and NIO's pending
+/// writes). When the peer's queue is full, the channel watches `EPOLLOUT` and keeps the packets,
+/// at most ``maxQueuedPackets``; one more fails at once, naming the bound, and a queue that has
+/// not moved for ``sendTimeout`` ends the channel as *timeout*.
+package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Sendable {
+    // @unchecked: everything mutable is touched on `eventLoop` only (checked in debug builds);
+    // `fd` and the registration are set in init, before the loop can call in.
+    package var loop: any Loop { eventLoop }
+    private let eventLoop: EventLoop
+    private let fd: Int32
+    private var registration: EventLoop.Registration?
+    private let batch: ReceiveBatch
+    private var inbound: (any PacketInbound)?
+    /// An edge came that has not been read yet.
+    private var readable = false
+    private var paused = false
+    private var closed = false
+    /// In `readAvailable()` (a stage it calls may pause, close or write).
+    private var reading = false
+    private var queue: [OutboundPacket] = []
+    private var flushAsked = false
+    /// The peer's queue was full: `EPOLLOUT` is watched, and writing waits for it.
+    private var blocked = false
+    private var blockedTimer: LoopTimer?
+
+    /// How long the peer may leave packets waiting (its queue full) before the channel ends as
+    /// *timeout*.
+    package let sendTimeout: Duration
+    /// The most packets that may wait for a peer whose queue is full; one more is refused.
+    package let maxQueuedPackets: Int
+    /// The default ``maxQueuedPackets``.
+    package static let defaultMaxQueuedPackets = 1024
+    /// The most packets one `sendmmsg` writes.
+    static let writeBatch = 16
+    /// Above this many packets waiting, the channel is not writable (``isWritable``) until they
+    /// are down to ``lowWaterMark``.
+    package static let highWaterMark = 256
+    package static let lowWaterMark = 64
+    package private(set) var isWritable = true
+    /// The headers, vectors, prefixes and control buffers of one `sendmmsg`, made once.
+    private let sendBuffers = SendBuffers()
+
+    private final class SendBuffers {
+        let messages = UnsafeMutablePointer<rv_mmsghdr>.allocate(capacity: SeqpacketChannel.writeBatch)
+        let vectors = UnsafeMutablePointer<iovec>.allocate(capacity: 2 * SeqpacketChannel.writeBatch)
+        let prefixes = UnsafeMutableRawPointer.allocate(byteCount: SeqpacketChannel.writeBatch * OutboundPacket.Prefix.capacity, alignment: 8)
+        static let controlLength = rv_cmsg_space(WireLimits.maxAttachments * MemoryLayout<Int32>.size)
+        let control = UnsafeMutableRawPointer.allocate(byteCount: SeqpacketChannel.writeBatch * controlLength, alignment: MemoryLayout<cmsghdr>.alignment)
+
+        init() {
+            messages.initialize(repeating: rv_mmsghdr(), count: SeqpacketChannel.writeBatch)
+            vectors.initialize(repeating: iovec(), count: 2 * SeqpacketChannel.writeBatch)
+        }
+
+        deinit {
+            messages.deallocate()
+            vectors.deallocate()
+            prefixes.deallocate()
+            control.deallocate()
+        }
+    }
+
+    /// Takes ownership of a connected seqpacket socket (made non-blocking here) and registers it
+    /// with `loop`.
+    package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), maxQueuedPackets: Int = defaultMaxQueuedPackets,
+                 loop: EventLoop = .shared) throws(SystemCallError) {
+        try Syscall.setNonBlocking(socket.rawValue, true)
+        batch = try ReceiveBatch.take()
+        eventLoop = loop
+        self.sendTimeout = sendTimeout
+        self.maxQueuedPackets = maxQueuedPackets
+        fd = socket.rawValue
+        registration = try loop.register(socket, edgeTriggered: EPOLLIN.rawValue) { [weak self] events in self?.ready(events) }
+        _ = socket.release()
+    }
+
+    deinit {
+        if !closed { releaseSocket() }
+        batch.giveBack()
+    }
+
+    // MARK: PacketChannel
+
+    package func start(_ inbound: any PacketInbound) {
+        loop.preconditionInLoop("SeqpacketChannel.start")
+        precondition(self.inbound == nil, "SeqpacketChannel.start called twice")
+        self.inbound = inbound
+        // What came before it started is read now (its edge was reported already).
+        readable = true
+        readAvailable()
+    }
+
+    package func write(_ packet: OutboundPacket) throws(RemoteError) {
+        loop.preconditionInLoop("SeqpacketChannel.write")
+        guard !closed else { throw RemoteError(.invalidated, "the connection was closed") }
+        if blocked, queue.count >= maxQueuedPackets {
+            throw RemoteError(.timeout, "the peer is not reading: \(maxQueuedPackets) packets already wait for room in its receive queue, this one is not sent")
+        }
+        queue.append(packet)
+        if isWritable && queue.count >= Self.highWaterMark {
+            isWritable = false
+            inbound?.channelWritabilityChanged(false)
+        }
+        if !flushAsked && !blocked {
+            flushAsked = true
+            eventLoop.flushAtEndOfRound(self)
+        }
+    }
+
+    package func pauseReading() {
+        loop.preconditionInLoop("SeqpacketChannel.pauseReading")
+        paused = true
+    }
+
+    package func resumeReading() {
+        loop.preconditionInLoop("SeqpacketChannel.resumeReading")
+        guard paused else { return }
+        paused = false
+        eventLoop.execute { [weak self] in self?.readAvailable() }
+    }
+
+    package func close() {
+        loop.preconditionInLoop("SeqpacketChannel.close")
+        guard !closed else { return }
+        // Not called back from here on, even if the last flush fails.
+        inbound = nil
+        // What was queued (a goodbye, say) goes first, as far as the peer takes it.
+        flush()
+        if !closed { closeSocket() }
+    }
+
+    // MARK: reading
+
+    /// The loop saw the socket ready (on the loop).
+    private func ready(_ events: UInt32) {
+        guard !closed else { return }
+        if events & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0, blocked {
+            blocked = false
+            if let registration { eventLoop.watch(registration, edgeTriggered: EPOLLIN.rawValue) }
+            flush()
+        }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+            readable = true
+            readAvailable()
+        }
+    }
+
+    /// Hands out what is queued, batch by batch, until the queue is empty, reading is paused,
+    /// or a full batch has been handed out (the next one comes in a later turn).
+    private func readAvailable() {
+        guard !reading, let inbound else { return }
+        reading = true
+        defer { reading = false }
+        var handedOut = 0
+        while !paused && !closed {
+            if batch.next < batch.count {
+                let index = batch.next
+                batch.next += 1
+                let packet: InboundPacket?
+                do {
+                    packet = try batch.packet(at: index)
+                } catch {
+                    return fail(error)
+                }
+                guard let packet else { return end(nil) }
+                handedOut += 1
+                inbound.channelRead(packet)
+                continue
+            }
+            // The batch is handed out. It met an empty queue (and no edge came since): wait.
+            if batch.drained && !readable { return }
+            if handedOut >= ReceiveBatch.capacity {
+                // Full, so more may be queued: in a later turn, after the other descriptors.
+                eventLoop.execute { [weak self] in self?.readAvailable() }
+                return
+            }
+            readable = false
+            switch readBatch() {
+            case .failure(let error): return fail(error)
+            case .success(false): return end(nil)
+            case .success(true): continue
+            }
+        }
+    }
+
+    /// One `recvmmsg` into the batch: `true` when it read packets or the queue was empty,
+    /// `false` at end of file after a reset.
+    ///
+    /// A peer that closes with unread data in its own queue leaves `ECONNRESET` pending here,
+    /// and Linux reports it *before* the packets still queued for us (its goodbye, say). The
+    /// error is consumed by reporting it, so read on: what is queued comes next, then end of file.
+    private func readBatch(afterReset: Bool = false) -> Result<Bool, RemoteError> {
+        batch.prepare()
+        let result: IOResult<Int>
+        do {
+            result = try Syscall.receiveMessages(fd, batch.messages, count: ReceiveBatch.capacity)
+        } catch {
+            if error.errno == ECONNRESET { return afterReset ? .success(false) : readBatch(afterReset: true) }
+            return .failure(RemoteError(.interrupted, "\(error)"))
+        }
+        // (recvmmsg returns -1 with EAGAIN rather than 0 for an empty queue; a 0 is taken as
+        // would-block too, without concluding the queue was empty.)
+        guard case .done(let count) = result, count > 0 else {
+            batch.drained = true
+            return .success(true)
+        }
+        batch.received(count)
+        return .success(true)
+    }
+
+    // MARK: writing
+
+    /// Writes what is queued (on the loop, at the end of the round the first packet was queued in).
+    package func flush() {
+        flushAsked = false
+        guard !closed, !blocked else { return }
+        while !queue.isEmpty {
+            let count = min(queue.count, Self.writeBatch)
+            let result: IOResult<Int>
+            do {
+                result = try send(count: count)
+            } catch {
+                let gone = [EPIPE, ECONNRESET, ENOTCONN].contains(error.errno)
+                return fail(RemoteError(.interrupted, gone ? "the peer closed the connection" : "\(error)"))
+            }
+            guard case .done(let written) = result, written > 0 else { return wait() }
+            queue.removeFirst(written)
+            if let blockedTimer {
+                eventLoop.cancel(blockedTimer)
+                self.blockedTimer = nil
+            }
+            if !isWritable && queue.count <= Self.lowWaterMark {
+                isWritable = true
+                inbound?.channelWritabilityChanged(true)
+            }
+            if written < count { return wait() }
+        }
+    }
+
+    /// The peer's queue is full: watch `EPOLLOUT`, and end the channel if nothing moves for
+    /// ``sendTimeout``.
+    private func wait() {
+        blocked = true
+        if let registration { eventLoop.watch(registration, edgeTriggered: EPOLLIN.rawValue | EPOLLOUT.rawValue) }
+        if blockedTimer == nil {
+            let timeout = sendTimeout
+            blockedTimer = eventLoop.schedule(at: .now.advanced(by: timeout)) { [weak self] in
+                guard let self, !self.closed, self.blocked else { return }
+                self.blockedTimer = nil
+                self.fail(RemoteError(.timeout, "the peer has not read for \(timeout); its receive queue is full"))
+            }
+        }
+    }
+
+    /// One `sendmsg` for one packet, one `sendmmsg` for several (the first ``writeBatch`` of
+    /// the queue): how many were written. The headers, vectors and control buffers are the
+    /// channel's own, made once; the packets' bytes are pointed at, not copied.
+    private func send(count: Int) throws(SystemCallError) -> IOResult<Int> {
+        let buffers = sendBuffers
+        var controlOffset = 0
+        for index in 0..<count {
+            let packet = queue[index]
+            buffers.messages[index] = rv_mmsghdr()
+            buffers.messages[index].msg_hdr.msg_iov = buffers.vectors + 2 * index
+            buffers.messages[index].msg_hdr.msg_iovlen = 2
+            var fdCount = 0
+            for attachment in packet.attachments {
+                guard let descriptor = attachment.descriptor else { continue }
+                buffers.control.storeBytes(of: descriptor, toByteOffset: controlOffset + rv_cmsg_len(0) + fdCount * MemoryLayout<Int32>.size, as: Int32.self)
+                fdCount += 1
+            }
+            guard fdCount > 0 else { continue }
+            let length = rv_cmsg_space(fdCount * MemoryLayout<Int32>.size)
+            // The fds were stored after where the header goes; the header is written over the
+            // space in front of them now (cmsg data starts at CMSG_LEN(0)).
+            buffers.messages[index].msg_hdr.msg_control = buffers.control + controlOffset
+            buffers.messages[index].msg_hdr.msg_controllen = length
+            let header = rv_cmsg_firsthdr((buffers.messages + index).pointer(to: \.msg_hdr)!)!
+            header.pointee.cmsg_level = SOL_SOCKET
+            header.pointee.cmsg_type = Int32(SCM_RIGHTS)
+            header.pointee.cmsg_len = rv_cmsg_len(fdCount * MemoryLayout<Int32>.size)
+            controlOffset += length
+        }
+        // The prefixes are copied into the channel's own buffer (at most 16 bytes each), the
+        // bodies pointed at where they are: the queue holds them until the call returns.
+        return try Self.withBodies(of: queue, upTo: count, index: 0, buffers: buffers) { () throws(SystemCallError) -> IOResult<Int> in
+            if count == 1 {
+                return try Syscall.sendMessage(fd, (buffers.messages + 0).pointer(to: \.msg_hdr)!).map { _ in 1 }
+            }
+            return try Syscall.sendMessages(fd, buffers.messages, count: count)
+        }
+    }
+
+    /// Points the vectors of packets `index..<count` at their prefix (copied into `buffers`)
+    /// and body for the duration of `body`.
+    private static func withBodies<R>(of queue: [OutboundPacket], upTo count: Int, index: Int, buffers: SendBuffers,
+                                      _ body: () throws(SystemCallError) -> R) throws(SystemCallError) -> R {
+        guard index < count else { return try body() }
+        let packet = queue[index]
+        let prefix = buffers.prefixes + index * OutboundPacket.Prefix.capacity
+        packet.prefix.withUnsafeBytes { bytes in
+            if bytes.count > 0 { prefix.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        }
+        buffers.vectors[2 * index] = iovec(iov_base: prefix, iov_len: packet.prefix.count)
+        return try packet.body.withUnsafeBytes { bytes in
+            Result { () throws(SystemCallError) -> R in
+                buffers.vectors[2 * index + 1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+                return try withBodies(of: queue, upTo: count, index: index + 1, buffers: buffers, body)
+            }
+        }.get()
+    }
+
+    // MARK: ending
+
+    /// The peer closed its end (`nil`), or the channel failed: closed, and the inbound stage told.
+    private func end(_ error: RemoteError?) {
+        closeSocket()
+        let inbound = self.inbound
+        self.inbound = nil
+        inbound?.channelClosed(error)
+    }
+
+    private func fail(_ error: RemoteError) {
+        guard !closed else { return }
+        end(error)
+    }
+
+    private func closeSocket() {
+        closed = true
+        queue.removeAll()
+        if let blockedTimer { eventLoop.cancel(blockedTimer) }
+        blockedTimer = nil
+        // The fds of packets read but not handed out go now.
+        batch.discardRest()
+        releaseSocket()
+    }
+
+    private func releaseSocket() {
+        if let registration { eventLoop.deregister(registration) }
+        registration = nil
+        Syscall.shutdownBoth(fd)
+        Syscall.close(fd)
+    }
+}
+
+extension IOResult {
+    /// The value transformed, or still would-block.
+    func map<T>(_ transform: (Value) -> T) -> IOResult<T> {
+        switch self {
+        case .done(let value): .done(transform(value))
+        case .wouldBlock: .wouldBlock
+        }
+    }
+}
