@@ -482,9 +482,7 @@ final class WindowApp {
         if let outcome = pending.outcome {
             switch outcome {
             case .interrupted(let error):
-                // "ID ended: killed: …" says the activity's name twice in the bar.
-                let prefix = "\(presented.activity.identifier) ended: "
-                presented.ended = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
+                presented.ended = WindowCommand.banner(for: error, identifier: presented.activity.identifier)
                 afterRender.append("window: ended \(error.reason.escapedForTerminal())")
             default:
                 presented.outcome = "\(outcome)"
@@ -621,5 +619,26 @@ final class WindowApp {
         case SDL_SCANCODE_AUDIOREWIND: .seekBackward
         default: nil
         }
+    }
+}
+
+extension WindowCommand {
+    /// What the bar says after "TITLE ended: " when the activity's process went: the signal (or
+    /// exit) first, then its fatal error's message without the file and line, which is what a
+    /// user can act on; the rest of the reason only when there is no such line. The bar is
+    /// ellipsized after its last whole word, so the useful part comes first.
+    static func banner(for error: RemoteError, identifier: String) -> String {
+        // "ID ended: killed: …" says the activity's name twice in the bar.
+        let prefix = "\(identifier) ended: "
+        var reason = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
+        guard let fatal = error.standardErrorTail.last(where: { $0.contains("Fatal error: ") }),
+              let range = fatal.range(of: "Fatal error: ") else { return reason }
+        if let stderr = reason.range(of: "; stderr: ") { reason = String(reason[..<stderr.lowerBound]) }
+        if reason.hasPrefix("killed: ") { reason = String(reason.dropFirst("killed: ".count)) }
+        // "killed by SIGILL (Illegal instruction)": the name is enough next to the message.
+        if reason.hasPrefix("killed by SIG"), let open = reason.range(of: " ("), reason.hasSuffix(")") {
+            reason = String(reason[..<open.lowerBound])
+        }
+        return "\(reason): \(fatal[range.upperBound...])"
     }
 }
