@@ -92,44 +92,9 @@ void rv_heap_in_use(size_t *arenas, size_t *mapped) {
     *mapped = info.hblkhd;
 }
 
-// MARK: the main thread of a service
+// MARK: threads
 
-// libdispatch's run-loop interface (exported; CoreFoundation's CFRunLoop drains the main queue
-// through it on Linux).
-extern int _dispatch_get_main_queue_handle_4CF(void);
-extern void _dispatch_main_queue_callback_4CF(void *ignored);
-
-// The concurrency runtime's hook for an async main's drain (swift/Runtime/Concurrency.h:
-// swift_task_asyncMainDrainQueue_hook), called with the Swift calling convention.
-typedef void (__attribute__((swiftcall)) *rv_drain_original)(void);
-typedef void (__attribute__((swiftcall)) *rv_drain_override)(rv_drain_original original);
-extern void (__attribute__((swiftcall)) *swift_task_asyncMainDrainQueue_hook)(rv_drain_original original,
-                                                                              rv_drain_override compat);
-// RemoteCore's EventLoop, run on the calling thread; returns only if the loop's own thread
-// took it first.
-extern void rv_event_loop_run_on_main(void);
-
-static int main_loop_requested;
-
-static void __attribute__((swiftcall)) rv_drain_main_queue_hook(rv_drain_original original, rv_drain_override compat) {
-    (void)compat;
-    rv_event_loop_run_on_main();
-    original();
-}
-
-__attribute__((constructor)) static void rv_decide_main_loop(void) {
-    const char *names = getenv("LISTEN_FDNAMES");
-    const char *choice = getenv("REMOTEVIEW_MAIN_LOOP");
-    if (names == NULL || strcmp(names, "remoteview") != 0) return;
-    if (choice == NULL || strcmp(choice, "main") != 0) return;
-    main_loop_requested = 1;
-    swift_task_asyncMainDrainQueue_hook = rv_drain_main_queue_hook;
-}
-
-int rv_main_loop_requested(void) { return main_loop_requested; }
 int rv_is_main_thread(void) { return getpid() == (pid_t)syscall(SYS_gettid); }
-int rv_main_queue_handle(void) { return _dispatch_get_main_queue_handle_4CF(); }
-void rv_main_queue_drain(void) { _dispatch_main_queue_callback_4CF(NULL); }
 
 void rv_stdout_line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 

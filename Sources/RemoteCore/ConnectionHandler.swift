@@ -655,6 +655,12 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private func finishIfDone() {
         guard ended, !finished, handlersLeft == 0, !deliveryStarted else { return }
         finished = true
+        // Reported in a later job, once what ended it has unwound: the packet that broke the
+        // protocol (and its fds) is gone by then, so whoever awaits run() finds nothing of it.
+        loop.execute { [self] in reportEnd() }
+    }
+
+    private func reportEnd() {
         routes = Routes()
         context = nil
         if let outcome { logger.debug("closed: \(outcome)") }

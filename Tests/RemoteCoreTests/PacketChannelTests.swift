@@ -144,6 +144,32 @@ struct PacketChannelTests {
         }
     }
 
+    @Test("a peer that wrote, then closed: the write that meets its closed end is dropped, and what it wrote is still read, then end of file, with no error")
+    func peerClosedAfterWriting() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            try RawSocket.send(pair.second.rawValue, [42])
+            Syscall.shutdownBoth(pair.second.rawValue)
+            let channel = try SeqpacketChannel(pair.first)
+            let recorder = Recorder()
+            try await onLoop {
+                try channel.write(OutboundPacket(bytes: [1, 2, 3]))
+                channel.flush()
+            }
+            let _: Void = try await withUnsafeThrowingContinuation { continuation in
+                EventLoop.shared.execute {
+                    recorder.arrived = { if !recorder.closed.isEmpty { continuation.resume() } }
+                    channel.start(recorder)
+                }
+            }
+            let (packets, closed) = try await onLoop { (recorder.packets, recorder.closed) }
+            #expect(packets == [[42]])
+            #expect(closed.count == 1)
+            #expect(closed.first.map { $0 == nil } == true, "\(closed)")
+            _ = pair.second
+        }
+    }
+
     @Test("a packet over the size limit ends the channel as a violation, naming the limit; its fds are closed")
     func tooLarge() async throws {
         try await withoutLeaks {

@@ -120,24 +120,10 @@ int rv_thread_sanitizer(void);
 void rv_tsan_acquire(void *_Nonnull address);
 void rv_tsan_release(void *_Nonnull address);
 
-// MARK: the main thread of a service
+// MARK: threads
 
-/// 1 when this process is a service started by a RemoteView launcher (`LISTEN_FDNAMES` is
-/// `remoteview` at load time) and `REMOTEVIEW_MAIN_LOOP` is `main` (an opt-in): its event loop then
-/// runs on the main thread, and drains the main dispatch queue (where the main actor's jobs go)
-/// there, instead of `dispatch_main()` parking that thread and pool threads taking the main
-/// queue in turns. Decided once, before `main`, by a constructor that also installs the
-/// concurrency runtime's `swift_task_asyncMainDrainQueue_hook` (called when an `async` main's
-/// first part returns), which calls `rv_event_loop_run_on_main` (RemoteCore's EventLoop).
-int rv_main_loop_requested(void);
 /// 1 on the process's main thread (its thread id is its process id).
 int rv_is_main_thread(void);
-/// libdispatch's handle of the main queue for a run loop (`_dispatch_get_main_queue_handle_4CF`:
-/// an eventfd on Linux, readable when the queue has work), as CoreFoundation's run loop uses it.
-int rv_main_queue_handle(void);
-/// Runs what the main dispatch queue holds, on the main thread
-/// (`_dispatch_main_queue_callback_4CF`).
-void rv_main_queue_drain(void);
 
 // MARK: stdio
 

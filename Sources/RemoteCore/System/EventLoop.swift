@@ -72,51 +72,11 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     private let thread = Atomic<UInt>(0)
     private static let wakeToken: UInt64 = 0
 
-    private static let mainQueueToken: UInt64 = UInt64.max
-
     private init() throws(SystemCallError) {
         epoll = try Syscall.epollCreate()
         wakeup = try Syscall.eventCounter()
         try Syscall.epollControl(epoll, EPOLL_CTL_ADD, wakeup, events: EPOLLIN.rawValue, token: Self.wakeToken)
-        // A service's loop waits for the main thread (see runOnMainThread()); anything
-        // registered, scheduled or queued before then is served when it comes. If the main
-        // thread never comes (a service whose main is not async, and parks the thread in
-        // dispatchMain()), a thread of its own takes the loop after a second.
-        if Self.runsOnMainThread {
-            startThread(after: .seconds(1))
-        } else {
-            startThread()
-        }
-    }
-
-    /// Who runs the loop: 0 nobody yet, 1 the main thread, 2 a thread of its own.
-    private let owner = Atomic<Int>(0)
-
-    /// Whether the loop runs on the main thread of this process rather than a thread of its
-    /// own: in a service a launcher started with `REMOTEVIEW_MAIN_LOOP=main` (decided before
-    /// `main`, by `rv_main_loop_requested`). The main thread then serves the main actor and
-    /// every connection in one `epoll_wait`: a frame drawn on the main actor is sent, and its
-    /// `frame_done` read, without a thread hand-off, but the sockets wait while the main actor
-    /// works.
-    package static var runsOnMainThread: Bool { rv_main_loop_requested() != 0 }
-
-    /// Runs the loop on the calling thread, the main thread, for good: called by the
-    /// concurrency runtime's drain hook when an `async` main's first part returns, in place of
-    /// `dispatch_main()`. The main dispatch queue, which holds the main actor's jobs, is
-    /// drained here when its handle (an eventfd) is readable, as CoreFoundation's run loop
-    /// drains it.
-    ///
-    /// Returns, having done nothing, when the loop's own thread has taken it already (the main
-    /// thread came more than a second late): the caller then parks the main thread as usual.
-    fileprivate func runOnMainThread() {
-        guard owner.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged else { return }
-        thread.store(UInt(pthread_self()), ordering: .relaxed)
-        do {
-            try Syscall.epollControl(epoll, EPOLL_CTL_ADD, rv_main_queue_handle(), events: EPOLLIN.rawValue, token: Self.mainQueueToken)
-        } catch {
-            fatalError("RemoteView cannot watch the main dispatch queue: \(error)")
-        }
-        run()
+        startThread()
     }
 
     // MARK: descriptors
@@ -281,25 +241,13 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
 
     // MARK: the loop thread
 
-    /// Starts the loop's own thread; with `delay`, the thread takes the loop only if the main
-    /// thread has not by then (see ``runsOnMainThread``).
-    private func startThread(after delay: Duration? = nil) {
-        final class Start {
-            let loop: EventLoop
-            let delay: Duration?
-            init(loop: EventLoop, delay: Duration?) { (self.loop, self.delay) = (loop, delay) }
-        }
+    /// Starts the loop's own thread (`remoteview-loop`), which runs it for the life of the
+    /// process.
+    private func startThread() {
         var thread = pthread_t()
-        let context = Unmanaged.passRetained(Start(loop: self, delay: delay)).toOpaque()
+        let context = Unmanaged.passRetained(self).toOpaque()
         let result = pthread_create(&thread, nil, { context in
-            let start = Unmanaged<Start>.fromOpaque(context!).takeRetainedValue()
-            let loop = start.loop
-            if let delay = start.delay {
-                let (seconds, attoseconds) = delay.components
-                var pause = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000)), left = timespec()
-                while nanosleep(&pause, &left) != 0 && errno == EINTR { pause = left }
-            }
-            guard loop.owner.compareExchange(expected: 0, desired: 2, ordering: .relaxed).exchanged else { return nil }
+            let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
             loop.thread.store(UInt(pthread_self()), ordering: .relaxed)
             _ = rv_name_this_thread("remoteview-loop")
             loop.run()
@@ -339,11 +287,6 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
                 let token = events[index].data.u64
                 if token == Self.wakeToken {
                     Syscall.drainEventCounter(wakeup)
-                    continue
-                }
-                if token == Self.mainQueueToken {
-                    Syscall.drainEventCounter(rv_main_queue_handle())
-                    rv_main_queue_drain()
                     continue
                 }
                 let handler = state.withLock { $0.handlers[token] }
@@ -429,13 +372,4 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
             parent = smallest
         }
     }
-}
-
-/// The concurrency runtime's drain of an `async` main, in a service whose loop runs on the main
-/// thread (`rv_main_loop_requested`): the main thread becomes the event loop's.
-/// Returns only when the loop's own thread has taken it already: the caller then drains the
-/// main queue as usual (`dispatch_main()`).
-@_cdecl("rv_event_loop_run_on_main")
-func runEventLoopOnMainThread() {
-    EventLoop.shared.runOnMainThread()
 }

@@ -35,6 +35,9 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     private var flushAsked = false
     /// The peer's queue was full: `EPOLLOUT` is watched, and writing waits for it.
     private var blocked = false
+    /// The peer has closed its end: what is written is dropped (reading goes on, to the end of
+    /// what the peer sent, its goodbye say, then end of file).
+    private var peerGone = false
     private var blockedTimer: LoopTimer?
 
     /// How long the peer may leave packets waiting (its queue full) before the channel ends as
@@ -107,6 +110,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     package func write(_ packet: OutboundPacket) throws(RemoteError) {
         loop.preconditionInLoop("SeqpacketChannel.write")
         guard !closed else { throw RemoteError(.invalidated, "the connection was closed") }
+        if peerGone { return }
         if blocked, queue.count >= maxQueuedPackets {
             throw RemoteError(.timeout, "the peer is not reading: \(maxQueuedPackets) packets already wait for room in its receive queue, this one is not sent")
         }
@@ -234,8 +238,21 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
             do {
                 result = try send(count: count)
             } catch {
-                let gone = [EPIPE, ECONNRESET, ENOTCONN].contains(error.errno)
-                return fail(RemoteError(.interrupted, gone ? "the peer closed the connection" : "\(error)"))
+                guard [EPIPE, ECONNRESET, ENOTCONN].contains(error.errno) else {
+                    return fail(RemoteError(.interrupted, "\(error)"))
+                }
+                // The peer closed its end. What it sent before may still be queued for us (its
+                // goodbye): the channel reads on, and ends at the end of file, as the peer ended
+                // it. Nothing more is written.
+                peerGone = true
+                queue.removeAll()
+                if !isWritable {
+                    isWritable = true
+                    inbound?.channelWritabilityChanged(true)
+                }
+                readable = true
+                eventLoop.execute { [weak self] in self?.readAvailable() }
+                return
             }
             guard case .done(let written) = result, written > 0 else { return wait() }
             queue.removeFirst(written)

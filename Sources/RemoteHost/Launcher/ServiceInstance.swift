@@ -163,10 +163,6 @@ final class ServiceInstance: LaunchedProcess {
             "PATH": "/usr/bin:/bin",
             FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
         ]
-        // A service's event loop runs on its main thread, with its main actor, when this says
-        // "main" (docs/Architecture.md, "The main thread of a service"): the host's own setting
-        // is passed on.
-        if let mainLoop = getenv("REMOTEVIEW_MAIN_LOOP") { environment["REMOTEVIEW_MAIN_LOOP"] = String(cString: mainLoop) }
         // A root host's sandboxed services run as uids of their own (an unsandboxed service is
         // an explicit opt-in to run as the host).
         let identity = sandbox != .unsandboxed && Syscall.effectiveUserID == 0 ? try users.identity(for: manifest.identifier) : nil
