@@ -1,3 +1,4 @@
+import Dispatch
 import CCairo
 import RemoteCore
 
@@ -244,11 +245,11 @@ extension RemoteView: ServiceChannelListener {
             // the service sent after it is read (a settle's reply, say), and the service with it.
             let replies: [SurfaceMessage]
             if compositor.pixelsToCopy(for: message, cap: Self.offLoopCopyPixels) >= Self.offLoopCopyPixels {
-                // A large copy runs on the global concurrent executor while this connection's
-                // delivery task waits for it, so the loop thread goes on reading every other
-                // connection (a 1920×1080 frame is about 0.3 ms of copying: four views
-                // streaming them on the loop kept a round trip elsewhere waiting about 3 ms).
-                replies = try await withTaskExecutorPreference(globalConcurrentExecutor) { () throws(RemoteError) -> [SurfaceMessage] in
+                // A large copy runs on the copy thread while this connection's delivery task
+                // waits for it, so the loop goes on with every other connection (a 1920×1080
+                // frame is about 0.3 ms of copying: four views streaming them on the loop kept
+                // a round trip elsewhere waiting about 3 ms).
+                replies = try await CopyThread.run { () throws(RemoteError) -> [SurfaceMessage] in
                     try self.receive(message, attachments: attachments, on: compositor)
                 }
             } else {
@@ -438,5 +439,27 @@ extension RemoteImage {
             for x in 0..<width { image.pixels[y * width + x] = data.loadUnaligned(fromByteOffset: y * stride + x * 4, as: UInt32.self) }
         }
         self.init(image)
+    }
+}
+
+/// Where the host copies a large commit's damage: one serial queue of its own (a libdispatch
+/// worker thread), off the event loop, with the completion posted back to the connection's
+/// delivery task on the loop (docs/Architecture.md, "Where a large frame is copied").
+///
+/// The loop goes on with every other connection while the copy runs; the connection that
+/// committed waits for it, so its own order is kept. Serial: copies of several views run one
+/// after another, never more than one core's worth at once, and never on the loop.
+enum CopyThread {
+    private static let queue = DispatchQueue(label: "remoteview-copy", qos: .userInitiated)
+
+    /// Runs `body` on the copy thread; returns its result to the caller, resumed on the
+    /// caller's executor (the loop, for a delivery task).
+    static func run<T: Sendable>(_ body: @escaping @Sendable () throws(RemoteError) -> T) async throws(RemoteError) -> T {
+        let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<T, RemoteError>, Never>) in
+            queue.async {
+                continuation.resume(returning: Result { () throws(RemoteError) -> T in try body() })
+            }
+        }
+        return try result.get()
     }
 }
