@@ -1,3 +1,4 @@
+import struct Synchronization.Atomic
 @_exported import RemoteCore
 import Glibc
 import Logging
@@ -131,8 +132,10 @@ public enum ServiceMain {
 extension ServiceMain {
     /// Whether the tasks that serve the connections of a launched service (fd 3, and those
     /// opened through it; not a listening socket's) prefer the event loop's executor, request
-    /// handlers included. For tests only: it gains nothing measurable, and it is how the tests
-    /// hold the frame loop to the rule in `ServiceRuntime`'s `drive`. Set before `run`.
+    /// handlers included, and the frame loop of each connection's view with them. For tests
+    /// only: it gains nothing measurable, and it is how the tests show that main-actor code
+    /// in that preference (the frame loop) is served by the main actor's one queue
+    /// (docs/Architecture.md, "The main thread of a service"). Set before `run`.
     nonisolated(unsafe) package static var connectionTasksPreferEventLoop = false
 }
 
@@ -194,14 +197,22 @@ final class ServiceRuntime: Sendable {
                     await surface.settle()
                     return ServiceMessage(type: FrameworkMessage.settled)
                 }
+                await surface.caughtUp()
                 if surface.hasController.load(ordering: .acquiring), let reply = try await surface.handleRequest(request) { return reply }
             }
             return try await self.onRequest(request, context)
         }
         let onMessage: Connection.MessageHandler = { [weak self] message, context in
             idleClock?.touch()
-            if let surface, message.type != FrameworkMessage.connect, surface.hasController.load(ordering: .acquiring) {
-                if await surface.received(message) { return }
+            if let surface, message.type != FrameworkMessage.connect {
+                // The controller sees it first, on the main actor, in its turn after the host's
+                // size and input (through the surface's queue: no hop of this task).
+                await surface.caughtUp()
+                if surface.hasController.load(ordering: .acquiring) {
+                    let taken = Atomic<Bool>(false)
+                    await surface.perform { if surface.received(message) { taken.store(true, ordering: .relaxed) } }
+                    if taken.load(ordering: .relaxed) { return }
+                }
             }
             await self?.deliver(message, context)
         }
@@ -212,24 +223,22 @@ final class ServiceRuntime: Sendable {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
         if let surface {
+            // The host's surface messages and input go to the main actor through the surface's
+            // one queue: the delivery task does not wait for the main actor per event.
             connection.route(surface: { message, _, context in
                 idleClock?.touch()
-                // A host that breaks the surface rules ends that connection, not the service.
-                do throws(RemoteError) {
-                    try await surface.receive(message, context)
-                } catch {
-                    await surface.close()
-                    await context.connection.close(reason: "surface: \(error.reason)")
-                }
+                await surface.post(.surface(message, context.connection))
             })
             connection.route(input: { event, context in
                 idleClock?.touch()
-                await surface.deliver(event, context)
+                await surface.post(.input(event, context.connection))
             })
             if let share {
                 connection.route(share: { message, attachments, context in
                     idleClock?.touch()
-                    await share.receive(message, attachments: attachments, context: context, controller: { surface.controller })
+                    await surface.caughtUp()
+                    await share.receive(message, attachments: attachments, context: context,
+                                        controller: { surface.controller }, perform: { body in await surface.perform(body) })
                 })
             }
         }
@@ -308,12 +317,9 @@ final class ServiceRuntime: Sendable {
         guard let surface = state.withLock({ $0.surfaces[ObjectIdentifier(connection)] }) else {
             return try await connection.run()
         }
-        // The frame loop is main-actor code that lives as long as the connection and waits,
-        // again and again, for continuations the loop thread resumes (frame_done, new damage).
-        // Run in a task that prefers the event loop's executor (a child of one that does), it
-        // hung: a wake-up went missing and the next frame never came (docs/Architecture.md,
-        // "The rule of the main actor and the loop"). So it never inherits that preference.
-        async let frames: Void = withTaskExecutorPreference(globalConcurrentExecutor) { await surface.run() }
+        // The frame loop: main-actor code, fed by the surface's queue (ViewSurface.Inbox). It
+        // prefers what this task prefers (the global executor, unless a test says the loop).
+        async let frames: Void = surface.run()
         let outcome: Result<Void, RemoteError>
         do throws(RemoteError) {
             try await connection.run()

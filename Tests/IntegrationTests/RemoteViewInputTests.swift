@@ -193,10 +193,11 @@ struct RemoteViewInputTests {
         }
     }
 
-    @Test("the rule of the main actor and the loop: with every connection's task preferring the event loop's executor, the frame loop (kept out of that preference) still draws every change: 5 rounds of typing, each shown, then settled")
-    func frameLoopOutOfTheLoopPreference() async throws {
-        // Before the rule, the frame loop inherited the preference, and this hung within a few
-        // rounds (the first frame, or a typed text, never came).
+    @Test("the main actor's one queue: with every connection's task preferring the event loop's executor, the frame loop in that preference too, every change is drawn: 5 rounds of typing, each shown, then settled")
+    func frameLoopInTheLoopPreference() async throws {
+        // When the delivery task awaited the main actor once per input event and surface
+        // message, this hung in every run with the frame loop in the preference (the first
+        // frame, or a typed text, never came); the frame loop was kept out of it by a rule.
         for _ in 0..<3 {
             try await Self.withScreen(mode: "ui-loop") { view, screen in
                 let field = try #require(try await screen.layout()["field"])

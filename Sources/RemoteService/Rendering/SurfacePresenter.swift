@@ -263,6 +263,12 @@ package final class SurfacePresenter: Sendable {
     /// The range ``frameInterval`` is kept in (240 Hz to 30 Hz).
     static let frameIntervalRange = (Duration.seconds(1) / 240)...(Duration.seconds(1) / 30)
 
+    /// Whether ``beginFrame(damage:)`` would return at once: no frame is in flight and a buffer
+    /// is free (or may be made), or the presenter is closed (then it fails at once).
+    package var isReadyForFrame: Bool {
+        state.withLock { state in state.closed || (!state.inFlight && Self.hasBuffer(state)) }
+    }
+
     /// Returns once no frame is in flight (the host's frame_done of the last one came).
     ///
     /// - Throws: `RemoteError` `cancelled` when the waiting task is cancelled.

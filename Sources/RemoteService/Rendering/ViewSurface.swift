@@ -5,27 +5,64 @@ import struct Synchronization.Atomic
 /// at a time (the presenter paces them by the host's frame_done), and routes the host's input
 /// into the tree.
 ///
-/// The connection routes its surface and input families here; the surface keeps no reference
-/// to the connection (each message brings its context), so nothing needs setting up twice.
+/// The main actor owns the view tree and the presenter. What the host sends for them (its
+/// surface messages, frame_done and release_buffer included, its input, and a settle) reaches
+/// the main actor through one queue, the surface's ``Inbox``: the connection's delivery task, on
+/// the event loop, appends to it without waiting for the main actor, and the frame loop
+/// (``run()``) takes everything queued, in order, before each frame. One wake-up of the frame
+/// loop serves however many events came meanwhile (docs/Architecture.md, "The main thread of
+/// a service").
+///
+/// The surface keeps no reference to the connection (each message brings its context), so
+/// nothing needs setting up twice.
 @MainActor
 final class ViewSurface {
     private let makeController: @MainActor () -> ViewController
     /// Whether a controller exists to offer requests and messages to (readable off the main
     /// actor, so a service's requests do not hop to it for nothing).
     nonisolated let hasController = Atomic<Bool>(false)
-    private var presenter: SurfacePresenter? {
-        didSet { sharedPresenter.withLock { $0 = presenter } }
-    }
-    /// The presenter, for the connection's delivery task: it is thread-safe, and release_buffer and
-    /// frame_done need nothing else, so they reach it without a hop to the main actor and back.
-    private nonisolated let sharedPresenter = Mutex<SurfacePresenter?>(nil)
+    private var presenter: SurfacePresenter?
     private(set) var root: ServiceRoot?
-    /// Wakes the render loop when it waits for work.
-    private var wakeUp: Waiter<Void>?
     private var closed = false
     private var appeared = false
     /// Requests waiting for the view to have committed everything pending.
     private var settleWaiters = WaiterQueue<Void>()
+
+    /// One thing the host sent for the main actor, in the order it came.
+    enum Event: Sendable {
+        /// A surface message (size, pacing).
+        case surface(SurfaceMessage, Connection)
+        /// Input for the view tree.
+        case input(InputEvent, Connection)
+        /// A settle request, answered once everything pending is committed.
+        case settle(Waiter<Void>)
+        /// Resumed once everything posted before it is applied (``caughtUp()``).
+        case barrier(Waiter<Void>)
+        /// Main-actor work for the connection (a message for the controller, a share's
+        /// beginning or cancel), run in its turn; `done` is resumed after it ran (or when it is
+        /// dropped because the surface closed).
+        case perform(@MainActor @Sendable () -> Void, done: Waiter<Void>)
+    }
+
+    /// The queue from the connection's delivery task to the main actor, and the frame loop's
+    /// wake-up: both under one lock, so a post never misses a frame loop going to sleep.
+    struct Inbox: ~Copyable {
+        var events: [Event] = []
+        /// The frame loop, while it sleeps.
+        var sleeper: Waiter<Void>?
+        /// Delivery tasks waiting for room (above ``ViewSurface/maxQueuedEvents``).
+        var roomWaiters = WaiterQueue<Void>()
+        /// The surface closed: what comes now is dropped (settles are answered).
+        var closed = false
+        /// Events posted and not yet applied (queued, or taken by the frame loop and being
+        /// applied).
+        var unapplied = 0
+    }
+    private nonisolated let inbox = Mutex(Inbox())
+
+    /// The most events queued for the main actor; the next delivery waits until the frame loop
+    /// has taken them, and the connection reads no further meanwhile.
+    nonisolated static let maxQueuedEvents = 256
 
     /// The connection's share, when the service runs shares.
     nonisolated let share: ShareEndpoint?
@@ -38,20 +75,112 @@ final class ViewSurface {
     /// The controller, once the host has shown the view.
     var controller: ViewController? { root?.controller }
 
-    /// Applies a surface message from the host: size and pacing. Pacing (release_buffer,
-    /// frame_done) goes straight to the presenter, on the caller's executor.
-    nonisolated func receive(_ message: SurfaceMessage, _ context: ConnectionContext) async throws(RemoteError) {
-        switch message {
-        case .releaseBuffer, .frameDone:
-            if let presenter = sharedPresenter.withLock({ $0 }) { return try await presenter.receive(message) }
-        default:
-            break
+    /// Queues `event` for the main actor and wakes the frame loop if it sleeps. Waits only
+    /// while the queue is full. Called by the connection's delivery task.
+    nonisolated func post(_ event: Event) async {
+        while true {
+            let room = Waiter<Void>()
+            let (posted, sleeper, dropped) = inbox.withLock { inbox -> (Bool, Waiter<Void>?, Bool) in
+                if inbox.closed { return (true, nil, true) }
+                guard inbox.events.count < Self.maxQueuedEvents else {
+                    inbox.roomWaiters.append(room)
+                    return (false, nil, false)
+                }
+                inbox.events.append(event)
+                inbox.unapplied += 1
+                return (true, inbox.sleeper.take(), false)
+            }
+            if posted {
+                if dropped { Self.answer(event) }
+                sleeper?.resume(returning: ())
+                return
+            }
+            do {
+                try await room.wait()
+            } catch {
+                inbox.withLock { $0.roomWaiters.remove(room) }
+                return  // the delivery task is cancelled: the connection is ending
+            }
         }
-        try await apply(message, on: context.connection)
+    }
+
+    /// Returns once the view has committed everything the host sent before this call (at once
+    /// when nothing is shown), or when the request is cancelled.
+    nonisolated func settle() async {
+        let waiter = Waiter<Void>()
+        await post(.settle(waiter))
+        _ = try? await waiter.wait()
+    }
+
+    private nonisolated static func takeEvents(_ inbox: inout Inbox) -> [Event] {
+        let events = inbox.events
+        inbox.events = []
+        return events
+    }
+
+    /// Returns once everything the host sent for the main actor before this call is applied:
+    /// at once when nothing is waiting. A request or message for the controller waits for it,
+    /// so the controller sees the host's size and input before what the host sent after them.
+    nonisolated func caughtUp() async {
+        guard inbox.withLock({ $0.unapplied > 0 && !$0.closed }) else { return }
+        let waiter = Waiter<Void>()
+        await post(.barrier(waiter))
+        _ = try? await waiter.wait()
+    }
+
+    /// Runs `body` on the main actor in its turn after what the host sent before, and returns
+    /// once it ran (or was dropped: the surface closed). The caller does not hop to the main
+    /// actor: the frame loop runs `body` and resumes it.
+    nonisolated func perform(_ body: @escaping @MainActor @Sendable () -> Void) async {
+        let done = Waiter<Void>()
+        await post(.perform(body, done: done))
+        _ = try? await done.wait()
+    }
+
+    /// Answers what waits on `event`, which will not be applied.
+    private nonisolated static func answer(_ event: Event) {
+        switch event {
+        case .settle(let waiter), .barrier(let waiter), .perform(_, let waiter): waiter.resume(returning: ())
+        case .surface, .input: break
+        }
+    }
+
+    /// Takes everything queued and applies it, in order.
+    private func drainInbox() async {
+        let (events, rooms) = inbox.withLock { inbox in
+            (Self.takeEvents(&inbox), inbox.roomWaiters.takeAll())
+        }
+        rooms.resumeAll(returning: ())
+        for event in events {
+            switch event {
+            case .surface(let message, let connection):
+                guard !closed else { continue }
+                // A host that breaks the surface rules ends that connection, not the service.
+                do throws(RemoteError) {
+                    try await apply(message, on: connection)
+                } catch {
+                    close()
+                    await connection.close(reason: "surface: \(error.reason)")
+                }
+            case .input(let event, let connection):
+                deliver(event, on: connection)
+            case .settle(let waiter):
+                if closed || root == nil || root?.needsFrame == false {
+                    waiter.resume(returning: ())
+                } else {
+                    settleWaiters.append(waiter)
+                }
+            case .barrier(let waiter):
+                waiter.resume(returning: ())
+            case .perform(let body, let done):
+                if !closed { body() }
+                done.resume(returning: ())
+            }
+        }
+        if !events.isEmpty { inbox.withLock { $0.unapplied -= events.count } }
     }
 
     private func apply(_ message: SurfaceMessage, on connection: Connection) async throws(RemoteError) {
-        guard !closed else { return }
         switch message {
         case .resize(let size):
             let (width, height) = size.pixels
@@ -63,7 +192,6 @@ final class ViewSurface {
             }
             guard !closed else { return }
             ensureRoot(on: connection).resize(to: Size(width: Double(size.width), height: Double(size.height)), scale: scale)
-            resume()  // the render loop may be waiting for its first root and size
         default:
             guard let presenter else {
                 throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
@@ -74,10 +202,10 @@ final class ViewSurface {
 
     /// Applies the host's input. Traits may come before the first size (they are applied when
     /// the view is made); other input before it has nothing to reach, and is dropped.
-    func deliver(_ event: InputEvent, _ context: ConnectionContext) {
+    private func deliver(_ event: InputEvent, on connection: Connection) {
         guard !closed else { return }
         if case .traits = event {
-            ensureRoot(on: context.connection).deliver(event)
+            ensureRoot(on: connection).deliver(event)
         } else if let root, presenter != nil {
             root.deliver(event)
         }
@@ -123,9 +251,13 @@ final class ViewSurface {
     }
 
     /// Draws frames until ``close()``, until a frame cannot be made (then it closes), or until
-    /// the task is cancelled.
+    /// the task is cancelled. Before each frame it applies what the host sent (``drainInbox()``);
+    /// it sleeps while there is nothing to draw or the host has not yet allowed the next frame
+    /// (frame_done and release_buffer come through the inbox too).
     func run() async {
         while !closed && !Task.isCancelled {
+            await drainInbox()
+            if closed { break }
             guard let root, let presenter, root.needsFrame else {
                 // Everything pending is committed.
                 resumeSettled()
@@ -133,8 +265,10 @@ final class ViewSurface {
                 continue
             }
             // Frames follow the host's frame_done: animations step once per frame it allows.
-            do { try await presenter.waitUntilReady() } catch { break }
-            if closed { break }
+            guard presenter.isReadyForFrame else {
+                await sleep(until: nil)
+                continue
+            }
             let size = presenter.size
             let damage = root.prepareFrame(at: .now, clippedTo: PixelRect(x: 0, y: 0, width: size.width, height: size.height))
             if let damage, damage.isEmpty {
@@ -158,29 +292,27 @@ final class ViewSurface {
         close()
     }
 
-    /// Waits until woken (new damage, a size, the end), or until `deadline`.
+    /// Waits until woken (an event from the host, new damage, the end), or until `deadline`;
+    /// at once when events are queued.
     private func sleep(until deadline: ContinuousClock.Instant?) async {
         let waiter = Waiter<Void>()
-        wakeUp = waiter
+        let queued = inbox.withLock { inbox in
+            if !inbox.events.isEmpty || inbox.closed { return true }
+            inbox.sleeper = waiter
+            return false
+        }
+        if queued { return }
         _ = try? await waiter.wait(until: deadline)
-        if wakeUp === waiter { wakeUp = nil }
-    }
-
-    /// Returns once the view has committed everything pending (at once when nothing is shown),
-    /// or when the request is cancelled.
-    func settle() async {
-        guard !closed, let root, root.needsFrame || wakeUp == nil else { return }
-        let waiter = Waiter<Void>()
-        settleWaiters.append(waiter)
-        do { try await waiter.wait() } catch { settleWaiters.remove(waiter) }
+        inbox.withLock { if $0.sleeper === waiter { $0.sleeper = nil } }
     }
 
     private func resumeSettled() {
         settleWaiters.takeAll().resumeAll(returning: ())
     }
 
+    /// Wakes the frame loop (new damage, the end).
     private func resume() {
-        wakeUp.take()?.resume(returning: ())
+        inbox.withLock { $0.sleeper.take() }?.resume(returning: ())
     }
 
     /// Ends the render loop; the controller's view disappears; the surface lets go of its
@@ -188,7 +320,14 @@ final class ViewSurface {
     func close() {
         guard !closed else { return }
         closed = true
-        resume()
+        // What is still queued is dropped (it holds its connection); settles are answered.
+        let (sleeper, events, rooms) = inbox.withLock { inbox in
+            inbox.closed = true
+            return (inbox.sleeper.take(), Self.takeEvents(&inbox), inbox.roomWaiters.takeAll())
+        }
+        sleeper?.resume(returning: ())
+        rooms.resumeAll(returning: ())
+        events.forEach(Self.answer)
         resumeSettled()
         presenter?.close()
         presenter = nil

@@ -166,9 +166,12 @@ final class ShareEndpoint: Sendable {
     /// The context, once the request arrived.
     @MainActor private(set) var context: ExtensionContext?
 
-    /// A share message from the host. `controller` gives the view controller, once there is one.
+    /// A share message from the host. `controller` gives the view controller, once there is one;
+    /// `perform` runs main-actor work in its turn after what the host sent before (the
+    /// surface's queue to the main actor).
     nonisolated(nonsending) func receive(_ message: ShareMessage, attachments: [Attachment], context: ConnectionContext,
-                                         controller: @escaping @MainActor () -> ViewController?) async {
+                                         controller: @escaping @MainActor @Sendable () -> ViewController?,
+                                         perform: @Sendable (@escaping @MainActor @Sendable () -> Void) async -> Void) async {
         switch message {
         case .request(let wire):
             let first = state.withLock { state -> Bool in
@@ -182,17 +185,17 @@ final class ShareEndpoint: Sendable {
                 return await context.connection.close(reason: "share: \(error.reason)")
             }
             idleClock?.begin()
-            await MainActor.run {
-                let shareContext = ExtensionContext(items: items, title: title, endpoint: self, logger: logger)
+            await perform {
+                let shareContext = ExtensionContext(items: items, title: self.title, endpoint: self, logger: self.logger)
                 self.context = shareContext
-                self.send(.update(ActivityUpdate(title: title, state: .preparing)))
+                self.send(.update(ActivityUpdate(title: self.title, state: .preparing)))
                 controller()?.beginRequest(with: shareContext)
             }
         case .cancel(let reason):
             let (requested, finished) = state.withLock { ($0.requested, $0.finished) }
             guard requested else { return await context.connection.close(reason: "share: share_cancel before share_request") }
             guard !finished else { return }  // it crossed our answer
-            await MainActor.run {
+            await perform {
                 self.context?.cancelRequested(reason: reason, controller: controller())
             }
         case .update, .complete:

@@ -232,8 +232,8 @@ case "view":
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { PaintController() }, onRequest: serve)
 case "ui", "ui-loop":
     // A toolkit screen: label, button, text field, progress, and a log of what reached it.
-    // "ui-loop": the tasks serving connections prefer the event loop's executor, which holds
-    // the frame loop to the rule that keeps it out of that preference.
+    // "ui-loop": the tasks serving connections prefer the event loop's executor, the frame
+    // loop with them.
     ServiceMain.connectionTasksPreferEventLoop = mode == "ui-loop"
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { ScreenController() }, onRequest: serve)
 case "share", "share-ignore-cancel", "share-crash-on-2":
