@@ -204,15 +204,12 @@ final class ServiceRuntime: Sendable {
         }
         let onMessage: Connection.MessageHandler = { [weak self] message, context in
             idleClock?.touch()
-            if let surface, message.type != FrameworkMessage.connect {
+            if let surface, message.type != FrameworkMessage.connect, surface.mayHaveController {
                 // The controller sees it first, on the main actor, in its turn after the host's
                 // size and input (through the surface's queue: no hop of this task).
-                await surface.caughtUp()
-                if surface.hasController.load(ordering: .acquiring) {
-                    let taken = Atomic<Bool>(false)
-                    await surface.perform { if surface.received(message) { taken.store(true, ordering: .relaxed) } }
-                    if taken.load(ordering: .relaxed) { return }
-                }
+                let taken = Atomic<Bool>(false)
+                await surface.perform { if surface.received(message) { taken.store(true, ordering: .relaxed) } }
+                if taken.load(ordering: .relaxed) { return }
             }
             await self?.deliver(message, context)
         }
@@ -227,7 +224,7 @@ final class ServiceRuntime: Sendable {
             // one queue: the delivery task does not wait for the main actor per event.
             connection.route(surface: { message, _, context in
                 idleClock?.touch()
-                await surface.post(.surface(message, context.connection))
+                await surface.post(.surface(message, context.connection, arrival: .now))
             })
             connection.route(input: { event, context in
                 idleClock?.touch()
@@ -236,7 +233,6 @@ final class ServiceRuntime: Sendable {
             if let share {
                 connection.route(share: { message, attachments, context in
                     idleClock?.touch()
-                    await surface.caughtUp()
                     await share.receive(message, attachments: attachments, context: context,
                                         controller: { surface.controller }, perform: { body in await surface.perform(body) })
                 })

@@ -246,6 +246,7 @@ struct HostileLauncherTests {
             let reason = try await termination(of: pid, in: events)
             #expect(reason.kind == .protocolViolation, "\(reason)")
             #expect(reason.detail.contains("more than 256 requests outstanding"), "\(reason)")
+            await counts.waitForCancelled(256)
             #expect(counts.value == (256, 256), "every handler the host started was cancelled: \(counts.value)")
             let event = try await nextEvent(of: talker)
             guard case .interrupted(let interruption) = event else { Issue.record("expected interrupted, got \(event)"); return }
@@ -277,6 +278,7 @@ struct HostileLauncherTests {
             _ = await (one, two)
             #expect(reason.kind == .protocolViolation, "\(reason)")
             #expect(reason.detail.contains("more than 300 requests outstanding at once across the process's connections"), "\(reason)")
+            await counts.waitForCancelled(300)
             #expect(counts.value == (300, 300), "the host started 300 handlers, and each was cancelled: \(counts.value)")
             #expect(try await first.request(ServiceMessage(type: "echo", text: "back")).text == "back", "relaunched")
         }
@@ -579,8 +581,31 @@ final class PidSet: Sendable {
 
 /// Counts the host's request handlers: started, and cancelled.
 final class HandlerCounts: Sendable {
-    private let counts = Mutex((started: 0, cancelled: 0))
+    private struct State {
+        var started = 0, cancelled = 0
+        var waiters: [(count: Int, waiter: Waiter<Void>)] = []
+    }
+    private let counts = Mutex(State())
     func started() { counts.withLock { $0.started += 1 } }
-    func cancelled() { counts.withLock { $0.cancelled += 1 } }
+    func cancelled() {
+        counts.withLock { state -> [Waiter<Void>] in
+            state.cancelled += 1
+            let count = state.cancelled
+            defer { state.waiters.removeAll { $0.count <= count } }
+            return state.waiters.filter { $0.count <= count }.map(\.waiter)
+        }.resumeAll(returning: ())
+    }
     var value: (Int, Int) { counts.withLock { ($0.started, $0.cancelled) } }
+
+    /// Waits until `count` handlers have seen their cancellation (a cancelled handler records
+    /// it when it resumes, which may be after the connection's end is reported), or 10 s.
+    func waitForCancelled(_ count: Int) async {
+        let waiter = Waiter<Void>()
+        let waits = counts.withLock { state in
+            if state.cancelled >= count { return false }
+            state.waiters.append((count, waiter))
+            return true
+        }
+        if waits { _ = try? await waiter.wait(until: .now.advanced(by: .seconds(10))) }
+    }
 }

@@ -234,4 +234,27 @@ struct PresenterBufferCapTests {
         #expect(sent.withLock { $0.filter { $0 == "attach_buffer" }.count } == 3)
         presenter.close()
     }
+
+    @Test("the host's pace: frame_dones the service waited for (as the frame loop waits, without a waiter) set frameInterval from their arrival times; one it did not wait for does not")
+    func frameIntervalFromFrameDonesWaitedFor() async throws {
+        let presenter = SurfacePresenter(width: 8, height: 8, pool: nil) { _, _ throws(RemoteError) in }
+        #expect(presenter.frameInterval == .seconds(1) / 60)  // until measured
+        let start = ContinuousClock.now
+        // Frame 1 in flight; the service waits for it (the frame loop's way), frame_done comes.
+        try await presenter.present(damage: nil) { _ in }
+        #expect(!presenter.isReadyForFrame)
+        presenter.waitingForFrameDone()
+        try await presenter.receive(.frameDone(frame: 1), arrival: start)
+        #expect(presenter.isReadyForFrame)
+        // Frame 2 the same, 10 ms later: the host's pace.
+        try await presenter.present(damage: nil) { _ in }
+        presenter.waitingForFrameDone()
+        try await presenter.receive(.frameDone(frame: 2), arrival: start.advanced(by: .milliseconds(10)))
+        #expect(presenter.frameInterval == .milliseconds(10))
+        // Frame 3 the service did not wait for: its frame_done says nothing of the host's pace.
+        try await presenter.present(damage: nil) { _ in }
+        try await presenter.receive(.frameDone(frame: 3), arrival: start.advanced(by: .milliseconds(500)))
+        #expect(presenter.frameInterval == .milliseconds(10))
+        presenter.close()
+    }
 }

@@ -48,6 +48,9 @@ package final class SurfacePresenter: Sendable {
         /// A frame waiting for a buffer to come back (all of ``SurfacePresenter/maxBuffers`` are out).
         var releaseWaiter: Waiter<Void>?
         var closed = false
+        /// The service has a frame to draw and waits for the frame_done of the one in flight
+        /// (``SurfacePresenter/waitingForFrameDone()``), without a waiter here.
+        var serviceWaiting = false
         /// When the last frame_done came, if a frame was waiting for it.
         var lastBusyFrameDone: ContinuousClock.Instant?
         /// The smoothed time between frame_dones the service waited for.
@@ -184,8 +187,9 @@ package final class SurfacePresenter: Sendable {
     /// The buffers attached now (for tests and diagnostics).
     package var bufferCount: Int { state.withLock { $0.slots.count } }
 
-    /// Applies one message from the host: release_buffer, frame_done or resize.
-    nonisolated(nonsending) package func receive(_ message: SurfaceMessage) async throws(RemoteError) {
+    /// Applies one message from the host: release_buffer, frame_done or resize. `arrival` is
+    /// when it came (a frame_done's time measures the host's pace).
+    nonisolated(nonsending) package func receive(_ message: SurfaceMessage, arrival: ContinuousClock.Instant = .now) async throws(RemoteError) {
         switch message {
         case .releaseBuffer(let id):
             let (stale, waiter) = try state.withLock { (state) throws(RemoteError) -> (UInt32?, Waiter<Void>?) in
@@ -202,11 +206,13 @@ package final class SurfacePresenter: Sendable {
             waiter?.resume(returning: ())
             if let stale { try await send(.destroyBuffer(stale), []) }
         case .frameDone:
-            let now = ContinuousClock.now
+            let now = arrival
             let waiters = state.withLock { state in
                 state.inFlight = false
                 let waiters = state.frameWaiters.takeAll()
-                guard !waiters.isEmpty else {
+                let waited = !waiters.isEmpty || state.serviceWaiting
+                state.serviceWaiting = false
+                guard waited else {
                     state.lastBusyFrameDone = nil
                     return waiters
                 }
@@ -262,6 +268,13 @@ package final class SurfacePresenter: Sendable {
 
     /// The range ``frameInterval`` is kept in (240 Hz to 30 Hz).
     static let frameIntervalRange = (Duration.seconds(1) / 240)...(Duration.seconds(1) / 30)
+
+    /// Says that the service has a frame to draw and waits for the frame_done of the one in
+    /// flight (without calling ``waitUntilReady()``), so that frame_done's interval counts as
+    /// the host's pace (``frameInterval``).
+    package func waitingForFrameDone() {
+        state.withLock { state in if state.inFlight { state.serviceWaiting = true } }
+    }
 
     /// Whether ``beginFrame(damage:)`` would return at once: no frame is in flight and a buffer
     /// is free (or may be made), or the presenter is closed (then it fails at once).

@@ -13,8 +13,9 @@ import struct Synchronization.Atomic
 /// loop serves however many events came meanwhile (docs/Architecture.md, "The main thread of
 /// a service").
 ///
-/// The surface keeps no reference to the connection (each message brings its context), so
-/// nothing needs setting up twice.
+/// The surface keeps no reference to the connection beyond the events queued for the frame
+/// loop (each message brings its context; ``close()`` drops what is queued), so nothing needs
+/// setting up twice.
 @MainActor
 final class ViewSurface {
     private let makeController: @MainActor () -> ViewController
@@ -30,8 +31,8 @@ final class ViewSurface {
 
     /// One thing the host sent for the main actor, in the order it came.
     enum Event: Sendable {
-        /// A surface message (size, pacing).
-        case surface(SurfaceMessage, Connection)
+        /// A surface message (size, pacing), and when it came.
+        case surface(SurfaceMessage, Connection, arrival: ContinuousClock.Instant)
         /// Input for the view tree.
         case input(InputEvent, Connection)
         /// A settle request, answered once everything pending is committed.
@@ -79,27 +80,31 @@ final class ViewSurface {
     /// while the queue is full. Called by the connection's delivery task.
     nonisolated func post(_ event: Event) async {
         while true {
-            let room = Waiter<Void>()
-            let (posted, sleeper, dropped) = inbox.withLock { inbox -> (Bool, Waiter<Void>?, Bool) in
-                if inbox.closed { return (true, nil, true) }
+            let (posted, sleeper, dropped, room) = inbox.withLock { inbox -> (Bool, Waiter<Void>?, Bool, Waiter<Void>?) in
+                if inbox.closed { return (true, nil, true, nil) }
                 guard inbox.events.count < Self.maxQueuedEvents else {
+                    let room = Waiter<Void>()
                     inbox.roomWaiters.append(room)
-                    return (false, nil, false)
+                    return (false, nil, false, room)
                 }
                 inbox.events.append(event)
                 inbox.unapplied += 1
-                return (true, inbox.sleeper.take(), false)
+                return (true, inbox.sleeper.take(), false, nil)
             }
             if posted {
                 if dropped { Self.answer(event) }
                 sleeper?.resume(returning: ())
                 return
             }
+            guard let room else { return }
             do {
                 try await room.wait()
             } catch {
+                // A cancelled request handler (a settle, a barrier) gives up; what it waited
+                // for is answered as if done.
                 inbox.withLock { $0.roomWaiters.remove(room) }
-                return  // the delivery task is cancelled: the connection is ending
+                Self.answer(event)
+                return
             }
         }
     }
@@ -116,6 +121,12 @@ final class ViewSurface {
         let events = inbox.events
         inbox.events = []
         return events
+    }
+
+    /// Whether the controller may take a message: it exists, or events that may make it (the
+    /// first size) wait to be applied.
+    nonisolated var mayHaveController: Bool {
+        hasController.load(ordering: .acquiring) || inbox.withLock { $0.unapplied > 0 && !$0.closed }
     }
 
     /// Returns once everything the host sent for the main actor before this call is applied:
@@ -153,11 +164,11 @@ final class ViewSurface {
         rooms.resumeAll(returning: ())
         for event in events {
             switch event {
-            case .surface(let message, let connection):
+            case .surface(let message, let connection, let arrival):
                 guard !closed else { continue }
                 // A host that breaks the surface rules ends that connection, not the service.
                 do throws(RemoteError) {
-                    try await apply(message, on: connection)
+                    try await apply(message, on: connection, arrival: arrival)
                 } catch {
                     close()
                     await connection.close(reason: "surface: \(error.reason)")
@@ -180,7 +191,7 @@ final class ViewSurface {
         if !events.isEmpty { inbox.withLock { $0.unapplied -= events.count } }
     }
 
-    private func apply(_ message: SurfaceMessage, on connection: Connection) async throws(RemoteError) {
+    private func apply(_ message: SurfaceMessage, on connection: Connection, arrival: ContinuousClock.Instant) async throws(RemoteError) {
         switch message {
         case .resize(let size):
             let (width, height) = size.pixels
@@ -196,7 +207,7 @@ final class ViewSurface {
             guard let presenter else {
                 throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
             }
-            try await presenter.receive(message)
+            try await presenter.receive(message, arrival: arrival)
         }
     }
 
@@ -266,6 +277,7 @@ final class ViewSurface {
             }
             // Frames follow the host's frame_done: animations step once per frame it allows.
             guard presenter.isReadyForFrame else {
+                presenter.waitingForFrameDone()
                 await sleep(until: nil)
                 continue
             }
@@ -323,6 +335,7 @@ final class ViewSurface {
         // What is still queued is dropped (it holds its connection); settles are answered.
         let (sleeper, events, rooms) = inbox.withLock { inbox in
             inbox.closed = true
+            inbox.unapplied = 0
             return (inbox.sleeper.take(), Self.takeEvents(&inbox), inbox.roomWaiters.takeAll())
         }
         sleeper?.resume(returning: ())
