@@ -213,7 +213,7 @@ public final class Connection: Sendable {
     /// Cancelling the task that runs it closes the connection as ``close(reason:)`` does.
     public func run() async throws(RemoteError) {
         let outcome = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<RemoteError?, Never>) in
+            await withOrderedContinuation { (continuation: UnsafeContinuation<RemoteError?, Never>) in
                 onLoop { $0.run(continuation) }
             }
         } onCancel: {
@@ -246,10 +246,10 @@ public final class Connection: Sendable {
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withOrderedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             onLoop { handler in
                 handler.close(reason: reason)
-                continuation.resume()
+                continuation.resumeInOrder()
             }
         }
     }
@@ -320,7 +320,7 @@ public final class Connection: Sendable {
         while !status.hasRoom {
             if Task.isCancelled { throw RemoteError(.cancelled, "sending a \(name) was cancelled while the peer's queue was full") }
             await withTaskCancellationHandler {
-                await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                await withOrderedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                     onLoop { $0.waitForRoom(continuation) }
                 }
             } onCancel: {
@@ -350,7 +350,7 @@ public final class Connection: Sendable {
         let call = PendingCall<Envelope>(what: what(), timeout: timeout, now: loop.now)
         if Task.isCancelled { throw RemoteError(.cancelled, "\(call.what) was cancelled before it was sent") }
         let result = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>) in
+            await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>) in
                 call.wait(with: continuation)
                 onLoop { $0.request(call, packet, attachments: attachments, expectsPong: expectsPong) }
             }
@@ -379,7 +379,7 @@ public final class Connection: Sendable {
         if let peer = status.snapshot.withLock({ $0.open ? $0.peer : nil }) { return peer }
         let call = PendingCall<Handshake>(what: "the peer's handshake", timeout: nil, now: loop.now)
         let result = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Handshake, RemoteError>, Never>) in
+            await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Handshake, RemoteError>, Never>) in
                 call.wait(with: continuation)
                 onLoop { $0.waitForOpen(call) }
             }

@@ -273,7 +273,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// A sender waits until the channel takes more (or the connection ends).
     func waitForRoom(_ continuation: UnsafeContinuation<Void, Never>) {
         loop.preconditionInLoop("ConnectionHandler.waitForRoom")
-        if ended || status.hasRoom { return continuation.resume() }
+        if ended || status.hasRoom { return continuation.resumeInOrder() }
         roomWaiters.append(continuation)
     }
 
@@ -320,7 +320,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         guard !roomWaiters.isEmpty else { return }
         let waiters = roomWaiters
         roomWaiters = []
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resumeInOrder() }
     }
 
     // MARK: handshake and dispatch
@@ -433,7 +433,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             delivering = true
             let batch = inbox
             inbox = []
-            waiting.resume(returning: batch)
+            waiting.resumeInOrder(returning: batch)
         } else if !deliveryStarted {
             deliveryStarted = true
             startDeliveryTask()
@@ -487,13 +487,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// The delivery task's next batch, once there is one; `nil` once the connection has ended.
     private func nextDeliveries() async -> [Delivery]? {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<[Delivery]?, Never>) in
+        await withOrderedContinuation { (continuation: UnsafeContinuation<[Delivery]?, Never>) in
             loop.run { self.deliveryWaits(continuation) }
         }
     }
 
     private func deliveryWaits(_ continuation: UnsafeContinuation<[Delivery]?, Never>) {
-        if ended { return continuation.resume(returning: nil) }
+        if ended { return continuation.resumeInOrder(returning: nil) }
         if inboxFull {
             inboxFull = false
             channel.resumeReading()
@@ -502,7 +502,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             delivering = true
             let batch = inbox
             inbox = []
-            return continuation.resume(returning: batch)
+            return continuation.resumeInOrder(returning: batch)
         }
         delivering = false
         deliveryWaiting = continuation
@@ -634,7 +634,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         inbox = []
         if let waiting = deliveryWaiting {
             deliveryWaiting = nil
-            waiting.resume(returning: nil)
+            waiting.resumeInOrder(returning: nil)
         }
         // Handlers hold what the routes hold; both are let go once nothing can call them.
         handlersLeft = ending.handlers.count
@@ -668,7 +668,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         eventSink.finish()
         let running = self.running
         self.running = nil
-        running?.resume(returning: outcome)
+        running?.resumeInOrder(returning: outcome)
     }
 }
 
@@ -706,7 +706,7 @@ final class PendingCall<Value: Sendable>: @unchecked Sendable {
     func resume(_ result: Result<Value, RemoteError>) {
         guard let continuation else { return }
         self.continuation = nil
-        continuation.resume(returning: result)
+        continuation.resumeInOrder(returning: result)
     }
 }
 

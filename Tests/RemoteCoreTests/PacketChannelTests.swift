@@ -158,7 +158,7 @@ struct PacketChannelTests {
             }
             let _: Void = try await withUnsafeThrowingContinuation { continuation in
                 EventLoop.shared.execute {
-                    recorder.arrived = { if !recorder.closed.isEmpty { continuation.resume() } }
+                    recorder.arrived = { [unowned recorder] in if !recorder.closed.isEmpty { continuation.resume() } }
                     channel.start(recorder)
                 }
             }

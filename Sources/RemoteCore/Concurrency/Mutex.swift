@@ -40,3 +40,49 @@ extension Mutex: @unchecked Sendable where Value: ~Copyable {}
 
 /// Whether this build has ThreadSanitizer (compile-time, in the C shim).
 private let threadSanitizer = rv_thread_sanitizer() != 0
+
+// MARK: continuations ThreadSanitizer can follow
+
+/// The lock that orders a continuation's resumption for ThreadSanitizer (used only in a
+/// ThreadSanitizer build).
+///
+/// On Linux ThreadSanitizer does not see the order the Swift concurrency runtime gives a
+/// continuation's resumption (swiftlang/swift#57803): `resume` reads the awaiting task's
+/// context after handing the task to its executor, and the task, already running on another
+/// thread, reuses that memory, which is reported as a race. A `Waiter` resumes under its own
+/// lock, which the waiting side takes again, and so never showed it; the connection core
+/// resumes bare continuations from the loop. In a ThreadSanitizer build,
+/// ``UnsafeContinuation/resumeInOrder(returning:)`` resumes while holding this lock and
+/// ``withOrderedContinuation(isolation:_:)`` takes it once the task is back, so the resumption
+/// happens before whatever the task does next, as the runtime guarantees. In any other build
+/// both are `withUnsafeContinuation` and `resume` with one branch.
+private let continuationOrder = Mutex(())
+
+extension UnsafeContinuation where E == Never {
+    /// `resume(returning:)`, in an order ThreadSanitizer can follow (see `continuationOrder`).
+    @inline(__always)
+    package func resumeInOrder(returning value: sending T) {
+        if threadSanitizer {
+            nonisolated(unsafe) let value = value
+            continuationOrder.withLock { _ in self.resume(returning: value) }
+        } else {
+            resume(returning: value)
+        }
+    }
+
+    /// `resume()`, in an order ThreadSanitizer can follow.
+    @inline(__always)
+    package func resumeInOrder() where T == Void {
+        resumeInOrder(returning: ())
+    }
+}
+
+/// `withUnsafeContinuation`, for a continuation resumed with
+/// ``UnsafeContinuation/resumeInOrder(returning:)`` (see `continuationOrder`).
+@inline(__always)
+package func withOrderedContinuation<T>(isolation: isolated (any Actor)? = #isolation,
+                                        _ body: (UnsafeContinuation<T, Never>) -> Void) async -> sending T {
+    let value = await withUnsafeContinuation(isolation: isolation, body)
+    if threadSanitizer { continuationOrder.withLock { _ in } }
+    return value
+}

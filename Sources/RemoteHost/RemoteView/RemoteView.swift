@@ -455,9 +455,9 @@ enum CopyThread {
     /// Runs `body` on the copy thread; returns its result to the caller, resumed on the
     /// caller's executor (the loop, for a delivery task).
     static func run<T: Sendable>(_ body: @escaping @Sendable () throws(RemoteError) -> T) async throws(RemoteError) -> T {
-        let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<T, RemoteError>, Never>) in
+        let result = await withOrderedContinuation { (continuation: UnsafeContinuation<Result<T, RemoteError>, Never>) in
             queue.async {
-                continuation.resume(returning: Result { () throws(RemoteError) -> T in try body() })
+                continuation.resumeInOrder(returning: Result { () throws(RemoteError) -> T in try body() })
             }
         }
         return try result.get()
