@@ -40,6 +40,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// The peer's handshake has been read (or refused): what comes next is dispatched.
     private var handshakeRead = false
     private var handshakeTimer: LoopTimer?
+    /// The requests' deadlines, earliest first, from `deadlinesHead` on: a FIFO, since requests
+    /// with equal timeouts come in deadline order (one with a shorter timeout than the last is
+    /// put in its place). One loop timer watches the first; no timer is scheduled or cancelled
+    /// per request. An answered request's entry goes once it is first in line.
+    private var deadlines: [(deadline: ContinuousClock.Instant, id: UInt64, call: PendingCall<Envelope>?)] = []
+    private var deadlinesHead = 0
+    private var deadlineTimer: LoopTimer?
+    private var deadlineTimerAt: ContinuousClock.Instant?
     /// What callers asked to write before ``run(_:)``: written after this side's handshake.
     private var early: [Early] = []
 
@@ -222,9 +230,72 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         if case .failure(let error) = machine.requestSent(id, expectsPong: expectsPong, requester: call) {
             return call.resume(.failure(error))
         }
-        if let deadline = call.deadline {
-            call.timer = loop.schedule(at: deadline) { [weak self] in self?.requestTimedOut(id) }
+        if let deadline = call.deadline { addDeadline(deadline, id: id, call: call) }
+    }
+
+    // MARK: request deadlines
+
+    /// The deadlines waiting (for tests).
+    var waitingDeadlines: Int { deadlines.count - deadlinesHead }
+
+    private func addDeadline(_ deadline: ContinuousClock.Instant, id: UInt64, call: PendingCall<Envelope>) {
+        if deadlinesHead == deadlines.count {
+            deadlines.removeAll(keepingCapacity: true)
+            deadlinesHead = 0
         }
+        if let last = deadlines.last, deadlinesHead < deadlines.count, deadline < last.deadline {
+            // A shorter timeout than the one before: into its place (after equal deadlines).
+            var low = deadlinesHead, high = deadlines.count
+            while low < high {
+                let middle = (low + high) / 2
+                if deadlines[middle].deadline <= deadline { low = middle + 1 } else { high = middle }
+            }
+            deadlines.insert((deadline, id, call), at: low)
+        } else {
+            deadlines.append((deadline, id, call))
+        }
+        armDeadlineTimer()
+    }
+
+    /// Watches the first deadline with the one timer, unless it already fires no later.
+    private func armDeadlineTimer() {
+        guard deadlinesHead < deadlines.count else { return }
+        let first = deadlines[deadlinesHead].deadline
+        if let at = deadlineTimerAt, at <= first { return }
+        if let deadlineTimer { loop.cancel(deadlineTimer) }
+        deadlineTimerAt = first
+        deadlineTimer = loop.schedule(at: first) { [weak self] in self?.deadlinesDue() }
+    }
+
+    /// Drops the first entries whose requests have finished (answered, cancelled, failed).
+    private func dropFinishedDeadlines() {
+        while deadlinesHead < deadlines.count, deadlines[deadlinesHead].call?.isFinished ?? true {
+            deadlines[deadlinesHead].call = nil
+            deadlinesHead += 1
+        }
+        if deadlinesHead == deadlines.count {
+            deadlines.removeAll(keepingCapacity: true)
+            deadlinesHead = 0
+        } else if deadlinesHead >= 64 && deadlinesHead * 2 >= deadlines.count {
+            deadlines.removeFirst(deadlinesHead)
+            deadlinesHead = 0
+        }
+    }
+
+    /// The timer came due: every request whose deadline has passed times out.
+    private func deadlinesDue() {
+        loop.preconditionInLoop("ConnectionHandler.deadlinesDue")
+        deadlineTimer = nil
+        deadlineTimerAt = nil
+        let now = loop.now
+        while deadlinesHead < deadlines.count, deadlines[deadlinesHead].deadline <= now {
+            let (_, id, call) = deadlines[deadlinesHead]
+            deadlines[deadlinesHead].call = nil
+            deadlinesHead += 1
+            if let call, !call.isFinished { requestTimedOut(id) }
+        }
+        dropFinishedDeadlines()
+        armDeadlineTimer()
     }
 
     /// The caller of `call` was cancelled: it fails now, and the peer is sent a cancel.
@@ -246,7 +317,6 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     private func requestTimedOut(_ id: UInt64) {
         guard let requester = machine.requestEnded(id) else { return }
-        requester.timer = nil
         requester.resume(.failure(RemoteError(.timeout, "no reply to \(requester.what) within \(requester.timeout.map { "\($0)" } ?? "its deadline")")))
         writeBestEffort(Envelope(body: .cancel(requestID: id)))
     }
@@ -604,11 +674,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         for case .request(let call, _, _, _) in early { call.resume(.failure(error)) }
     }
 
-    /// Resumes a requester, its deadline cancelled.
+    /// Resumes a requester; its deadline's entry goes once it is first in line.
     private func complete(_ requester: PendingCall<Envelope>, _ result: Result<Envelope, RemoteError>) {
-        if let timer = requester.timer { loop.cancel(timer) }
-        requester.timer = nil
         requester.resume(result)
+        dropFinishedDeadlines()
     }
 
     /// The connection ends: at the peer's end of file or goodbye (`nil`), this side's close, or
@@ -619,6 +688,11 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         ended = true
         if let handshakeTimer { loop.cancel(handshakeTimer) }
         handshakeTimer = nil
+        if let deadlineTimer { loop.cancel(deadlineTimer) }
+        deadlineTimer = nil
+        deadlineTimerAt = nil
+        deadlines = []
+        deadlinesHead = 0
         let ending = machine.channelEnded(error)
         outcome = ending.outcome
         if let code = ending.protocolError, let outcome = ending.outcome {
@@ -676,7 +750,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 /// the caller, then touched on the loop only, except ``cancelled`` (the caller's cancellation
 /// handler sets it, then asks the loop to cancel).
 final class PendingCall<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `continuation`, `id` and `timer` are the loop's once handed over; `what`,
+    // @unchecked: `continuation` and `id` are the loop's once handed over; `what`,
     // `deadline` and `timeout` are set in init; `cancelledFlag` is atomic.
     private var continuation: UnsafeContinuation<Result<Value, RemoteError>, Never>?
     let what: String
@@ -684,7 +758,6 @@ final class PendingCall<Value: Sendable>: @unchecked Sendable {
     let deadline: ContinuousClock.Instant?
     /// The request's id once written (a token, for a handshake waiter).
     var id: UInt64?
-    var timer: LoopTimer?
     private let cancelledFlag = Atomic<Bool>(false)
 
     init(what: String, timeout: Duration?, now: ContinuousClock.Instant) {
@@ -701,6 +774,9 @@ final class PendingCall<Value: Sendable>: @unchecked Sendable {
     var cancelled: Bool { cancelledFlag.load(ordering: .relaxed) }
 
     func markCancelled() { cancelledFlag.store(true, ordering: .relaxed) }
+
+    /// Whether the caller has been resumed (on the loop).
+    var isFinished: Bool { continuation == nil }
 
     /// Resumes the caller, once; later calls do nothing.
     func resume(_ result: Result<Value, RemoteError>) {

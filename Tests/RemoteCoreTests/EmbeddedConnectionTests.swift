@@ -190,6 +190,45 @@ struct EmbeddedConnectionTests {
         #expect(outcome?.code == .timeout && outcome?.reason.contains("no handshake within 5") == true)
     }
 
+    @Test("request deadlines share one loop timer: ten requests with equal timeouts schedule one, none per request; answered, nothing is left; a later request with a shorter timeout still times out first")
+    func deadlinesShareOneTimer() async throws {
+        let rig = Rig()
+        let running = try await rig.open()
+        let connection = rig.connection
+        let timersBefore = rig.loop.scheduledTimers
+        let requests = (0..<10).map { index in
+            Task { try await connection.request(ServiceMessage(type: "r\(index)"), timeout: .seconds(5)) }
+        }
+        try await rig.turn()
+        let ids = try rig.written().compactMap { envelope -> UInt64? in
+            if case .request = envelope.body { envelope.id } else { nil }
+        }
+        #expect(ids.count == 10)
+        #expect(rig.loop.scheduledTimers == timersBefore + 1, "one timer for ten deadlines")
+        for id in ids { try rig.push(.reply(type: "ok", payload: []), replyTo: id) }
+        for request in requests { #expect(try await request.value.type == "ok") }
+        rig.loop.advance(by: .seconds(5))
+        #expect(rig.loop.scheduledTimers == timersBefore, "the timer came due with nothing to time out, and is not armed again")
+
+        let long = Task { try await connection.request(ServiceMessage(type: "long"), timeout: .seconds(10)) }
+        try await rig.turn()
+        let short = Task { try await connection.request(ServiceMessage(type: "short"), timeout: .seconds(2)) }
+        try await rig.turn()
+        _ = try rig.written()
+        rig.loop.advance(by: .seconds(2))
+        let shortError = await #expect(throws: RemoteError.self) { try await short.value }
+        #expect(shortError?.code == .timeout)
+        rig.loop.advance(by: .seconds(7))
+        #expect(rig.loop.scheduledTimers == timersBefore + 1, "the long one still waits")
+        rig.loop.advance(by: .seconds(1))
+        let longError = await #expect(throws: RemoteError.self) { try await long.value }
+        #expect(longError?.code == .timeout)
+        #expect(rig.loop.scheduledTimers == timersBefore)
+        running.cancel()
+        try await rig.turn()
+        _ = await running.value
+    }
+
     @Test("garbage, an id that does not increase and a second handshake each end the connection with the code the peer is told")
     func violations() async throws {
         for (name, bad, code) in [("garbage", [UInt8]([0xFF, 0xFF, 0xFF]), ProtocolErrorCode.malformed),
