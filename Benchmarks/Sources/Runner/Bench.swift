@@ -52,7 +52,14 @@ struct RemoteViewBench: AsyncParsableCommand {
     @Flag(help: "With --probe: the caller prefers ServiceConnection.readerExecutor (the low-latency path).")
     var preferReader = false
 
+    @Flag(help: "Only count what one round trip costs, host and service together: system calls, context switches and malloc calls, by perf stat over two --probe runs (needs root and perf), and exit.")
+    var counts = false
+
     func run() async throws {
+        if counts {
+            try Counts.measure()
+            return
+        }
         if let probe {
             try await Bench.probe(roundTrips: probe, preferReader: preferReader)
             return

@@ -1,0 +1,69 @@
+import Foundation
+import Glibc
+
+/// `remoteview-bench --counts`: what one round trip costs, host and service together, in
+/// system calls, context switches and `malloc` calls, counted by `perf stat` over two `--probe`
+/// runs of this same binary (20,000 and 60,000 round trips) and divided by the difference, so
+/// that start-up and warm-up cancel out (docs/Benchmarks.md, "Counts per round trip").
+///
+/// `malloc` is counted with a uprobe on libc's (both processes call it: bench-service links the
+/// Swift runtime statically, libc dynamically), which needs root. The uprobe slows every
+/// `malloc`, so these runs give counts, not times. Lock acquisitions are not counted yet (they
+/// need a counting build of RemoteCore).
+enum Counts {
+    static let runs = (20_000, 60_000)
+    static let events = ["raw_syscalls:sys_enter", "context-switches", "probe_libc:malloc"]
+
+    static func measure() throws {
+        guard geteuid() == 0 else {
+            throw BenchError("--counts needs root: it puts a uprobe on libc's malloc (perf probe)")
+        }
+        guard let perf = ["/usr/bin/perf", "/usr/local/bin/perf"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw BenchError("--counts needs perf (scripts/bootstrap --bench installs linux-perf)")
+        }
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let libc = try libcPath()
+        let addedProbe = !(try run([perf, "probe", "-l"])).contains("probe_libc:malloc")
+        if addedProbe { _ = try run([perf, "probe", "-q", "-x", libc, "--add", "malloc"]) }
+        defer { if addedProbe { _ = try? run([perf, "probe", "-q", "--del", "probe_libc:malloc"]) } }
+
+        print("counts per round trip, host + service (perf stat over --probe \(runs.0) and --probe \(runs.1), the difference divided by \(runs.1 - runs.0)):")
+        print("| caller | system calls | context switches | malloc calls |")
+        print("|---|---|---|---|")
+        for (caller, flags) in [("on the global executor", [String]()), ("preferring readerExecutor", ["--prefer-reader"])] {
+            let first = try counted(perf: perf, me: me, roundTrips: runs.0, flags: flags)
+            let second = try counted(perf: perf, me: me, roundTrips: runs.1, flags: flags)
+            let per = events.map { event in ((second[event] ?? 0) - (first[event] ?? 0)) / Double(runs.1 - runs.0) }
+            print(String(format: "| %@ | %.2f | %.2f | %.1f |", caller, per[0], per[1], per[2]))
+        }
+        print("lock acquisitions: not counted (they need a counting build of RemoteCore, not built yet)")
+    }
+
+    /// One `--probe` run under `perf stat`: each event's count.
+    private static func counted(perf: String, me: String, roundTrips: Int, flags: [String]) throws -> [String: Double] {
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("remoteview-counts-\(getpid())-\(roundTrips).csv").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        _ = try run([perf, "stat", "-x,", "-e", events.joined(separator: ","), "-o", output, "--", me, "--probe", String(roundTrips)] + flags)
+        var counts: [String: Double] = [:]
+        for line in try String(contentsOfFile: output, encoding: .utf8).split(separator: "\n") where !line.hasPrefix("#") {
+            let fields = line.split(separator: ",", omittingEmptySubsequences: false)
+            guard fields.count > 2, let value = Double(fields[0]) else { continue }
+            counts[String(fields[2])] = value
+        }
+        for event in events where counts[event] == nil {
+            throw BenchError("perf stat counted no \(event) (is tracefs mounted, and the uprobe in place?)")
+        }
+        return counts
+    }
+
+    /// The libc this process maps (the one the service maps too: /usr is the same inside the sandbox).
+    private static func libcPath() throws -> String {
+        let maps = try String(contentsOfFile: "/proc/self/maps", encoding: .utf8)
+        for line in maps.split(separator: "\n") {
+            if let path = line.split(separator: " ", omittingEmptySubsequences: true).last, path.hasSuffix("/libc.so.6") {
+                return String(path)
+            }
+        }
+        throw BenchError("--counts: no libc.so.6 in /proc/self/maps")
+    }
+}
