@@ -243,6 +243,13 @@ public final class Connection: Sendable {
         }
     }
 
+    /// How many entries wait in the connection's deadline queue (for tests).
+    package func deadlineQueueLength() async -> Int {
+        await withOrderedContinuation { (continuation: UnsafeContinuation<Int, Never>) in
+            onLoop { continuation.resumeInOrder(returning: $0.waitingDeadlines) }
+        }
+    }
+
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {

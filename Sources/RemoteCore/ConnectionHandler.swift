@@ -48,6 +48,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private var deadlinesHead = 0
     private var deadlineTimer: LoopTimer?
     private var deadlineTimerAt: ContinuousClock.Instant?
+    /// Entries of `deadlines` whose requests still wait. Behind a request that waits long,
+    /// finished ones pile up; once they outnumber these (and 64), they are swept out.
+    private var liveDeadlines = 0
     /// What callers asked to write before ``run(_:)``: written after this side's handshake.
     private var early: [Early] = []
 
@@ -235,8 +238,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     // MARK: request deadlines
 
-    /// The deadlines waiting (for tests).
+    /// The entries in the deadline queue (for tests).
     var waitingDeadlines: Int { deadlines.count - deadlinesHead }
+
+    /// A request that had joined the deadline queue has finished.
+    private func deadlineFinished(_ call: PendingCall<Envelope>) {
+        if call.deadline != nil && call.id != nil { liveDeadlines -= 1 }
+    }
 
     private func addDeadline(_ deadline: ContinuousClock.Instant, id: UInt64, call: PendingCall<Envelope>) {
         if deadlinesHead == deadlines.count {
@@ -254,6 +262,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         } else {
             deadlines.append((deadline, id, call))
         }
+        liveDeadlines += 1
         armDeadlineTimer()
     }
 
@@ -273,8 +282,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             deadlines[deadlinesHead].call = nil
             deadlinesHead += 1
         }
+        let finished = deadlines.count - deadlinesHead - liveDeadlines
         if deadlinesHead == deadlines.count {
             deadlines.removeAll(keepingCapacity: true)
+            deadlinesHead = 0
+        } else if finished > max(64, liveDeadlines) {
+            // Finished requests behind one that still waits: swept out, in order. Amortized,
+            // a constant per request (a sweep follows as many finishes as it keeps entries).
+            deadlines = deadlines[deadlinesHead...].filter { !($0.call?.isFinished ?? true) }
             deadlinesHead = 0
         } else if deadlinesHead >= 64 && deadlinesHead * 2 >= deadlines.count {
             deadlines.removeFirst(deadlinesHead)
@@ -292,7 +307,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             let (_, id, call) = deadlines[deadlinesHead]
             deadlines[deadlinesHead].call = nil
             deadlinesHead += 1
-            if let call, !call.isFinished { requestTimedOut(id) }
+            if let call, !call.isFinished { requestTimedOut(id) }  // counted out there
         }
         dropFinishedDeadlines()
         armDeadlineTimer()
@@ -317,6 +332,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     private func requestTimedOut(_ id: UInt64) {
         guard let requester = machine.requestEnded(id) else { return }
+        deadlineFinished(requester)
         requester.resume(.failure(RemoteError(.timeout, "no reply to \(requester.what) within \(requester.timeout.map { "\($0)" } ?? "its deadline")")))
         writeBestEffort(Envelope(body: .cancel(requestID: id)))
     }
@@ -676,7 +692,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// Resumes a requester; its deadline's entry goes once it is first in line.
     private func complete(_ requester: PendingCall<Envelope>, _ result: Result<Envelope, RemoteError>) {
+        let wasWaiting = !requester.isFinished
         requester.resume(result)
+        if wasWaiting && !ended { deadlineFinished(requester) }
         dropFinishedDeadlines()
     }
 
@@ -693,6 +711,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         deadlineTimerAt = nil
         deadlines = []
         deadlinesHead = 0
+        liveDeadlines = 0
         let ending = machine.channelEnded(error)
         outcome = ending.outcome
         if let code = ending.protocolError, let outcome = ending.outcome {

@@ -224,6 +224,25 @@ struct EmbeddedConnectionTests {
         let longError = await #expect(throws: RemoteError.self) { try await long.value }
         #expect(longError?.code == .timeout)
         #expect(rig.loop.scheduledTimers == timersBefore)
+        // Behind a request that waits long, answered ones do not pile up without bound.
+        let slow = Task { try await connection.request(ServiceMessage(type: "slow"), timeout: .seconds(60)) }
+        try await rig.turn()
+        _ = try rig.written()
+        for round in 0..<5 {
+            let quick = (0..<100).map { index in
+                Task { try await connection.request(ServiceMessage(type: "q\(round).\(index)"), timeout: .seconds(60)) }
+            }
+            try await rig.turn()
+            for envelope in try rig.written() { try rig.push(.reply(type: "ok", payload: []), replyTo: envelope.id) }
+            for request in quick { _ = try await request.value }
+        }
+        let length = Task { await connection.deadlineQueueLength() }
+        try await rig.turn()
+        let entries = await length.value
+        #expect(entries <= 1 + 64 + 100, "swept: \(entries) entries for 1 waiting request after 500 answered")
+        slow.cancel()
+        try await rig.turn()
+        _ = try? await slow.value
         running.cancel()
         try await rig.turn()
         _ = await running.value
