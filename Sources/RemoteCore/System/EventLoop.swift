@@ -183,8 +183,8 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     package func cancel(_ timer: TimerID) {
         state.withLock { state in
             guard state.timerActions.removeValue(forKey: timer.value) != nil else { return }
-            // Cancelled entries stay in the heap until they surface; every request's deadline
-            // is cancelled long before it is due, so drop them once they outnumber live ones
+            // Cancelled entries stay in the heap until they surface; timers cancelled long
+            // before they are due (a `Waiter`'s deadline, say) are dropped once they outnumber live ones
             // (amortised O(log n) per cancel). A sorted array is a valid min-heap.
             if state.timers.count > 64 && state.timers.count > 2 * state.timerActions.count {
                 state.timers = state.timers.filter { state.timerActions[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
@@ -262,9 +262,10 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         while true {
             let timeout = state.withLock { state -> Int32 in
                 // The earliest deadline, even a cancelled one (popped when it comes due, at most
-                // one extra round): a request's deadline is cancelled when its reply comes, and
-                // sleeping towards it means the next request's later deadline needs no wake-up
-                // (an eventfd write and read, and one more round, per request from another thread).
+                // one extra round), so that a later deadline scheduled from another thread needs
+                // no wake-up (an eventfd write and read, and one more round). A connection's
+                // requests share one deadline timer that is not cancelled per reply
+                // (docs/Architecture.md, "The connection core").
                 // Jobs queued while the last round ran: only poll, then run them.
                 if !state.jobs.isEmpty || !state.work.isEmpty { return 0 }
                 state.sleeping = true
