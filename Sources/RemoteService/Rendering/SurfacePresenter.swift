@@ -270,8 +270,8 @@ package final class SurfacePresenter: Sendable {
     static let frameIntervalRange = (Duration.seconds(1) / 240)...(Duration.seconds(1) / 30)
 
     /// Says that the service has a frame to draw and waits for the frame_done of the one in
-    /// flight (without calling ``waitUntilReady()``), so that frame_done's interval counts as
-    /// the host's pace (``frameInterval``).
+    /// flight (the frame loop sleeps rather than wait in ``beginFrame(damage:)``), so that
+    /// frame_done's interval counts as the host's pace (``frameInterval``).
     package func waitingForFrameDone() {
         state.withLock { state in if state.inFlight { state.serviceWaiting = true } }
     }
@@ -282,10 +282,6 @@ package final class SurfacePresenter: Sendable {
         state.withLock { state in state.closed || (!state.inFlight && Self.hasBuffer(state)) }
     }
 
-    /// Returns once no frame is in flight (the host's frame_done of the last one came).
-    ///
-    /// - Throws: `RemoteError` `cancelled` when the waiting task is cancelled.
-    nonisolated(nonsending) package func waitUntilReady() async throws(RemoteError) { try await waitForFrameDone() }
 
     nonisolated(nonsending) private func waitForFrameDone() async throws(RemoteError) {
         let waiter = Waiter<Void>()

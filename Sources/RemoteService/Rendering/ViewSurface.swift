@@ -123,17 +123,20 @@ final class ViewSurface {
         return events
     }
 
+    /// Whether events posted for the main actor wait to be applied (the surface is open).
+    private nonisolated var hasUnapplied: Bool { inbox.withLock { $0.unapplied > 0 && !$0.closed } }
+
     /// Whether the controller may take a message: it exists, or events that may make it (the
     /// first size) wait to be applied.
     nonisolated var mayHaveController: Bool {
-        hasController.load(ordering: .acquiring) || inbox.withLock { $0.unapplied > 0 && !$0.closed }
+        hasController.load(ordering: .acquiring) || hasUnapplied
     }
 
     /// Returns once everything the host sent for the main actor before this call is applied:
     /// at once when nothing is waiting. A request or message for the controller waits for it,
     /// so the controller sees the host's size and input before what the host sent after them.
     nonisolated func caughtUp() async {
-        guard inbox.withLock({ $0.unapplied > 0 && !$0.closed }) else { return }
+        guard hasUnapplied else { return }
         let waiter = Waiter<Void>()
         await post(.barrier(waiter))
         _ = try? await waiter.wait()
