@@ -250,6 +250,14 @@ public final class Connection: Sendable {
         }
     }
 
+    /// How many cancels wait for what they cancel (for tests: none, once every cancelled
+    /// caller has its answer).
+    package func earlyCancelCount() async -> Int {
+        await withOrderedContinuation { (continuation: UnsafeContinuation<Int, Never>) in
+            loop.execute { [handler] in continuation.resumeInOrder(returning: handler.earlyCancelCount) }
+        }
+    }
+
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
@@ -274,7 +282,7 @@ public final class Connection: Sendable {
     public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {
         let reply = try await exchange(.request(type: message.type, payload: message.payload),
                                        attachments: message.attachments, expectsPong: false,
-                                       timeout: timeout ?? configuration.defaultRequestTimeout, what: "request \"\(message.type.escapedForTerminal())\"")
+                                       timeout: timeout ?? configuration.defaultRequestTimeout, what: .request(type: message.type))
         switch reply.body {
         case .reply(let type, let payload):
             return ServiceMessage(type: type, payload: payload, attachments: reply.attachments)
@@ -344,28 +352,41 @@ public final class Connection: Sendable {
     public func ping(timeout: Duration? = nil) async throws(RemoteError) -> Duration {
         let start = ContinuousClock.now
         _ = try await exchange(.ping(nonce: 0), attachments: [], expectsPong: true,
-                               timeout: timeout ?? configuration.defaultRequestTimeout, what: "ping")
+                               timeout: timeout ?? configuration.defaultRequestTimeout, what: .ping)
         return ContinuousClock.now - start
     }
 
     /// Sends a request (or ping) and waits for its answer: encoded here, numbered and written on
-    /// the loop, where its answer, deadline or the connection's end resumes this caller.
+    /// the loop, which keeps it in its table by id until its answer, deadline or the
+    /// connection's end resumes this caller. No object is made for it, and no lock taken: a
+    /// cancellation posts a cancel, by the caller's token, to the loop.
     private func exchange(_ body: Envelope.Body, attachments: [Attachment], expectsPong: Bool,
-                          timeout: Duration?, what: @autoclosure () -> String) async throws(RemoteError) -> Envelope {
+                          timeout: Duration?, what: Exchange) async throws(RemoteError) -> Envelope {
         if let unusable = status.unusable { throw unusable }
         let packet = try EnvelopeCodec.encodeUnnumbered(Envelope(body: body, attachments: attachments))
-        let call = PendingCall<Envelope>(what: what(), timeout: timeout, now: loop.now)
-        if Task.isCancelled { throw RemoteError(.cancelled, "\(call.what) was cancelled before it was sent") }
+        if Task.isCancelled { throw RemoteError(.cancelled, "\(what) was cancelled before it was sent") }
+        let token = status.nextToken()
+        let deadline = timeout.map { loop.now.advanced(by: $0) }
         let result = await withTaskCancellationHandler {
             await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>) in
-                call.wait(with: continuation)
+                let call = Outstanding(continuation: continuation, token: token, exchange: what, timeout: timeout, deadline: deadline)
                 onLoop { $0.request(call, packet, attachments: attachments, expectsPong: expectsPong) }
             }
         } onCancel: {
-            call.markCancelled()
-            onLoop { $0.cancel(call) }
+            onLoop { $0.cancel(token: token) }
         }
+        forgetCancelIfCancelled(token)
         return try result.get()
+    }
+
+    /// A cancelled caller with `token` has its answer: the cancel its cancellation handler
+    /// posted may have come after it (and found nothing), so the loop lets it go. Queued, never
+    /// inline: it must follow that cancel, which may still wait in the loop's queue. (Once the
+    /// call to `withTaskCancellationHandler` has returned, its handler has run or never will.)
+    private func forgetCancelIfCancelled(_ token: UInt64) {
+        guard Task.isCancelled else { return }
+        let handler = self.handler
+        loop.execute { handler.forgetCancel(token: token) }
     }
 
     // MARK: the peer's handshake
@@ -384,16 +405,15 @@ public final class Connection: Sendable {
         // Once open (every call but the first few: RemoteView asks before each input event),
         // no hop onto the loop at all.
         if let peer = status.snapshot.withLock({ $0.open ? $0.peer : nil }) { return peer }
-        let call = PendingCall<Handshake>(what: "the peer's handshake", timeout: nil, now: loop.now)
+        let token = status.nextToken()
         let result = await withTaskCancellationHandler {
             await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Handshake, RemoteError>, Never>) in
-                call.wait(with: continuation)
-                onLoop { $0.waitForOpen(call) }
+                onLoop { $0.waitForOpen(continuation, token: token) }
             }
         } onCancel: {
-            call.markCancelled()
-            onLoop { $0.cancel(call) }
+            onLoop { $0.cancel(token: token) }
         }
+        forgetCancelIfCancelled(token)
         return try result.get()
     }
 }

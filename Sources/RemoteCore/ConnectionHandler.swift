@@ -3,7 +3,8 @@ import Synchronization
 
 /// The loop-confined heart of a ``Connection``: it owns the connection's
 /// ``ConnectionStateMachine`` (no lock), its ``EnvelopeFramer``, the table of this side's
-/// outstanding requests with their deadlines, and the dispatch of what the peer sends
+/// outstanding requests by id (in the machine, each holding its caller's continuation) with
+/// their deadlines, and the dispatch of what the peer sends
 /// (docs/Architecture.md, "The connection core"). Like async-http-client's
 /// `HTTP1ClientChannelHandler`, which owns its state machine on its channel's event loop.
 ///
@@ -14,7 +15,7 @@ import Synchronization
 final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     // @unchecked: every stored `var` is touched on `loop` only (checked in debug builds); the
     // `let`s are set in init. What async code reads without the loop is in `status`.
-    typealias Machine = ConnectionStateMachine<PendingCall<Envelope>, PendingCall<Handshake>>
+    typealias Machine = ConnectionStateMachine<Outstanding, UnsafeContinuation<Result<Handshake, RemoteError>, Never>>
 
     let loop: any Loop
     private let channel: any PacketChannel
@@ -43,8 +44,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// The requests' deadlines, earliest first, from `deadlinesHead` on: a FIFO, since requests
     /// with equal timeouts come in deadline order (one with a shorter timeout than the last is
     /// put in its place). One loop timer watches the first; no timer is scheduled or cancelled
-    /// per request. An answered request's entry goes once it is first in line.
-    private var deadlines: [(deadline: ContinuousClock.Instant, id: UInt64, call: PendingCall<Envelope>?)] = []
+    /// per request. An answered request's entry goes once it is first in line (it is answered
+    /// when the machine's table no longer has its id).
+    private var deadlines: [(deadline: ContinuousClock.Instant, id: UInt64)] = []
     private var deadlinesHead = 0
     private var deadlineTimer: LoopTimer?
     private var deadlineTimerAt: ContinuousClock.Instant?
@@ -56,8 +58,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     private enum Early {
         case write(EnvelopeCodec.UnnumberedPacket, [Attachment], StaticString)
-        case request(PendingCall<Envelope>, EnvelopeCodec.UnnumberedPacket, [Attachment], expectsPong: Bool)
+        case request(Outstanding, EnvelopeCodec.UnnumberedPacket, [Attachment], expectsPong: Bool)
     }
+    /// Cancels that arrived before what they cancel (a caller's cancellation handler races its
+    /// own hand-over), by the caller's token: what they cancel fails as it arrives. The caller
+    /// takes its token back once it has its answer (``forgetCancel(token:)``), so a cancel that
+    /// came after the answer does not stay. Almost always empty.
+    private var earlyCancels: [UInt64] = []
     /// ``Connection/run()``'s continuation: resumed with how the connection ended.
     private var running: UnsafeContinuation<RemoteError?, Never>?
     /// The channel has ended; `outcome` is how the connection did.
@@ -210,10 +217,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         resumeRoomWaitersIfRoom()
     }
 
-    /// Sends request `call` (encoded by the caller); its answer, timeout or failure resumes it.
-    func request(_ call: PendingCall<Envelope>, _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], expectsPong: Bool) {
+    /// Sends request `call` (encoded by the caller) and enters it in the machine's table under
+    /// its id; its answer, deadline or the connection's end resumes its caller.
+    func request(_ call: Outstanding, _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], expectsPong: Bool) {
         loop.preconditionInLoop("ConnectionHandler.request")
-        if call.cancelled { return call.resume(.failure(RemoteError(.cancelled, "\(call.what) was cancelled before it was sent"))) }
+        if !earlyCancels.isEmpty, let index = earlyCancels.firstIndex(of: call.token) {
+            earlyCancels.remove(at: index)
+            return call.resume(.failure(RemoteError(.cancelled, "\(call.exchange) was cancelled before it was sent")))
+        }
         switch machine.canSend() {
         case nil:
             early.append(.request(call, packet, attachments, expectsPong: expectsPong))
@@ -229,24 +240,26 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         } catch {
             return call.resume(.failure(error))
         }
-        call.id = id
         if case .failure(let error) = machine.requestSent(id, expectsPong: expectsPong, requester: call) {
             return call.resume(.failure(error))
         }
-        if let deadline = call.deadline { addDeadline(deadline, id: id, call: call) }
+        if let deadline = call.deadline { addDeadline(deadline, id: id) }
     }
 
     // MARK: request deadlines
 
+    /// The cancels waiting for what they cancel (for tests).
+    var earlyCancelCount: Int { earlyCancels.count }
+
     /// The entries in the deadline queue (for tests).
     var waitingDeadlines: Int { deadlines.count - deadlinesHead }
 
-    /// A request that had joined the deadline queue has finished.
-    private func deadlineFinished(_ call: PendingCall<Envelope>) {
-        if call.deadline != nil && call.id != nil { liveDeadlines -= 1 }
+    /// A request of the machine's table has finished: its deadline's entry no longer counts.
+    private func deadlineFinished(_ call: Outstanding) {
+        if call.deadline != nil { liveDeadlines -= 1 }
     }
 
-    private func addDeadline(_ deadline: ContinuousClock.Instant, id: UInt64, call: PendingCall<Envelope>) {
+    private func addDeadline(_ deadline: ContinuousClock.Instant, id: UInt64) {
         if deadlinesHead == deadlines.count {
             deadlines.removeAll(keepingCapacity: true)
             deadlinesHead = 0
@@ -258,9 +271,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                 let middle = (low + high) / 2
                 if deadlines[middle].deadline <= deadline { low = middle + 1 } else { high = middle }
             }
-            deadlines.insert((deadline, id, call), at: low)
+            deadlines.insert((deadline, id), at: low)
         } else {
-            deadlines.append((deadline, id, call))
+            deadlines.append((deadline, id))
         }
         liveDeadlines += 1
         armDeadlineTimer()
@@ -278,8 +291,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// Drops the first entries whose requests have finished (answered, cancelled, failed).
     private func dropFinishedDeadlines() {
-        while deadlinesHead < deadlines.count, deadlines[deadlinesHead].call?.isFinished ?? true {
-            deadlines[deadlinesHead].call = nil
+        while deadlinesHead < deadlines.count, !machine.isOutstanding(deadlines[deadlinesHead].id) {
             deadlinesHead += 1
         }
         let finished = deadlines.count - deadlinesHead - liveDeadlines
@@ -289,7 +301,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         } else if finished > max(64, liveDeadlines) {
             // Finished requests behind one that still waits: swept out, in order. Amortized,
             // a constant per request (a sweep follows as many finishes as it keeps entries).
-            deadlines = deadlines[deadlinesHead...].filter { !($0.call?.isFinished ?? true) }
+            deadlines = deadlines[deadlinesHead...].filter { machine.isOutstanding($0.id) }
             deadlinesHead = 0
         } else if deadlinesHead >= 64 && deadlinesHead * 2 >= deadlines.count {
             deadlines.removeFirst(deadlinesHead)
@@ -304,56 +316,60 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         deadlineTimerAt = nil
         let now = loop.now
         while deadlinesHead < deadlines.count, deadlines[deadlinesHead].deadline <= now {
-            let (_, id, call) = deadlines[deadlinesHead]
-            deadlines[deadlinesHead].call = nil
+            let id = deadlines[deadlinesHead].id
             deadlinesHead += 1
-            if let call, !call.isFinished { requestTimedOut(id) }  // counted out there
+            requestTimedOut(id)  // counted out there; nothing when it was answered
         }
         dropFinishedDeadlines()
         armDeadlineTimer()
     }
 
-    /// The caller of `call` was cancelled: it fails now, and the peer is sent a cancel.
-    func cancel(_ call: PendingCall<Envelope>) {
+    /// The caller with `token` was cancelled: its request fails now and the peer is sent a
+    /// cancel (one kept for after this side's handshake just fails), or its wait for the peer's
+    /// handshake fails. A cancel for something not here yet waits for it (``earlyCancels``).
+    func cancel(token: UInt64) {
         loop.preconditionInLoop("ConnectionHandler.cancel")
-        guard let id = call.id else {
-            // Kept for after this side's handshake: it goes now. (Not handed over yet at all:
-            // ``request(_:_:attachments:expectsPong:)`` sees the flag.)
-            if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept === call } else { false } }) {
-                early.remove(at: index)
-                call.resume(.failure(RemoteError(.cancelled, "\(call.what) was cancelled before it was sent")))
-            }
-            return
+        if let id = machine.outstandingID(where: { $0.token == token }) {
+            guard let requester = machine.requestEnded(id) else { return }
+            complete(requester, .failure(RemoteError(.cancelled, "\(requester.exchange) was cancelled")))
+            writeBestEffort(Envelope(body: .cancel(requestID: id)))
+        } else if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept.token == token } else { false } }) {
+            guard case .request(let kept, _, _, _) = early.remove(at: index) else { return }
+            kept.resume(.failure(RemoteError(.cancelled, "\(kept.exchange) was cancelled before it was sent")))
+        } else if let opener = machine.abandon(opener: token) {
+            opener.resumeInOrder(returning: .failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
+        } else {
+            earlyCancels.append(token)
         }
-        guard let requester = machine.requestEnded(id) else { return }
-        complete(requester, .failure(RemoteError(.cancelled, "\(requester.what) was cancelled")))
-        writeBestEffort(Envelope(body: .cancel(requestID: id)))
+    }
+
+    /// The cancelled caller with `token` has its answer: a cancel of it that came too late to
+    /// find it goes.
+    func forgetCancel(token: UInt64) {
+        loop.preconditionInLoop("ConnectionHandler.forgetCancel")
+        guard !earlyCancels.isEmpty else { return }
+        earlyCancels.removeAll { $0 == token }
     }
 
     private func requestTimedOut(_ id: UInt64) {
         guard let requester = machine.requestEnded(id) else { return }
         deadlineFinished(requester)
-        requester.resume(.failure(RemoteError(.timeout, "no reply to \(requester.what) within \(requester.timeout.map { "\($0)" } ?? "its deadline")")))
+        requester.resume(.failure(RemoteError(.timeout, "no reply to \(requester.exchange) within \(requester.timeout.map { "\($0)" } ?? "its deadline")")))
         writeBestEffort(Envelope(body: .cancel(requestID: id)))
     }
 
-    /// A caller waits for the peer's handshake.
-    func waitForOpen(_ call: PendingCall<Handshake>) {
+    /// The caller with `token` waits for the peer's handshake.
+    func waitForOpen(_ continuation: UnsafeContinuation<Result<Handshake, RemoteError>, Never>, token: UInt64) {
         loop.preconditionInLoop("ConnectionHandler.waitForOpen")
-        if call.cancelled { return call.resume(.failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake"))) }
-        call.id = status.nextToken()
-        switch machine.openness(call, token: call.id!) {
-        case .ready(let peer): call.resume(.success(peer))
-        case .failed(let error): call.resume(.failure(error))
+        if !earlyCancels.isEmpty, let index = earlyCancels.firstIndex(of: token) {
+            earlyCancels.remove(at: index)
+            return continuation.resumeInOrder(returning: .failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
+        }
+        switch machine.openness(continuation, token: token) {
+        case .ready(let peer): continuation.resumeInOrder(returning: .success(peer))
+        case .failed(let error): continuation.resumeInOrder(returning: .failure(error))
         case .wait: break
         }
-    }
-
-    /// A caller waiting for the peer's handshake was cancelled.
-    func cancel(_ call: PendingCall<Handshake>) {
-        loop.preconditionInLoop("ConnectionHandler.cancel")
-        guard let token = call.id, let opener = machine.abandon(opener: token) else { return }
-        opener.resume(.failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
     }
 
     /// A sender waits until the channel takes more (or the connection ends).
@@ -424,7 +440,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             guard let connection else { return end(RemoteError(.invalidated, "the connection was released while running")) }
             context = ConnectionContext(connection: connection, peer: theirs, logger: logger)
             status.opened(theirs)
-            for opener in openers { opener.resume(.success(theirs)) }
+            for opener in openers { opener.resumeInOrder(returning: .success(theirs)) }
             logger.debug("connected to \(theirs.role) \(theirs.identifier.escapedForTerminal()) (protocol \(ours!.agreedVersion(with: theirs)))")
             eventSink.yield(.connected(theirs))
         case .refuse(let violation):
@@ -679,7 +695,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// Fails what waits for something the connection can no longer carry.
     private func fail(_ failures: Machine.Failures, with error: RemoteError) {
-        for opener in failures.openers { opener.resume(.failure(error)) }
+        for opener in failures.openers { opener.resumeInOrder(returning: .failure(error)) }
         for requester in failures.requests { complete(requester, .failure(error)) }
     }
 
@@ -690,11 +706,11 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         for case .request(let call, _, _, _) in early { call.resume(.failure(error)) }
     }
 
-    /// Resumes a requester; its deadline's entry goes once it is first in line.
-    private func complete(_ requester: PendingCall<Envelope>, _ result: Result<Envelope, RemoteError>) {
-        let wasWaiting = !requester.isFinished
+    /// Resumes a requester taken out of the machine's table; its deadline's entry goes once it
+    /// is first in line.
+    private func complete(_ requester: Outstanding, _ result: Result<Envelope, RemoteError>) {
         requester.resume(result)
-        if wasWaiting && !ended { deadlineFinished(requester) }
+        if !ended { deadlineFinished(requester) }
         dropFinishedDeadlines()
     }
 
@@ -765,42 +781,32 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     }
 }
 
-/// A call waiting on the loop for an answer: a request's reply, or the peer's handshake. Made by
-/// the caller, then touched on the loop only, except ``cancelled`` (the caller's cancellation
-/// handler sets it, then asks the loop to cancel).
-final class PendingCall<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `continuation` and `id` are the loop's once handed over; `what`,
-    // `deadline` and `timeout` are set in init; `cancelledFlag` is atomic.
-    private var continuation: UnsafeContinuation<Result<Value, RemoteError>, Never>?
-    let what: String
+/// What one of this side's requests is, for the errors that name it: described only when an
+/// error does, so a request that is answered builds no string.
+enum Exchange: Sendable, CustomStringConvertible {
+    case request(type: String)
+    case ping
+
+    var description: String {
+        switch self {
+        case .request(let type): "request \"\(type.escapedForTerminal())\""
+        case .ping: "ping"
+        }
+    }
+}
+
+/// One of this side's requests, waiting for its answer: a plain value in the machine's table,
+/// under the request's id, holding its caller's continuation. Made by the caller, then the
+/// loop's; resumed exactly once, by whoever takes it out of the table (or out of the requests
+/// kept for after this side's handshake). The caller names it by `token` when it is cancelled.
+struct Outstanding: Sendable {
+    let continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>
+    let token: UInt64
+    let exchange: Exchange
     let timeout: Duration?
     let deadline: ContinuousClock.Instant?
-    /// The request's id once written (a token, for a handshake waiter).
-    var id: UInt64?
-    private let cancelledFlag = Atomic<Bool>(false)
 
-    init(what: String, timeout: Duration?, now: ContinuousClock.Instant) {
-        self.what = what
-        self.timeout = timeout
-        self.deadline = timeout.map { now.advanced(by: $0) }
-    }
-
-    /// Set before the call is handed to the loop.
-    func wait(with continuation: UnsafeContinuation<Result<Value, RemoteError>, Never>) {
-        self.continuation = continuation
-    }
-
-    var cancelled: Bool { cancelledFlag.load(ordering: .relaxed) }
-
-    func markCancelled() { cancelledFlag.store(true, ordering: .relaxed) }
-
-    /// Whether the caller has been resumed (on the loop).
-    var isFinished: Bool { continuation == nil }
-
-    /// Resumes the caller, once; later calls do nothing.
-    func resume(_ result: Result<Value, RemoteError>) {
-        guard let continuation else { return }
-        self.continuation = nil
+    func resume(_ result: Result<Envelope, RemoteError>) {
         continuation.resumeInOrder(returning: result)
     }
 }

@@ -368,6 +368,27 @@ package struct ConnectionStateMachine<Requester, Opener> {
         }
     }
 
+    /// Whether request `id` still waits for its answer.
+    package func isOutstanding(_ id: UInt64) -> Bool {
+        switch state {
+        case .handshaking(let handshaking): handshaking.outgoing[id] != nil
+        case .open(let open): open.outgoing[id] != nil
+        case .idle, .closing, .closed: false
+        case .modifying: preconditionFailure("ConnectionStateMachine.isOutstanding() while modifying")
+        }
+    }
+
+    /// The id of the outstanding request whose requester `matches` (a linear search: for a
+    /// caller's cancellation, which names its request by the caller's token, not by its id).
+    package func outstandingID(where matches: (Requester) -> Bool) -> UInt64? {
+        switch state {
+        case .handshaking(let handshaking): handshaking.outgoing.first { matches($0.value.requester) }?.key
+        case .open(let open): open.outgoing.first { matches($0.value.requester) }?.key
+        case .idle, .closing, .closed: nil
+        case .modifying: preconditionFailure("ConnectionStateMachine.outstandingID() while modifying")
+        }
+    }
+
     /// An answer to request `replyTo` arrived: a pong when `isPong`, else a reply or failure.
     package mutating func answerReceived(to replyTo: UInt64, isPong: Bool, kind: String) -> AnswerAction {
         switch state {

@@ -91,6 +91,53 @@ struct CancellationTests {
         #expect(error?.reason.contains("peer's queue was full") == true, "\(String(describing: error))")
     }
 
+    @Test("cancels racing their requests (before the loop has the request, while it waits, after its answer) each end their request once and leave nothing behind on the loop")
+    func cancelsRaceTheirRequests() async throws {
+        try await withoutLeaks(within: .seconds(30)) {
+            let pair = try SeqpacketSocket.pair()
+            let host = try Connection(socket: pair.first, configuration: .testHost)
+            let service = try Connection(socket: pair.second, configuration: .testService) { request, _ in
+                ServiceMessage(type: "echo", payload: request.payload)
+            }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await service.run() }
+                group.addTask { try await host.run() }
+                _ = try await host.ping()
+                var answered = 0, cancelled = 0
+                for round in 0..<40 {
+                    let requests = (0..<25).map { index in
+                        Task { try await host.request(ServiceMessage(type: "r", payload: [UInt8(index)])) }
+                    }
+                    // At once (racing the hand-over), after a turn of the scheduler (waiting or
+                    // answered), or after its answer has come.
+                    for (index, request) in requests.enumerated() {
+                        switch (index + round) % 3 {
+                        case 0: request.cancel()
+                        case 1: await Task.yield(); request.cancel()
+                        default: _ = await request.result; request.cancel()
+                        }
+                    }
+                    for (index, request) in requests.enumerated() {
+                        switch await request.result {
+                        case .success(let reply):
+                            #expect(reply.payload == [UInt8(index)])
+                            answered += 1
+                        case .failure(let error):
+                            #expect((error as? RemoteError)?.code == .cancelled, "\(error)")
+                            cancelled += 1
+                        }
+                    }
+                }
+                #expect(answered + cancelled == 1000)
+                #expect(cancelled > 0 && answered > 0, "both outcomes happen: \(answered) answered, \(cancelled) cancelled")
+                #expect(await host.earlyCancelCount() == 0, "no cancel is left waiting for a request that ended")
+                _ = try await host.ping()
+                await host.close()
+                try await group.waitForAll()
+            }
+        }
+    }
+
     @Test("a wait for a descriptor to become readable is cancelled (false), and the descriptor still works")
     func descriptors() async throws {
         try await withoutLeaks {
