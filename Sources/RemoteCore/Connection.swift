@@ -74,6 +74,21 @@ public final class Connection: Sendable {
     /// costs no thread hand-off; long synchronous work delays every connection's next messages,
     /// so move it off (`await` something) first.
     public typealias RequestHandler = @Sendable (ServiceMessage, ConnectionContext) async throws -> ServiceMessage
+    /// Answers a request at once, without waiting for anything, or returns `nil` to leave it to
+    /// the asynchronous ``RequestHandler``: the fast form (`docs/Architecture.md`, "The
+    /// connection core"). Throw a ``ServiceFailure`` to send that error back.
+    ///
+    /// It runs inline on the connection's event loop thread, as the request is read, with no
+    /// task and no thread hand-off; its reply is written with the rest of what that read batch
+    /// produced. Every connection on the loop waits while it runs, so it must be quick and must
+    /// not block: a request that needs to wait for anything returns `nil` here and is answered
+    /// by the `async` handler, in a task. It is never cancelled, since it has ended before a
+    /// cancel could be read.
+    ///
+    /// Where a call accepts either form, Swift picks this one for a trailing closure that does
+    /// not `await`. Such a handler behaved the same as an `async` one: a request handler starts
+    /// on the loop's thread and, never suspending, finished there.
+    public typealias SynchronousRequestHandler = @Sendable (ServiceMessage, ConnectionContext) throws -> ServiceMessage?
     /// Receives one one-way message. Messages are delivered one at a time, in order: each starts
     /// on the connection's event loop thread (like a request handler until it first suspends),
     /// and the connection reads nothing more until it returns, so hand long work off.
@@ -103,8 +118,15 @@ public final class Connection: Sendable {
     /// A connection over `channel` (made on its loop's behalf: nothing has reached the loop
     /// yet). Requests from the peer go to `onRequest`, one-way messages to `onMessage`; the
     /// defaults refuse requests and drop messages.
-    package init(channel: any PacketChannel, configuration: Configuration,
-                 onRequest: @escaping RequestHandler = Connection.refuseRequests,
+    package convenience init(channel: any PacketChannel, configuration: Configuration,
+                             onRequest: @escaping RequestHandler = Connection.refuseRequests,
+                             onMessage: @escaping MessageHandler = { _, _ in }) {
+        self.init(channel: channel, configuration: configuration, responder: .asynchronous(onRequest), onMessage: onMessage)
+    }
+
+    /// A connection over `channel` whose requests go to `responder` (a synchronous handler
+    /// first, inline on the loop, when it has one).
+    package init(channel: any PacketChannel, configuration: Configuration, responder: RequestResponder,
                  onMessage: @escaping MessageHandler = { _, _ in }) {
         precondition(configuration.protocolVersions.lowerBound >= remoteViewProtocolVersion
                      && configuration.protocolVersions.upperBound <= remoteViewLatestProtocolVersion,
@@ -116,7 +138,7 @@ public final class Connection: Sendable {
         logger[metadataKey: "self"] = "\(configuration.role) \(configuration.identifier.escapedForTerminal())"
         loop = channel.loop
         handler = ConnectionHandler(channel: channel, configuration: configuration, logger: logger,
-                                    onRequest: onRequest, onMessage: onMessage, eventSink: eventSink, status: status)
+                                    responder: responder, onMessage: onMessage, eventSink: eventSink, status: status)
         handler.attach(to: self)
     }
 
@@ -136,6 +158,17 @@ public final class Connection: Sendable {
                   onRequest: onRequest, onMessage: onMessage)
     }
 
+    /// A connection over a connected `SOCK_SEQPACKET` socket, taking ownership of it, whose
+    /// requests go first to `onSynchronousRequest`, inline on the event loop, and those it
+    /// leaves (`nil`) to `onRequest`.
+    public convenience init(socket: consuming OwnedFD, configuration: Configuration,
+                            onSynchronousRequest: @escaping SynchronousRequestHandler,
+                            onRequest: @escaping RequestHandler = Connection.refuseRequests,
+                            onMessage: @escaping MessageHandler = { _, _ in }) throws(SystemCallError) {
+        self.init(channel: try SeqpacketChannel(socket), configuration: configuration,
+                  responder: .synchronous(onSynchronousRequest, then: onRequest), onMessage: onMessage)
+    }
+
     /// A connection to the `SOCK_SEQPACKET` Unix socket at `path` (e.g. one that
     /// `systemd-socket-activate --accept --seqpacket` listens on).
     public convenience init(connectingTo path: String, configuration: Configuration,
@@ -143,6 +176,16 @@ public final class Connection: Sendable {
                             onMessage: @escaping MessageHandler = { _, _ in }) throws(SystemCallError) {
         try self.init(socket: Syscall.connectSeqpacket(to: path), configuration: configuration,
                       onRequest: onRequest, onMessage: onMessage)
+    }
+
+    /// A connection to the `SOCK_SEQPACKET` Unix socket at `path`, whose requests go first to
+    /// `onSynchronousRequest`, inline on the event loop, and those it leaves (`nil`) to `onRequest`.
+    public convenience init(connectingTo path: String, configuration: Configuration,
+                            onSynchronousRequest: @escaping SynchronousRequestHandler,
+                            onRequest: @escaping RequestHandler = Connection.refuseRequests,
+                            onMessage: @escaping MessageHandler = { _, _ in }) throws(SystemCallError) {
+        try self.init(socket: Syscall.connectSeqpacket(to: path), configuration: configuration,
+                      onSynchronousRequest: onSynchronousRequest, onRequest: onRequest, onMessage: onMessage)
     }
 
     /// The default request handler: answers every request with

@@ -21,7 +21,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private let channel: any PacketChannel
     private let configuration: Connection.Configuration
     private let logger: Logger
-    private let onRequest: Connection.RequestHandler
+    private let responder: RequestResponder
     private let onMessage: Connection.MessageHandler
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     /// What async code reads without hopping onto the loop.
@@ -102,13 +102,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     }
 
     init(channel: any PacketChannel, configuration: Connection.Configuration, logger: Logger,
-         onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler,
+         responder: RequestResponder, onMessage: @escaping Connection.MessageHandler,
          eventSink: AsyncStream<ConnectionEvent>.Continuation, status: ConnectionStatus) {
         self.loop = channel.loop
         self.channel = channel
         self.configuration = configuration
         self.logger = logger
-        self.onRequest = onRequest
+        self.responder = responder
         self.onMessage = onMessage
         self.eventSink = eventSink
         self.status = status
@@ -622,6 +622,30 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             machine.handlerFinished(id)
             throw RemoteError(.protocolViolation, "more than \(shared.limit) requests outstanding at once across the process's connections")
         }
+        let context = self.context!
+        var triedSynchronously = false
+        if let immediate = responder.immediate {
+            // A synchronous handler answers here, inline on the loop: its reply joins what this
+            // round writes (one send for the read batch's replies), with no task and no hand-off.
+            let outcome: Result<ServiceMessage, any Error>?
+            do {
+                switch try immediate(message, context) {
+                case .reply(let reply): outcome = .success(reply)
+                case .declined: outcome = nil; triedSynchronously = true
+                case .notTried: outcome = nil
+                }
+            } catch {
+                outcome = .failure(error)
+            }
+            if let outcome {
+                machine.handlerFinished(id)
+                shared?.release(1)
+                let (body, attachments) = Self.replyBody(outcome)
+                writeReply(Self.encodeReply(to: id, body, attachments: attachments, of: message.type, logger: logger), attachments: attachments)
+                return
+            }
+            // Left to the asynchronous handler (it must wait for something).
+        }
         // The handler starts at once, on the loop's thread, and runs here until it first
         // suspends, as an XPC handler runs on its connection's queue: a handler that answers
         // without waiting costs no thread hand-off. The request travels in a handoff and the
@@ -629,10 +653,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         // released before the task ends (which the end of the connection awaits). A handler
         // that finished before its task was recorded is never recorded.
         let handoff = Handoff(message)
-        let context = self.context!
         let loop = self.loop
+        let tried = triedSynchronously
         let task = Task.immediate { [weak self] in
-            await self?.answer(handoff, id: id, context)
+            await self?.answer(handoff, id: id, context, triedSynchronously: tried)
             shared?.release(1)
             loop.run { [weak self] in self?.handlerFinished(id) }
         }
@@ -645,33 +669,58 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// Runs the request handler for request `id` and sends its reply or failure (off the loop
     /// once the handler has suspended).
-    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext) async {
+    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext, triedSynchronously: Bool) async {
         guard let message = handoff.take() else { return }
-        let attachments: [Attachment]
-        let body: Envelope.Body
+        let outcome: Result<ServiceMessage, any Error>
         do {
-            let reply = try await onRequest(message, context)
-            body = .reply(type: reply.type, payload: reply.payload)
-            attachments = reply.attachments
-        } catch let failure as ServiceFailure {
-            body = .failure(failure)
-            attachments = []
+            outcome = .success(try await responder.later(message, context, triedSynchronously))
         } catch {
-            body = .failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)"))
-            attachments = []
+            outcome = .failure(error)
         }
         guard !Task.isCancelled else { return }
-        let packet: EnvelopeCodec.UnnumberedPacket
-        do {
-            packet = try EnvelopeCodec.encodeUnnumbered(Envelope(replyTo: id, body: body, attachments: attachments))
-        } catch {
-            logger.error("reply to \"\(message.type.escapedForTerminal())\" cannot be sent: \(error.reason)")
-            let failure = Envelope(replyTo: id, body: .failure(ServiceFailure(domain: ServiceFailure.frameworkDomain, code: ServiceFailure.FrameworkCode.replyNotSent,
-                                                                              message: "the reply could not be sent: \(error.reason)")))
-            loop.run { self.writeBestEffort(failure) }
-            return
+        let (body, attachments) = Self.replyBody(outcome)
+        let reply = Self.encodeReply(to: id, body, attachments: attachments, of: message.type, logger: logger)
+        loop.run { self.writeReply(reply, attachments: attachments) }
+    }
+
+    /// What a handler's outcome sends back: its reply, the ``ServiceFailure`` it threw, or any
+    /// other error as a failure in the domain `RemoteView.HandlerError`.
+    private static func replyBody(_ outcome: Result<ServiceMessage, any Error>) -> (Envelope.Body, [Attachment]) {
+        switch outcome {
+        case .success(let reply):
+            return (.reply(type: reply.type, payload: reply.payload), reply.attachments)
+        case .failure(let failure as ServiceFailure):
+            return (.failure(failure), [])
+        case .failure(let error):
+            return (.failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)")), [])
         }
-        loop.run { self.write(packet, attachments: attachments, name: "reply") }
+    }
+
+    /// The reply to request `id`, encoded (where the handler finished); one that cannot be is
+    /// replaced by a failure saying so.
+    private static func encodeReply(to id: UInt64, _ body: Envelope.Body, attachments: [Attachment], of type: String,
+                                    logger: Logger) -> EncodedReply {
+        do throws(RemoteError) {
+            return .packet(try EnvelopeCodec.encodeUnnumbered(Envelope(replyTo: id, body: body, attachments: attachments)))
+        } catch {
+            logger.error("reply to \"\(type.escapedForTerminal())\" cannot be sent: \(error.reason)")
+            return .replaced(Envelope(replyTo: id, body: .failure(ServiceFailure(domain: ServiceFailure.frameworkDomain, code: ServiceFailure.FrameworkCode.replyNotSent,
+                                                                                message: "the reply could not be sent: \(error.reason)"))))
+        }
+    }
+
+    /// Writes an encoded reply, or the failure that replaces one that could not be encoded.
+    private func writeReply(_ reply: EncodedReply, attachments: [Attachment]) {
+        switch reply {
+        case .packet(let packet): write(packet, attachments: attachments, name: "reply")
+        case .replaced(let failure): writeBestEffort(failure)
+        }
+    }
+
+    /// A reply encoded, or the failure envelope that replaces one too large to send.
+    enum EncodedReply: Sendable {
+        case packet(EnvelopeCodec.UnnumberedPacket)
+        case replaced(Envelope)
     }
 
     /// Writes an envelope the connection makes itself (a pong, a cancel, a failure reply) while
@@ -872,6 +921,41 @@ final class ConnectionStatus: Sendable {
     var unusable: RemoteError? {
         guard isClosed.load(ordering: .relaxed) else { return nil }
         return snapshot.withLock { $0.unusable } ?? RemoteError(.invalidated, "the connection is closed")
+    }
+}
+
+/// How a connection answers the peer's requests: first inline on the loop, if it can; what that
+/// leaves, in a task of its own each.
+package struct RequestResponder: Sendable {
+    /// What the inline step did with a request.
+    package enum Immediate: Sendable {
+        /// Answered it.
+        case reply(ServiceMessage)
+        /// The synchronous handler saw it and left it (`nil`): the task must not ask it again.
+        case declined
+        /// It was not offered to the synchronous handler (it must wait for something first).
+        case notTried
+    }
+    package var immediate: (@Sendable (ServiceMessage, ConnectionContext) throws -> Immediate)?
+    /// The task's step; its flag says whether the synchronous handler has seen the request.
+    package var later: @Sendable (ServiceMessage, ConnectionContext, _ triedSynchronously: Bool) async throws -> ServiceMessage
+
+    package init(immediate: (@Sendable (ServiceMessage, ConnectionContext) throws -> Immediate)?,
+                 later: @escaping @Sendable (ServiceMessage, ConnectionContext, _ triedSynchronously: Bool) async throws -> ServiceMessage) {
+        self.immediate = immediate
+        self.later = later
+    }
+
+    /// Every request to `handler`, in a task of its own.
+    package static func asynchronous(_ handler: @escaping Connection.RequestHandler) -> Self {
+        Self(immediate: nil, later: { message, context, _ in try await handler(message, context) })
+    }
+
+    /// Every request to `synchronous` first, inline; what it leaves to `asynchronous`, in a task.
+    package static func synchronous(_ synchronous: @escaping Connection.SynchronousRequestHandler,
+                                    then asynchronous: @escaping Connection.RequestHandler) -> Self {
+        Self(immediate: { message, context in try synchronous(message, context).map { .reply($0) } ?? .declined },
+             later: { message, context, _ in try await asynchronous(message, context) })
     }
 }
 

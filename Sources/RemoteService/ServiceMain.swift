@@ -66,12 +66,45 @@ public enum ServiceMain {
                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                            onRequest: @escaping Connection.RequestHandler,
                            onMessage: @escaping Connection.MessageHandler = { _, _ in }) async throws(RemoteError) -> Ending {
+        try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
+                      answering: Answering(onRequest: onRequest, onSynchronousRequest: nil), onMessage: onMessage)
+    }
+
+    /// ``run(identifier:capabilities:shareTitle:viewController:onRequest:onMessage:)``, with the
+    /// fast form of request handler first: `onSynchronousRequest` answers a request inline on
+    /// the connection's event loop, as it is read, with no task and no thread hand-off, or
+    /// returns `nil` to leave it to `onRequest` (`Connection.SynchronousRequestHandler`). It
+    /// must not wait for anything.
+    ///
+    /// On a connection that shows a view, a request first waits for the view to take what the
+    /// host sent before it (and `remoteview.settle` is the framework's); such a request reaches
+    /// `onSynchronousRequest` from a task, after the view controller has seen it.
+    @discardableResult
+    public static func run(identifier: String, capabilities: [String] = [], shareTitle: String? = nil,
+                           viewController: (@MainActor @Sendable () -> ViewController)? = nil,
+                           onSynchronousRequest: @escaping Connection.SynchronousRequestHandler,
+                           onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                           onMessage: @escaping Connection.MessageHandler = { _, _ in }) async throws(RemoteError) -> Ending {
+        try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
+                      answering: Answering(onRequest: onRequest, onSynchronousRequest: onSynchronousRequest), onMessage: onMessage)
+    }
+
+    /// A service's request handlers: the synchronous one, tried first when there is one, and the
+    /// asynchronous one.
+    struct Answering: Sendable {
+        var onRequest: Connection.RequestHandler
+        var onSynchronousRequest: Connection.SynchronousRequestHandler?
+    }
+
+    private static func run(identifier: String, capabilities: [String], shareTitle: String?,
+                            viewController: (@MainActor @Sendable () -> ViewController)?,
+                            answering: Answering, onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
         if shareTitle != nil, viewController == nil {
             throw RemoteError(.invalidArgument, "a share activity needs a view controller (\(identifier) has a share title but none)")
         }
         let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, idleTimeout: idleTimeout,
-                                     viewController: viewController, onRequest: onRequest, onMessage: onMessage)
+                                     viewController: viewController, answering: answering, onMessage: onMessage)
         switch try SocketActivation.takeSocket() {
         case .connected(let socket):
             return try await runtime.serve(primary: try runtime.connection(on: socket))
@@ -93,6 +126,35 @@ public enum ServiceMain {
         do {
             try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
                           onRequest: onRequest, onMessage: onMessage)
+            Syscall.exit(0)
+        } catch {
+            Syscall.writeStandardError("\(identifier): \(error)\n")
+            Syscall.exit(1)
+        }
+    }
+
+    /// ``run(identifier:capabilities:shareTitle:viewController:onSynchronousRequest:onRequest:onMessage:)``,
+    /// then exits the process as ``exit(serving:capabilities:shareTitle:viewController:onRequest:onMessage:)`` does.
+    ///
+    /// ```swift
+    /// await ServiceMain.exit(serving: "com.example.echo", onSynchronousRequest: { request, _ in
+    ///     switch request.type {
+    ///     case "echo": ServiceMessage(type: "echo", payload: request.payload)
+    ///     default: nil  // to onRequest, in a task
+    ///     }
+    /// }, onRequest: { request, _ in
+    ///     try await Task.sleep(for: .seconds(1))
+    ///     return ServiceMessage(type: "slow")
+    /// })
+    /// ```
+    public static func exit(serving identifier: String, capabilities: [String] = [], shareTitle: String? = nil,
+                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
+                            onSynchronousRequest: @escaping Connection.SynchronousRequestHandler,
+                            onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                            onMessage: @escaping Connection.MessageHandler = { _, _ in }) async -> Never {
+        do {
+            try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
+                          onSynchronousRequest: onSynchronousRequest, onRequest: onRequest, onMessage: onMessage)
             Syscall.exit(0)
         } catch {
             Syscall.writeStandardError("\(identifier): \(error)\n")
@@ -146,7 +208,7 @@ final class ServiceRuntime: Sendable {
     /// When the service is idle long enough to exit (`nil`: it never exits idle).
     let idleClock: IdleClock?
     private let makeController: (@MainActor @Sendable () -> ViewController)?
-    private let onRequest: Connection.RequestHandler
+    private let answering: ServiceMain.Answering
     private let onMessage: Connection.MessageHandler
     private let newConnections: AsyncStream<Connection>
     private let newConnectionSink: AsyncStream<Connection>.Continuation
@@ -164,7 +226,7 @@ final class ServiceRuntime: Sendable {
 
     init(identifier: String, capabilities: [String], shareTitle: String? = nil, idleTimeout: Duration?,
          viewController: (@MainActor @Sendable () -> ViewController)?,
-         onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
+         answering: ServiceMain.Answering, onMessage: @escaping Connection.MessageHandler) {
         makeController = viewController
         self.identifier = identifier
         self.shareTitle = shareTitle
@@ -174,7 +236,7 @@ final class ServiceRuntime: Sendable {
         if shareTitle != nil, !announced.contains(ShareCapability.name) { announced.append(ShareCapability.name) }
         self.capabilities = announced
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
-        self.onRequest = onRequest
+        self.answering = answering
         self.onMessage = onMessage
         (newConnections, newConnectionSink) = AsyncStream.makeStream()
     }
@@ -188,8 +250,11 @@ final class ServiceRuntime: Sendable {
         let surface = makeController.map { ViewSurface(makeController: $0, share: share) }
         let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
         // The connection's view controller sees its requests and messages first.
-        let onRequest: Connection.RequestHandler = { [weak self] request, context in
-            guard let self else { throw CancellationError() }
+        let answering = self.answering
+        // In a task: the view catches up first (settle is the framework's), the controller sees
+        // the request, then the service's handlers (the synchronous one unless it has seen it).
+        let later: @Sendable (ServiceMessage, ConnectionContext, Bool) async throws -> ServiceMessage = { [weak self] request, context, triedSynchronously in
+            guard self != nil else { throw CancellationError() }
             idleClock?.begin()
             defer { idleClock?.end() }
             if let surface {
@@ -200,7 +265,18 @@ final class ServiceRuntime: Sendable {
                 await surface.caughtUp()
                 if surface.hasController.load(ordering: .acquiring), let reply = try await surface.handleRequest(request) { return reply }
             }
-            return try await self.onRequest(request, context)
+            if !triedSynchronously, let handler = answering.onSynchronousRequest, let reply = try handler(request, context) { return reply }
+            return try await answering.onRequest(request, context)
+        }
+        // Inline on the loop, the synchronous handler answers unless the view must catch up
+        // first or the controller may want the request (or it is the framework's settle).
+        var immediate: (@Sendable (ServiceMessage, ConnectionContext) throws -> RequestResponder.Immediate)?
+        if let handler = answering.onSynchronousRequest {
+            immediate = { request, context in
+                if let surface, request.type == FrameworkMessage.settle || surface.mayHaveController { return .notTried }
+                idleClock?.touch()
+                return try handler(request, context).map { .reply($0) } ?? .declined
+            }
         }
         let onMessage: Connection.MessageHandler = { [weak self] message, context in
             idleClock?.touch()
@@ -215,7 +291,8 @@ final class ServiceRuntime: Sendable {
         }
         let connection: Connection
         do {
-            connection = try Connection(socket: socket, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            connection = Connection(channel: try SeqpacketChannel(socket), configuration: configuration,
+                                    responder: RequestResponder(immediate: immediate, later: later), onMessage: onMessage)
         } catch {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }

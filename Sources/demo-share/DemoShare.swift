@@ -266,7 +266,9 @@ struct Service: AsyncParsableCommand {
     var identifier = "com.example.demo-share.echo"
 
     func run() async throws {
-        await ServiceMain.exit(serving: identifier, capabilities: ["echo"]) { request, _ in
+        // Every request but "slow" is answered at once, inline on the connection's loop (the
+        // synchronous form: no task per request); "slow" waits, so it goes to the async handler.
+        await ServiceMain.exit(serving: identifier, capabilities: ["echo"], onSynchronousRequest: { request, _ in
             switch request.type {
             case "echo":
                 return ServiceMessage(type: "echo", payload: request.payload)
@@ -286,11 +288,14 @@ struct Service: AsyncParsableCommand {
                 let bytes = try file.contents(limit: Self.countLimit)
                 return ServiceMessage(type: "count", text: "\(bytes.count) bytes, seals \(try file.seals.rawValue), first word \"\(String(decoding: bytes.prefix { $0 != 0x20 }, as: UTF8.self))\"")
             case "slow":
-                try await Task.sleep(for: .seconds(10))
-                return ServiceMessage(type: "slow")
+                return nil
             default:
                 throw ServiceFailure.unknownRequest(request.type, handler: "com.example.demo-share")
             }
-        }
+        }, onRequest: { request, _ in
+            // Only what the synchronous handler left: "slow".
+            try await Task.sleep(for: .seconds(10))
+            return ServiceMessage(type: "slow")
+        })
     }
 }

@@ -338,6 +338,68 @@ struct EmbeddedConnectionTests {
         #expect(await running.value?.code == .interrupted)
     }
 
+    @Test("a synchronous handler answers inline, in the round that read the request: replies and failures for a batch are written together; what it leaves (nil) goes to the async handler, and it is not asked again")
+    func synchronousHandler() async throws {
+        let asked = Mutex<[String]>([])
+        let loop = ManualLoop()
+        let channel = InMemoryChannel(loop: loop)
+        let connection = Connection(channel: channel, configuration: .testService, responder: .synchronous({ message, _ in
+            asked.withLock { $0.append(message.type) }
+            switch message.type {
+            case "fail": throw ServiceFailure(domain: "test", code: 7, message: "no")
+            case "later": return nil
+            default: return ServiceMessage(type: message.type, payload: message.payload)
+            }
+        }, then: { message, _ in
+            asked.withLock { $0.append("async \(message.type)") }
+            return ServiceMessage(type: "later-done")
+        }))
+        let running = Task { () -> RemoteError? in
+            do throws(RemoteError) { try await connection.run(); return nil } catch { return error }
+        }
+        try await loop.waitForWork()
+        loop.run()
+        func push(_ body: Envelope.Body, id: UInt64) throws {
+            let bytes = try EnvelopeCodec.encode(Envelope(id: id, body: body))
+            loop.execute { channel.push(bytes) }
+        }
+        func written() throws -> [Envelope] {
+            let packets = Mutex<[OutboundPacket]>([])
+            loop.execute { packets.withLock { $0 = channel.takeWritten() } }
+            loop.run()
+            return try packets.withLock { $0 }.map { packet in
+                try packet.bytes.withUnsafeBytes { bytes throws(RemoteError) in try EnvelopeCodec.decode(bytes, attachments: []) }
+            }
+        }
+        try push(.handshake(Handshake(role: .host, identifier: "com.example.host")), id: 1)
+        loop.run()
+        _ = try written()
+        // Three requests read in one round: both answers are written in that round, in order.
+        try push(.request(type: "a", payload: [1]), id: 2)
+        try push(.request(type: "fail", payload: []), id: 3)
+        try push(.request(type: "b", payload: [2]), id: 4)
+        loop.run()
+        let answers = try written()
+        #expect(answers.map(\.body.name) == ["reply", "failure", "reply"])
+        #expect(answers.map(\.replyTo) == [2, 3, 4])
+        if case .failure(let failure) = answers[1].body { #expect(failure.code == 7) } else { Issue.record("expected a failure") }
+        // A cancel of a request answered inline finds nothing: no second answer.
+        try push(.request(type: "c", payload: []), id: 5)
+        try push(.cancel(requestID: 5), id: 6)
+        loop.run()
+        #expect(try written().map(\.replyTo) == [5])
+        // Left to the async handler: answered from its task (which starts at once and does not
+        // suspend here), and asked of the synchronous one once.
+        try push(.request(type: "later", payload: []), id: 7)
+        loop.run()
+        let later = try written()
+        #expect(later.map(\.body.name) == ["reply"] && later.first?.replyTo == 7)
+        #expect(asked.withLock { $0 } == ["a", "fail", "b", "c", "later", "async later"])
+        loop.execute { channel.pushEndOfFile() }
+        loop.run()
+        #expect(await running.value?.code == .interrupted)
+    }
+
     @Test("two connections over an in-memory pair talk on one manual loop: a request and its reply, a message, a goodbye")
     func pair() async throws {
         let loop = ManualLoop()

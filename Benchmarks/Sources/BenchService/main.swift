@@ -95,7 +95,9 @@ final class StreamController: ViewController {
 // first argument (one executable serves them all, and the host refuses another identifier).
 let identifier = CommandLine.arguments.dropFirst().first ?? "com.example.bench"
 
-await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewController: { StreamController() }, onRequest: { request, _ in
+// Every request but "delay" is answered inline on the connection's loop (the synchronous form);
+// "delay" waits, so it goes to the async handler.
+await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewController: { StreamController() }, onSynchronousRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
@@ -110,8 +112,7 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
         guard let milliseconds = request.text.flatMap({ Int($0) }), (0...60_000).contains(milliseconds) else {
             throw ServiceFailure(domain: "bench", code: 1, message: "delay MS (0…60000)")
         }
-        try await Task.sleep(for: .milliseconds(milliseconds))
-        return ServiceMessage(type: "delay", text: request.text ?? "")
+        return nil
     case "usage":
         // For remoteview-bench's cost per operation: "CPU_US SWITCHES", this process's CPU time
         // (user + system, every thread) and context switches so far.
@@ -119,6 +120,14 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
         getrusage(RUSAGE_SELF.rawValue, &usage)
         let cpu = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec
         return ServiceMessage(type: "usage", text: "\(cpu) \(usage.ru_nvcsw + usage.ru_nivcsw)")
+    case "locks":
+        // For remoteview-bench --counts: this process's lock acquisitions so far (a build with
+        // the LockCounts trait only).
+        #if LockCounts
+        return ServiceMessage(type: "locks", text: String(LockCounter.total))
+        #else
+        throw ServiceFailure(domain: "bench", code: 2, message: "locks: not a counting build (swift build --traits LockCounts)")
+        #endif
     case "memory":
         // For remoteview-stress soak: "HEAP RSS", this process's heap in use (mallinfo2) and resident memory, bytes.
         let usage = MemoryUsage.current()
@@ -126,6 +135,10 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
     default:
         throw ServiceFailure(domain: "bench", code: 404, message: "unknown request \(request.type)")
     }
+}, onRequest: { request, _ in
+    // Only what the synchronous handler left: "delay", whose text it has checked.
+    try await Task.sleep(for: .milliseconds(request.text.flatMap { Int($0) } ?? 0))
+    return ServiceMessage(type: "delay", text: request.text ?? "")
 }, onMessage: { _, _ in
     received.add(1, ordering: .relaxed)
 })
