@@ -47,6 +47,8 @@ docs:
 
 # Every benchmark figure next to its baseline, in one run (release build; see Benchmarks/).
 # make bench ARGS="--json"
+# Without ARGS, as root with perf: then the counts per round trip, from a second build with the
+# LockCounts trait (Benchmarks/.build-counts), so the figures above are from a build without it.
 # Cairo, protobuf-c and libstdc++ are linked from their archives (Benchmarks/raw/static-link.sh),
 # so a service maps 4 libraries at start, not 25.
 STATIC_LINK := $(CURDIR)/Benchmarks/.build/static-link
@@ -57,7 +59,10 @@ bench:
 	Benchmarks/.build/release/remoteview-bench $(ARGS)
 	@if [ -n "$(ARGS)" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v perf >/dev/null; then \
-	  Benchmarks/.build/release/remoteview-bench --counts || echo "counts per round trip: remoteview-bench --counts failed (above)" >&2; \
+	  ( cd Benchmarks && for product in bench-service remoteview-bench; do \
+	      PKG_CONFIG_PATH=$(STATIC_LINK) swift build -c release --traits LockCounts --scratch-path .build-counts --product $$product || exit 1; \
+	    done ) && \
+	  Benchmarks/.build-counts/release/remoteview-bench --counts || echo "counts per round trip: remoteview-bench --counts failed (above)" >&2; \
 	else echo "counts per round trip: skipped (remoteview-bench --counts needs root and perf)"; fi
 
 clean:

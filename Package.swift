@@ -14,6 +14,12 @@ let package = Package(
         .executable(name: "demo-share", targets: ["demo-share"]),
         .executable(name: "remoteview-check", targets: ["remoteview-check"]),
     ],
+    traits: [
+        // Off by default: every lock acquisition counted (`LockCounter`), for
+        // `remoteview-bench --counts`, which builds the benchmarks with it on their own
+        // (docs/Benchmarks.md, "Counts per round trip"). No other build has the counter.
+        .trait(name: "LockCounts", description: "Count every Mutex acquisition and compare-and-swap loop (for remoteview-bench --counts)"),
+    ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),

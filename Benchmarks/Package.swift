@@ -8,8 +8,13 @@ import PackageDescription
 let package = Package(
     name: "RemoteViewBenchmarks",
     platforms: [.macOS(.v15)],
+    traits: [
+        // `make bench`'s counting build (`--traits LockCounts`, in .build-counts): RemoteView
+        // counts every lock acquisition, and --counts prints them per round trip.
+        .trait(name: "LockCounts", description: "Build RemoteView with its lock counter (for remoteview-bench --counts)"),
+    ],
     dependencies: [
-        .package(name: "RemoteView", path: ".."),
+        .package(name: "RemoteView", path: "..", traits: [.trait(name: "LockCounts", condition: .when(traits: ["LockCounts"]))]),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The gRPC peer (a release build takes about 15 minutes the first time, mostly TLS).
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),

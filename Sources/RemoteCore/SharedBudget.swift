@@ -25,6 +25,9 @@ package final class SharedBudget: Sendable {
     /// Counts `amount` more, unless that would pass the limit; returns whether it did (nothing
     /// is counted when it did not, and from then on nothing is).
     package func reserve(_ amount: Int) -> Bool {
+        #if LockCounts
+        LockCounter.count(file: #fileID, line: #line)  // a compare-and-swap loop: one acquisition
+        #endif
         var current = counted.load(ordering: .relaxed)
         while current + amount <= limit, !refusing.load(ordering: .relaxed) {
             let (exchanged, original) = counted.compareExchange(expected: current, desired: current + amount, ordering: .relaxed)

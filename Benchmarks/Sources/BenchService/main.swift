@@ -124,7 +124,8 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
         // For remoteview-bench --counts: this process's lock acquisitions so far (a build with
         // the LockCounts trait only).
         #if LockCounts
-        return ServiceMessage(type: "locks", text: String(LockCounter.total))
+        // The total, then where they were made ("file:line: count", most first).
+        return ServiceMessage(type: "locks", text: ([String(LockCounter.total)] + LockCounter.sites.prefix(25).map { "\($0.site): \($0.count)" }).joined(separator: "\n"))
         #else
         throw ServiceFailure(domain: "bench", code: 2, message: "locks: not a counting build (swift build --traits LockCounts)")
         #endif

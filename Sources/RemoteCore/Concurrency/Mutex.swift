@@ -22,8 +22,28 @@ package struct Mutex<Value: ~Copyable>: ~Copyable {
 
     deinit { annotation?.deallocate() }
 
-    /// `Synchronization.Mutex.withLock(_:)`.
+    #if LockCounts
+    /// `Synchronization.Mutex.withLock(_:)`, counted (with where it was called, for
+    /// ``LockCounter/sites``).
     package borrowing func withLock<Result: ~Copyable, E: Error>(
+        file: StaticString = #fileID, line: UInt = #line,
+        _ body: (inout sending Value) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        LockCounter.count(file: file, line: line)
+        return try locked(body)
+    }
+    #else
+    /// `Synchronization.Mutex.withLock(_:)`.
+    @inline(__always)
+    package borrowing func withLock<Result: ~Copyable, E: Error>(
+        _ body: (inout sending Value) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        try locked(body)
+    }
+    #endif
+
+    @inline(__always)
+    private borrowing func locked<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         try base.withLock { (value: inout sending Value) throws(E) -> sending Result in
