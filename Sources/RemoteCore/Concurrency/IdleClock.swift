@@ -6,18 +6,21 @@ import Synchronization
 ///
 /// Work in flight is counted with ``begin()`` and ``end()`` (an outstanding request, an open
 /// connection of a listening service); other traffic moves the clock with ``touch()``. These
-/// cost a lock each and wake nobody: a wait for idleness sleeps on one timer of the
+/// take no lock (two atomics: the count, and the last activity's time) and wake nobody: a wait for idleness sleeps on one timer of the
 /// ``EventLoop`` until the earliest moment the service could be idle (a timeout after the last
 /// activity, or after now while work is outstanding), and looks again then. ``stop()`` ends
 /// the waits when what the clock watches has ended, so nobody has to be cancelled.
 package final class IdleClock: Sendable {
     /// How long the service must be idle.
     package let timeout: Duration
-    private let state: Mutex<State>
+    private let state = Mutex(State())
+    /// Work in flight.
+    private let outstanding = Atomic<Int>(0)
+    /// The last activity, in nanoseconds after ``epoch``.
+    private let lastActivity: Atomic<Int64>
+    private let epoch: ContinuousClock.Instant
 
     private struct State {
-        var outstanding = 0
-        var lastActivity: ContinuousClock.Instant
         var stopped = false
         /// Woken by ``IdleClock/stop()``.
         var waiters = WaiterQueue<Void>()
@@ -25,29 +28,35 @@ package final class IdleClock: Sendable {
 
     package init(timeout: Duration, now: ContinuousClock.Instant = .now) {
         self.timeout = timeout
-        state = Mutex(State(lastActivity: now))
+        epoch = now
+        lastActivity = Atomic(0)
     }
 
     /// Work started: the service is busy until the matching ``end()``.
     package func begin() {
-        state.withLock { state in
-            state.outstanding += 1
-            state.lastActivity = .now
-        }
+        // Counted first: a wait that sees the count back at 0 sees this activity's time too.
+        outstanding.add(1, ordering: .sequentiallyConsistent)
+        touch()
     }
 
     /// Work ended; the idle period starts again from now.
     package func end() {
-        state.withLock { state in
-            precondition(state.outstanding > 0, "IdleClock.end() without begin()")
-            state.outstanding -= 1
-            state.lastActivity = .now
-        }
+        // The time first, then the count (released): a wait that sees the count at 0 after this
+        // sees this time.
+        touch()
+        let before = outstanding.subtract(1, ordering: .sequentiallyConsistent).oldValue
+        precondition(before > 0, "IdleClock.end() without begin()")
     }
 
     /// Traffic that is not counted work (a one-way message): the idle period starts again.
     package func touch() {
-        state.withLock { $0.lastActivity = .now }
+        let (seconds, attoseconds) = epoch.duration(to: .now).components
+        lastActivity.store(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000, ordering: .sequentiallyConsistent)
+    }
+
+    /// The last activity.
+    private var lastActive: ContinuousClock.Instant {
+        epoch.advanced(by: .nanoseconds(lastActivity.load(ordering: .sequentiallyConsistent)))
     }
 
     /// What the clock watches has ended: every wait returns `false`, now and later.
@@ -60,7 +69,7 @@ package final class IdleClock: Sendable {
 
     /// When the service becomes idle if nothing happens, or `nil` while work is outstanding.
     package var deadline: ContinuousClock.Instant? {
-        state.withLock { $0.outstanding > 0 ? nil : $0.lastActivity.advanced(by: timeout) }
+        outstanding.load(ordering: .sequentiallyConsistent) > 0 ? nil : lastActive.advanced(by: timeout)
     }
 
     /// What a wait for idleness does next.
@@ -82,7 +91,7 @@ package final class IdleClock: Sendable {
                 if state.stopped { return .stopped }
                 let now = ContinuousClock.now
                 // Busy: idle a timeout after the work ends at the earliest, so not before now + timeout.
-                let due = (state.outstanding > 0 ? now : state.lastActivity).advanced(by: timeout + grace)
+                let due = (outstanding.load(ordering: .sequentiallyConsistent) > 0 ? now : lastActive).advanced(by: timeout + grace)
                 if due <= now { return .idle }
                 state.waiters.append(waiter)
                 return .wait(until: due)

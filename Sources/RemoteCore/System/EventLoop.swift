@@ -18,6 +18,11 @@ import Synchronization
 /// wait for the next); then every channel that queued packets in the round writes them
 /// (``flushAtEndOfRound(_:)``). It is the ``Loop`` of every connection's pipeline
 /// (docs/Architecture.md, "The connection core").
+///
+/// The loop's state is its thread's own, with no lock. Other threads hand things over under one
+/// lock, which the loop takes only when a flag says something waits: a round of a conversation
+/// that stays on the loop thread (a reply resuming a caller that prefers the loop, which sends
+/// its next request) takes no lock at all.
 package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// The process-wide loop, started on first use.
     package static let shared: EventLoop = {
@@ -43,28 +48,59 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         var id: UInt64
     }
 
-    private struct State {
+    /// The loop thread's own state, touched on that thread only, with no lock: the handlers, the
+    /// timers, the queued work and jobs. What other threads hand over waits in ``Posted`` until
+    /// the loop takes it (once a round, and before it queues anything itself, so what was handed
+    /// over first runs first).
+    private struct Local {
         var handlers: [UInt64: Handler] = [:]
-        var nextToken: UInt64 = 1
         /// Min-heap of deadlines; cancelled ones stay until they surface and are skipped.
         var timers: [Timer] = []
-        var timerActions: [UInt64: @Sendable () -> Void] = [:]
-        /// The deadline the loop thread is sleeping towards, if any.
-        var sleepingUntil: ContinuousClock.Instant?
-        var sleeping = false
-        /// Jobs of tasks that prefer this loop as their executor, in order.
-        var jobs: [UnownedJob] = []
-        /// The array the last round's jobs were in, emptied: the next round's queue, so queueing
-        /// a job does not allocate.
-        var spareJobs: [UnownedJob] = []
-        /// Work handed to the loop (``execute(_:)``), in order, and the last round's array.
+        /// The actions of timers scheduled on the loop thread (the others' are in ``Posted``).
+        var actions: [UInt64: @Sendable () -> Void] = [:]
+        /// Work handed to the loop (``execute(_:)``) and jobs of tasks that prefer it, in order,
+        /// and the last round's arrays, emptied: the next round's queues, so queueing does not
+        /// allocate.
         var work: [@Sendable () -> Void] = []
         var spareWork: [@Sendable () -> Void] = []
+        var jobs: [UnownedJob] = []
+        var spareJobs: [UnownedJob] = []
+    }
+
+    /// What other threads hand the loop, under its one lock: taken by them as they hand over,
+    /// and by the loop only when ``hasPosted`` says something waits.
+    private struct Posted {
+        var work: [@Sendable () -> Void] = []
+        var jobs: [UnownedJob] = []
+        var handlers: [(token: UInt64, handler: Handler?)] = []
+        var timers: [Timer] = []
+        /// Timers of the loop thread cancelled from elsewhere.
+        var cancels: [UInt64] = []
+        /// The actions of timers scheduled off the loop thread (``sharedTimer`` in their id):
+        /// whoever cancels one removes it here, under the lock, wherever it runs.
+        var actions: [UInt64: @Sendable () -> Void] = [:]
+        /// Such timers cancelled since the loop last dropped cancelled entries from its heap.
+        var cancelled = 0
     }
 
     private let epoll: Int32
     private let wakeup: Int32
-    private let state = Mutex(State())
+    // Touched on the loop thread only, so no access of it can overlap another: not checked.
+    @exclusivity(unchecked) nonisolated(unsafe) private var local = Local()
+    private let posted = Mutex(Posted())
+    /// Something waits in ``posted``.
+    private let hasPosted = Atomic<Bool>(false)
+    /// The loop is about to sleep or sleeping in `epoll_wait`, until ``sleepingUntil``
+    /// (nanoseconds after ``epoch``; `Int64.max`: no deadline). The first thread that hands
+    /// something over clears it and writes the `eventfd`; the ones after find the loop on its way.
+    private let sleeping = Atomic<Bool>(false)
+    private let sleepingUntil = Atomic<Int64>(.max)
+    private let epoch = ContinuousClock.now
+    private let nextToken = Atomic<UInt64>(1)
+    /// Timers scheduled on the loop thread and not yet fired or cancelled.
+    private let localTimers = Atomic<Int>(0)
+    /// Set in the id of a timer scheduled off the loop thread.
+    private static let sharedTimer: UInt64 = 1 << 63
     /// Who asked to be flushed at the end of this round: the loop's own, touched on its thread
     /// only (``flushAtEndOfRound(_:)``).
     nonisolated(unsafe) private var flushers: [any RoundFlusher] = []
@@ -99,19 +135,26 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
 
     private func register(_ descriptor: borrowing OwnedFD, events: UInt32, handler: @escaping Handler) throws(SystemCallError) -> Registration {
         let fd = descriptor.rawValue
-        let token = state.withLock { state in
-            let token = state.nextToken
-            state.nextToken += 1
-            state.handlers[token] = handler
-            return token
-        }
+        let token = nextToken.add(1, ordering: .relaxed).oldValue
+        // In place before the descriptor is added: the loop takes what was handed over before it
+        // dispatches a round's events.
+        setHandler(handler, for: token)
         do {
             try Syscall.epollControl(epoll, EPOLL_CTL_ADD, fd, events: events, token: token)
         } catch {
-            _ = state.withLock { $0.handlers.removeValue(forKey: token) }
+            setHandler(nil, for: token)
             throw error
         }
         return Registration(token: token, fd: fd)
+    }
+
+    /// Puts (or, with `nil`, removes) a handler: at once on the loop thread, else handed over.
+    private func setHandler(_ handler: Handler?, for token: UInt64) {
+        if isLoopThread {
+            local.handlers[token] = handler
+        } else {
+            post { $0.handlers.append((token, handler)) }
+        }
     }
 
     /// Asks for one call of the handler when `events` (`EPOLLIN`/`EPOLLOUT`) become ready.
@@ -135,10 +178,59 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         }
     }
 
-    /// Removes the descriptor; its handler is not called again.
+    /// Removes the descriptor; its handler is not called again from a round that begins after
+    /// this returns. (Removed from another thread while a round runs, it may still be called
+    /// in that round, as a handler already looked up would be.)
     package func deregister(_ registration: Registration) {
-        _ = state.withLock { $0.handlers.removeValue(forKey: registration.token) }
+        setHandler(nil, for: registration.token)
         try? Syscall.epollControl(epoll, EPOLL_CTL_DEL, registration.fd, events: 0, token: 0)
+    }
+
+    // MARK: handing over
+
+    /// Hands something to the loop from another thread: under the lock, then the first
+    /// hand-over since the loop went to sleep wakes it. `wakeFor` narrows that to a timer due
+    /// before the loop would wake anyway.
+    private func post(wakeFor deadline: ContinuousClock.Instant? = nil, _ change: (inout Posted) -> Void) {
+        posted.withLock { posted in
+            change(&posted)
+            hasPosted.store(true, ordering: .sequentiallyConsistent)
+        }
+        guard sleeping.load(ordering: .sequentiallyConsistent) else { return }
+        if let deadline, nanoseconds(deadline) >= sleepingUntil.load(ordering: .relaxed) { return }
+        if sleeping.exchange(false, ordering: .sequentiallyConsistent) { Syscall.signalEventCounter(wakeup) }
+    }
+
+    /// Takes what other threads handed over (on the loop thread), behind what it queued itself.
+    private func takePosted() {
+        guard hasPosted.load(ordering: .sequentiallyConsistent) else { return }
+        posted.withLock { posted in
+            hasPosted.store(false, ordering: .relaxed)
+            for (token, handler) in posted.handlers { local.handlers[token] = handler }
+            posted.handlers.removeAll(keepingCapacity: true)
+            for timer in posted.timers {
+                local.timers.append(timer)
+                Self.siftUp(&local.timers, from: local.timers.count - 1)
+            }
+            posted.timers.removeAll(keepingCapacity: true)
+            for id in posted.cancels where local.actions.removeValue(forKey: id) != nil {
+                localTimers.subtract(1, ordering: .relaxed)
+            }
+            posted.cancels.removeAll(keepingCapacity: true)
+            local.work.append(contentsOf: posted.work)
+            posted.work.removeAll(keepingCapacity: true)
+            local.jobs.append(contentsOf: posted.jobs)
+            posted.jobs.removeAll(keepingCapacity: true)
+            if posted.cancelled >= 64 {
+                posted.cancelled = 0
+                compactTimers(shared: posted.actions)
+            }
+        }
+    }
+
+    private func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
+        let (seconds, attoseconds) = epoch.duration(to: instant).components
+        return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
     }
 
     // MARK: timers
@@ -146,18 +238,20 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// Calls `action` on the loop thread at `deadline` unless cancelled first.
     @discardableResult
     package func schedule(at deadline: ContinuousClock.Instant, _ action: @escaping @Sendable () -> Void) -> TimerID {
-        let (id, wake) = state.withLock { state in
-            let id = state.nextToken
-            state.nextToken += 1
-            state.timerActions[id] = action
-            state.timers.append(Timer(deadline: deadline, id: id))
-            Self.siftUp(&state.timers, from: state.timers.count - 1)
-            let wake = state.sleeping && (state.sleepingUntil.map { deadline < $0 } ?? true)
-            // One wake-up per sleep: whoever comes next finds the loop on its way.
-            if wake { state.sleeping = false }
-            return (id, wake)
+        let token = nextToken.add(1, ordering: .relaxed).oldValue
+        if isLoopThread {
+            // The loop looks at its first deadline before it sleeps again: no wake-up.
+            local.actions[token] = action
+            local.timers.append(Timer(deadline: deadline, id: token))
+            Self.siftUp(&local.timers, from: local.timers.count - 1)
+            localTimers.add(1, ordering: .relaxed)
+            return TimerID(token)
         }
-        if wake { Syscall.signalEventCounter(wakeup) }
+        let id = token | Self.sharedTimer
+        post(wakeFor: deadline) { posted in
+            posted.actions[id] = action
+            posted.timers.append(Timer(deadline: deadline, id: id))
+        }
         return TimerID(id)
     }
 
@@ -166,52 +260,64 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// `eventfd` write wakes (only when the loop sleeps). The loop thread lives as long as the
     /// process, which is what `PR_SET_PDEATHSIG` (tied to the spawning thread) needs.
     package func execute(_ action: @escaping @Sendable () -> Void) {
-        let wake = state.withLock { state in
-            state.work.append(action)
-            return Self.wakeOnce(&state)
+        if isLoopThread {
+            takePosted()
+            local.work.append(action)
+        } else {
+            post { $0.work.append(action) }
         }
-        if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
     }
 
     /// How many timers are scheduled and not yet fired or cancelled (for tests and diagnostics:
-    /// a wait that ended must leave none behind).
+    /// a wait that ended must leave none behind). A timer of the loop thread cancelled from
+    /// another thread counts until the loop has taken the cancel.
     package var scheduledTimers: Int {
-        state.withLock { $0.timerActions.count }
+        localTimers.load(ordering: .relaxed) + posted.withLock { $0.actions.count }
     }
 
     /// Cancels a timer; does nothing if it already fired.
     package func cancel(_ timer: TimerID) {
-        state.withLock { state in
-            guard state.timerActions.removeValue(forKey: timer.value) != nil else { return }
-            // Cancelled entries stay in the heap until they surface; timers cancelled long
-            // before they are due (a `Waiter`'s deadline, say) are dropped once they outnumber live ones
-            // (amortised O(log n) per cancel). A sorted array is a valid min-heap.
-            if state.timers.count > 64 && state.timers.count > 2 * state.timerActions.count {
-                state.timers = state.timers.filter { state.timerActions[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
+        if timer.value & Self.sharedTimer != 0 {
+            // Its heap entry stays until it surfaces, and is skipped then; once many have been
+            // cancelled, the loop is asked to drop them (no wake-up: at its next round).
+            posted.withLock { posted in
+                guard posted.actions.removeValue(forKey: timer.value) != nil else { return }
+                posted.cancelled += 1
+                if posted.cancelled >= 64 { hasPosted.store(true, ordering: .sequentiallyConsistent) }
             }
+        } else if isLoopThread {
+            guard local.actions.removeValue(forKey: timer.value) != nil else { return }
+            localTimers.subtract(1, ordering: .relaxed)
+            if local.timers.count > 64 + 2 * localTimers.load(ordering: .relaxed) {
+                compactTimers(shared: posted.withLock { $0.actions })
+            }
+        } else {
+            post { $0.cancels.append(timer.value) }
         }
+    }
+
+    /// Cancelled entries stay in the heap until they surface; timers cancelled long before they
+    /// are due (a `Waiter`'s deadline, say) are dropped once they outnumber live ones (amortised
+    /// O(log n) per cancel). A sorted array is a valid min-heap. `shared`: the live actions of
+    /// timers scheduled off the loop thread.
+    private func compactTimers(shared: [UInt64: @Sendable () -> Void]) {
+        let live = localTimers.load(ordering: .relaxed) + shared.count
+        guard local.timers.count > 64 && local.timers.count > 2 * live else { return }
+        local.timers = local.timers.filter { local.actions[$0.id] != nil || shared[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
     }
 
     // MARK: executing jobs
 
     /// Queues a job of a task that prefers this loop; it runs on the loop thread. Queued from
-    /// the loop thread itself (a handler resuming its reader), it needs no wake-up.
+    /// the loop thread itself (a handler resuming its reader), it needs no lock and no wake-up.
     package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let wake = state.withLock { state in
-            state.jobs.append(job)
-            return Self.wakeOnce(&state)
+        if isLoopThread {
+            takePosted()
+            local.jobs.append(job)
+        } else {
+            post { $0.jobs.append(job) }
         }
-        if wake && !isLoopThread { Syscall.signalEventCounter(wakeup) }
-    }
-
-    /// Whether the loop must be woken for what was just queued: only once per sleep (the first
-    /// producer writes the `eventfd`; the ones after it find the loop on its way), so a burst
-    /// of work handed over from another thread costs one wake-up, not one each.
-    private static func wakeOnce(_ state: inout State) -> Bool {
-        guard state.sleeping else { return false }
-        state.sleeping = false
-        return true
     }
 
     /// Whether the caller runs on the loop thread.
@@ -260,22 +366,36 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         let capacity: Int32 = 64
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: Int(capacity))
         while true {
-            let timeout = state.withLock { state -> Int32 in
+            takePosted()
+            let timeout: Int32
+            if !local.jobs.isEmpty || !local.work.isEmpty {
+                // Jobs queued while the last round ran: only poll, then run them.
+                timeout = 0
+            } else {
                 // The earliest deadline, even a cancelled one (popped when it comes due, at most
                 // one extra round), so that a later deadline scheduled from another thread needs
                 // no wake-up (an eventfd write and read, and one more round). A connection's
                 // requests share one deadline timer that is not cancelled per reply
                 // (docs/Architecture.md, "The connection core").
-                // Jobs queued while the last round ran: only poll, then run them.
-                if !state.jobs.isEmpty || !state.work.isEmpty { return 0 }
-                state.sleeping = true
-                state.sleepingUntil = state.timers.first?.deadline
-                guard let deadline = state.sleepingUntil else { return -1 }
-                let remaining = ContinuousClock.now.duration(to: deadline)
-                if remaining <= .zero { return 0 }
-                let (seconds, attoseconds) = remaining.components
-                // Round up so a timer never fires early.
-                return Int32(clamping: seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+                let deadline = local.timers.first?.deadline
+                sleepingUntil.store(deadline.map(nanoseconds) ?? .max, ordering: .relaxed)
+                sleeping.store(true, ordering: .sequentiallyConsistent)
+                if hasPosted.load(ordering: .sequentiallyConsistent) {
+                    // Handed over as the loop went to sleep: poll instead.
+                    sleeping.store(false, ordering: .relaxed)
+                    timeout = 0
+                } else if let deadline {
+                    let remaining = ContinuousClock.now.duration(to: deadline)
+                    if remaining <= .zero {
+                        timeout = 0
+                    } else {
+                        let (seconds, attoseconds) = remaining.components
+                        // Round up so a timer never fires early.
+                        timeout = Int32(clamping: seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+                    }
+                } else {
+                    timeout = -1
+                }
             }
             let count: Int
             do {
@@ -283,14 +403,16 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
             } catch {
                 fatalError("RemoteView event loop: \(error)")
             }
-            state.withLock { $0.sleeping = false }
+            sleeping.store(false, ordering: .relaxed)
+            // Handlers registered from other threads are in place before their events go out.
+            takePosted()
             for index in 0..<count {
                 let token = events[index].data.u64
                 if token == Self.wakeToken {
                     Syscall.drainEventCounter(wakeup)
                     continue
                 }
-                let handler = state.withLock { $0.handlers[token] }
+                let handler = local.handlers[token]
                 handler?(events[index].events)
             }
             fireDueTimers()
@@ -311,15 +433,13 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         let executor = asUnownedTaskExecutor()
         var ran = 0
         while ran < Self.jobsPerRound {
-            var (work, jobs) = state.withLock { state in
-                let work = state.work, jobs = state.jobs
-                state.work = state.spareWork
-                state.spareWork = []
-                state.jobs = state.spareJobs
-                state.spareJobs = []
-                return (work, jobs)
-            }
-            if work.isEmpty && jobs.isEmpty { return }
+            takePosted()
+            if local.work.isEmpty && local.jobs.isEmpty { return }
+            var work = local.work, jobs = local.jobs
+            local.work = local.spareWork
+            local.spareWork = []
+            local.jobs = local.spareJobs
+            local.spareJobs = []
             // Work handed over first: a task that handed work over and then resumed here finds
             // it done.
             for action in work { action() }
@@ -327,22 +447,23 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
             ran += work.count + jobs.count
             work.removeAll(keepingCapacity: true)
             jobs.removeAll(keepingCapacity: true)
-            state.withLock { state in
-                state.spareWork = work
-                state.spareJobs = jobs
-            }
+            local.spareWork = work
+            local.spareJobs = jobs
         }
     }
 
     private func fireDueTimers() {
+        guard let first = local.timers.first, first.deadline <= ContinuousClock.now else { return }
         let now = ContinuousClock.now
-        let due = state.withLock { state -> [@Sendable () -> Void] in
-            var due: [@Sendable () -> Void] = []
-            while let first = state.timers.first, first.deadline <= now {
-                Self.popFirst(&state.timers)
-                if let action = state.timerActions.removeValue(forKey: first.id) { due.append(action) }
+        var due: [@Sendable () -> Void] = []
+        while let first = local.timers.first, first.deadline <= now {
+            Self.popFirst(&local.timers)
+            if first.id & Self.sharedTimer != 0 {
+                if let action = posted.withLock({ $0.actions.removeValue(forKey: first.id) }) { due.append(action) }
+            } else if let action = local.actions.removeValue(forKey: first.id) {
+                localTimers.subtract(1, ordering: .relaxed)
+                due.append(action)
             }
-            return due
         }
         for action in due { action() }
     }

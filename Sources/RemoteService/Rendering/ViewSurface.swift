@@ -60,6 +60,9 @@ final class ViewSurface {
         var unapplied = 0
     }
     private nonisolated let inbox = Mutex(Inbox())
+    /// `unapplied > 0 && !closed`, set with them under the inbox's lock: read without it on
+    /// every request and message (``mayHaveController``, ``caughtUp()``).
+    private nonisolated let waitingToApply = Atomic<Bool>(false)
 
     /// The most events queued for the main actor; the next delivery waits until the frame loop
     /// has taken them, and the connection reads no further meanwhile.
@@ -89,6 +92,7 @@ final class ViewSurface {
                 }
                 inbox.events.append(event)
                 inbox.unapplied += 1
+                waitingToApply.store(true, ordering: .releasing)
                 return (true, inbox.sleeper.take(), false, nil)
             }
             if posted {
@@ -124,7 +128,7 @@ final class ViewSurface {
     }
 
     /// Whether events posted for the main actor wait to be applied (the surface is open).
-    private nonisolated var hasUnapplied: Bool { inbox.withLock { $0.unapplied > 0 && !$0.closed } }
+    private nonisolated var hasUnapplied: Bool { waitingToApply.load(ordering: .acquiring) }
 
     /// Whether the controller may take a message: it exists, or events that may make it (the
     /// first size) wait to be applied.
@@ -191,7 +195,12 @@ final class ViewSurface {
                 done.resume(returning: ())
             }
         }
-        if !events.isEmpty { inbox.withLock { $0.unapplied -= events.count } }
+        if !events.isEmpty {
+            inbox.withLock { inbox in
+                inbox.unapplied -= events.count
+                waitingToApply.store(inbox.unapplied > 0 && !inbox.closed, ordering: .releasing)
+            }
+        }
     }
 
     private func apply(_ message: SurfaceMessage, on connection: Connection, arrival: ContinuousClock.Instant) async throws(RemoteError) {
@@ -339,6 +348,7 @@ final class ViewSurface {
         let (sleeper, events, rooms) = inbox.withLock { inbox in
             inbox.closed = true
             inbox.unapplied = 0
+            waitingToApply.store(false, ordering: .releasing)
             return (inbox.sleeper.take(), Self.takeEvents(&inbox), inbox.roomWaiters.takeAll())
         }
         sleeper?.resume(returning: ())
