@@ -13,11 +13,14 @@ import Glibc
 package enum EnvelopeCodec {
     // MARK: decode
 
-    /// Decodes one packet that arrived with `attachments`.
+    /// Decodes one packet that arrived with `attachments`; protobuf-c unpacks it into `arena`
+    /// (a connection's, reused for every packet it reads; a new one when `nil`), and only what
+    /// the envelope hands on (its strings and payload) is copied into Swift values.
     ///
     /// - Throws: ``RemoteError`` with code ``RemoteError/Code/protocolViolation`` naming what was
     ///   wrong. The attachments are released (and so closed) when decoding fails.
-    package static func decode(_ packet: UnsafeRawBufferPointer, attachments: [Attachment]) throws(RemoteError) -> Envelope {
+    package static func decode(_ packet: UnsafeRawBufferPointer, attachments: [Attachment],
+                               arena: UnpackArena? = nil) throws(RemoteError) -> Envelope {
         guard packet.count <= WireLimits.maxPacketSize else {
             throw violation("packet of \(packet.count) bytes exceeds the \(WireLimits.maxPacketSize)-byte limit")
         }
@@ -26,23 +29,28 @@ package enum EnvelopeCodec {
         // Every allocation protobuf-c makes while unpacking comes out of this budget: 16 bytes per
         // input byte covers real envelopes; a packet of thousands of empty fields (about 24 bytes
         // of struct per input byte) is refused rather than allowed to amplify.
-        let budget = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-        budget.initialize(to: 16 * packet.count + 4_096)
-        defer { budget.deallocate() }
-        var allocator = ProtobufCAllocator(alloc: budgetedAlloc, free: budgetedFree, allocator_data: budget)
-
-        guard let envelope = remoteview__envelope__unpack(&allocator, packet.count, base.assumingMemoryBound(to: UInt8.self)) else {
-            throw violation(budget.pointee < 0 ? "packet needs more memory to decode than its size allows"
-                : "packet of \(packet.count) bytes is not a valid Envelope")
+        let arena = arena ?? UnpackArena()
+        arena.begin(budget: 16 * packet.count + 4_096)
+        defer { arena.end() }
+        return try withExtendedLifetime(arena) { () throws(RemoteError) -> Envelope in
+            var allocator = ProtobufCAllocator(alloc: arenaAlloc, free: arenaFree, allocator_data: Unmanaged.passUnretained(arena).toOpaque())
+            guard let envelope = remoteview__envelope__unpack(&allocator, packet.count, base.assumingMemoryBound(to: UInt8.self)) else {
+                throw violation(arena.exhausted ? "packet needs more memory to decode than its size allows"
+                    : "packet of \(packet.count) bytes is not a valid Envelope")
+            }
+            // Nothing to free one by one: the arena lets all of it go at once (end()).
+            return try decoded(envelope, size: packet.count, attachments: attachments)
         }
-        defer { remoteview__envelope__free_unpacked(envelope, &allocator) }
+    }
+
+    private static func decoded(_ envelope: UnsafeMutablePointer<Remoteview__Envelope>, size: Int, attachments: [Attachment]) throws(RemoteError) -> Envelope {
         let decoded = try convert(envelope.pointee, attachments: attachments)
         // protobuf-c hands strings over NUL-terminated, so "ok\0!!" would read as "ok" and pass
         // validation. Re-measuring catches it: only a canonically encoded packet (no embedded NUL,
         // no repeated or explicitly-default fields) packs back to its own size.
         let canonicalSize = remoteview__envelope__get_packed_size(envelope)
-        guard canonicalSize == packet.count else {
-            throw violation("packet of \(packet.count) bytes is not canonically encoded (\(canonicalSize) bytes when re-encoded): a string with an embedded NUL, or a repeated or default-valued field")
+        guard canonicalSize == size else {
+            throw violation("packet of \(size) bytes is not canonically encoded (\(canonicalSize) bytes when re-encoded): a string with an embedded NUL, or a repeated or default-valued field")
         }
         return decoded
     }
@@ -254,15 +262,54 @@ package enum EnvelopeCodec {
         guard envelope.body.isReply == (envelope.replyTo != nil) else {
             throw RemoteError(.invalidArgument, "\(envelope.body.name) \(envelope.body.isReply ? "needs" : "must not have") reply_to")
         }
-        let arena = CArena()
-        defer { arena.free() }
-
         var e = Remoteview__Envelope()
         remoteview__envelope__init(&e)
         e.id = envelope.id
         e.reply_to = envelope.replyTo ?? 0
         e.fd_count = UInt32(envelope.attachments.count)
 
+        // The everyday bodies are packed from structs on the stack that point into the Swift
+        // values, with no copy and no allocation but the packet's bytes.
+        switch envelope.body {
+        case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
+            return try packServiceMessage(&e, envelope.body, type: type, payload: payload)
+        case .ping(let nonce), .pong(let nonce):
+            var p = Remoteview__Ping()
+            remoteview__ping__init(&p)
+            p.nonce = nonce
+            return try withUnsafeMutablePointer(to: &p) { (p) throws(RemoteError) -> [UInt8] in
+                if case .ping = envelope.body {
+                    e.body_case = REMOTEVIEW__ENVELOPE__BODY_PING
+                    e.ping = p
+                } else {
+                    // Pong has Ping's layout (one uint64 nonce, field 1), but its own descriptor.
+                    var pong = Remoteview__Pong()
+                    remoteview__pong__init(&pong)
+                    pong.nonce = p.pointee.nonce
+                    return try withUnsafeMutablePointer(to: &pong) { (pong) throws(RemoteError) -> [UInt8] in
+                        e.body_case = REMOTEVIEW__ENVELOPE__BODY_PONG
+                        e.pong = pong
+                        return try pack(&e, envelope.body.name)
+                    }
+                }
+                return try pack(&e, envelope.body.name)
+            }
+        case .cancel(let requestID):
+            guard requestID != 0 else { throw RemoteError(.invalidArgument, "cancel of request 0") }
+            var c = Remoteview__Cancel()
+            remoteview__cancel__init(&c)
+            c.request_id = requestID
+            return try withUnsafeMutablePointer(to: &c) { (c) throws(RemoteError) -> [UInt8] in
+                e.body_case = REMOTEVIEW__ENVELOPE__BODY_CANCEL
+                e.cancel = c
+                return try pack(&e, envelope.body.name)
+            }
+        default:
+            break
+        }
+
+        let arena = CArena()
+        defer { arena.free() }
         switch envelope.body {
         case .handshake(let handshake):
             do { try validate(handshake) } catch { throw RemoteError(.invalidArgument, error.reason) }
@@ -287,25 +334,6 @@ package enum EnvelopeCodec {
             p.pointee.reason = arena.string(reason.truncated(toUTF8Bytes: WireLimits.maxReasonLength))
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_PROTOCOL_ERROR
             e.protocol_error = p
-        case .ping(let nonce):
-            let p = arena.message(Remoteview__Ping.self, remoteview__ping__init)
-            p.pointee.nonce = nonce
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PING
-            e.ping = p
-        case .pong(let nonce):
-            let p = arena.message(Remoteview__Pong.self, remoteview__pong__init)
-            p.pointee.nonce = nonce
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_PONG
-            e.pong = p
-        case .request(let type, let payload):
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_REQUEST
-            e.request = try arena.serviceMessage(type, payload, "request")
-        case .reply(let type, let payload):
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_REPLY
-            e.reply = try arena.serviceMessage(type, payload, "reply")
-        case .message(let type, let payload):
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_MESSAGE
-            e.message = try arena.serviceMessage(type, payload, "message")
         case .failure(let failure):
             let f = arena.message(Remoteview__Failure.self, remoteview__failure__init)
             f.pointee.domain = arena.string(failure.domain.truncated(toUTF8Bytes: WireLimits.maxReasonLength))
@@ -313,12 +341,8 @@ package enum EnvelopeCodec {
             f.pointee.message = arena.string(failure.message.truncated(toUTF8Bytes: WireLimits.maxFailureMessageLength))
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_FAILURE
             e.failure = f
-        case .cancel(let requestID):
-            guard requestID != 0 else { throw RemoteError(.invalidArgument, "cancel of request 0") }
-            let c = arena.message(Remoteview__Cancel.self, remoteview__cancel__init)
-            c.pointee.request_id = requestID
-            e.body_case = REMOTEVIEW__ENVELOPE__BODY_CANCEL
-            e.cancel = c
+        case .ping, .pong, .request, .reply, .message, .cancel:
+            preconditionFailure("packed above")
         case .surface(let message):
             if let problem = message.problem { throw RemoteError(.invalidArgument, problem) }
             arena.encode(message, into: &e)
@@ -330,17 +354,59 @@ package enum EnvelopeCodec {
             arena.encode(message, into: &e)
         }
 
+        return try pack(&e, envelope.body.name)
+    }
+
+    /// `e`'s bytes, once it is known to fit in a packet.
+    private static func pack(_ e: inout Remoteview__Envelope, _ name: String) throws(RemoteError) -> [UInt8] {
         let size = remoteview__envelope__get_packed_size(&e)
         guard size <= WireLimits.maxPacketSize else {
-            throw RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+            throw RemoteError(.invalidArgument, "\(name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
         }
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             count = remoteview__envelope__pack(&e, buffer.baseAddress)
         }
     }
+
+    /// A request, reply or message, packed from a struct on the stack whose type and payload
+    /// point into `type` and `payload` (protobuf-c only reads them).
+    private static func packServiceMessage(_ e: inout Remoteview__Envelope, _ body: Envelope.Body,
+                                           type: String, payload: [UInt8]) throws(RemoteError) -> [UInt8] {
+        let what = body.name
+        do { try checkType(type, what) } catch { throw RemoteError(.invalidArgument, error.reason) }
+        guard payload.count <= WireLimits.maxPacketSize else {
+            throw RemoteError(.invalidArgument, "\(what) payload of \(payload.count) bytes is over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+        }
+        var m = Remoteview__ServiceMessage()
+        remoteview__service_message__init(&m)
+        let packed = type.withCString { typeBytes in
+            payload.withUnsafeBufferPointer { payloadBytes in
+                m.type = UnsafeMutablePointer(mutating: typeBytes)
+                if let data = payloadBytes.baseAddress, !payloadBytes.isEmpty {
+                    m.payload = ProtobufCBinaryData(len: payloadBytes.count, data: UnsafeMutablePointer(mutating: data))
+                }
+                return withUnsafeMutablePointer(to: &m) { m -> Result<[UInt8], RemoteError> in
+                    switch body {
+                    case .request:
+                        e.body_case = REMOTEVIEW__ENVELOPE__BODY_REQUEST
+                        e.request = m
+                    case .reply:
+                        e.body_case = REMOTEVIEW__ENVELOPE__BODY_REPLY
+                        e.reply = m
+                    default:
+                        e.body_case = REMOTEVIEW__ENVELOPE__BODY_MESSAGE
+                        e.message = m
+                    }
+                    return Result { () throws(RemoteError) in try pack(&e, what) }
+                }
+            }
+        }
+        return try packed.get()
+    }
 }
 
-/// Allocations that live while one envelope is packed (C strings and sub-messages).
+/// Allocations that live while one envelope of the less frequent bodies is packed (C strings and
+/// sub-messages); requests, replies, messages, pings and cancels need none.
 final class CArena {
     private var allocations: [UnsafeMutableRawPointer] = []
 
@@ -374,41 +440,94 @@ final class CArena {
         return array
     }
 
-    func serviceMessage(_ type: String, _ payload: [UInt8], _ what: String) throws(RemoteError) -> UnsafeMutablePointer<Remoteview__ServiceMessage> {
-        do { try EnvelopeCodec.checkType(type, what) } catch { throw RemoteError(.invalidArgument, error.reason) }
-        guard payload.count <= WireLimits.maxPacketSize else {
-            throw RemoteError(.invalidArgument, "\(what) payload of \(payload.count) bytes is over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
-        }
-        let m = message(Remoteview__ServiceMessage.self, remoteview__service_message__init)
-        m.pointee.type = string(type)
-        if !payload.isEmpty {
-            let bytes = allocate(payload.count)
-            payload.withUnsafeBytes { bytes.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            m.pointee.payload = ProtobufCBinaryData(len: payload.count, data: bytes.assumingMemoryBound(to: UInt8.self))
-        }
-        return m
-    }
-
     func free() {
         for pointer in allocations { Glibc.free(pointer) }
         allocations.removeAll()
     }
 }
 
-/// protobuf-c's allocator for unpacking: refuses once the budget in `data` is spent.
-private let budgetedAlloc: @convention(c) (UnsafeMutableRawPointer?, Int) -> UnsafeMutableRawPointer? = { data, size in
-    let budget = data!.assumingMemoryBound(to: Int.self)
-    guard size <= budget.pointee else {
-        budget.pointee = -1
-        return nil
+/// Where protobuf-c unpacks packets: a bump allocator over one block, let go of all at once
+/// after each packet, so unpacking an everyday envelope calls no `malloc`. A connection's
+/// framer keeps one for every packet it reads (on its loop: one decoder at a time).
+///
+/// Each packet has a budget (``EnvelopeCodec/decode(_:attachments:arena:)`` gives 16 bytes per
+/// input byte and 4 KiB): an allocation past it fails, and protobuf-c refuses the packet. What
+/// does not fit in the block is allocated on its own and freed at the packet's end; the block
+/// then grows for the next packet (up to 256 KiB), so a connection that sends large envelopes
+/// stops spilling.
+package final class UnpackArena: @unchecked Sendable {
+    // @unchecked: used by one decoder at a time (a connection's framer, confined to its loop).
+    private var block: UnsafeMutableRawPointer
+    private var capacity: Int
+    private var used = 0
+    private var budget = 0
+    /// An allocation went past the budget in this packet.
+    private(set) var exhausted = false
+    private var spill: [UnsafeMutableRawPointer] = []
+    private var spilled = 0
+
+    private static let initialCapacity = 4_096
+    private static let maxCapacity = 256 * 1_024
+
+    package init() {
+        capacity = Self.initialCapacity
+        block = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
     }
-    budget.pointee -= size
-    return malloc(max(size, 1))
+
+    deinit {
+        for pointer in spill { Glibc.free(pointer) }
+        block.deallocate()
+    }
+
+    /// A packet begins, with `budget` bytes to unpack into.
+    func begin(budget: Int) {
+        self.budget = budget
+        exhausted = false
+    }
+
+    /// The packet is done: all of it is let go (the block is kept, larger if it spilled).
+    func end() {
+        if !spill.isEmpty {
+            for pointer in spill { Glibc.free(pointer) }
+            spill.removeAll(keepingCapacity: true)
+            let wanted = min(Self.maxCapacity, used + spilled)
+            if wanted > capacity {
+                var grown = capacity
+                while grown < wanted { grown *= 2 }
+                block.deallocate()
+                capacity = min(grown, Self.maxCapacity)
+                block = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+            }
+        }
+        used = 0
+        spilled = 0
+    }
+
+    fileprivate func allocate(_ size: Int) -> UnsafeMutableRawPointer? {
+        guard size <= budget else {
+            exhausted = true
+            return nil
+        }
+        budget -= size
+        let rounded = (max(size, 1) + 15) & ~15
+        if used + rounded <= capacity {
+            defer { used += rounded }
+            return block + used
+        }
+        guard let pointer = malloc(rounded) else { return nil }
+        spill.append(pointer)
+        spilled += rounded
+        return pointer
+    }
 }
 
-private let budgetedFree: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, pointer in
-    free(pointer)
+/// protobuf-c's allocator for unpacking: out of the ``UnpackArena`` in `data`.
+private let arenaAlloc: @convention(c) (UnsafeMutableRawPointer?, Int) -> UnsafeMutableRawPointer? = { data, size in
+    Unmanaged<UnpackArena>.fromOpaque(data!).takeUnretainedValue().allocate(size)
 }
+
+/// Nothing: the arena lets a packet's allocations go together.
+private let arenaFree: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { _, _ in }
 
 extension String {
     /// The string cut to at most `max` UTF-8 bytes on a character boundary, ending in `marker`

@@ -14,6 +14,8 @@ package struct EnvelopeFramer: Sendable {
     package private(set) var lastReceivedID: UInt64 = 0
     /// The id of the last envelope framed to send (0 before the first).
     package private(set) var lastSentID: UInt64 = 0
+    /// Where every packet is unpacked, reused (so unpacking allocates nothing per packet).
+    private let arena = UnpackArena()
 
     package init() {}
 
@@ -22,7 +24,7 @@ package struct EnvelopeFramer: Sendable {
     /// - Throws: `protocolViolation` for a packet that does not decode, breaks a rule of the
     ///   schema, or whose id is not above the last one received.
     package mutating func decode(_ packet: InboundPacket) throws(RemoteError) -> Envelope {
-        let envelope = try EnvelopeCodec.decode(packet.bytes, attachments: packet.attachments)
+        let envelope = try EnvelopeCodec.decode(packet.bytes, attachments: packet.attachments, arena: arena)
         guard envelope.id > lastReceivedID else {
             throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(lastReceivedID): ids must increase per direction")
         }
