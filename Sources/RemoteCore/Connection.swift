@@ -235,7 +235,9 @@ public final class Connection: Sendable {
 
     /// The reason the peer gave in its goodbye, once it has said goodbye.
     public var peerGoodbyeReason: String? {
-        status.snapshot.withLock { $0.goodbye }
+        // Set only as the connection closes: an open one answers with no lock.
+        guard status.isClosed.load(ordering: .acquiring) else { return nil }
+        return status.snapshot.withLock { $0.goodbye }
     }
 
     /// Whether the connection has closed (or is closing on this side).
@@ -413,7 +415,14 @@ public final class Connection: Sendable {
         let result = await withTaskCancellationHandler {
             await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>) in
                 let call = Outstanding(continuation: continuation, token: token, exchange: what, timeout: timeout, deadline: deadline)
-                onLoop { $0.request(call, packet, attachments: attachments, expectsPong: expectsPong) }
+                // Not through onLoop: a closure for the hand-over is made (and allocated) only
+                // when there is one.
+                if loop.inLoop {
+                    handler.request(call, packet, attachments: attachments, expectsPong: expectsPong)
+                } else {
+                    let handler = self.handler
+                    loop.execute { handler.request(call, packet, attachments: attachments, expectsPong: expectsPong) }
+                }
             }
         } onCancel: {
             onLoop { $0.cancel(token: token) }

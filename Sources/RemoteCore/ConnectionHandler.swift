@@ -905,7 +905,7 @@ final class ConnectionStatus: Sendable {
             if let goodbye { $0.goodbye = goodbye }
             if $0.unusable == nil { $0.unusable = RemoteError(.invalidated, goodbye == nil ? "the connection is closing" : "the connection is closed") }
         }
-        isClosed.store(true, ordering: .relaxed)
+        isClosed.store(true, ordering: .releasing)
     }
 
     func closed(_ outcome: RemoteError?) {
@@ -914,7 +914,7 @@ final class ConnectionStatus: Sendable {
             $0.closed = true
             $0.unusable = outcome ?? RemoteError(.invalidated, "the connection is closed")
         }
-        isClosed.store(true, ordering: .relaxed)
+        isClosed.store(true, ordering: .releasing)
     }
 
     /// Why a send fails now, or `nil` when it may go.

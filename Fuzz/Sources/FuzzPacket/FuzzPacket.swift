@@ -8,7 +8,8 @@
 //             change (a file item "hello"), 3 an unsealed 12288-byte memfd
 //   bit 7     mixed: the n-th fd is of kind (kind + n) mod 4
 //
-// Each run decodes the packet with EnvelopeCodec.decode; an envelope that decodes is encoded again
+// Each run decodes the packet with EnvelopeCodec.decode, into one UnpackArena reused from run to
+// run (as a connection's framer reuses its own); an envelope that decodes is encoded again
 // (the codec must accept on the way out what it accepted on the way in, and re-encoding must be
 // stable), then goes through the checks the host runs right after decoding: a surface message
 // into a fresh SurfaceCompositor holding one attached buffer (id 1, 64×48), a share's items
@@ -30,6 +31,9 @@ private struct Fixtures {
 }
 
 nonisolated(unsafe) private var fixtures: Fixtures?
+/// Where every packet is unpacked, reused from run to run as a connection's framer reuses its
+/// own: what one packet left in it must not change how the next decodes.
+nonisolated(unsafe) private let arena = UnpackArena()
 
 private let bufferLayout = BufferDescription(id: 1, width: 64, height: 48, stride: 256)
 
@@ -128,7 +132,7 @@ public func testOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
 private func run(_ packet: UnsafeRawBufferPointer, attachments: [Attachment]) {
     let envelope: Envelope
     do {
-        envelope = try EnvelopeCodec.decode(packet, attachments: attachments)
+        envelope = try EnvelopeCodec.decode(packet, attachments: attachments, arena: arena)
     } catch {
         check(error, .protocolViolation)
         return
@@ -157,7 +161,7 @@ private func run(_ packet: UnsafeRawBufferPointer, attachments: [Attachment]) {
         case .request(let wire), .complete(_, let wire, _):
             do {
                 let items = try ShareItem.received(wire, attachments: envelope.attachments)
-                for item in items { _ = try item.data() }
+                for item in items { _ = try item.data(limit: 1 << 20) }  // the fixtures are 5 and 12,288 bytes
             } catch {
                 check(error, .protocolViolation)
             }
@@ -184,7 +188,7 @@ private func roundTrip(_ envelope: Envelope) {
     }
     let again: Envelope
     do {
-        again = try first.withUnsafeBytes { (bytes) throws(RemoteError) in try EnvelopeCodec.decode(bytes, attachments: envelope.attachments) }
+        again = try first.withUnsafeBytes { (bytes) throws(RemoteError) in try EnvelopeCodec.decode(bytes, attachments: envelope.attachments, arena: arena) }
     } catch {
         fail("re-encoded \(envelope.body.name) envelope \(envelope.id) does not decode: \(error)")
     }
