@@ -213,8 +213,36 @@ package enum EnvelopeCodec {
     /// the packet is encoded with id 1 and ``bytes`` keeps everything after that field, which
     /// ``withIDField(_:_:)`` puts the real one in front of.
     package struct UnnumberedPacket: Sendable {
-        /// The encoded envelope after its id field.
-        package let bytes: ArraySlice<UInt8>
+        fileprivate enum Storage: Sendable {
+            /// Encoded: the envelope after its id field.
+            case encoded(ArraySlice<UInt8>)
+            /// A request, reply or message, checked and known to fit in `bound` bytes with its
+            /// id: packed where it is numbered, into the connection's buffer
+            /// (``EnvelopeFramer/frame(_:attachments:)``).
+            case deferred(Envelope, bound: Int)
+        }
+        fileprivate let storage: Storage
+
+        fileprivate init(_ storage: Storage) { self.storage = storage }
+
+        /// The encoded envelope after its id field (packed now, when that was left for later).
+        package var bytes: ArraySlice<UInt8> {
+            switch storage {
+            case .encoded(let bytes):
+                return bytes
+            case .deferred(var envelope, _):
+                envelope.id = 1
+                guard let packet = try? EnvelopeCodec.encode(envelope) else {
+                    preconditionFailure("\(envelope.body.name) was checked before it was deferred, and cannot fail to encode")
+                }
+                return packet[2...]
+            }
+        }
+
+        /// The envelope to pack where it is numbered, and how many bytes it needs at most.
+        var deferred: (envelope: Envelope, bound: Int)? {
+            if case .deferred(let envelope, let bound) = storage { (envelope, bound) } else { nil }
+        }
 
         /// The id field for `id` (tag 0x08, then the id as a varint), valid in `body` only.
         package static func withIDField<R, E: Error>(_ id: UInt64, _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
@@ -239,6 +267,21 @@ package enum EnvelopeCodec {
     ///
     /// - Throws: as ``encode(_:)``; the size bound leaves room for the largest id.
     package static func encodeUnnumbered(_ envelope: Envelope) throws(RemoteError) -> UnnumberedPacket {
+        // A request, reply or message is only checked here (so one that can never be sent fails
+        // on the sender's thread), then packed where it is numbered, straight into the
+        // connection's packet buffer.
+        switch envelope.body {
+        case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
+            try checkFraming(envelope)
+            try checkServiceMessage(type: type, payload: payload, envelope.body.name)
+            // The envelope's fields around the message's: id, reply_to and fd_count (varints of
+            // at most 10 bytes, with their tags), the body's tag and length, and the message's
+            // two tags and lengths.
+            let bound = type.utf8.count + payload.count + 64
+            if bound <= WireLimits.maxPacketSize { return UnnumberedPacket(.deferred(envelope, bound: bound)) }
+        default:
+            break
+        }
         var numbered = envelope
         numbered.id = 1
         let packet = try encode(numbered)
@@ -247,7 +290,26 @@ package enum EnvelopeCodec {
         guard size <= WireLimits.maxPacketSize else {
             throw RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes with its id, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
         }
-        return UnnumberedPacket(bytes: packet[2...])
+        return UnnumberedPacket(.encoded(packet[2...]))
+    }
+
+    /// Packs `envelope`, deferred by ``encodeUnnumbered(_:)`` and numbered now, into `buffer`
+    /// (of at least its bound).
+    static func pack(_ envelope: Envelope, into buffer: PacketBuffer) {
+        var e = Remoteview__Envelope()
+        remoteview__envelope__init(&e)
+        e.id = envelope.id
+        e.reply_to = envelope.replyTo ?? 0
+        e.fd_count = UInt32(envelope.attachments.count)
+        switch envelope.body {
+        case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
+            packServiceMessage(&e, envelope.body, type: type, payload: payload) { e, size in
+                precondition(size <= buffer.capacity, "\(envelope.body.name) of \(size) bytes is over its bound \(buffer.capacity)")
+                buffer.count = remoteview__envelope__pack(e, buffer.base.assumingMemoryBound(to: UInt8.self))
+            }
+        default:
+            preconditionFailure("only requests, replies and messages are deferred, not \(envelope.body.name)")
+        }
     }
 
     /// Encodes `envelope` into the bytes of one packet.
@@ -256,12 +318,7 @@ package enum EnvelopeCodec {
     ///   never be accepted by a peer (a field over its bound, too many fds, too large a packet).
     package static func encode(_ envelope: Envelope) throws(RemoteError) -> [UInt8] {
         guard envelope.id != 0 else { throw RemoteError(.invalidArgument, "envelope id 0") }
-        guard envelope.body.allowedAttachments.contains(envelope.attachments.count) else {
-            throw RemoteError(.invalidArgument, "\(envelope.body.name) may carry \(envelope.body.allowedAttachments) fd(s), not \(envelope.attachments.count)")
-        }
-        guard envelope.body.isReply == (envelope.replyTo != nil) else {
-            throw RemoteError(.invalidArgument, "\(envelope.body.name) \(envelope.body.isReply ? "needs" : "must not have") reply_to")
-        }
+        try checkFraming(envelope)
         var e = Remoteview__Envelope()
         remoteview__envelope__init(&e)
         e.id = envelope.id
@@ -272,7 +329,16 @@ package enum EnvelopeCodec {
         // values, with no copy and no allocation but the packet's bytes.
         switch envelope.body {
         case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
-            return try packServiceMessage(&e, envelope.body, type: type, payload: payload)
+            try checkServiceMessage(type: type, payload: payload, envelope.body.name)
+            let packed = packServiceMessage(&e, envelope.body, type: type, payload: payload) { e, size -> Result<[UInt8], RemoteError> in
+                guard size <= WireLimits.maxPacketSize else {
+                    return .failure(RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment"))
+                }
+                return .success([UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+                    count = remoteview__envelope__pack(e, buffer.baseAddress)
+                })
+            }
+            return try packed.get()
         case .ping(let nonce), .pong(let nonce):
             var p = Remoteview__Ping()
             remoteview__ping__init(&p)
@@ -368,24 +434,38 @@ package enum EnvelopeCodec {
         }
     }
 
-    /// A request, reply or message, packed from a struct on the stack whose type and payload
-    /// point into `type` and `payload` (protobuf-c only reads them).
-    private static func packServiceMessage(_ e: inout Remoteview__Envelope, _ body: Envelope.Body,
-                                           type: String, payload: [UInt8]) throws(RemoteError) -> [UInt8] {
-        let what = body.name
+    /// The envelope's fds and reply_to agree with its body.
+    private static func checkFraming(_ envelope: Envelope) throws(RemoteError) {
+        guard envelope.body.allowedAttachments.contains(envelope.attachments.count) else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) may carry \(envelope.body.allowedAttachments) fd(s), not \(envelope.attachments.count)")
+        }
+        guard envelope.body.isReply == (envelope.replyTo != nil) else {
+            throw RemoteError(.invalidArgument, "\(envelope.body.name) \(envelope.body.isReply ? "needs" : "must not have") reply_to")
+        }
+    }
+
+    /// A request's, reply's or message's type and payload are within their bounds.
+    private static func checkServiceMessage(type: String, payload: [UInt8], _ what: String) throws(RemoteError) {
         do { try checkType(type, what) } catch { throw RemoteError(.invalidArgument, error.reason) }
         guard payload.count <= WireLimits.maxPacketSize else {
             throw RemoteError(.invalidArgument, "\(what) payload of \(payload.count) bytes is over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
         }
+    }
+
+    /// A request, reply or message (checked), from a struct on the stack whose type and payload
+    /// point into `type` and `payload` (protobuf-c only reads them): `emit` packs `e`, whose
+    /// packed size it is given.
+    private static func packServiceMessage<R>(_ e: inout Remoteview__Envelope, _ body: Envelope.Body, type: String, payload: [UInt8],
+                                              _ emit: (UnsafePointer<Remoteview__Envelope>, Int) -> R) -> R {
         var m = Remoteview__ServiceMessage()
         remoteview__service_message__init(&m)
-        let packed = type.withCString { typeBytes in
+        return type.withCString { typeBytes in
             payload.withUnsafeBufferPointer { payloadBytes in
                 m.type = UnsafeMutablePointer(mutating: typeBytes)
                 if let data = payloadBytes.baseAddress, !payloadBytes.isEmpty {
                     m.payload = ProtobufCBinaryData(len: payloadBytes.count, data: UnsafeMutablePointer(mutating: data))
                 }
-                return withUnsafeMutablePointer(to: &m) { m -> Result<[UInt8], RemoteError> in
+                return withUnsafeMutablePointer(to: &m) { m in
                     switch body {
                     case .request:
                         e.body_case = REMOTEVIEW__ENVELOPE__BODY_REQUEST
@@ -397,11 +477,10 @@ package enum EnvelopeCodec {
                         e.body_case = REMOTEVIEW__ENVELOPE__BODY_MESSAGE
                         e.message = m
                     }
-                    return Result { () throws(RemoteError) in try pack(&e, what) }
+                    return withUnsafePointer(to: &e) { e in emit(e, remoteview__envelope__get_packed_size(e)) }
                 }
             }
         }
-        return try packed.get()
     }
 }
 

@@ -3,7 +3,9 @@
 ///
 /// Inbound, every packet is decoded and validated (``EnvelopeCodec``) and its id must be above
 /// the last one's. Outbound, an envelope arrives encoded without its id (by the caller, on its
-/// own thread: ``EnvelopeCodec/encodeUnnumbered(_:)``), and is numbered as it is framed: the
+/// own thread: ``EnvelopeCodec/encodeUnnumbered(_:)``; a request, reply or message only checked
+/// there, and packed here, with its id, into a buffer of the connection's ``PacketPool``), and is
+/// numbered as it is framed: the
 /// pipeline frames on its loop, in the order it queues packets, which is the order they are
 /// written, so ids increase in write order with no lock and no layer asking another for the
 /// last id sent.
@@ -16,6 +18,8 @@ package struct EnvelopeFramer: Sendable {
     package private(set) var lastSentID: UInt64 = 0
     /// Where every packet is unpacked, reused (so unpacking allocates nothing per packet).
     private let arena = UnpackArena()
+    /// Where a request, reply or message is packed as it is numbered, reused once written.
+    private let pool = PacketPool()
 
     package init() {}
 
@@ -36,6 +40,14 @@ package struct EnvelopeFramer: Sendable {
     /// in front of it, as the packet's prefix. Returns the packet and its id.
     package mutating func frame(_ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment]) -> (packet: OutboundPacket, id: UInt64) {
         lastSentID += 1
+        if let (deferred, bound) = packet.deferred {
+            // Packed now, with its id, into a buffer of the pool: no allocation.
+            var envelope = deferred
+            envelope.id = lastSentID
+            let buffer = pool.buffer(capacity: bound)
+            EnvelopeCodec.pack(envelope, into: buffer)
+            return (OutboundPacket(body: PacketBody(buffer), attachments: attachments), lastSentID)
+        }
         let prefix = EnvelopeCodec.UnnumberedPacket.withIDField(lastSentID) { OutboundPacket.Prefix($0) }
         return (OutboundPacket(prefix: prefix, body: packet.bytes, attachments: attachments), lastSentID)
     }

@@ -102,10 +102,14 @@ package struct OutboundPacket: Sendable {
     }
 
     package var prefix: Prefix
-    package var body: ArraySlice<UInt8>
+    package var body: PacketBody
     package var attachments: [Attachment]
 
     package init(prefix: Prefix = Prefix(), body: ArraySlice<UInt8>, attachments: [Attachment] = []) {
+        self.init(prefix: prefix, body: PacketBody(body), attachments: attachments)
+    }
+
+    package init(prefix: Prefix = Prefix(), body: PacketBody, attachments: [Attachment] = []) {
         self.prefix = prefix
         self.body = body
         self.attachments = attachments
@@ -117,8 +121,94 @@ package struct OutboundPacket: Sendable {
     }
 
     /// The packet's bytes in one array (the prefix, then the body): for channels that copy anyway.
-    package var bytes: [UInt8] { prefix.bytes + body }
+    package var bytes: [UInt8] { prefix.bytes + body.array }
 
     /// The packet's length in bytes.
     package var count: Int { prefix.count + body.count }
+}
+
+/// The bytes of an outbound packet after its prefix: an array's, or a ``PacketBuffer`` of the
+/// connection's ``PacketPool`` that the packet was packed into where it was queued.
+package struct PacketBody: Sendable {
+    private enum Storage: Sendable {
+        case array(ArraySlice<UInt8>)
+        case pooled(PacketBuffer)
+    }
+    private let storage: Storage
+
+    package init(_ bytes: ArraySlice<UInt8>) { storage = .array(bytes) }
+    package init(_ buffer: PacketBuffer) { storage = .pooled(buffer) }
+
+    package var count: Int {
+        switch storage {
+        case .array(let bytes): bytes.count
+        case .pooled(let buffer): buffer.count
+        }
+    }
+
+    /// The bytes, valid in `body`.
+    package func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        switch storage {
+        case .array(let bytes):
+            return try bytes.withUnsafeBytes { raw in Result { () throws(E) -> R in try body(raw) } }.get()
+        case .pooled(let buffer):
+            return try body(UnsafeRawBufferPointer(start: buffer.base, count: buffer.count))
+        }
+    }
+
+    /// The bytes as an array (for channels that copy anyway).
+    package var array: [UInt8] { withUnsafeBytes { Array($0) } }
+}
+
+/// One outbound packet's bytes, reused by its ``PacketPool`` once the channel has let the packet
+/// go. Touched on the connection's loop only.
+package final class PacketBuffer: @unchecked Sendable {
+    // @unchecked: made, filled, written and reused on one loop (a connection's).
+    package let base: UnsafeMutableRawPointer
+    package let capacity: Int
+    /// The bytes in use.
+    package var count = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { base.deallocate() }
+}
+
+/// A connection's outbound packet buffers (its framer's, on its loop): a packet is packed into
+/// one where it is queued, and the buffer is taken again once the channel has written the packet
+/// and let it go (nothing else holds it then), so a conversation packs every packet into the
+/// same few buffers and allocates none. At most ``maxBuffers`` are kept; past them (a queue
+/// backed up behind a peer that does not read) a buffer is one packet's.
+package final class PacketPool: @unchecked Sendable {
+    // @unchecked: used by one framer, on its connection's loop.
+    private var buffers: [PacketBuffer] = []
+    static let maxBuffers = 32
+    /// The smallest buffer made: most envelopes fit.
+    static let minimumCapacity = 1_024
+
+    package init() {}
+
+    /// A free buffer of at least `capacity` bytes, emptied.
+    package func buffer(capacity: Int) -> PacketBuffer {
+        var tooSmall: Int?
+        for index in buffers.indices where isKnownUniquelyReferenced(&buffers[index]) {
+            if buffers[index].capacity >= capacity {
+                buffers[index].count = 0
+                return buffers[index]
+            }
+            tooSmall = tooSmall ?? index
+        }
+        var size = Self.minimumCapacity
+        while size < capacity { size *= 2 }
+        let buffer = PacketBuffer(capacity: size)
+        if let tooSmall {
+            buffers[tooSmall] = buffer
+        } else if buffers.count < Self.maxBuffers {
+            buffers.append(buffer)
+        }
+        return buffer
+    }
 }

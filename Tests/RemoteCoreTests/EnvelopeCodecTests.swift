@@ -145,7 +145,7 @@ func expectViolation(_ packet: [UInt8], attachments: [RemoteCore.Attachment] = [
 }
 
 /// Expects encoding `envelope` to throw an invalid-argument error whose reason contains `fragment`.
-func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: String,
+func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: String, unnumberedToo: Bool = true,
                           sourceLocation: SourceLocation = #_sourceLocation) {
     let error = #expect(throws: RemoteError.self, sourceLocation: sourceLocation) {
         try EnvelopeCodec.encode(envelope)
@@ -154,6 +154,14 @@ func expectEncodeRejected(_ envelope: Envelope, mentioning fragment: String,
     #expect(error.code == .invalidArgument, "\(error)", sourceLocation: sourceLocation)
     #expect(error.reason.contains(fragment), "reason \"\(error.reason)\" does not mention \"\(fragment)\"",
             sourceLocation: sourceLocation)
+    // The sender's own path (a request, reply or message is only checked there and packed on
+    // the loop) refuses it just the same (but for the id, which it leaves to the framer).
+    guard unnumberedToo else { return }
+    let unnumbered = #expect(throws: RemoteError.self, sourceLocation: sourceLocation) {
+        try EnvelopeCodec.encodeUnnumbered(envelope)
+    }
+    #expect(unnumbered?.code == .invalidArgument && unnumbered?.reason.contains(fragment) == true,
+            "encodeUnnumbered: \(String(describing: unnumbered))", sourceLocation: sourceLocation)
 }
 
 /// `count` attachments, each a fresh memfd.
@@ -298,6 +306,41 @@ private struct EnvelopeCodecRoundTripTests {
             numbered.id = id
             let sent = EnvelopeCodec.UnnumberedPacket.withIDField(id) { field in Array(field) } + unnumbered.bytes
             #expect(sent == (try EnvelopeCodec.encode(numbered)), "id \(id)")
+        }
+    }
+
+    @Test("the framer packs what the sender only checked into a buffer of its pool, byte for byte the envelope encoded with its id, and reuses the buffer once the packet is let go", arguments: samples)
+    func framedIntoPool(_ sample: Sample) throws {
+        var framer = EnvelopeFramer()
+        let unnumbered = try EnvelopeCodec.encodeUnnumbered(sample.envelope)
+        var bases: [UnsafeRawPointer?] = []
+        do {
+            let first = framer.frame(unnumbered, attachments: [])
+            var numbered = sample.envelope
+            numbered.id = first.id
+            #expect(first.packet.bytes == (try EnvelopeCodec.encode(numbered)))
+            // A second packet while the first is held (queued in a channel) gets a buffer of its own.
+            let second = framer.frame(unnumbered, attachments: [])
+            numbered.id = second.id
+            #expect(second.packet.bytes == (try EnvelopeCodec.encode(numbered)))
+            bases = [first.packet.body.withUnsafeBytes { $0.baseAddress }, second.packet.body.withUnsafeBytes { $0.baseAddress }]
+            if unnumbered.deferred != nil { #expect(bases[0] != bases[1], "the held buffer is not reused") }
+        }
+        // Both let go (written): the next packet goes into one of their buffers.
+        let third = framer.frame(unnumbered, attachments: [])
+        if unnumbered.deferred != nil {
+            #expect(bases.contains(third.packet.body.withUnsafeBytes { $0.baseAddress }), "a let-go buffer is reused")
+        }
+    }
+
+    @Test("a packet larger than the unpack arena's block decodes (the rest spills), and so does every packet after it")
+    func arenaSpills() throws {
+        let arena = UnpackArena()
+        let small = try EnvelopeCodec.encode(Envelope(id: 1, body: .request(type: "small", payload: [1, 2, 3])))
+        let large = try EnvelopeCodec.encode(Envelope(id: 2, body: .request(type: "large", payload: [UInt8](repeating: 7, count: 20_000))))
+        for packet in [small, large, small, large, large, small] {
+            let decoded = try packet.withUnsafeBytes { (bytes) throws(RemoteError) in try EnvelopeCodec.decode(bytes, attachments: [], arena: arena) }
+            #expect(try EnvelopeCodec.encode(decoded) == packet)
         }
     }
 
@@ -671,7 +714,7 @@ private struct EnvelopeCodecEncodeTests {
 
     @Test("id 0 is rejected")
     func idZero() {
-        expectEncodeRejected(Envelope(id: 0, body: .ping(nonce: 1)), mentioning: "id 0")
+        expectEncodeRejected(Envelope(id: 0, body: .ping(nonce: 1)), mentioning: "id 0", unnumberedToo: false)
     }
 
     @Test("over-long reasons, domains and failure messages are truncated on encode and decode fine",

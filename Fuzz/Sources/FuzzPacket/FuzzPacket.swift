@@ -33,7 +33,7 @@ private struct Fixtures {
 nonisolated(unsafe) private var fixtures: Fixtures?
 /// Where every packet is unpacked, reused from run to run as a connection's framer reuses its
 /// own: what one packet left in it must not change how the next decodes.
-nonisolated(unsafe) private let arena = UnpackArena()
+private let arena = UnpackArena()
 
 private let bufferLayout = BufferDescription(id: 1, width: 64, height: 48, stride: 256)
 
