@@ -373,7 +373,9 @@ public final class Connection: Sendable {
     }
 
     /// Encodes `envelope` on the caller's thread (so a bad one fails here), waits for room if
-    /// the connection has none, and hands it to the loop, which numbers and writes it.
+    /// the connection has none, and hands it to the loop, which numbers and writes it: at once
+    /// on the loop's thread, else through the connection's outbox, where a burst of messages
+    /// from other threads waits for one hand-over.
     nonisolated(nonsending) private func deliver(_ envelope: Envelope, name: StaticString) async throws(RemoteError) {
         if let unusable = status.unusable { throw unusable }
         let packet = try EnvelopeCodec.encodeUnnumbered(envelope)
@@ -390,7 +392,13 @@ public final class Connection: Sendable {
         }
         status.backlog.add(1, ordering: .relaxed)
         let attachments = envelope.attachments
-        onLoop { $0.writeMessage(packet, attachments: attachments, name: name) }
+        if loop.inLoop {
+            handler.writeMessage(packet, attachments: attachments, name: name)
+        } else if status.outbox.post(.init(packet: packet, attachments: attachments, name: name)) {
+            // The first of a burst: one hand-over takes the whole burst to the loop.
+            let handler = self.handler
+            loop.execute { handler.drainOutbox() }
+        }
     }
 
     /// Measures one round trip to the peer (a ping answered by the connection itself, not a handler).

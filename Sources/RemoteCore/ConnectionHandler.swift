@@ -84,14 +84,19 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// Above this many deliveries waiting, reading pauses until the delivery task has caught up.
     static let maxInbox = 64
 
-    /// One thing for the delivery task: a handler or route to await, or an envelope that arrived
-    /// behind one and is handled, in order, once the ones before it have finished.
+    /// One thing for the delivery task: a one-way message or a routed family's message with the
+    /// handler to await for it (no closure is made per message), or an envelope that arrived
+    /// behind one and is dispatched, in order, once the ones before it have finished.
     enum Delivery: Sendable {
-        typealias Handler = @Sendable () async throws(RemoteError) -> Void
-        case handler(Handler)
+        case message(ServiceMessage, ConnectionContext)
+        case surface(Connection.SurfaceHandler, SurfaceMessage, [Attachment], ConnectionContext)
+        case input(Connection.InputHandler, InputEvent, ConnectionContext)
+        case share(Connection.ShareHandler, ShareMessage, [Attachment], ConnectionContext)
         case envelope(Envelope)
     }
     private var finished = false
+    /// What the last outbox drain took, emptied: the outbox's next array.
+    private var drained: [Outbox.Entry] = []
     /// Senders waiting for room (``Connection/send(_:)`` while the channel is not writable).
     private var roomWaiters: [UnsafeContinuation<Void, Never>] = []
 
@@ -208,6 +213,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                 end(error)
             }
         }
+    }
+
+    /// The messages other threads put in the outbox since it was last drained, written in order.
+    func drainOutbox() {
+        loop.preconditionInLoop("ConnectionHandler.drainOutbox")
+        status.outbox.drain(into: &drained)
+        for entry in drained { writeMessage(entry.packet, attachments: entry.attachments, name: entry.name) }
+        drained.removeAll(keepingCapacity: true)
     }
 
     /// A message handed over by ``Connection/send(_:)``: counted out of the backlog, written.
@@ -395,7 +408,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         // before it).
         if delivering || !inbox.isEmpty { return deliver(.envelope(envelope)) }
         do {
-            if let handler = try dispatch(envelope) { deliver(.handler(handler)) }
+            if let delivery = try dispatch(envelope) { deliver(delivery) }
         } catch {
             end(error)
         }
@@ -459,7 +472,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// Handles one envelope from the peer, once open: on the loop, except a one-way message and
     /// the routed families, whose handler it returns for the delivery task to await (in order,
     /// behind what it awaits already).
-    private func dispatch(_ envelope: Envelope) throws(RemoteError) -> Delivery.Handler? {
+    private func dispatch(_ envelope: Envelope) throws(RemoteError) -> Delivery? {
         switch envelope.body {
         case .handshake:
             throw refuse(.unexpected, "a second handshake (envelope \(envelope.id))")
@@ -487,9 +500,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .request(let type, let payload):
             try startHandler(for: ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), id: envelope.id)
         case .message(let type, let payload):
-            let message = ServiceMessage(type: type, payload: payload, attachments: envelope.attachments)
-            let onMessage = self.onMessage, context = self.context!
-            return { () throws(RemoteError) in await onMessage(message, context) }
+            return .message(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), context!)
         case .cancel(let requestID):
             machine.cancelReceived(requestID)?.cancel()
         case .surface(let message):
@@ -499,8 +510,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             guard let handler = routes.surface else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no surface")
             }
-            let attachments = envelope.attachments, context = self.context!
-            return { () throws(RemoteError) in try await handler(message, attachments, context) }
+            return .surface(handler, message, envelope.attachments, context!)
         case .input(let event):
             guard configuration.role == .service else {
                 throw refuse(.unexpected, "\(event.name) is input, which only the host sends, and this side is the host")
@@ -508,8 +518,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             guard let handler = routes.input else {
                 throw refuse(.unexpected, "\(event.name) on a connection that carries no view")
             }
-            let context = self.context!
-            return { () throws(RemoteError) in await handler(event, context) }
+            return .input(handler, event, context!)
         case .share(let message):
             guard message.sender != configuration.role else {
                 throw refuse(.unexpected, "\(message.name) may only be sent by the \(message.sender), and this side is the \(configuration.role)")
@@ -517,8 +526,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             guard let handler = routes.share else {
                 throw refuse(.unexpected, "\(message.name) on a connection that carries no share")
             }
-            let attachments = envelope.attachments, context = self.context!
-            return { () throws(RemoteError) in try await handler(message, attachments, context) }
+            return .share(handler, message, envelope.attachments, context!)
         }
         return nil
     }
@@ -561,29 +569,37 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                     // Once the connection has ended, nothing more is handled (as nothing more
                     // is read).
                     if ended { break }
-                    let handler: Delivery.Handler
-                    switch delivery {
-                    case .handler(let next):
-                        handler = next
-                    case .envelope(let envelope):
-                        // It came behind a handler: handled now, in order; a handler it brings
-                        // is awaited here, before what came after it.
+                    var next = delivery
+                    if case .envelope(let envelope) = delivery {
+                        // It came behind a handler: dispatched now, in order; a handler it
+                        // brings is awaited here, before what came after it.
                         do throws(RemoteError) {
-                            guard let next = try dispatch(envelope) else { continue }
-                            handler = next
+                            guard let dispatched = try dispatch(envelope) else { continue }
+                            next = dispatched
                         } catch {
                             end(error)
                             continue
                         }
                     }
                     do throws(RemoteError) {
-                        try await handler()
+                        try await perform(next)
                     } catch {
                         end(error)
                     }
                 }
             }
             deliveryEnded()
+        }
+    }
+
+    /// Awaits the handler of one delivery (never an envelope: those are dispatched first).
+    private func perform(_ delivery: Delivery) async throws(RemoteError) {
+        switch delivery {
+        case .message(let message, let context): await onMessage(message, context)
+        case .surface(let handler, let message, let attachments, let context): try await handler(message, attachments, context)
+        case .input(let handler, let event, let context): await handler(event, context)
+        case .share(let handler, let message, let attachments, let context): try await handler(message, attachments, context)
+        case .envelope: preconditionFailure("an envelope is dispatched before it is performed")
         }
     }
 
@@ -874,6 +890,8 @@ final class ConnectionStatus: Sendable {
     }
 
     let snapshot = Mutex(Snapshot())
+    /// Messages sent from threads other than the loop's, waiting for the loop in order.
+    let outbox = Outbox()
     /// A cheap check before each send: closing or closed.
     let isClosed = Atomic<Bool>(false)
     /// The channel's writability (``PacketChannel/isWritable``).
@@ -956,6 +974,44 @@ package struct RequestResponder: Sendable {
                                     then asynchronous: @escaping Connection.RequestHandler) -> Self {
         Self(immediate: { message, context in try synchronous(message, context).map { .reply($0) } ?? .declined },
              later: { message, context, _ in try await asynchronous(message, context) })
+    }
+}
+
+/// One-way messages sent from other threads than the loop's, in order: the first of a burst
+/// hands one job to the loop (``post(_:)`` says when), which writes all that came meanwhile
+/// (docs/Architecture.md, "The connection core"). One lock per message, no allocation once its
+/// arrays have grown, and one hand-over per burst instead of one per message.
+final class Outbox: Sendable {
+    struct Entry: Sendable {
+        var packet: EnvelopeCodec.UnnumberedPacket
+        var attachments: [Attachment]
+        var name: StaticString
+    }
+
+    private struct State {
+        var entries: [Entry] = []
+        /// A drain is handed to the loop and has not taken the entries yet.
+        var scheduled = false
+    }
+    private let state = Mutex(State())
+
+    /// Queues `entry`; `true` when the caller must hand a drain to the loop.
+    func post(_ entry: Entry) -> Bool {
+        state.withLock { state in
+            state.entries.append(entry)
+            guard !state.scheduled else { return false }
+            state.scheduled = true
+            return true
+        }
+    }
+
+    /// Takes what waits (on the loop) into `taken`, which must be empty: the arrays are swapped,
+    /// so the drainer's emptied array is the next burst's, and nothing is allocated.
+    func drain(into taken: inout [Entry]) {
+        state.withLock { state in
+            state.scheduled = false
+            swap(&state.entries, &taken)
+        }
     }
 }
 

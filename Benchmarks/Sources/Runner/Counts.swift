@@ -39,7 +39,8 @@ enum Counts {
             let second = try counted(perf: perf, me: me, roundTrips: runs.1, flags: flags)
             let per = (events + [lockKeys.host, lockKeys.service]).map { event -> Double? in
                 guard let after = second[event], let before = first[event] else { return nil }
-                return (after - before) / Double(runs.1 - runs.0)
+                let per = (after - before) / Double(runs.1 - runs.0)
+                return abs(per) < 0.005 ? 0 : per  // no "-0.00" from a count that did not change
             }
             let locks: String
             if let host = per[3], let service = per[4] {
