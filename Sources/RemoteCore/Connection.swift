@@ -139,7 +139,6 @@ public final class Connection: Sendable {
         loop = channel.loop
         handler = ConnectionHandler(channel: channel, configuration: configuration, logger: logger,
                                     responder: responder, onMessage: onMessage, eventSink: eventSink, status: status)
-        handler.attach(to: self)
     }
 
     /// Runs `body` with the handler on its loop: at once when the caller is on the loop's thread,
@@ -259,7 +258,7 @@ public final class Connection: Sendable {
     public func run() async throws(RemoteError) {
         let outcome = await withTaskCancellationHandler {
             await withOrderedContinuation { (continuation: UnsafeContinuation<RemoteError?, Never>) in
-                onLoop { $0.run(continuation) }
+                onLoop { [self] in $0.run(continuation, connection: self) }
             }
         } onCancel: {
             onLoop { $0.close(reason: "the task running the connection was cancelled") }

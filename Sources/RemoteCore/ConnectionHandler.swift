@@ -26,8 +26,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     /// What async code reads without hopping onto the loop.
     let status: ConnectionStatus
-    /// The connection, for the contexts handed to handlers; weak: it owns this handler.
-    private weak var connection: Connection?
+    /// The connection, for the contexts handed to handlers: held from ``run(_:connection:)``
+    /// until the end is reported (as the context holds it), and never weakly, so the connection
+    /// needs no side table and its every retain stays on the fast path.
+    private var connection: Connection?
 
     private var framer = EnvelopeFramer()
     private var machine = Machine()
@@ -119,18 +121,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         self.status = status
     }
 
-    /// Set once, before anything reaches the loop.
-    func attach(to connection: Connection) {
-        self.connection = connection
-    }
-
     // MARK: from the connection (on the loop)
 
     /// ``Connection/run()``: writes this side's handshake (what was asked before follows it),
     /// starts the handshake's deadline, and starts reading.
-    func run(_ continuation: UnsafeContinuation<RemoteError?, Never>) {
+    func run(_ continuation: UnsafeContinuation<RemoteError?, Never>, connection: Connection) {
         loop.preconditionInLoop("ConnectionHandler.run")
         running = continuation
+        self.connection = connection
         switch machine.run() {
         case .finish:
             // Closed before it ran.
@@ -159,8 +157,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                 }
             }
             let timeout = configuration.handshakeTimeout
-            handshakeTimer = loop.schedule(at: loop.now.advanced(by: timeout)) { [weak self] in
-                guard let self else { return }
+            // Strong captures here and below: each is let go when its timer fires or is cancelled
+            // (at the end at the latest), and a weak one would give the handler a side table.
+            handshakeTimer = loop.schedule(at: loop.now.advanced(by: timeout)) { [self] in
                 self.handshakeTimer = nil
                 self.end(RemoteError(.timeout, "the peer sent no handshake within \(timeout)"))
             }
@@ -299,7 +298,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         if let at = deadlineTimerAt, at <= first { return }
         if let deadlineTimer { loop.cancel(deadlineTimer) }
         deadlineTimerAt = first
-        deadlineTimer = loop.schedule(at: first) { [weak self] in self?.deadlinesDue() }
+        deadlineTimer = loop.schedule(at: first) { [self] in deadlinesDue() }
     }
 
     /// Drops the first entries whose requests have finished (answered, cancelled, failed).
@@ -671,10 +670,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         let handoff = Handoff(message)
         let loop = self.loop
         let tried = triedSynchronously
-        let task = Task.immediate { [weak self] in
-            await self?.answer(handoff, id: id, context, triedSynchronously: tried)
+        let task = Task.immediate { [self] in
+            await answer(handoff, id: id, context, triedSynchronously: tried)
             shared?.release(1)
-            loop.run { [weak self] in self?.handlerFinished(id) }
+            loop.run { [self] in handlerFinished(id) }
         }
         machine.handlerStarted(id, task: task)
     }
@@ -837,6 +836,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private func reportEnd() {
         routes = Routes()
         context = nil
+        connection = nil
         if let outcome { logger.debug("closed: \(outcome)") }
         eventSink.yield(.closed(outcome))
         eventSink.finish()

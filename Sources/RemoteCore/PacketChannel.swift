@@ -180,12 +180,16 @@ package final class PacketBuffer: @unchecked Sendable {
 /// A connection's outbound packet buffers (its framer's, on its loop): a packet is packed into
 /// one where it is queued, and the buffer is taken again once the channel has written the packet
 /// and let it go (nothing else holds it then), so a conversation packs every packet into the
-/// same few buffers and allocates none. At most ``maxBuffers`` are kept; past them (a queue
-/// backed up behind a peer that does not read) a buffer is one packet's.
+/// same few buffers and allocates none. At most ``maxBuffers`` are kept (128: a burst of
+/// messages queued in one round); past them (a queue backed up behind a peer that does not
+/// read) a buffer is one packet's.
 package final class PacketPool: @unchecked Sendable {
     // @unchecked: used by one framer, on its connection's loop.
     private var buffers: [PacketBuffer] = []
-    static let maxBuffers = 32
+    /// Where the next search starts: packets are written, and their buffers let go, in the
+    /// order they were packed, so the buffer after the last one taken is usually the free one.
+    private var next = 0
+    static let maxBuffers = 128
     /// The smallest buffer made: most envelopes fit.
     static let minimumCapacity = 1_024
 
@@ -194,9 +198,12 @@ package final class PacketPool: @unchecked Sendable {
     /// A free buffer of at least `capacity` bytes, emptied.
     package func buffer(capacity: Int) -> PacketBuffer {
         var tooSmall: Int?
-        for index in buffers.indices where isKnownUniquelyReferenced(&buffers[index]) {
+        for step in 0..<buffers.count {
+            let index = (next + step) % buffers.count
+            guard isKnownUniquelyReferenced(&buffers[index]) else { continue }
             if buffers[index].capacity >= capacity {
                 buffers[index].count = 0
+                next = index + 1
                 return buffers[index]
             }
             tooSmall = tooSmall ?? index
@@ -206,8 +213,10 @@ package final class PacketPool: @unchecked Sendable {
         let buffer = PacketBuffer(capacity: size)
         if let tooSmall {
             buffers[tooSmall] = buffer
+            next = tooSmall + 1
         } else if buffers.count < Self.maxBuffers {
             buffers.append(buffer)
+            next = buffers.count
         }
         return buffer
     }
