@@ -8,11 +8,22 @@ import Testing
 /// round, what it reads, how it holds packets for a peer that does not read, and pausing.
 @Suite("Seqpacket channel", .serialized)
 struct PacketChannelTests {
-    /// Runs `body` on the event loop's thread and returns its result.
+    /// Runs `body` on the event loop's thread and returns its result. (Resumed in order, as
+    /// the connection core resumes its callers, so that ThreadSanitizer sees the resumption
+    /// happen before the caller goes on: docs/Fuzzing.md, "Sanitizers".)
     func onLoop<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withUnsafeThrowingContinuation { continuation in
+        try await withOrderedContinuation { (continuation: UnsafeContinuation<Result<T, any Error>, Never>) in
             EventLoop.shared.execute {
-                continuation.resume(with: Result { try body() })
+                continuation.resumeInOrder(returning: Result { try body() })
+            }
+        }.get()
+    }
+
+    /// Runs `start` on the event loop's thread, handing it what resumes the caller (on the loop).
+    func untilLoop(_ start: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) async {
+        await withOrderedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            EventLoop.shared.execute {
+                start { continuation.resumeInOrder() }
             }
         }
     }
@@ -122,22 +133,16 @@ struct PacketChannelTests {
             recorder.afterEach = { recorder in if recorder.packets.count == 3 { channel.pauseReading() } }
             try await onLoop { channel.start(recorder) }
             #expect(try await onLoop { recorder.packets.count } == 3)
-            let all: Void = try await withUnsafeThrowingContinuation { continuation in
-                EventLoop.shared.execute {
-                    recorder.arrived = { if recorder.packets.count == 20 { recorder.arrived = nil; continuation.resume() } }
-                    channel.resumeReading()
-                }
+            await untilLoop { resume in
+                recorder.arrived = { if recorder.packets.count == 20 { recorder.arrived = nil; resume() } }
+                channel.resumeReading()
             }
-            _ = all
             let all20: [[UInt8]] = (0..<20).map { (index: Int) -> [UInt8] in [UInt8(index)] }
             #expect(try await onLoop { recorder.packets } == all20)
-            let closed: Void = try await withUnsafeThrowingContinuation { continuation in
-                EventLoop.shared.execute {
-                    recorder.arrived = { continuation.resume() }
-                    Syscall.shutdownBoth(writer.rawValue)
-                }
+            await untilLoop { resume in
+                recorder.arrived = { resume() }
+                Syscall.shutdownBoth(writer.rawValue)
             }
-            _ = closed
             let ending = try await onLoop { recorder.closed }
             #expect(ending.count == 1)
             #expect(ending.first.map { $0 == nil } == true)
@@ -156,11 +161,9 @@ struct PacketChannelTests {
                 try channel.write(OutboundPacket(bytes: [1, 2, 3]))
                 channel.flush()
             }
-            let _: Void = try await withUnsafeThrowingContinuation { continuation in
-                EventLoop.shared.execute {
-                    recorder.arrived = { [unowned recorder] in if !recorder.closed.isEmpty { continuation.resume() } }
-                    channel.start(recorder)
-                }
+            await untilLoop { resume in
+                recorder.arrived = { [unowned recorder] in if !recorder.closed.isEmpty { resume() } }
+                channel.start(recorder)
             }
             let (packets, closed) = try await onLoop { (recorder.packets, recorder.closed) }
             #expect(packets == [[42]])
@@ -178,11 +181,9 @@ struct PacketChannelTests {
             try RawSocket.send(writer.rawValue, [UInt8](repeating: 1, count: WireLimits.maxPacketSize + 1))
             let channel = try SeqpacketChannel(pair.first)
             let recorder = Recorder()
-            let _: Void = try await withUnsafeThrowingContinuation { continuation in
-                EventLoop.shared.execute {
-                    recorder.arrived = { continuation.resume() }
-                    channel.start(recorder)
-                }
+            await untilLoop { resume in
+                recorder.arrived = { resume() }
+                channel.start(recorder)
             }
             let ending = try await onLoop { recorder.closed }
             let error = ending.first ?? nil
