@@ -393,10 +393,12 @@ public final class Connection: Sendable {
         let attachments = envelope.attachments
         if loop.inLoop {
             handler.writeMessage(packet, attachments: attachments, name: name)
-        } else if status.outbox.post(.init(packet: packet, attachments: attachments, name: name)) {
-            // The first of a burst: one hand-over takes the whole burst to the loop.
-            let handler = self.handler
-            loop.execute { handler.drainOutbox() }
+        } else {
+            // The first of a burst hands one drain to the loop, which takes the whole burst.
+            let handler = self.handler, loop = self.loop
+            status.outbox.post(.init(packet: packet, attachments: attachments, name: name)) {
+                loop.execute { handler.drainOutbox() }
+            }
         }
     }
 

@@ -995,13 +995,16 @@ final class Outbox: Sendable {
     }
     private let state = Mutex(State())
 
-    /// Queues `entry`; `true` when the caller must hand a drain to the loop.
-    func post(_ entry: Entry) -> Bool {
+    /// Queues `entry`; the first of a burst calls `schedule` (which hands a drain to the loop)
+    /// before the lock is let go, so a sender that finds a drain scheduled knows it is queued on
+    /// the loop already, ahead of whatever that sender hands over next. (The loop's own lock,
+    /// taken by `schedule`, never waits for this one.)
+    func post(_ entry: Entry, schedule: () -> Void) {
         state.withLock { state in
             state.entries.append(entry)
-            guard !state.scheduled else { return false }
+            guard !state.scheduled else { return }
             state.scheduled = true
-            return true
+            schedule()
         }
     }
 

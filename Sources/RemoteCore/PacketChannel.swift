@@ -180,16 +180,18 @@ package final class PacketBuffer: @unchecked Sendable {
 /// A connection's outbound packet buffers (its framer's, on its loop): a packet is packed into
 /// one where it is queued, and the buffer is taken again once the channel has written the packet
 /// and let it go (nothing else holds it then), so a conversation packs every packet into the
-/// same few buffers and allocates none. At most ``maxBuffers`` are kept (128: a burst of
-/// messages queued in one round); past them (a queue backed up behind a peer that does not
-/// read) a buffer is one packet's.
+/// same few buffers and allocates none. At most ``maxBuffers`` (64) of at most 8 KiB are kept
+/// (512 KiB at worst); past them (a queue backed up behind a peer that does not read), and for
+/// a larger packet, a buffer is one packet's.
 package final class PacketPool: @unchecked Sendable {
     // @unchecked: used by one framer, on its connection's loop.
     private var buffers: [PacketBuffer] = []
     /// Where the next search starts: packets are written, and their buffers let go, in the
     /// order they were packed, so the buffer after the last one taken is usually the free one.
     private var next = 0
-    static let maxBuffers = 128
+    static let maxBuffers = 64
+    /// Larger buffers are one packet's: a burst of large messages leaves no megabytes behind.
+    static let maxPooledCapacity = 8_192
     /// The smallest buffer made: most envelopes fit.
     static let minimumCapacity = 1_024
 
@@ -211,7 +213,9 @@ package final class PacketPool: @unchecked Sendable {
         var size = Self.minimumCapacity
         while size < capacity { size *= 2 }
         let buffer = PacketBuffer(capacity: size)
-        if let tooSmall {
+        if size > Self.maxPooledCapacity {
+            return buffer
+        } else if let tooSmall {
             buffers[tooSmall] = buffer
             next = tooSmall + 1
         } else if buffers.count < Self.maxBuffers {

@@ -51,7 +51,9 @@ package final class IdleClock: Sendable {
     /// Traffic that is not counted work (a one-way message): the idle period starts again.
     package func touch() {
         let (seconds, attoseconds) = epoch.duration(to: .now).components
-        lastActivity.store(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000, ordering: .sequentiallyConsistent)
+        // The later of the two: a thread held up between reading the clock and storing it must
+        // not move the last activity back.
+        lastActivity.max(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000, ordering: .sequentiallyConsistent)
     }
 
     /// The last activity.

@@ -1,8 +1,8 @@
 #if LockCounts
 import Synchronization
 
-/// Every lock acquisition of this process: each ``Mutex`` locked and each compare-and-swap loop
-/// that guards shared state (``SharedBudget``). Only in a build with the package's `LockCounts`
+/// Every lock acquisition of this process: each `Mutex` locked and each compare-and-swap loop
+/// that guards shared state (`SharedBudget`). Only in a build with the package's `LockCounts`
 /// trait, which `remoteview-bench --counts` makes on its own; no other build has the counter,
 /// so no release figure pays for it (docs/Benchmarks.md, "Counts per round trip").
 public enum LockCounter {

@@ -65,6 +65,10 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         var spareWork: [@Sendable () -> Void] = []
         var jobs: [UnownedJob] = []
         var spareJobs: [UnownedJob] = []
+        /// What ``takePosted()`` took from ``Posted``, to apply after the lock (emptied after).
+        var takenHandlers: [(token: UInt64, handler: Handler?)] = []
+        var takenTimers: [Timer] = []
+        var takenCancels: [UInt64] = []
     }
 
     /// What other threads hand the loop, under its one lock: taken by them as they hand over,
@@ -151,6 +155,9 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// Puts (or, with `nil`, removes) a handler: at once on the loop thread, else handed over.
     private func setHandler(_ handler: Handler?, for token: UInt64) {
         if isLoopThread {
+            // After what was handed over before (a registration from another thread must not
+            // come back after this removes it).
+            takePosted()
             local.handlers[token] = handler
         } else {
             post { $0.handlers.append((token, handler)) }
@@ -202,29 +209,38 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     }
 
     /// Takes what other threads handed over (on the loop thread), behind what it queued itself.
+    /// Under the lock only the arrays change hands; what they hold is applied (and what it
+    /// replaces let go) after it, so no deinit runs under the loop's lock.
     private func takePosted() {
         guard hasPosted.load(ordering: .sequentiallyConsistent) else { return }
-        posted.withLock { posted in
+        let compact = posted.withLock { posted -> Bool in
             hasPosted.store(false, ordering: .relaxed)
-            for (token, handler) in posted.handlers { local.handlers[token] = handler }
-            posted.handlers.removeAll(keepingCapacity: true)
-            for timer in posted.timers {
-                local.timers.append(timer)
-                Self.siftUp(&local.timers, from: local.timers.count - 1)
-            }
-            posted.timers.removeAll(keepingCapacity: true)
-            for id in posted.cancels where local.actions.removeValue(forKey: id) != nil {
-                localTimers.subtract(1, ordering: .relaxed)
-            }
-            posted.cancels.removeAll(keepingCapacity: true)
+            swap(&posted.handlers, &local.takenHandlers)
+            swap(&posted.timers, &local.takenTimers)
+            swap(&posted.cancels, &local.takenCancels)
             local.work.append(contentsOf: posted.work)
             posted.work.removeAll(keepingCapacity: true)
             local.jobs.append(contentsOf: posted.jobs)
             posted.jobs.removeAll(keepingCapacity: true)
-            if posted.cancelled >= 64 {
-                posted.cancelled = 0
-                compactTimers(shared: posted.actions)
-            }
+            guard posted.cancelled >= 64 else { return false }
+            posted.cancelled = 0
+            return true
+        }
+        for (token, handler) in local.takenHandlers { local.handlers[token] = handler }
+        local.takenHandlers.removeAll(keepingCapacity: true)
+        for timer in local.takenTimers {
+            local.timers.append(timer)
+            Self.siftUp(&local.timers, from: local.timers.count - 1)
+        }
+        local.takenTimers.removeAll(keepingCapacity: true)
+        var cancelledHere = false
+        for id in local.takenCancels where local.actions.removeValue(forKey: id) != nil {
+            localTimers.subtract(1, ordering: .relaxed)
+            cancelledHere = true
+        }
+        local.takenCancels.removeAll(keepingCapacity: true)
+        if compact || (cancelledHere && local.timers.count > 64 + 2 * localTimers.load(ordering: .relaxed)) {
+            compactTimers(shared: posted.withLock { $0.actions })
         }
     }
 

@@ -22,7 +22,11 @@ package protocol Loop: TaskExecutor {
     @discardableResult
     func schedule(at deadline: ContinuousClock.Instant, _ action: @escaping @Sendable () -> Void) -> LoopTimer
 
-    /// Cancels a timer; does nothing if it fired already.
+    /// Cancels a timer; does nothing if it fired already. Called on the loop (or, for a timer
+    /// scheduled off it, anywhere), the timer does not fire after this returns; a timer
+    /// scheduled on the loop's thread and cancelled from another thread is cancelled when the
+    /// loop takes the cancel, so one already due may still fire once (a waiter must check its
+    /// state when it fires, as `Waiter` does).
     func cancel(_ timer: LoopTimer)
 
     /// Calls `flusher`'s ``RoundFlusher/flush()`` once, on the loop, at the end of this round:

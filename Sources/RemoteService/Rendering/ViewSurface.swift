@@ -133,7 +133,9 @@ final class ViewSurface {
     /// Whether the controller may take a message: it exists, or events that may make it (the
     /// first size) wait to be applied.
     nonisolated var mayHaveController: Bool {
-        hasController.load(ordering: .acquiring) || hasUnapplied
+        // In this order: the frame loop makes the controller before the events that made it
+        // count as applied, so a reader that finds none waiting finds the controller made.
+        hasUnapplied || hasController.load(ordering: .acquiring)
     }
 
     /// Returns once everything the host sent for the main actor before this call is applied:
