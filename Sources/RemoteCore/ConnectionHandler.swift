@@ -233,8 +233,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// its id; its answer, deadline or the connection's end resumes its caller.
     func request(_ call: Outstanding, _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], expectsPong: Bool) {
         loop.preconditionInLoop("ConnectionHandler.request")
-        if !earlyCancels.isEmpty, let index = earlyCancels.firstIndex(of: call.token) {
-            earlyCancels.remove(at: index)
+        if takeEarlyCancel(call.token) {
             return call.resume(.failure(RemoteError(.cancelled, "\(call.exchange) was cancelled before it was sent")))
         }
         switch machine.canSend() {
@@ -355,6 +354,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         }
     }
 
+    /// Whether a cancel for `token` came before what it cancels (taken, if so).
+    private func takeEarlyCancel(_ token: UInt64) -> Bool {
+        guard !earlyCancels.isEmpty, let index = earlyCancels.firstIndex(of: token) else { return false }
+        earlyCancels.remove(at: index)
+        return true
+    }
+
     /// The cancelled caller with `token` has its answer: a cancel of it that came too late to
     /// find it goes.
     func forgetCancel(token: UInt64) {
@@ -373,8 +379,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// The caller with `token` waits for the peer's handshake.
     func waitForOpen(_ continuation: UnsafeContinuation<Result<Handshake, RemoteError>, Never>, token: UInt64) {
         loop.preconditionInLoop("ConnectionHandler.waitForOpen")
-        if !earlyCancels.isEmpty, let index = earlyCancels.firstIndex(of: token) {
-            earlyCancels.remove(at: index)
+        if takeEarlyCancel(token) {
             return continuation.resumeInOrder(returning: .failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
         }
         switch machine.openness(continuation, token: token) {
@@ -655,8 +660,8 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             if let outcome {
                 machine.handlerFinished(id)
                 shared?.release(1)
-                let (body, attachments) = Self.replyBody(outcome)
-                writeReply(Self.encodeReply(to: id, body, attachments: attachments, of: message.type, logger: logger), attachments: attachments)
+                let (reply, attachments) = Self.reply(to: id, outcome, of: message.type, logger: logger)
+                writeReply(reply, attachments: attachments)
                 return
             }
             // Left to the asynchronous handler (it must wait for something).
@@ -693,26 +698,29 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             outcome = .failure(error)
         }
         guard !Task.isCancelled else { return }
-        let (body, attachments) = Self.replyBody(outcome)
-        let reply = Self.encodeReply(to: id, body, attachments: attachments, of: message.type, logger: logger)
+        let (reply, attachments) = Self.reply(to: id, outcome, of: message.type, logger: logger)
         loop.run { self.writeReply(reply, attachments: attachments) }
     }
 
-    /// What a handler's outcome sends back: its reply, the ``ServiceFailure`` it threw, or any
-    /// other error as a failure in the domain `RemoteView.HandlerError`.
-    private static func replyBody(_ outcome: Result<ServiceMessage, any Error>) -> (Envelope.Body, [Attachment]) {
+    /// What a handler's outcome for request `id` sends back, encoded (where the handler
+    /// finished), with its fds: its reply, the ``ServiceFailure`` it threw, or any other error as
+    /// a failure in the domain `RemoteView.HandlerError`. A reply that cannot be encoded is
+    /// replaced by a failure saying so.
+    private static func reply(to id: UInt64, _ outcome: Result<ServiceMessage, any Error>, of type: String,
+                              logger: Logger) -> (EncodedReply, [Attachment]) {
+        let body: Envelope.Body, attachments: [Attachment]
         switch outcome {
         case .success(let reply):
-            return (.reply(type: reply.type, payload: reply.payload), reply.attachments)
+            (body, attachments) = (.reply(type: reply.type, payload: reply.payload), reply.attachments)
         case .failure(let failure as ServiceFailure):
-            return (.failure(failure), [])
+            (body, attachments) = (.failure(failure), [])
         case .failure(let error):
-            return (.failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)")), [])
+            (body, attachments) = (.failure(ServiceFailure(domain: "RemoteView.HandlerError", code: 1, message: "\(error)")), [])
         }
+        return (encodeReply(to: id, body, attachments: attachments, of: type, logger: logger), attachments)
     }
 
-    /// The reply to request `id`, encoded (where the handler finished); one that cannot be is
-    /// replaced by a failure saying so.
+    /// The reply to request `id`, encoded; one that cannot be is replaced by a failure saying so.
     private static func encodeReply(to id: UInt64, _ body: Envelope.Body, attachments: [Attachment], of type: String,
                                     logger: Logger) -> EncodedReply {
         do throws(RemoteError) {

@@ -296,11 +296,7 @@ package enum EnvelopeCodec {
     /// Packs `envelope`, deferred by ``encodeUnnumbered(_:)`` and numbered now, into `buffer`
     /// (of at least its bound).
     static func pack(_ envelope: Envelope, into buffer: PacketBuffer) {
-        var e = Remoteview__Envelope()
-        remoteview__envelope__init(&e)
-        e.id = envelope.id
-        e.reply_to = envelope.replyTo ?? 0
-        e.fd_count = UInt32(envelope.attachments.count)
+        var e = header(envelope)
         switch envelope.body {
         case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
             packServiceMessage(&e, envelope.body, type: type, payload: payload) { e, size in
@@ -319,45 +315,32 @@ package enum EnvelopeCodec {
     package static func encode(_ envelope: Envelope) throws(RemoteError) -> [UInt8] {
         guard envelope.id != 0 else { throw RemoteError(.invalidArgument, "envelope id 0") }
         try checkFraming(envelope)
-        var e = Remoteview__Envelope()
-        remoteview__envelope__init(&e)
-        e.id = envelope.id
-        e.reply_to = envelope.replyTo ?? 0
-        e.fd_count = UInt32(envelope.attachments.count)
+        var e = header(envelope)
 
         // The everyday bodies are packed from structs on the stack that point into the Swift
         // values, with no copy and no allocation but the packet's bytes.
         switch envelope.body {
         case .request(let type, let payload), .reply(let type, let payload), .message(let type, let payload):
             try checkServiceMessage(type: type, payload: payload, envelope.body.name)
-            let packed = packServiceMessage(&e, envelope.body, type: type, payload: payload) { e, size -> Result<[UInt8], RemoteError> in
-                guard size <= WireLimits.maxPacketSize else {
-                    return .failure(RemoteError(.invalidArgument, "\(envelope.body.name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment"))
-                }
-                return .success([UInt8](unsafeUninitializedCapacity: size) { buffer, count in
-                    count = remoteview__envelope__pack(e, buffer.baseAddress)
-                })
-            }
-            return try packed.get()
-        case .ping(let nonce), .pong(let nonce):
+            return try packServiceMessage(&e, envelope.body, type: type, payload: payload) { e, size in
+                bytes(of: e, size: size, envelope.body.name)
+            }.get()
+        case .ping(let nonce):
             var p = Remoteview__Ping()
             remoteview__ping__init(&p)
             p.nonce = nonce
             return try withUnsafeMutablePointer(to: &p) { (p) throws(RemoteError) -> [UInt8] in
-                if case .ping = envelope.body {
-                    e.body_case = REMOTEVIEW__ENVELOPE__BODY_PING
-                    e.ping = p
-                } else {
-                    // Pong has Ping's layout (one uint64 nonce, field 1), but its own descriptor.
-                    var pong = Remoteview__Pong()
-                    remoteview__pong__init(&pong)
-                    pong.nonce = p.pointee.nonce
-                    return try withUnsafeMutablePointer(to: &pong) { (pong) throws(RemoteError) -> [UInt8] in
-                        e.body_case = REMOTEVIEW__ENVELOPE__BODY_PONG
-                        e.pong = pong
-                        return try pack(&e, envelope.body.name)
-                    }
-                }
+                e.body_case = REMOTEVIEW__ENVELOPE__BODY_PING
+                e.ping = p
+                return try pack(&e, envelope.body.name)
+            }
+        case .pong(let nonce):
+            var p = Remoteview__Pong()
+            remoteview__pong__init(&p)
+            p.nonce = nonce
+            return try withUnsafeMutablePointer(to: &p) { (p) throws(RemoteError) -> [UInt8] in
+                e.body_case = REMOTEVIEW__ENVELOPE__BODY_PONG
+                e.pong = p
                 return try pack(&e, envelope.body.name)
             }
         case .cancel(let requestID):
@@ -425,13 +408,27 @@ package enum EnvelopeCodec {
 
     /// `e`'s bytes, once it is known to fit in a packet.
     private static func pack(_ e: inout Remoteview__Envelope, _ name: String) throws(RemoteError) -> [UInt8] {
-        let size = remoteview__envelope__get_packed_size(&e)
+        try withUnsafePointer(to: &e) { e in bytes(of: e, size: remoteview__envelope__get_packed_size(e), name) }.get()
+    }
+
+    /// `e`'s bytes (`size` of them, its packed size), unless that is over the packet limit.
+    private static func bytes(of e: UnsafePointer<Remoteview__Envelope>, size: Int, _ name: String) -> Result<[UInt8], RemoteError> {
         guard size <= WireLimits.maxPacketSize else {
-            throw RemoteError(.invalidArgument, "\(name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment")
+            return .failure(RemoteError(.invalidArgument, "\(name) encodes to \(size) bytes, over the \(WireLimits.maxPacketSize)-byte packet limit; send large data as a memfd attachment"))
         }
-        return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
-            count = remoteview__envelope__pack(&e, buffer.baseAddress)
-        }
+        return .success([UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            count = remoteview__envelope__pack(e, buffer.baseAddress)
+        })
+    }
+
+    /// An envelope struct with `envelope`'s id, reply_to and fd count, and no body yet.
+    private static func header(_ envelope: Envelope) -> Remoteview__Envelope {
+        var e = Remoteview__Envelope()
+        remoteview__envelope__init(&e)
+        e.id = envelope.id
+        e.reply_to = envelope.replyTo ?? 0
+        e.fd_count = UInt32(envelope.attachments.count)
+        return e
     }
 
     /// The envelope's fds and reply_to agree with its body.

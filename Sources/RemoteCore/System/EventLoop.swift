@@ -239,9 +239,7 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
             cancelledHere = true
         }
         local.takenCancels.removeAll(keepingCapacity: true)
-        if compact || (cancelledHere && local.timers.count > 64 + 2 * localTimers.load(ordering: .relaxed)) {
-            compactTimers(shared: posted.withLock { $0.actions })
-        }
+        if compact || cancelledHere { compactTimers(afterManySharedCancels: compact) }
     }
 
     private func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
@@ -304,9 +302,7 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         } else if isLoopThread {
             guard local.actions.removeValue(forKey: timer.value) != nil else { return }
             localTimers.subtract(1, ordering: .relaxed)
-            if local.timers.count > 64 + 2 * localTimers.load(ordering: .relaxed) {
-                compactTimers(shared: posted.withLock { $0.actions })
-            }
+            compactTimers()
         } else {
             post { $0.cancels.append(timer.value) }
         }
@@ -314,9 +310,12 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
 
     /// Cancelled entries stay in the heap until they surface; timers cancelled long before they
     /// are due (a `Waiter`'s deadline, say) are dropped once they outnumber live ones (amortised
-    /// O(log n) per cancel). A sorted array is a valid min-heap. `shared`: the live actions of
-    /// timers scheduled off the loop thread.
-    private func compactTimers(shared: [UInt64: @Sendable () -> Void]) {
+    /// O(log n) per cancel). A sorted array is a valid min-heap. Unless many timers scheduled
+    /// off the loop thread were cancelled, the loop's own count decides first, so a cancel on
+    /// the loop takes the lock (for the others' live actions) only when a drop may be due.
+    private func compactTimers(afterManySharedCancels: Bool = false) {
+        guard afterManySharedCancels || local.timers.count > 64 + 2 * localTimers.load(ordering: .relaxed) else { return }
+        let shared = posted.withLock { $0.actions }
         let live = localTimers.load(ordering: .relaxed) + shared.count
         guard local.timers.count > 64 && local.timers.count > 2 * live else { return }
         local.timers = local.timers.filter { local.actions[$0.id] != nil || shared[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
