@@ -13,6 +13,10 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/futex.h>
+#include <limits.h>
+#include <time.h>
+#include <errno.h>
 #include <unistd.h>
 
 #ifndef P_PIDFD
@@ -117,3 +121,89 @@ int rv_thread_sanitizer(void) { return 0; }
 void rv_tsan_acquire(void *address) { (void)address; }
 void rv_tsan_release(void *address) { (void)address; }
 #endif
+
+// MARK: blocking waits
+
+static long rv_futex(uint32_t *word, int operation, uint32_t value, const struct timespec *timeout) {
+    return syscall(SYS_futex, word, operation, value, timeout, NULL, 0);
+}
+
+void rv_gate_init(rv_loop_gate *gate) {
+    __atomic_store_n(&gate->borrowed, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&gate->awake, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&gate->parked, 0, __ATOMIC_SEQ_CST);
+}
+
+void rv_gate_loop_sleeps(rv_loop_gate *gate) {
+    __atomic_store_n(&gate->awake, 0, __ATOMIC_SEQ_CST);
+}
+
+void rv_gate_loop_wakes(rv_loop_gate *gate) {
+    __atomic_store_n(&gate->awake, 1, __ATOMIC_SEQ_CST);
+    // While awake is set, no new borrow succeeds: the loop waits for one borrower at most.
+    while (__atomic_load_n(&gate->borrowed, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&gate->parked, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&gate->borrowed, __ATOMIC_SEQ_CST)) {
+            rv_futex(&gate->borrowed, FUTEX_WAIT_PRIVATE, 1, NULL);
+        }
+        __atomic_store_n(&gate->parked, 0, __ATOMIC_SEQ_CST);
+    }
+}
+
+int rv_gate_borrow(rv_loop_gate *gate) {
+    uint32_t expected = 0;
+    if (!__atomic_compare_exchange_n(&gate->borrowed, &expected, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return 0;
+    if (__atomic_load_n(&gate->awake, __ATOMIC_SEQ_CST)) {
+        rv_gate_return(gate);
+        return 0;
+    }
+    return 1;
+}
+
+void rv_gate_return(rv_loop_gate *gate) {
+    __atomic_store_n(&gate->borrowed, 0, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gate->parked, __ATOMIC_SEQ_CST)) rv_futex(&gate->borrowed, FUTEX_WAKE_PRIVATE, 1, NULL);
+}
+
+int rv_oneshot_wait(uint32_t *word, int64_t timeout_ns) {
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        uint32_t value = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+        if (value == 1) return 1;
+        if (value == 0) {
+            uint32_t expected = 0;
+            if (!__atomic_compare_exchange_n(word, &expected, 2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
+        }
+        struct timespec remaining, *limit = NULL;
+        if (timeout_ns >= 0) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            int64_t elapsed = (int64_t)(now.tv_sec - start.tv_sec) * 1000000000 + (now.tv_nsec - start.tv_nsec);
+            int64_t left = timeout_ns - elapsed;
+            if (left <= 0) return __atomic_load_n(word, __ATOMIC_SEQ_CST) == 1;
+            remaining.tv_sec = left / 1000000000;
+            remaining.tv_nsec = left % 1000000000;
+            limit = &remaining;
+        }
+        rv_futex(word, FUTEX_WAIT_PRIVATE, 2, limit);
+    }
+}
+
+void rv_oneshot_signal(uint32_t *word) {
+    if (__atomic_exchange_n(word, 1, __ATOMIC_SEQ_CST) == 2) rv_futex(word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+int rv_oneshot_is_done(uint32_t *word) {
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE) == 1;
+}
+
+ssize_t rv_recvmsg_blocking(int fd, struct msghdr *message) {
+    return recvmsg(fd, message, MSG_CMSG_CLOEXEC);
+}
+
+int rv_set_receive_timeout(int fd, int64_t nanoseconds) {
+    struct timeval value = { .tv_sec = nanoseconds / 1000000000, .tv_usec = (nanoseconds % 1000000000) / 1000 };
+    if (nanoseconds > 0 && value.tv_sec == 0 && value.tv_usec == 0) value.tv_usec = 1;
+    return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, sizeof value);
+}

@@ -337,6 +337,79 @@ public final class Connection: Sendable {
         }
     }
 
+    /// Sends `message` as a request and blocks the calling thread until the reply comes: for
+    /// callers that are not `async` (XPC's `xpc_connection_send_message_with_reply_sync`).
+    ///
+    /// The calling thread sends the request and reads the reply itself, in a blocking
+    /// `recvmsg`: while it waits, the event loop does not watch the connection's socket, and
+    /// whatever else the peer sends meanwhile is handed to the connection in order, as the loop
+    /// would have handled it. When the loop sleeps, the call borrows it for the moments it
+    /// needs it and never wakes it; when it is busy, the call queues behind its work
+    /// (docs/Architecture.md, "The blocking call"). What the thread sent before this call (with
+    /// ``send(_:)-(ServiceMessage)`` too) goes out before the request.
+    ///
+    /// - Important: It blocks a thread. Do not call it from a task on Swift's cooperative
+    ///   thread pool (which has one thread per core: a blocked one stalls other tasks, and
+    ///   with all blocked, whatever the call waits for in a task never runs), nor on the
+    ///   connection's event loop thread, where it would wait for itself: there it throws at
+    ///   once. Call it from a thread of your own (a C library's callback thread, a
+    ///   `Thread`/`pthread`, the main thread of a program that is not `async`).
+    ///
+    /// - Parameters:
+    ///   - message: The request: its type, payload and attachments.
+    ///   - timeout: How long to wait for the reply; `nil` uses the configuration's default.
+    /// - Throws: ``RemoteError``: `invalidArgument` on the event loop's thread (or on a
+    ///   connection whose loop only a test turns); `timeout` at the deadline (the peer is sent a
+    ///   cancel); `remoteError` with the peer's ``ServiceFailure``;
+    ///   `interrupted`/`invalidated`/`protocolViolation` when the connection ends.
+    public func requestSync(_ message: ServiceMessage, timeout: Duration? = nil) throws(RemoteError) -> ServiceMessage {
+        let what = Exchange.request(type: message.type)
+        guard let eventLoop = loop as? EventLoop else {
+            throw RemoteError(.invalidArgument, "\(what) cannot block: this connection's loop runs only when its test turns it")
+        }
+        guard !eventLoop.isLoopThread else {
+            throw RemoteError(.invalidArgument, "requestSync for \(what) was called on RemoteView's event loop thread, which must read the reply: it would wait for itself (use request(_:timeout:) there)")
+        }
+        if let unusable = status.unusable { throw unusable }
+        let attachments = message.attachments
+        let packet = try EnvelopeCodec.encodeUnnumbered(Envelope(body: .request(type: message.type, payload: message.payload), attachments: attachments))
+        let timeout = timeout ?? configuration.defaultRequestTimeout
+        let deadline = timeout.map { ContinuousClock.now.advanced(by: $0) }
+        let token = status.nextToken()
+        let result = BlockingResult<Result<Envelope, RemoteError>>.make()
+        let handler = self.handler
+        // Borrowed while the loop sleeps (no closure is allocated); handed to it otherwise.
+        var step = eventLoop.borrow {
+            handler.requestBlocking(result, token: token, exchange: what, timeout: timeout, deadline: deadline, packet, attachments: attachments)
+        } ?? eventLoop.runAndWait {
+            handler.requestBlocking(result, token: token, exchange: what, timeout: timeout, deadline: deadline, packet, attachments: attachments)
+        }
+        while case .read(let channel) = step {
+            let receipt = channel.receiveLent(until: deadline)
+            step = eventLoop.borrow {
+                handler.lentReceived(receipt, on: channel, for: result, token: token, deadline: deadline)
+            } ?? eventLoop.runAndWait {
+                handler.lentReceived(receipt, on: channel, for: result, token: token, deadline: deadline)
+            }
+        }
+        var outcome = result.wait(timeout: deadline.map { ContinuousClock.now.duration(to: $0) })
+        if outcome == nil {
+            // Never sent (the connection has not opened): it fails now, wherever it waits.
+            eventLoop.execute { handler.blockingCallTimedOut(token: token) }
+            outcome = result.wait()
+        }
+        if case .wait(let timer?) = step { eventLoop.cancel(timer) }
+        let reply = try outcome!.get()
+        switch reply.body {
+        case .reply(let type, let payload):
+            return ServiceMessage(type: type, payload: payload, attachments: reply.attachments)
+        case .failure(let failure):
+            throw RemoteError(.remoteError, "request \"\(message.type.escapedForTerminal())\" failed: \(failure)", remote: failure)
+        default:
+            preconditionFailure("dispatch only delivers replies and failures to requests")
+        }
+    }
+
     /// Sends a one-way message; returns once the connection has it, in order behind what was
     /// sent before (sent before ``run()``, it follows this side's handshake). Waits while the
     /// peer is not reading and what waits for it is at the connection's bound.
@@ -423,7 +496,7 @@ public final class Connection: Sendable {
         let deadline = timeout.map { loop.now.advanced(by: $0) }
         let result = await withTaskCancellationHandler {
             await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>) in
-                let call = Outstanding(continuation: continuation, token: token, exchange: what, timeout: timeout, deadline: deadline)
+                let call = Outstanding(caller: .task(continuation), token: token, exchange: what, timeout: timeout, deadline: deadline)
                 // Not through onLoop: a closure for the hand-over is made (and allocated) only
                 // when there is one.
                 if loop.inLoop {

@@ -257,6 +257,81 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         if let deadline = call.deadline { addDeadline(deadline, id: id) }
     }
 
+    // MARK: a blocking call (docs/Architecture.md, "The blocking call")
+
+    /// What a blocking caller (``Connection/requestSync(_:timeout:)``) does next.
+    enum BlockingStep: Sendable {
+        /// Read: the channel's read side is lent to the caller, which receives on its own thread
+        /// and hands what it got to ``lentReceived(_:on:for:token:deadline:)``.
+        case read(SeqpacketChannel)
+        /// Wait for the result: the loop finishes the call (its answer, its deadline, or the
+        /// connection's end). `timer` watches a deadline that only the caller watched before;
+        /// the caller cancels it once it has its result.
+        case wait(timer: LoopTimer?)
+    }
+
+    /// Sends a blocking caller's request: with the read side lent to the caller when nothing
+    /// stands between the socket and the caller's reply (the connection is open, no delivery
+    /// waits, reading is not paused), else the loop's way, as ``request(_:_:attachments:expectsPong:)``.
+    func requestBlocking(_ result: BlockingResult<Result<Envelope, RemoteError>>, token: UInt64, exchange: Exchange,
+                         timeout: Duration?, deadline: ContinuousClock.Instant?,
+                         _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment]) -> BlockingStep {
+        loop.preconditionInLoop("ConnectionHandler.requestBlocking")
+        guard case .success = machine.canSend(), !ended, !delivering, inbox.isEmpty,
+              let lendable = channel as? SeqpacketChannel, lendable.lendReadSide() else {
+            request(Outstanding(caller: .thread(result), token: token, exchange: exchange, timeout: timeout, deadline: deadline),
+                    packet, attachments: attachments, expectsPong: false)
+            return .wait(timer: nil)
+        }
+        // The caller watches its own deadline while it reads: the queue has no entry for it.
+        let call = Outstanding(caller: .thread(result), token: token, exchange: exchange, timeout: timeout, deadline: nil)
+        let (framed, id) = framer.frame(packet, attachments: attachments)
+        do {
+            try channel.write(framed)
+        } catch {
+            lendable.returnReadSide()
+            call.resume(.failure(error))
+            return .wait(timer: nil)
+        }
+        if case .failure(let error) = machine.requestSent(id, expectsPong: false, requester: call) {
+            lendable.returnReadSide()
+            call.resume(.failure(error))
+            return .wait(timer: nil)
+        }
+        return .read(lendable)
+    }
+
+    /// What the blocking caller's receive got goes on as the loop's own reading would; then the
+    /// caller reads on, or the read side comes back to the loop (the call is finished, the
+    /// connection ended, or what came must wait for the delivery task, so the reply may too) and
+    /// the caller waits for the loop to finish the call.
+    func lentReceived(_ receipt: SeqpacketChannel.LentReceipt, on lent: SeqpacketChannel,
+                      for result: BlockingResult<Result<Envelope, RemoteError>>, token: UInt64,
+                      deadline: ContinuousClock.Instant?) -> BlockingStep {
+        loop.preconditionInLoop("ConnectionHandler.lentReceived")
+        switch receipt {
+        case .received: lent.deliverLent()
+        case .failed(let error): lent.failLent(error)
+        case .timedOut: if let deadline, loop.now >= deadline { blockingCallTimedOut(token: token) }
+        }
+        if !result.isComplete, !ended, !delivering, inbox.isEmpty, !lent.isReadingPaused { return .read(lent) }
+        lent.returnReadSide()
+        guard !result.isComplete, let deadline else { return .wait(timer: nil) }
+        return .wait(timer: loop.schedule(at: deadline) { [self] in blockingCallTimedOut(token: token) })
+    }
+
+    /// A blocking caller's deadline passed: its request times out (the peer is sent a cancel),
+    /// or, kept for after this side's handshake, fails. Nothing when it has finished.
+    func blockingCallTimedOut(token: UInt64) {
+        loop.preconditionInLoop("ConnectionHandler.blockingCallTimedOut")
+        if let id = machine.outstandingID(where: { $0.token == token }) {
+            requestTimedOut(id)
+        } else if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept.token == token } else { false } }) {
+            guard case .request(let kept, _, _, _) = early.remove(at: index) else { return }
+            kept.resume(.failure(RemoteError(.timeout, "no reply to \(kept.exchange) within \(kept.timeout.map { "\($0)" } ?? "its deadline"): the connection never opened")))
+        }
+    }
+
     // MARK: request deadlines
 
     /// The cancels waiting for what they cancel (for tests).
@@ -873,14 +948,24 @@ enum Exchange: Sendable, CustomStringConvertible {
 /// loop's; resumed exactly once, by whoever takes it out of the table (or out of the requests
 /// kept for after this side's handshake). The caller names it by `token` when it is cancelled.
 struct Outstanding: Sendable {
-    let continuation: UnsafeContinuation<Result<Envelope, RemoteError>, Never>
+    /// Who waits: a task, or a thread blocked in ``Connection/requestSync(_:timeout:)``.
+    enum Caller: Sendable {
+        case task(UnsafeContinuation<Result<Envelope, RemoteError>, Never>)
+        case thread(BlockingResult<Result<Envelope, RemoteError>>)
+    }
+    let caller: Caller
     let token: UInt64
     let exchange: Exchange
     let timeout: Duration?
+    /// The deadline the handler's queue watches (`nil` for a blocking caller that reads for
+    /// itself and watches its own).
     let deadline: ContinuousClock.Instant?
 
     func resume(_ result: Result<Envelope, RemoteError>) {
-        continuation.resumeInOrder(returning: result)
+        switch caller {
+        case .task(let continuation): continuation.resumeInOrder(returning: result)
+        case .thread(let waiting): waiting.complete(result)
+        }
     }
 }
 

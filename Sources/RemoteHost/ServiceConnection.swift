@@ -175,6 +175,77 @@ public final class ServiceConnection: Sendable {
         }
     }
 
+    /// Sends `message` as a request and blocks the calling thread until the reply comes,
+    /// launching the service if needed: for callers that are not `async` (XPC's
+    /// `xpc_connection_send_message_with_reply_sync`).
+    ///
+    /// While the service's process runs and is connected, the calling thread sends the request
+    /// and reads the reply itself, in a blocking `recvmsg` (`Connection.requestSync(_:timeout:)`):
+    /// no task, no hand-off to another thread, and the event loop is not woken for it when it
+    /// sleeps. Otherwise the call starts the launch (or joins the one under way) and sends the
+    /// request once the process is connected, all within `timeout`. A process that exited idle
+    /// just as the request was sent is launched again and sent it once more, as
+    /// ``request(_:timeout:)`` does.
+    ///
+    /// - Important: It blocks a thread. Do not call it from a task on Swift's cooperative
+    ///   thread pool (one thread per core: a blocked one stalls other tasks, and the launch
+    ///   this call may wait for runs in a task), nor on RemoteView's event loop thread (code
+    ///   preferring ``readerExecutor``), where it would wait for itself: there it throws at once.
+    ///   Call it from a thread of your own.
+    ///
+    /// - Parameters:
+    ///   - message: The request: its type, payload and attachments.
+    ///   - timeout: How long to wait for the reply, launch included; `nil` uses the
+    ///     connection's default for the request and does not limit the launch.
+    /// - Throws: `RemoteError`: as ``request(_:timeout:)`` does; `invalidArgument` on the event
+    ///   loop's thread; `timeout` when the process was launched and no reply came within `timeout`.
+    public func requestSync(_ message: ServiceMessage, timeout: Duration? = nil) throws(RemoteError) -> ServiceMessage {
+        guard !EventLoop.shared.isLoopThread else {
+            throw RemoteError(.invalidArgument, "requestSync(\"\(message.type.escapedForTerminal())\") to \(identifier) was called on RemoteView's event loop thread, which must read the reply: it would wait for itself (use request(_:timeout:) there)")
+        }
+        // A process that runs and is connected: the call is its connection's, on this thread.
+        if let channel = machine.withLock({ $0.channel }), channel.isUsable {
+            channel.instance.idleClock.begin()
+            do {
+                let reply = try channel.connection.requestSync(message, timeout: timeout)
+                channel.instance.idleClock.end()
+                return reply
+            } catch {
+                channel.instance.idleClock.end()
+                guard error.code == .interrupted || error.code == .invalidated else { throw error }
+                // The process ended under the call: how, and, after an idle exit (the service
+                // had nothing outstanding, so it never handled this), once more to a new one.
+                return try blocking(message, timeout: timeout) { [self] () async throws(RemoteError) -> ServiceMessage in
+                    let end = await processEnd(after: error, on: channel, waiting: true)
+                    guard end?.kind == .idleExit else { throw explained(error, end: end) }
+                    return try await request(message, timeout: timeout)
+                }
+            }
+        }
+        return try blocking(message, timeout: timeout) { [self] () async throws(RemoteError) -> ServiceMessage in
+            try await request(message, timeout: timeout)
+        }
+    }
+
+    /// Runs `body` (a request that must launch the service first) in a task, blocking the
+    /// calling thread until it has finished or `timeout` has passed (the task is cancelled then).
+    private func blocking(_ message: ServiceMessage, timeout: Duration?,
+                          _ body: @escaping @Sendable () async throws(RemoteError) -> ServiceMessage) throws(RemoteError) -> ServiceMessage {
+        let result = BlockingResult<Result<ServiceMessage, RemoteError>>.make()
+        let task = Task {
+            do throws(RemoteError) {
+                result.complete(.success(try await body()))
+            } catch {
+                result.complete(.failure(error))
+            }
+        }
+        guard let outcome = result.wait(timeout: timeout) else {
+            task.cancel()
+            throw RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within \(timeout.map { "\($0)" } ?? "its deadline"), its launch included")
+        }
+        return try outcome.get()
+    }
+
     /// Sends a one-way message, launching the service if needed; returns once it is sent.
     public func send(_ message: ServiceMessage) async throws(RemoteError) {
         var retried = false

@@ -176,6 +176,32 @@ struct LauncherTests {
         rmdir(path)
     }
 
+    @Test("a blocking call from a thread of its own launches the service, then is answered on that thread; a crash fails it with interrupted, the next relaunches; on the loop's thread it refuses at once")
+    func blockingCall() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest(idleTimeout: 30)]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            // Nothing runs yet: the call launches the service within its timeout.
+            let first = await onOwnThread { Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "echo", text: "launched"), timeout: .seconds(20)) } }
+            #expect(first == .reply("launched"))
+            let pid = try #require(connection.processIdentifier)
+            let replies = await onOwnThread {
+                (0..<100).map { index in Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "echo", text: "\(index)")) } }
+            }
+            #expect(replies == (0..<100).map { .reply("\($0)") })
+            #expect(await onOwnThread { Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "fail")) } } == .error(.remoteError))
+            // The process dies under a blocking call: interrupted; the next call relaunches.
+            let crashed = await onOwnThread { Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "crash")) } }
+            #expect(crashed == .error(.interrupted))
+            let again = await onOwnThread { Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "echo", text: "again"), timeout: .seconds(20)) } }
+            #expect(again == .reply("again"))
+            #expect(connection.processIdentifier != pid)
+            let onLoop = await onOwnThread {
+                EventLoop.shared.runAndWait { Outcome { () throws(RemoteError) in try connection.requestSync(ServiceMessage(type: "echo")) } }
+            }
+            #expect(onLoop == .error(.invalidArgument))
+        }
+    }
+
     @Test("idle exit: the process exits by itself and is reaped; the next message relaunches it")
     func idleExit() async throws {
         try await withServices(["test.json": ServiceFolder.manifest(idleTimeout: 0.3)]) { launcher, _ in

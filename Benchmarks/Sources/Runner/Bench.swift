@@ -52,6 +52,9 @@ struct RemoteViewBench: AsyncParsableCommand {
     @Flag(help: "With --probe: the caller prefers ServiceConnection.readerExecutor (the low-latency path).")
     var preferReader = false
 
+    @Flag(help: "With --probe: the caller is a thread of its own making blocking calls (ServiceConnection.requestSync).")
+    var blocking = false
+
     @Flag(help: "Only count what one round trip costs, host and service together: system calls, context switches, malloc calls and lock acquisitions, by perf stat over two --probe runs (needs root and perf; locks need a build with --traits LockCounts), and exit.")
     var counts = false
 
@@ -64,7 +67,7 @@ struct RemoteViewBench: AsyncParsableCommand {
             return
         }
         if let probe {
-            try await Bench.probe(roundTrips: probe, preferReader: preferReader)
+            try await Bench.probe(roundTrips: probe, caller: blocking ? .blocking : preferReader ? .loop : .global)
             return
         }
         if pinned {
@@ -237,18 +240,63 @@ struct Bench: Sendable {
         return (samples, after - before)
     }
 
-    /// `message` round trips to `service` (the caller preferring `executor`, or on the global
-    /// executor), interleaved with the C ping-pong; both with their cost per operation.
-    func costedRoundTrips(_ service: ServiceConnection, _ message: ServiceMessage,
-                          preferring executor: (any TaskExecutor)?) async throws -> (framework: Stats, baseline: Stats) {
+    /// Who makes the round trips.
+    enum Caller {
+        /// A task on the global concurrent executor (what an app's task gets).
+        case global
+        /// A task preferring ``ServiceConnection/readerExecutor``, the event loop's thread.
+        case loop
+        /// A thread of its own, in blocking calls (``ServiceConnection/requestSync(_:timeout:)``).
+        case blocking
+
+        var description: String {
+            switch self {
+            case .global: "caller on the global executor"
+            case .loop: "caller preferring the reader's executor"
+            case .blocking: "blocking calls on a thread of their own"
+            }
+        }
+    }
+
+    /// `count` timed round trips of `message` to `service` by `caller`, after `warmUp` untimed
+    /// ones, and what the host and the service spent on the timed ones.
+    func costedRoundTrips(_ count: Int, warmUp: Int, _ service: ServiceConnection, _ message: ServiceMessage,
+                          caller: Caller) async throws -> ([Double], Cost) {
+        switch caller {
+        case .global:
+            return try await costed(count, warmUp: warmUp, on: service) { _ = try await service.request(message) }
+        case .loop:
+            return try await withTaskExecutorPreference(ServiceConnection.readerExecutor) {
+                try await costed(count, warmUp: warmUp, on: service) { _ = try await service.request(message) }
+            }
+        case .blocking:
+            let timed = { (count: Int) async throws -> [Double] in
+                try await onThreadOfItsOwn { () throws(RemoteError) -> [Double] in
+                    var samples: [Double] = []
+                    samples.reserveCapacity(count)
+                    for _ in 0..<count {
+                        let start = nowMicroseconds()
+                        _ = try service.requestSync(message)
+                        samples.append(nowMicroseconds() - start)
+                    }
+                    return samples
+                }
+            }
+            _ = try await timed(warmUp)
+            let before = try await cost(of: service)
+            let samples = try await timed(count)
+            return (samples, try await cost(of: service) - before)
+        }
+    }
+
+    /// `message` round trips to `service` by `caller`, interleaved with the C ping-pong; both
+    /// with their cost per operation.
+    func costedRoundTrips(_ service: ServiceConnection, _ message: ServiceMessage, caller: Caller) async throws -> (framework: Stats, baseline: Stats) {
         var spent = Cost(), rawSpent = Cost()
-        func chunk(_ count: Int) async throws -> [Double] {
-            let (samples, cost) = try await costed(count, warmUp: 100, on: service) { _ = try await service.request(message) }
+        let (ours, theirs) = try await interleaved(roundTrips, framework: { count in
+            let (samples, cost) = try await costedRoundTrips(count, warmUp: 100, service, message, caller: caller)
             spent = spent + cost
             return samples
-        }
-        let (ours, theirs) = try await interleaved(roundTrips, framework: { count in
-            if let executor { try await withTaskExecutorPreference(executor) { try await chunk(count) } } else { try await chunk(count) }
         }, baseline: { count in
             let (samples, cost) = try baselineChunk("pingpong", count)
             rawSpent = rawSpent + cost
@@ -315,11 +363,15 @@ struct Bench: Sendable {
             let payload = [UInt8](repeating: 0x2A, count: 64)
             let echoMessage = ServiceMessage(type: "echo", payload: payload)
             _ = try await service.request(echoMessage)
-            let (global, rawGlobal) = try await costedRoundTrips(service, echoMessage, preferring: nil)
+            let (blocking, rawBlocking) = try await costedRoundTrips(service, echoMessage, caller: .blocking)
+            rows.append(againstRaw("pinned: request/reply, 64 B (blocking call: requestSync on a thread of its own)", blocking, rawBlocking,
+                                   baseline: "raw C seqpacket ping-pong, pinned", target: 1.3))
+            rows.append(costRow(blocking, rawBlocking, target: 1.3))
+            let (global, rawGlobal) = try await costedRoundTrips(service, echoMessage, caller: .global)
             rows.append(againstRaw("pinned: request/reply, 64 B (caller on the global executor)", global, rawGlobal,
                                    baseline: "raw C seqpacket ping-pong, pinned", target: 2))
             rows.append(costRow(global, rawGlobal))
-            let (loop, rawLoop) = try await costedRoundTrips(service, echoMessage, preferring: ServiceConnection.readerExecutor)
+            let (loop, rawLoop) = try await costedRoundTrips(service, echoMessage, caller: .loop)
             rows.append(againstRaw("pinned: request/reply, 64 B (caller on the loop: preferring readerExecutor)", loop, rawLoop,
                                    baseline: "raw C seqpacket ping-pong, pinned", target: 1.5))
             rows.append(costRow(loop, rawLoop, target: 1.5))
@@ -373,7 +425,7 @@ struct Bench: Sendable {
     }
 
     /// `--probe`: round trips and nothing else, with what the host and service spent on them.
-    static func probe(roundTrips: Int, preferReader: Bool) async throws {
+    static func probe(roundTrips: Int, caller: Caller) async throws {
         let bench = try Bench(roundTrips: roundTrips, messages: 0, frames: 0, coldStarts: 0, log: { _ in })
         var logger = Logger(label: "bench")
         logger.logLevel = .error
@@ -381,14 +433,10 @@ struct Bench: Sendable {
         try await withLauncher(registry: registry, configuration: Launcher.Configuration(hostIdentifier: "com.example.bench-host", logger: logger)) { launcher in
             let service = launcher.connection(to: "com.example.bench")
             let message = ServiceMessage(type: "echo", payload: [UInt8](repeating: 0x2A, count: 64))
-            func measure() async throws -> ([Double], Cost) {
-                try await bench.costed(roundTrips, warmUp: 1000, on: service) { _ = try await service.request(message) }
-            }
-            let (samples, cost) = preferReader ? try await withTaskExecutorPreference(ServiceConnection.readerExecutor) { try await measure() }
-                                               : try await measure()
+            let (samples, cost) = try await bench.costedRoundTrips(roundTrips, warmUp: 1000, service, message, caller: caller)
             let stats = Stats(microseconds: samples).with(cost, over: samples.count)
             print(String(format: "%d round trips (%@): median %.1f µs, %.1f µs CPU and %.2f context switches per round trip, host + service",
-                         samples.count, preferReader ? "caller preferring the reader's executor" : "caller on the global executor",
+                         samples.count, caller.description,
                          stats.median, stats.cpuPerOperation ?? 0, stats.switchesPerOperation ?? 0))
             #if LockCounts
             // For --counts: both processes' lock acquisitions so far (the counting build only).
@@ -422,14 +470,14 @@ struct Bench: Sendable {
             let payload = [UInt8](repeating: 0x2A, count: 64)
             let echoMessage = ServiceMessage(type: "echo", payload: payload)
             // The default path: the caller on the global concurrent executor, as an app's task is.
-            let (roundTrip, rawRoundTrip) = try await costedRoundTrips(service, echoMessage, preferring: nil)
+            let (roundTrip, rawRoundTrip) = try await costedRoundTrips(service, echoMessage, caller: .global)
             rows.append(againstRaw("request/reply, 64 B (caller on the global executor)", roundTrip, rawRoundTrip,
                                    baseline: "raw C seqpacket ping-pong", target: 2, p99Target: 3))
             rows.append(costRow(roundTrip, rawRoundTrip))
 
             // The low-latency path: the caller prefers the executor of the thread that reads the
             // connection, so a reply resumes it on that thread, with no hand-off.
-            let (preferring, rawPreferring) = try await costedRoundTrips(service, echoMessage, preferring: ServiceConnection.readerExecutor)
+            let (preferring, rawPreferring) = try await costedRoundTrips(service, echoMessage, caller: .loop)
             rows.append(againstRaw("request/reply, 64 B (caller preferring ServiceConnection.readerExecutor)", preferring, rawPreferring,
                                    baseline: "raw C seqpacket ping-pong", target: 1.3))
             rows.append(costRow(preferring, rawPreferring))
@@ -1089,4 +1137,26 @@ final class PrivateBus {
         var status: Int32 = 0
         waitpid(daemon, &status, 0)
     }
+}
+
+/// Runs `body` on a thread of its own (blocking calls must not block a thread of Swift's
+/// cooperative pool) and awaits what it returns or throws.
+func onThreadOfItsOwn<R: Sendable>(_ body: @escaping @Sendable () throws(RemoteError) -> R) async throws(RemoteError) -> R {
+    let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<R, RemoteError>, Never>) in
+        let job = Unmanaged.passRetained(ThreadJob { continuation.resume(returning: Result { () throws(RemoteError) -> R in try body() }) }).toOpaque()
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { raw in
+            Unmanaged<ThreadJob>.fromOpaque(raw!).takeRetainedValue().run()
+            return nil
+        }, job)
+        precondition(created == 0, "pthread_create failed: \(created)")
+        pthread_detach(thread)
+    }
+    return try result.get()
+}
+
+/// What ``onThreadOfItsOwn(_:)`` hands its thread.
+final class ThreadJob: @unchecked Sendable {
+    let run: () -> Void
+    init(_ run: @escaping () -> Void) { self.run = run }
 }

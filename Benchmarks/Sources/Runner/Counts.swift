@@ -34,7 +34,8 @@ enum Counts {
         print("| caller | system calls | context switches | malloc calls | lock acquisitions (host + service) |")
         print("|---|---|---|---|---|")
         var locksCounted = true
-        for (caller, flags) in [("on the global executor", [String]()), ("preferring readerExecutor", ["--prefer-reader"])] {
+        for (caller, flags) in [("on the global executor", [String]()), ("preferring readerExecutor", ["--prefer-reader"]),
+                                ("blocking call (requestSync, a thread of its own)", ["--blocking"])] {
             let first = try counted(perf: perf, me: me, roundTrips: runs.0, flags: flags)
             let second = try counted(perf: perf, me: me, roundTrips: runs.1, flags: flags)
             let per = (events + [lockKeys.host, lockKeys.service]).map { event -> Double? in

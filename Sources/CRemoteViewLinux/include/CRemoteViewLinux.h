@@ -1,7 +1,8 @@
 // CRemoteViewLinux: thin C shims for the Linux calls Swift cannot make directly (like swift-nio's
 // CNIOLinux). Every shim is a plain function or constant, prefixed `rv_`, with no logic beyond
 // what Swift cannot express (function-like macros, _GNU_SOURCE-only declarations, raw
-// syscalls). Only RemoteCore/System calls them.
+// syscalls, and the futex waits, which need the address of an atomic word that Swift's `Atomic`
+// does not give). Only RemoteCore/System calls them.
 #ifndef REMOTEVIEW_CREMOTEVIEWLINUX_H
 #define REMOTEVIEW_CREMOTEVIEWLINUX_H
 
@@ -124,6 +125,45 @@ void rv_tsan_release(void *_Nonnull address);
 
 /// 1 on the process's main thread (its thread id is its process id).
 int rv_is_main_thread(void);
+
+// MARK: blocking waits (futex: a thread that waits sleeps in the kernel, with no lock)
+
+/// How the event loop's thread and a thread that borrows it take turns (EventLoop's
+/// `borrow(_:)`, for a blocking call): the loop marks itself awake between `epoll_wait`s, a
+/// borrower marks the loop borrowed, each then looks at the other's mark (Dekker's order, all
+/// sequentially consistent), and a loop that wakes while it is borrowed sleeps on `borrowed`
+/// until it is given back. Only the functions below touch the fields.
+typedef struct {
+    uint32_t borrowed;
+    uint32_t awake;
+    uint32_t parked;
+} rv_loop_gate;
+
+/// A gate whose loop is awake (it has not slept yet).
+void rv_gate_init(rv_loop_gate *_Nonnull gate);
+/// The loop is about to wait in `epoll_wait`: it touches none of its state until it wakes.
+void rv_gate_loop_sleeps(rv_loop_gate *_Nonnull gate);
+/// The loop came back from `epoll_wait`: waits while a borrower holds it.
+void rv_gate_loop_wakes(rv_loop_gate *_Nonnull gate);
+/// Borrows the loop if it sleeps and nobody else holds it: 1 if borrowed, 0 if not.
+int rv_gate_borrow(rv_loop_gate *_Nonnull gate);
+/// Gives the loop back (waking it if it woke meanwhile and waits).
+void rv_gate_return(rv_loop_gate *_Nonnull gate);
+
+/// A word one thread waits on until another says it is done: 0 pending, 1 done, 2 pending and
+/// a thread waits. `rv_oneshot_wait` returns 1 once done, 0 when `timeout_ns` (relative;
+/// negative: no limit) passed first.
+int rv_oneshot_wait(uint32_t *_Nonnull word, int64_t timeout_ns);
+/// Marks `word` done, waking its waiter if one sleeps (no system call otherwise).
+void rv_oneshot_signal(uint32_t *_Nonnull word);
+/// Whether `word` is done (an acquiring load).
+int rv_oneshot_is_done(uint32_t *_Nonnull word);
+
+/// `recvmsg(fd, message, MSG_CMSG_CLOEXEC)`, blocking (the socket must not be `O_NONBLOCK`).
+ssize_t rv_recvmsg_blocking(int fd, struct msghdr *_Nonnull message);
+/// `setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, …)`: a blocking receive gives up (`EAGAIN`) after
+/// `nanoseconds` (0: never).
+int rv_set_receive_timeout(int fd, int64_t nanoseconds);
 
 // MARK: stdio
 

@@ -109,7 +109,19 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
     /// only (``flushAtEndOfRound(_:)``).
     nonisolated(unsafe) private var flushers: [any RoundFlusher] = []
     nonisolated(unsafe) private var spareFlushers: [any RoundFlusher] = []
+    /// The thread that acts as the loop: the loop's own, or a thread that borrowed it
+    /// (``borrow(_:)``) while it sleeps.
     private let thread = Atomic<UInt>(0)
+    /// The loop's own thread.
+    private let ownThread = Atomic<UInt>(0)
+    /// How the loop's thread and a borrower take turns (never freed: the loop lives as long as
+    /// the process).
+    nonisolated(unsafe) private let gate: UnsafeMutablePointer<rv_loop_gate> = {
+        let gate = UnsafeMutablePointer<rv_loop_gate>.allocate(capacity: 1)
+        gate.initialize(to: rv_loop_gate())
+        rv_gate_init(gate)
+        return gate
+    }()
     private static let wakeToken: UInt64 = 0
 
     private init() throws(SystemCallError) {
@@ -321,6 +333,54 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         local.timers = local.timers.filter { local.actions[$0.id] != nil || shared[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
     }
 
+    // MARK: borrowing the loop (a blocking call)
+
+    /// Runs `body` on the calling thread as the loop, if the loop sleeps with nothing queued:
+    /// the thread borrows it for that long (the loop, if it wakes meanwhile, waits until it is
+    /// given back). `nil` when the loop is awake, borrowed by another thread, or has work
+    /// waiting (which must run first): then ``runAndWait(_:)`` hands `body` to it.
+    ///
+    /// While `body` runs, the calling thread counts as the loop's (``isLoopThread``): what it
+    /// queues, schedules or registers goes into the loop's own state with no lock. What the
+    /// channels queued in it is written before the loop is given back, and the loop is woken
+    /// if `body` left it work or a timer due before it would wake. A blocking call
+    /// (``Connection/requestSync(_:timeout:)``) borrows the loop to send its request and to hand
+    /// what it read to the connection, so a call made while the loop sleeps never wakes it
+    /// (docs/Architecture.md, "The blocking call").
+    package func borrow<R>(_ body: () -> R) -> R? {
+        precondition(!isLoopThread, "EventLoop.borrow on the loop's own thread")
+        guard rv_gate_borrow(gate) != 0 else { return nil }
+        #if LockCounts
+        // The gate's compare-and-swap guards the loop's state like a lock: counted as one.
+        LockCounter.count(file: #fileID, line: #line)
+        #endif
+        // Borrowed while the loop sleeps: what it queued itself is in `local`, and what others
+        // handed it is posted. Either must run before anything the borrower does.
+        guard !hasPosted.load(ordering: .sequentiallyConsistent), local.work.isEmpty, local.jobs.isEmpty else {
+            rv_gate_return(gate)
+            return nil
+        }
+        let own = ownThread.load(ordering: .relaxed)
+        thread.store(UInt(pthread_self()), ordering: .relaxed)
+        let result = body()
+        flushRound()
+        var wake = !local.work.isEmpty || !local.jobs.isEmpty
+        if !wake, let first = local.timers.first, nanoseconds(first.deadline) < sleepingUntil.load(ordering: .relaxed) { wake = true }
+        thread.store(own, ordering: .relaxed)
+        rv_gate_return(gate)
+        if wake, sleeping.exchange(false, ordering: .sequentiallyConsistent) { Syscall.signalEventCounter(wakeup) }
+        return result
+    }
+
+    /// Runs `job` on the loop, after what is queued, and blocks the calling thread until it has
+    /// run: how a blocking call reaches the loop when it cannot ``borrow(_:)`` it.
+    package func runAndWait<R: Sendable>(_ job: @escaping @Sendable () -> R) -> R {
+        precondition(!isLoopThread, "EventLoop.runAndWait on the loop's own thread would wait for itself")
+        let result = BlockingResult<R>.make()
+        execute { result.complete(job()) }
+        return result.wait()!
+    }
+
     // MARK: executing jobs
 
     /// Queues a job of a task that prefers this loop; it runs on the loop thread. Queued from
@@ -370,6 +430,7 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
         let result = pthread_create(&thread, nil, { context in
             let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
             loop.thread.store(UInt(pthread_self()), ordering: .relaxed)
+            loop.ownThread.store(UInt(pthread_self()), ordering: .relaxed)
             _ = rv_name_this_thread("remoteview-loop")
             loop.run()
         }, context)
@@ -413,11 +474,15 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
                 }
             }
             let count: Int
+            // From here until it wakes, the loop touches none of its state: a blocking caller
+            // may borrow it (``borrow(_:)``), and the loop waits for it to be given back.
+            rv_gate_loop_sleeps(gate)
             do {
                 count = try Syscall.epollWait(epoll, events, capacity, timeoutMilliseconds: timeout)
             } catch {
                 fatalError("RemoteView event loop: \(error)")
             }
+            rv_gate_loop_wakes(gate)
             sleeping.store(false, ordering: .relaxed)
             // Handlers registered from other threads are in place before their events go out.
             takePosted()

@@ -16,6 +16,13 @@ import Glibc
 /// writes). When the peer's queue is full, the channel watches `EPOLLOUT` and keeps the packets,
 /// at most ``maxQueuedPackets``; one more fails at once, naming the bound, and a queue that has
 /// not moved for ``sendTimeout`` ends the channel as *timeout*.
+///
+/// The read side can be lent to a blocking caller (``lendReadSide()``): the loop stops watching
+/// for `EPOLLIN`, the caller reads with a blocking `recvmsg` on its own thread
+/// (``receiveLent(until:)``) and hands each packet back through the loop
+/// (``deliverLent()``), and the loop takes the read side back (``returnReadSide()``). Writing
+/// goes on as usual meanwhile. The socket itself is blocking; every call the loop makes on it
+/// says `MSG_DONTWAIT`.
 package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Sendable {
     // @unchecked: everything mutable is touched on `eventLoop` only (checked in debug builds);
     // `fd` and the registration are set in init, before the loop can call in.
@@ -39,6 +46,15 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     /// what the peer sent, its goodbye say, then end of file).
     private var peerGone = false
     private var blockedTimer: LoopTimer?
+    /// The read side is lent to a blocking caller: the loop does not read, and does not watch
+    /// `EPOLLIN`.
+    private var lent = false
+    /// Closed while lent: the socket is shut down (which ends the caller's `recvmsg`), and
+    /// released once the read side comes back.
+    private var releaseWhenReturned = false
+    /// The receive timeout set on the socket (`SO_RCVTIMEO`; `nil`: none), touched by whoever
+    /// holds the read side.
+    private var receiveTimeout: Duration?
 
     /// How long the peer may leave packets waiting (its queue full) before the channel ends as
     /// *timeout*.
@@ -77,11 +93,11 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         }
     }
 
-    /// Takes ownership of a connected seqpacket socket (made non-blocking here) and registers it
-    /// with `loop`.
+    /// Takes ownership of a connected seqpacket socket (made blocking here: the loop's calls
+    /// say `MSG_DONTWAIT`, and a blocking caller's `recvmsg` waits) and registers it with `loop`.
     package init(_ socket: consuming OwnedFD, sendTimeout: Duration = .seconds(10), maxQueuedPackets: Int = defaultMaxQueuedPackets,
                  loop: EventLoop = .shared) throws(SystemCallError) {
-        try Syscall.setNonBlocking(socket.rawValue, true)
+        try Syscall.setNonBlocking(socket.rawValue, false)
         batch = try ReceiveBatch.take()
         eventLoop = loop
         self.sendTimeout = sendTimeout
@@ -154,19 +170,27 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         guard !closed else { return }
         if events & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0, blocked {
             blocked = false
-            if let registration { eventLoop.watch(registration, edgeTriggered: EPOLLIN.rawValue) }
+            watchInterest()
             flush()
         }
         if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             readable = true
-            readAvailable()
+            // Lent: the blocking caller reads it (or, once the read side is back, the loop).
+            if !lent { readAvailable() }
         }
+    }
+
+    /// Watches what the channel waits for: `EPOLLIN` unless the read side is lent, `EPOLLOUT`
+    /// while the peer's queue is full. (Hang-up and error are always reported.)
+    private func watchInterest() {
+        guard let registration else { return }
+        eventLoop.watch(registration, edgeTriggered: (lent ? 0 : EPOLLIN.rawValue) | (blocked ? EPOLLOUT.rawValue : 0))
     }
 
     /// Hands out what is queued, batch by batch, until the queue is empty, reading is paused,
     /// or a full batch has been handed out (the next one comes in a later turn).
     private func readAvailable() {
-        guard !reading, let inbound else { return }
+        guard !reading, !lent, let inbound else { return }
         reading = true
         defer { reading = false }
         var handedOut = 0
@@ -272,7 +296,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     /// ``sendTimeout``.
     private func wait() {
         blocked = true
-        if let registration { eventLoop.watch(registration, edgeTriggered: EPOLLIN.rawValue | EPOLLOUT.rawValue) }
+        watchInterest()
         if blockedTimer == nil {
             let timeout = sendTimeout
             blockedTimer = eventLoop.schedule(at: .now.advanced(by: timeout)) { [weak self] in
@@ -367,10 +391,139 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     }
 
     private func releaseSocket() {
+        if lent {
+            // The blocking caller's recvmsg ends (end of file); the fd stays its until it gives
+            // the read side back, so its number cannot be reused under it.
+            Syscall.shutdownBoth(fd)
+            releaseWhenReturned = true
+            return
+        }
         if let registration { eventLoop.deregister(registration) }
         registration = nil
         Syscall.shutdownBoth(fd)
         Syscall.close(fd)
+    }
+
+    // MARK: lending the read side (a blocking call)
+
+    /// Lends the read side to a blocking caller (on the loop), if nothing the loop read waits
+    /// to be handed out and reading is not paused: from now on the loop does not watch
+    /// `EPOLLIN` nor read; the caller reads with ``receiveLent(until:)`` and hands each packet
+    /// over with ``deliverLent()``, on the loop, until ``returnReadSide()``. Packets queued in
+    /// the socket come to the caller first, in order. `false`: not lent.
+    package func lendReadSide() -> Bool {
+        loop.preconditionInLoop("SeqpacketChannel.lendReadSide")
+        guard !closed, !lent, !paused, !reading, inbound != nil, batch.next >= batch.count else { return false }
+        lent = true
+        readable = false
+        watchInterest()
+        return true
+    }
+
+    /// What ``receiveLent(until:)`` got.
+    package enum LentReceipt: Sendable {
+        /// A packet, or the end of file, waits to be handed over (``deliverLent()``).
+        case received
+        /// Nothing came before the receive timeout.
+        case timedOut
+        /// The receive failed.
+        case failed(RemoteError)
+    }
+
+    /// Blocks the calling thread (the one the read side is lent to, not the loop) in `recvmsg`
+    /// until a packet, the end of file or an error comes, or `deadline` passes (`nil`: no
+    /// limit; the socket's receive timeout is lowered only when the time left is shorter, so a
+    /// call rarely sets it). No `epoll_wait`.
+    package func receiveLent(until deadline: ContinuousClock.Instant?) -> LentReceipt {
+        assert(lent, "SeqpacketChannel.receiveLent without the read side")
+        if let deadline {
+            let left = ContinuousClock.now.duration(to: deadline)
+            guard left > .zero else { return .timedOut }
+            if receiveTimeout.map({ left < $0 }) ?? true {
+                // Whole seconds (rounded down) while more than two are left, so the next call's
+                // longer wait keeps the setting; the last two to the microsecond.
+                let wait = left > .seconds(2) ? .seconds(left.components.seconds) : left
+                guard rv_set_receive_timeout(fd, Int64(wait.components.seconds) * 1_000_000_000 + wait.components.attoseconds / 1_000_000_000) == 0 else {
+                    return .failed(RemoteError(.interrupted, "setsockopt(SO_RCVTIMEO) failed: errno \(errno)"))
+                }
+                receiveTimeout = wait
+            }
+        } else if receiveTimeout != nil {
+            guard rv_set_receive_timeout(fd, 0) == 0 else {
+                return .failed(RemoteError(.interrupted, "setsockopt(SO_RCVTIMEO) failed: errno \(errno)"))
+            }
+            receiveTimeout = nil
+        }
+        batch.prepare()
+        var afterReset = false
+        while true {
+            let count = rv_recvmsg_blocking(fd, (batch.messages + 0).pointer(to: \.msg_hdr)!)
+            if count >= 0 {
+                batch.messages[0].msg_len = UInt32(count)
+                batch.received(1)
+                return .received
+            }
+            switch errno {
+            case EINTR:
+                continue
+            case EAGAIN:
+                return .timedOut
+            case ECONNRESET where !afterReset:
+                // As in readBatch: the peer closed with our packets unread; what it sent comes next.
+                afterReset = true
+                continue
+            case ECONNRESET:
+                batch.messages[0].msg_len = 0
+                batch.received(1)
+                return .received
+            case let code:
+                return .failed(RemoteError(.interrupted, "recvmsg failed: \(String(cString: strerror(code)))"))
+            }
+        }
+    }
+
+    /// Hands the packet (or end of file) the blocking caller received to the inbound stage, as
+    /// the loop's own reading would (on the loop).
+    package func deliverLent() {
+        loop.preconditionInLoop("SeqpacketChannel.deliverLent")
+        guard batch.next < batch.count else { return }
+        guard !closed, let inbound else { return batch.discardRest() }
+        batch.next += 1
+        let packet: InboundPacket?
+        do {
+            packet = try batch.packet(at: 0)
+        } catch {
+            return fail(error)
+        }
+        guard let packet else { return end(nil) }
+        inbound.channelRead(packet)
+    }
+
+    /// The blocking caller's receive failed: the channel ends with that error (on the loop).
+    package func failLent(_ error: RemoteError) {
+        loop.preconditionInLoop("SeqpacketChannel.failLent")
+        fail(error)
+    }
+
+    /// Whether the inbound stage paused reading (it waits for async work): a blocking caller
+    /// gives the read side back then, so the pause holds.
+    package var isReadingPaused: Bool { paused }
+
+    /// Takes the read side back (on the loop): `EPOLLIN` is watched again, and a packet that is
+    /// queued already is reported at once; a channel closed meanwhile lets its socket go now.
+    package func returnReadSide() {
+        loop.preconditionInLoop("SeqpacketChannel.returnReadSide")
+        guard lent else { return }
+        lent = false
+        if releaseWhenReturned {
+            releaseWhenReturned = false
+            releaseSocket()
+            return
+        }
+        guard !closed else { return }
+        // An edge that came while lent (or a hang-up) was recorded; the loop reads it now.
+        if readable { eventLoop.execute { [weak self] in self?.readAvailable() } }
+        watchInterest()
     }
 }
 

@@ -1,0 +1,172 @@
+import Glibc
+import RemoteTestSupport
+import Testing
+@testable import RemoteCore
+
+/// Tier 2: ``Connection/requestSync(_:timeout:)`` between two connections over a real socketpair.
+@Suite("A blocking call")
+struct BlockingCallTests {
+    final class Messages: Sendable { let texts = Mutex<[String]>([]) }
+
+    /// The service side answers by type: "echo" at once (the synchronous form), "notify" after
+    /// three one-way messages, "ask" after asking the host a request of its own, "slow" never
+    /// (until cancelled).
+    func withPair<R: Sendable>(hostMessages: Messages = Messages(), slowStarted: Latch<Void> = Latch(), slowCancelled: Latch<Void> = Latch(),
+                               _ body: @escaping @Sendable (Connection, Connection) async throws -> R) async throws -> R {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let host = try Connection(socket: hostEnd, configuration: .testHost, onRequest: { message, _ in
+                ServiceMessage(type: "answer", text: "host saw \(message.text ?? "")")
+            }, onMessage: { message, _ in
+                hostMessages.texts.withLock { $0.append(message.text ?? "") }
+            })
+            let service = try Connection(socket: pair.second, configuration: .testService, onSynchronousRequest: { message, _ in
+                message.type == "echo" ? message : nil
+            }, onRequest: { message, context in
+                switch message.type {
+                case "notify":
+                    for index in 1...3 { try await context.connection.send(ServiceMessage(type: "note", text: "note \(index)")) }
+                    return ServiceMessage(type: "done", text: "notified")
+                case "ask":
+                    let answer = try await context.connection.request(ServiceMessage(type: "question", text: message.text ?? ""))
+                    return ServiceMessage(type: "done", text: answer.text ?? "")
+                case "slow":
+                    slowStarted.open(())
+                    do {
+                        try await Task.sleep(for: .seconds(3600))
+                    } catch {
+                        slowCancelled.open(())
+                        throw error
+                    }
+                    return message
+                default:
+                    throw ServiceFailure.unknownRequest(message.type, handler: "test")
+                }
+            })
+            return try await withThrowingTaskGroup(of: R?.self) { group in
+                group.addTask { try await service.run(); return nil }
+                let result = try await host.withRunning { host in try await body(host, service) }
+                try await group.waitForAll()
+                return result
+            }
+        }
+    }
+
+    @Test("a blocking call gets its reply, call after call, and async requests go on beside it")
+    func replies() async throws {
+        try await withPair { host, _ in
+            let outcomes = await onOwnThread {
+                (0..<200).map { index in Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "echo", text: "hello \(index)")) } }
+            }
+            #expect(outcomes == (0..<200).map { .reply("hello \($0)") })
+            async let blocking = onOwnThread {
+                (0..<100).map { index in Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "echo", text: "b\(index)")) } }
+            }
+            for index in 0..<100 {
+                let reply = try await host.request(ServiceMessage(type: "echo", text: "a\(index)"))
+                #expect(reply.text == "a\(index)")
+            }
+            #expect(await blocking == (0..<100).map { .reply("b\($0)") })
+        }
+    }
+
+    @Test("two threads blocking on one connection at once each get their own replies")
+    func twoThreads() async throws {
+        try await withPair { host, _ in
+            async let first = onOwnThread {
+                (0..<200).map { index in Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "echo", text: "first \(index)")) } }
+            }
+            async let second = onOwnThread {
+                (0..<200).map { index in Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "echo", text: "second \(index)")) } }
+            }
+            #expect(await first == (0..<200).map { .reply("first \($0)") })
+            #expect(await second == (0..<200).map { .reply("second \($0)") })
+        }
+    }
+
+    @Test("what the peer sends while the caller reads is handled in order: messages before the reply, and the peer's own request is answered")
+    func interleaved() async throws {
+        let messages = Messages()
+        try await withPair(hostMessages: messages) { host, _ in
+            let notified = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "notify")) } }
+            #expect(notified == .reply("notified"))
+            #expect(messages.texts.withLock { $0 } == ["note 1", "note 2", "note 3"])
+            let asked = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "ask", text: "why")) } }
+            #expect(asked == .reply("host saw why"))
+            // The read side is the loop's again: async traffic still flows.
+            let after = try await host.request(ServiceMessage(type: "echo", text: "after"))
+            #expect(after.text == "after")
+        }
+    }
+
+    @Test("a blocking call times out at its deadline, the peer's handler is cancelled, and the next call works")
+    func timeout() async throws {
+        let slowCancelled = Latch<Void>()
+        try await withPair(slowCancelled: slowCancelled) { host, _ in
+            let start = ContinuousClock.now
+            let late = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "slow"), timeout: .milliseconds(200)) } }
+            #expect(late == .error(.timeout))
+            #expect(ContinuousClock.now - start >= .milliseconds(200))
+            // The host sent a cancel: the service's handler was cancelled.
+            try await slowCancelled.wait(until: .now.advanced(by: .seconds(10)))
+            let next = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "echo", text: "next"), timeout: .seconds(5)) } }
+            #expect(next == .reply("next"))
+            let failed = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "unknown")) } }
+            #expect(failed == .error(.remoteError))
+        }
+    }
+
+    @Test("called on the event loop's thread, a blocking call fails at once with a clear error instead of waiting for itself")
+    func onTheLoop() async throws {
+        try await withPair { host, _ in
+            let error = await onOwnThread {
+                EventLoop.shared.runAndWait { () -> RemoteError? in
+                    do {
+                        _ = try host.requestSync(ServiceMessage(type: "echo", text: "x"))
+                        return nil
+                    } catch {
+                        return error as? RemoteError
+                    }
+                }
+            }
+            #expect(error?.code == .invalidArgument)
+            #expect(error?.reason.contains("event loop thread") == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test("closing the connection while a thread blocks in a call fails the call with invalidated")
+    func closedWhileBlocked() async throws {
+        let slowStarted = Latch<Void>()
+        try await withPair(slowStarted: slowStarted) { host, _ in
+            async let blocked = onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "slow"), timeout: .seconds(60)) } }
+            // The request has reached the service once its handler runs: then close.
+            try await slowStarted.wait(until: .now.advanced(by: .seconds(10)))
+            await host.close(reason: "test closes")
+            #expect(await blocked == .error(.invalidated))
+        }
+    }
+
+    @Test("the peer vanishing while a thread blocks in a call fails it with interrupted, and nothing leaks")
+    func vanishingPeer() async throws {
+        let outcome = try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let peer = try SeqpacketSocket(pair.second)
+            try rawSend(peer.fd, HostileConnectionTests.handshake())
+            let host = try Connection(socket: hostEnd, configuration: Connection.Configuration.testHost)
+            return try await withThrowingTaskGroup(of: Void.self) { group -> Outcome? in
+                group.addTask { try? await host.run() }
+                _ = try await host.peerHandshake()
+                async let blocked = onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "never answered")) } }
+                // The peer sees the host's handshake, then the request, then vanishes.
+                _ = try await peer.receive()
+                let sent = try await peer.receive()
+                guard case .request = sent?.body else { return nil }
+                peer.close()
+                return await blocked
+            }
+        }
+        #expect(outcome == .error(.interrupted))
+    }
+}
