@@ -385,8 +385,9 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         queue.removeAll()
         if let blockedTimer { eventLoop.cancel(blockedTimer) }
         blockedTimer = nil
-        // The fds of packets read but not handed out go now.
-        batch.discardRest()
+        // The fds of packets read but not handed out go now; while the read side is lent, the
+        // reader owns the batch, and they go when it comes back.
+        if !lent { batch.discardRest() }
         releaseSocket()
     }
 
@@ -517,6 +518,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         lent = false
         if releaseWhenReturned {
             releaseWhenReturned = false
+            batch.discardRest()
             releaseSocket()
             return
         }
