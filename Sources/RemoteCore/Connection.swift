@@ -343,10 +343,15 @@ public final class Connection: Sendable {
     /// The calling thread sends the request and reads the reply itself, in a blocking
     /// `recvmsg`: while it waits, the event loop does not watch the connection's socket, and
     /// whatever else the peer sends meanwhile is handed to the connection in order, as the loop
-    /// would have handled it. When the loop sleeps, the call borrows it for the moments it
-    /// needs it and never wakes it; when it is busy, the call queues behind its work
-    /// (docs/Architecture.md, "The blocking call"). What the thread sent before this call (with
-    /// ``send(_:)-(ServiceMessage)`` too) goes out before the request.
+    /// would have handled it; your handlers run on the loop, never on the calling thread. When
+    /// the loop sleeps, the call borrows it for the moments it needs it and does not wake it
+    /// (unless what came meanwhile gives the loop work); when it is busy, the call queues behind
+    /// its work (docs/Architecture.md, "The blocking call"). What the thread sent before this
+    /// call (with ``send(_:)-(ServiceMessage)`` too) goes out before the request.
+    ///
+    /// The reply waits behind one-way messages that came before it, as with
+    /// ``request(_:timeout:)``: a message handler that waits for a thread which is blocked in
+    /// this call deadlocks it until its timeout.
     ///
     /// - Important: It blocks a thread. Do not call it from a task on Swift's cooperative
     ///   thread pool (which has one thread per core: a blocked one stalls other tasks, and
@@ -398,7 +403,10 @@ public final class Connection: Sendable {
             eventLoop.execute { handler.blockingCallTimedOut(token: token) }
             outcome = result.wait()
         }
-        if case .wait(let timer?) = step { eventLoop.cancel(timer) }
+        if case .wait(let timer?) = step {
+            // On the loop, if it sleeps: a cancel handed over would wake it.
+            if eventLoop.borrow({ eventLoop.cancel(timer) }) == nil { eventLoop.cancel(timer) }
+        }
         let reply = try outcome!.get()
         switch reply.body {
         case .reply(let type, let payload):

@@ -309,12 +309,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                       for result: BlockingResult<Result<Envelope, RemoteError>>, token: UInt64,
                       deadline: ContinuousClock.Instant?) -> BlockingStep {
         loop.preconditionInLoop("ConnectionHandler.lentReceived")
+        var readOn = true
         switch receipt {
         case .received: lent.deliverLent()
         case .failed(let error): lent.failLent(error)
-        case .timedOut: if let deadline, loop.now >= deadline { blockingCallTimedOut(token: token) }
+        case .timedOut: blockingCallTimedOut(token: token)
+        case .cannotWait: readOn = false
         }
-        if !result.isComplete, !ended, !delivering, inbox.isEmpty, !lent.isReadingPaused { return .read(lent) }
+        if readOn, !result.isComplete, !ended, !delivering, inbox.isEmpty, !lent.isReadingPaused { return .read(lent) }
         lent.returnReadSide()
         guard !result.isComplete, let deadline else { return .wait(timer: nil) }
         return .wait(timer: loop.schedule(at: deadline) { [self] in blockingCallTimedOut(token: token) })
@@ -718,6 +720,20 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             throw RemoteError(.protocolViolation, "more than \(shared.limit) requests outstanding at once across the process's connections")
         }
         let context = self.context!
+        if loop.isBorrowed {
+            // Read by a thread blocked in a call of its own, which borrows the loop: no handler
+            // runs on that thread (as XPC runs none on a thread blocked in a call), so the loop
+            // starts this one, synchronous form first, in a task that prefers it.
+            let handoff = Handoff(message)
+            let loop = self.loop
+            let task = Task(executorPreference: loop) { [self] in
+                await answer(handoff, id: id, context, triedSynchronously: false, synchronousFirst: true)
+                shared?.release(1)
+                loop.run { [self] in handlerFinished(id) }
+            }
+            machine.handlerStarted(id, task: task)
+            return
+        }
         var triedSynchronously = false
         if let immediate = responder.immediate {
             // A synchronous handler answers here, inline on the loop: its reply joins what this
@@ -762,17 +778,33 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         machine.handlerFinished(id)
     }
 
-    /// Runs the request handler for request `id` and sends its reply or failure (off the loop
-    /// once the handler has suspended).
-    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext, triedSynchronously: Bool) async {
+    /// Runs the request handler for request `id` (its synchronous form first when asked: the
+    /// task then runs on the loop) and sends its reply or failure (off the loop once the
+    /// handler has suspended).
+    private func answer(_ handoff: Handoff<ServiceMessage>, id: UInt64, _ context: ConnectionContext, triedSynchronously: Bool,
+                        synchronousFirst: Bool = false) async {
         guard let message = handoff.take() else { return }
-        let outcome: Result<ServiceMessage, any Error>
-        do {
-            outcome = .success(try await responder.later(message, context, triedSynchronously))
-        } catch {
-            outcome = .failure(error)
+        var outcome: Result<ServiceMessage, any Error>?
+        var tried = triedSynchronously
+        if synchronousFirst, let immediate = responder.immediate {
+            do {
+                switch try immediate(message, context) {
+                case .reply(let reply): outcome = .success(reply)
+                case .declined: tried = true
+                case .notTried: break
+                }
+            } catch {
+                outcome = .failure(error)
+            }
         }
-        guard !Task.isCancelled else { return }
+        if outcome == nil {
+            do {
+                outcome = .success(try await responder.later(message, context, tried))
+            } catch {
+                outcome = .failure(error)
+            }
+        }
+        guard let outcome, !Task.isCancelled else { return }
         let (reply, attachments) = Self.reply(to: id, outcome, of: message.type, logger: logger)
         loop.run { self.writeReply(reply, attachments: attachments) }
     }

@@ -153,7 +153,13 @@ public final class ServiceConnection: Sendable {
     ///   can never be reached, `timeout`, `cancelled`, `remoteError` (the service's own failure),
     ///   `protocolViolation`.
     public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {
-        var retried = false
+        try await request(message, timeout: timeout, retried: false)
+    }
+
+    /// ``request(_:timeout:)``; `retried`: the request was sent once already, to a process that
+    /// exited idle, and is not sent again after another idle exit.
+    private func request(_ message: ServiceMessage, timeout: Duration?, retried: Bool) async throws(RemoteError) -> ServiceMessage {
+        var retried = retried
         while true {
             let channel = try await currentChannel()
             channel.instance.idleClock.begin()
@@ -203,6 +209,7 @@ public final class ServiceConnection: Sendable {
         guard !EventLoop.shared.isLoopThread else {
             throw RemoteError(.invalidArgument, "requestSync(\"\(message.type.escapedForTerminal())\") to \(identifier) was called on RemoteView's event loop thread, which must read the reply: it would wait for itself (use request(_:timeout:) there)")
         }
+        let deadline = timeout.map { ContinuousClock.now.advanced(by: $0) }
         // A process that runs and is connected: the call is its connection's, on this thread.
         if let channel = machine.withLock({ $0.channel }), channel.isUsable {
             channel.instance.idleClock.begin()
@@ -214,22 +221,23 @@ public final class ServiceConnection: Sendable {
                 channel.instance.idleClock.end()
                 guard error.code == .interrupted || error.code == .invalidated else { throw error }
                 // The process ended under the call: how, and, after an idle exit (the service
-                // had nothing outstanding, so it never handled this), once more to a new one.
-                return try blocking(message, timeout: timeout) { [self] () async throws(RemoteError) -> ServiceMessage in
+                // had nothing outstanding, so it never handled this), once more to a new one,
+                // within what is left of the timeout.
+                return try blocking(message, until: deadline) { [self] () async throws(RemoteError) -> ServiceMessage in
                     let end = await processEnd(after: error, on: channel, waiting: true)
                     guard end?.kind == .idleExit else { throw explained(error, end: end) }
-                    return try await request(message, timeout: timeout)
+                    return try await request(message, timeout: deadline.map { ContinuousClock.now.duration(to: $0) }, retried: true)
                 }
             }
         }
-        return try blocking(message, timeout: timeout) { [self] () async throws(RemoteError) -> ServiceMessage in
-            try await request(message, timeout: timeout)
+        return try blocking(message, until: deadline) { [self] () async throws(RemoteError) -> ServiceMessage in
+            try await request(message, timeout: deadline.map { ContinuousClock.now.duration(to: $0) }, retried: false)
         }
     }
 
     /// Runs `body` (a request that must launch the service first) in a task, blocking the
-    /// calling thread until it has finished or `timeout` has passed (the task is cancelled then).
-    private func blocking(_ message: ServiceMessage, timeout: Duration?,
+    /// calling thread until it has finished or `deadline` has passed (the task is cancelled then).
+    private func blocking(_ message: ServiceMessage, until deadline: ContinuousClock.Instant?,
                           _ body: @escaping @Sendable () async throws(RemoteError) -> ServiceMessage) throws(RemoteError) -> ServiceMessage {
         let result = BlockingResult<Result<ServiceMessage, RemoteError>>.make()
         let task = Task {
@@ -239,9 +247,9 @@ public final class ServiceConnection: Sendable {
                 result.complete(.failure(error))
             }
         }
-        guard let outcome = result.wait(timeout: timeout) else {
+        guard let outcome = result.wait(timeout: deadline.map { ContinuousClock.now.duration(to: $0) }) else {
             task.cancel()
-            throw RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within \(timeout.map { "\($0)" } ?? "its deadline"), its launch included")
+            throw RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within its timeout, its launch included")
         }
         return try outcome.get()
     }

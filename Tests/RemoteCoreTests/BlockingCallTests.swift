@@ -6,7 +6,11 @@ import Testing
 /// Tier 2: ``Connection/requestSync(_:timeout:)`` between two connections over a real socketpair.
 @Suite("A blocking call")
 struct BlockingCallTests {
-    final class Messages: Sendable { let texts = Mutex<[String]>([]) }
+    final class Messages: Sendable {
+        let texts = Mutex<[String]>([])
+        /// The threads the host's request handler ran on.
+        let handlerThreads = Mutex<[UInt]>([])
+    }
 
     /// The service side answers by type: "echo" at once (the synchronous form), "notify" after
     /// three one-way messages, "ask" after asking the host a request of its own, "slow" never
@@ -17,7 +21,8 @@ struct BlockingCallTests {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
             let host = try Connection(socket: hostEnd, configuration: .testHost, onRequest: { message, _ in
-                ServiceMessage(type: "answer", text: "host saw \(message.text ?? "")")
+                hostMessages.handlerThreads.withLock { $0.append(UInt(pthread_self())) }
+                return ServiceMessage(type: "answer", text: "host saw \(message.text ?? "")")
             }, onMessage: { message, _ in
                 hostMessages.texts.withLock { $0.append(message.text ?? "") }
             })
@@ -85,15 +90,19 @@ struct BlockingCallTests {
         }
     }
 
-    @Test("what the peer sends while the caller reads is handled in order: messages before the reply, and the peer's own request is answered")
+    @Test("what the peer sends while the caller reads is handled in order: messages before the reply, and the peer's own request is answered, by a handler that does not run on the blocked thread")
     func interleaved() async throws {
         let messages = Messages()
         try await withPair(hostMessages: messages) { host, _ in
             let notified = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "notify")) } }
             #expect(notified == .reply("notified"))
             #expect(messages.texts.withLock { $0 } == ["note 1", "note 2", "note 3"])
-            let asked = await onOwnThread { Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "ask", text: "why")) } }
+            let (asked, caller) = await onOwnThread {
+                (Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "ask", text: "why")) }, UInt(pthread_self()))
+            }
             #expect(asked == .reply("host saw why"))
+            let handlerThreads = messages.handlerThreads.withLock { $0 }
+            #expect(handlerThreads.count == 1 && !handlerThreads.contains(caller), "the host's handler ran on \(handlerThreads), the caller is \(caller)")
             // The read side is the loop's again: async traffic still flows.
             let after = try await host.request(ServiceMessage(type: "echo", text: "after"))
             #expect(after.text == "after")

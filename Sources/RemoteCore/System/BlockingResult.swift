@@ -37,7 +37,7 @@ package struct BlockingResult<Value: Sendable>: @unchecked Sendable {
     /// Blocks the calling thread until the value is handed over, or `timeout` (`nil`: no limit)
     /// passes first (`nil` then).
     package func wait(timeout: Duration? = nil) -> Value? {
-        let nanoseconds = timeout.map { max(0, Int64($0.components.seconds) * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) } ?? -1
+        let nanoseconds = timeout.map { max(0, $0.saturatingNanoseconds) } ?? -1
         return withUnsafeMutablePointerToHeader { slot in
             guard rv_oneshot_wait(Self.word(slot), nanoseconds) != 0 else { return nil }
             return slot.pointee.value

@@ -404,6 +404,10 @@ package final class EventLoop: TaskExecutor, Loop, Sendable {
 
     package var inLoop: Bool { isLoopThread }
 
+    package var isBorrowed: Bool {
+        thread.load(ordering: .relaxed) != ownThread.load(ordering: .relaxed)
+    }
+
     package var now: ContinuousClock.Instant { .now }
 
     package func flushAtEndOfRound(_ flusher: any RoundFlusher) {

@@ -9,8 +9,14 @@ import Synchronization
 /// is a `TaskExecutor` too: a task that prefers it runs on the loop's thread, between rounds'
 /// descriptors and timers (a connection's delivery task does).
 package protocol Loop: TaskExecutor {
-    /// Whether the caller runs on the loop (its thread, or the thread running a ``ManualLoop``).
+    /// Whether the caller runs on the loop (its thread, or the thread running a ``ManualLoop``,
+    /// or a thread that borrowed an ``EventLoop`` for a blocking call).
     var inLoop: Bool { get }
+
+    /// Whether the caller is a thread that borrowed the loop for a blocking call
+    /// (``EventLoop/borrow(_:)``): it runs the loop's code for the moment, but no handler
+    /// written by a user runs on it.
+    var isBorrowed: Bool { get }
 
     /// The loop's clock: what deadlines given to ``schedule(at:_:)`` are measured against.
     var now: ContinuousClock.Instant { get }

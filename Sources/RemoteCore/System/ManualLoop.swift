@@ -27,6 +27,8 @@ package final class ManualLoop: Loop, TaskExecutor, @unchecked Sendable {
 
     package var inLoop: Bool { runner.load(ordering: .relaxed) == UInt(pthread_self()) }
 
+    package var isBorrowed: Bool { false }
+
     package var now: ContinuousClock.Instant { lock.withLock { $0.clock } }
 
     package func execute(_ job: @escaping @Sendable () -> Void) {

@@ -24,8 +24,10 @@ import Glibc
 /// goes on as usual meanwhile. The socket itself is blocking; every call the loop makes on it
 /// says `MSG_DONTWAIT`.
 package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Sendable {
-    // @unchecked: everything mutable is touched on `eventLoop` only (checked in debug builds);
-    // `fd` and the registration are set in init, before the loop can call in.
+    // @unchecked: everything mutable is touched on `eventLoop` only (checked in debug builds;
+    // a thread that borrowed the loop counts as it), except the receive batch and
+    // `receiveTimeout` while the read side is lent, which only the reader touches; `fd` and the
+    // registration are set in init, before the loop can call in.
     package var loop: any Loop { eventLoop }
     private let eventLoop: EventLoop
     private let fd: Int32
@@ -425,39 +427,39 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     package enum LentReceipt: Sendable {
         /// A packet, or the end of file, waits to be handed over (``deliverLent()``).
         case received
-        /// Nothing came before the receive timeout.
+        /// Nothing came before the deadline.
         case timedOut
         /// The receive failed.
         case failed(RemoteError)
+        /// The socket's receive timeout could not be set: the caller cannot wait here with a
+        /// deadline, and gives the read side back.
+        case cannotWait
     }
 
     /// Blocks the calling thread (the one the read side is lent to, not the loop) in `recvmsg`
     /// until a packet, the end of file or an error comes, or `deadline` passes (`nil`: no
-    /// limit; the socket's receive timeout is lowered only when the time left is shorter, so a
-    /// call rarely sets it). No `epoll_wait`.
+    /// limit). No `epoll_wait`. The deadline is the socket's receive timeout (`SO_RCVTIMEO`),
+    /// set only when none is set, when the time left is shorter, or when what is set is less
+    /// than half of it (a timeout left short by an earlier call): whole seconds while more than
+    /// two are left, so calls with the same timeout leave it as it is. A wait that ends early
+    /// waits again for what is left.
     package func receiveLent(until deadline: ContinuousClock.Instant?) -> LentReceipt {
         assert(lent, "SeqpacketChannel.receiveLent without the read side")
-        if let deadline {
-            let left = ContinuousClock.now.duration(to: deadline)
-            guard left > .zero else { return .timedOut }
-            if receiveTimeout.map({ left < $0 }) ?? true {
-                // Whole seconds (rounded down) while more than two are left, so the next call's
-                // longer wait keeps the setting; the last two to the microsecond.
-                let wait = left > .seconds(2) ? .seconds(left.components.seconds) : left
-                guard rv_set_receive_timeout(fd, Int64(wait.components.seconds) * 1_000_000_000 + wait.components.attoseconds / 1_000_000_000) == 0 else {
-                    return .failed(RemoteError(.interrupted, "setsockopt(SO_RCVTIMEO) failed: errno \(errno)"))
-                }
-                receiveTimeout = wait
-            }
-        } else if receiveTimeout != nil {
-            guard rv_set_receive_timeout(fd, 0) == 0 else {
-                return .failed(RemoteError(.interrupted, "setsockopt(SO_RCVTIMEO) failed: errno \(errno)"))
-            }
-            receiveTimeout = nil
-        }
         batch.prepare()
         var afterReset = false
         while true {
+            if let deadline {
+                let left = ContinuousClock.now.duration(to: deadline)
+                guard left > .zero else { return .timedOut }
+                if receiveTimeout.map({ left < $0 || $0 < left / 2 }) ?? true {
+                    let wait = left > .seconds(2) ? .seconds(left.components.seconds) : left
+                    guard rv_set_receive_timeout(fd, wait.saturatingNanoseconds) == 0 else { return .cannotWait }
+                    receiveTimeout = wait
+                }
+            } else if receiveTimeout != nil {
+                guard rv_set_receive_timeout(fd, 0) == 0 else { return .cannotWait }
+                receiveTimeout = nil
+            }
             let count = rv_recvmsg_blocking(fd, (batch.messages + 0).pointer(to: \.msg_hdr)!)
             if count >= 0 {
                 batch.messages[0].msg_len = UInt32(count)
@@ -465,10 +467,9 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
                 return .received
             }
             switch errno {
-            case EINTR:
+            case EINTR, EAGAIN:
+                // A signal, or the receive timeout: wait again for what is left, if anything.
                 continue
-            case EAGAIN:
-                return .timedOut
             case ECONNRESET where !afterReset:
                 // As in readBatch: the peer closed with our packets unread; what it sent comes next.
                 afterReset = true
