@@ -473,6 +473,7 @@ public final class Connection: Sendable {
         status.backlog.add(1, ordering: .relaxed)
         let attachments = envelope.attachments
         if loop.inLoop {
+            handler.catchUpOutbox()
             handler.writeMessage(packet, attachments: attachments, name: name)
         } else {
             // The first of a burst hands one drain to the loop, which takes the whole burst.

@@ -214,6 +214,16 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         }
     }
 
+    /// Before the loop writes something of its own (a reply, a request, a message sent on its
+    /// thread), what other threads handed over first: it may follow one of those causally
+    /// while that one's drain still waits in the loop's queue (a view's commit sent from the
+    /// frame loop's thread, then the settle that waited for it answered on the loop). One
+    /// atomic load when nothing waits.
+    @inline(__always)
+    func catchUpOutbox() {
+        if status.outbox.hasPending { drainOutbox() }
+    }
+
     /// The messages other threads put in the outbox since it was last drained, written in order.
     func drainOutbox() {
         loop.preconditionInLoop("ConnectionHandler.drainOutbox")
@@ -233,6 +243,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// its id; its answer, deadline or the connection's end resumes its caller.
     func request(_ call: Outstanding, _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment], expectsPong: Bool) {
         loop.preconditionInLoop("ConnectionHandler.request")
+        catchUpOutbox()
         if takeEarlyCancel(call.token) {
             return call.resume(.failure(RemoteError(.cancelled, "\(call.exchange) was cancelled before it was sent")))
         }
@@ -277,6 +288,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                          timeout: Duration?, deadline: ContinuousClock.Instant?,
                          _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment]) -> BlockingStep {
         loop.preconditionInLoop("ConnectionHandler.requestBlocking")
+        catchUpOutbox()
         guard case .success = machine.canSend(), !ended, !delivering, inbox.isEmpty,
               let lendable = channel as? SeqpacketChannel, lendable.lendReadSide() else {
             request(Outstanding(caller: .thread(result), token: token, exchange: exchange, timeout: timeout, deadline: deadline),
@@ -841,6 +853,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     /// Writes an encoded reply, or the failure that replaces one that could not be encoded.
     private func writeReply(_ reply: EncodedReply, attachments: [Attachment]) {
+        catchUpOutbox()
         switch reply {
         case .packet(let packet): write(packet, attachments: attachments, name: "reply")
         case .replaced(let failure): writeBestEffort(failure)
@@ -1119,6 +1132,11 @@ final class Outbox: Sendable {
         var scheduled = false
     }
     private let state = Mutex(State())
+    /// Entries wait: what the loop writes itself checks it first (``ConnectionHandler/catchUpOutbox()``).
+    private let pending = Atomic<Bool>(false)
+
+    /// Whether entries wait to be drained (no lock).
+    var hasPending: Bool { pending.load(ordering: .acquiring) }
 
     /// Queues `entry`; the first of a burst calls `schedule` (which hands a drain to the loop)
     /// before the lock is let go, so a sender that finds a drain scheduled knows it is queued on
@@ -1127,6 +1145,7 @@ final class Outbox: Sendable {
     func post(_ entry: Entry, schedule: () -> Void) {
         state.withLock { state in
             state.entries.append(entry)
+            pending.store(true, ordering: .releasing)
             guard !state.scheduled else { return }
             state.scheduled = true
             schedule()
@@ -1138,6 +1157,7 @@ final class Outbox: Sendable {
     func drain(into taken: inout [Entry]) {
         state.withLock { state in
             state.scheduled = false
+            pending.store(false, ordering: .relaxed)
             swap(&state.entries, &taken)
         }
     }

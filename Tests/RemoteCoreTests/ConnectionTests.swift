@@ -609,3 +609,44 @@ struct SeqpacketTransportTests {
         }
     }
 }
+
+@Suite("Connection: order across threads")
+struct CrossThreadOrderTests {
+    final class Seen: Sendable { let texts = Mutex<[String]>([]) }
+
+    @Test("a message another thread sent before a reply was written goes out before it, though its hand-over to the loop had not run yet (a view's commit, then the settle that waited for it)")
+    func messageBeforeReply() async throws {
+        let seen = Seen()
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let hostEnd = pair.first
+            let host = try Connection(socket: hostEnd, configuration: .testHost, onMessage: { message, _ in
+                seen.texts.withLock { $0.append(message.text ?? "") }
+            })
+            let service = try Connection(socket: pair.second, configuration: .testService, onSynchronousRequest: { message, context in
+                // Another thread sends, and its send returns (handed to the outbox, its drain
+                // queued behind this round), before this reply is written on the loop.
+                let sent = BlockingResult<Bool>.make()
+                let connection = context.connection
+                Task.detached {
+                    try? await connection.send(ServiceMessage(type: "note", text: "sent first"))
+                    sent.complete(true)
+                }
+                _ = sent.wait(timeout: .seconds(10))
+                return ServiceMessage(type: "reply", text: "then the reply")
+            })
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await service.run() }
+                try await host.withRunning { host in
+                    for round in 0..<20 {
+                        let reply = try await host.request(ServiceMessage(type: "ordered"))
+                        #expect(reply.text == "then the reply")
+                        // The reply waited behind the message: its handler has run.
+                        #expect(seen.texts.withLock { $0.count } == round + 1)
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+}
