@@ -116,7 +116,7 @@ package final class Waiter<Value: Sendable>: Sendable {
     }
 
     nonisolated(nonsending) private func suspend(until deadline: ContinuousClock.Instant?, loop: EventLoop) async -> Result<Value, WaitError> {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<Value, WaitError>, Never>) in
+        await withOrderedContinuation { (continuation: UnsafeContinuation<Result<Value, WaitError>, Never>) in
             let early = state.withLock { state -> Result<Value, WaitError>? in
                 switch state {
                 case .pending:
@@ -129,7 +129,7 @@ package final class Waiter<Value: Sendable>: Sendable {
                     preconditionFailure("Waiter.wait() called twice")
                 }
             }
-            if let early { return continuation.resume(returning: early) }
+            if let early { return continuation.resumeInOrder(returning: early) }
             guard let deadline else { return }
             let timer = loop.schedule(at: deadline) { [self] in finish(.failure(.deadlinePassed)) }
             // Keep the timer to cancel, unless the wait ended meanwhile (then it is stale).
@@ -162,7 +162,7 @@ package final class Waiter<Value: Sendable>: Sendable {
             return true
         case .resume(let continuation, let timer, let loop):
             if let timer { loop.cancel(timer) }
-            continuation.resume(returning: result)
+            continuation.resumeInOrder(returning: result)
             return true
         case .refused:
             return false
