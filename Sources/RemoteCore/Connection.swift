@@ -327,11 +327,17 @@ public final class Connection: Sendable {
         let reply = try await exchange(.request(type: message.type, payload: message.payload),
                                        attachments: message.attachments, expectsPong: false,
                                        timeout: timeout ?? configuration.defaultRequestTimeout, what: .request(type: message.type))
+        return try Self.message(answering: message, with: reply)
+    }
+
+    /// The answer to request `request`, as its caller gets it: the reply, or the peer's
+    /// ``ServiceFailure`` thrown as a `remoteError`.
+    private static func message(answering request: ServiceMessage, with reply: Envelope) throws(RemoteError) -> ServiceMessage {
         switch reply.body {
         case .reply(let type, let payload):
             return ServiceMessage(type: type, payload: payload, attachments: reply.attachments)
         case .failure(let failure):
-            throw RemoteError(.remoteError, "request \"\(message.type.escapedForTerminal())\" failed: \(failure)", remote: failure)
+            throw RemoteError(.remoteError, "request \"\(request.type.escapedForTerminal())\" failed: \(failure)", remote: failure)
         default:
             preconditionFailure("dispatch only delivers replies and failures to requests")
         }
@@ -407,15 +413,7 @@ public final class Connection: Sendable {
             // On the loop, if it sleeps: a cancel handed over would wake it.
             if eventLoop.borrow({ eventLoop.cancel(timer) }) == nil { eventLoop.cancel(timer) }
         }
-        let reply = try outcome!.get()
-        switch reply.body {
-        case .reply(let type, let payload):
-            return ServiceMessage(type: type, payload: payload, attachments: reply.attachments)
-        case .failure(let failure):
-            throw RemoteError(.remoteError, "request \"\(message.type.escapedForTerminal())\" failed: \(failure)", remote: failure)
-        default:
-            preconditionFailure("dispatch only delivers replies and failures to requests")
-        }
+        return try Self.message(answering: message, with: outcome!.get())
     }
 
     /// Sends a one-way message; returns once the connection has it, in order behind what was

@@ -289,7 +289,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                          _ packet: EnvelopeCodec.UnnumberedPacket, attachments: [Attachment]) -> BlockingStep {
         loop.preconditionInLoop("ConnectionHandler.requestBlocking")
         catchUpOutbox()
-        guard case .success = machine.canSend(), !ended, !delivering, inbox.isEmpty,
+        guard case .success = machine.canSend(), replyWouldBeDispatchedAtOnce,
               let lendable = channel as? SeqpacketChannel, lendable.lendReadSide() else {
             request(Outstanding(caller: .thread(result), token: token, exchange: exchange, timeout: timeout, deadline: deadline),
                     packet, attachments: attachments, expectsPong: false)
@@ -328,7 +328,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .timedOut: blockingCallTimedOut(token: token)
         case .cannotWait: readOn = false
         }
-        if readOn, !result.isComplete, !ended, !delivering, inbox.isEmpty, !lent.isReadingPaused { return .read(lent) }
+        if readOn, !result.isComplete, replyWouldBeDispatchedAtOnce, !lent.isReadingPaused { return .read(lent) }
         lent.returnReadSide()
         guard !result.isComplete, let deadline else { return .wait(timer: nil) }
         return .wait(timer: loop.schedule(at: deadline) { [self] in blockingCallTimedOut(token: token) })
@@ -340,10 +340,22 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         loop.preconditionInLoop("ConnectionHandler.blockingCallTimedOut")
         if let id = machine.outstandingID(where: { $0.token == token }) {
             requestTimedOut(id)
-        } else if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept.token == token } else { false } }) {
-            guard case .request(let kept, _, _, _) = early.remove(at: index) else { return }
+        } else if let kept = takeEarlyRequest(token: token) {
             kept.resume(.failure(RemoteError(.timeout, "no reply to \(kept.exchange) within \(kept.timeout.map { "\($0)" } ?? "its deadline"): the connection never opened")))
         }
+    }
+
+    /// The request with `token` kept for after this side's handshake, taken out of the list.
+    private func takeEarlyRequest(token: UInt64) -> Outstanding? {
+        guard let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept.token == token } else { false } }),
+              case .request(let kept, _, _, _) = early.remove(at: index) else { return nil }
+        return kept
+    }
+
+    /// Nothing stands between the socket and a blocking caller's reply: the connection is
+    /// open and no delivery waits, so the reply would be dispatched as it is read.
+    private var replyWouldBeDispatchedAtOnce: Bool {
+        !ended && !delivering && inbox.isEmpty
     }
 
     // MARK: request deadlines
@@ -433,8 +445,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             guard let requester = machine.requestEnded(id) else { return }
             complete(requester, .failure(RemoteError(.cancelled, "\(requester.exchange) was cancelled")))
             writeBestEffort(Envelope(body: .cancel(requestID: id)))
-        } else if let index = early.firstIndex(where: { if case .request(let kept, _, _, _) = $0 { kept.token == token } else { false } }) {
-            guard case .request(let kept, _, _, _) = early.remove(at: index) else { return }
+        } else if let kept = takeEarlyRequest(token: token) {
             kept.resume(.failure(RemoteError(.cancelled, "\(kept.exchange) was cancelled before it was sent")))
         } else if let opener = machine.abandon(opener: token) {
             opener.resumeInOrder(returning: .failure(RemoteError(.cancelled, "cancelled while waiting for the peer's handshake")))
@@ -751,15 +762,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             // A synchronous handler answers here, inline on the loop: its reply joins what this
             // round writes (one send for the read batch's replies), with no task and no hand-off.
             let outcome: Result<ServiceMessage, any Error>?
-            do {
-                switch try immediate(message, context) {
-                case .reply(let reply): outcome = .success(reply)
-                case .declined: outcome = nil; triedSynchronously = true
-                case .notTried: outcome = nil
-                }
-            } catch {
-                outcome = .failure(error)
-            }
+            (outcome, triedSynchronously) = Self.trySynchronously(immediate, message, context)
             if let outcome {
                 machine.handlerFinished(id)
                 shared?.release(1)
@@ -799,15 +802,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         var outcome: Result<ServiceMessage, any Error>?
         var tried = triedSynchronously
         if synchronousFirst, let immediate = responder.immediate {
-            do {
-                switch try immediate(message, context) {
-                case .reply(let reply): outcome = .success(reply)
-                case .declined: tried = true
-                case .notTried: break
-                }
-            } catch {
-                outcome = .failure(error)
-            }
+            (outcome, tried) = Self.trySynchronously(immediate, message, context)
         }
         if outcome == nil {
             do {
@@ -819,6 +814,21 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         guard let outcome, !Task.isCancelled else { return }
         let (reply, attachments) = Self.reply(to: id, outcome, of: message.type, logger: logger)
         loop.run { self.writeReply(reply, attachments: attachments) }
+    }
+
+    /// Offers a request to the synchronous handler: its outcome (`nil`: left to the `async`
+    /// one), and whether it saw the request (so the `async` one is told).
+    private static func trySynchronously(_ immediate: @Sendable (ServiceMessage, ConnectionContext) throws -> RequestResponder.Immediate,
+                                         _ message: ServiceMessage, _ context: ConnectionContext) -> (Result<ServiceMessage, any Error>?, tried: Bool) {
+        do {
+            switch try immediate(message, context) {
+            case .reply(let reply): return (.success(reply), false)
+            case .declined: return (nil, true)
+            case .notTried: return (nil, false)
+            }
+        } catch {
+            return (.failure(error), false)
+        }
     }
 
     /// What a handler's outcome for request `id` sends back, encoded (where the handler

@@ -198,17 +198,8 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         var handedOut = 0
         while !paused && !closed {
             if batch.next < batch.count {
-                let index = batch.next
-                batch.next += 1
-                let packet: InboundPacket?
-                do {
-                    packet = try batch.packet(at: index)
-                } catch {
-                    return fail(error)
-                }
-                guard let packet else { return end(nil) }
+                guard handOutNext(to: inbound) else { return }
                 handedOut += 1
-                inbound.channelRead(packet)
                 continue
             }
             // The batch is handed out. It met an empty queue (and no edge came since): wait.
@@ -225,6 +216,26 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
             case .success(true): continue
             }
         }
+    }
+
+    /// Hands the batch's next packet to `inbound`; `false` when it was the end of file or broke
+    /// the transport's rules (the channel has ended then).
+    private func handOutNext(to inbound: any PacketInbound) -> Bool {
+        let index = batch.next
+        batch.next += 1
+        let packet: InboundPacket?
+        do {
+            packet = try batch.packet(at: index)
+        } catch {
+            fail(error)
+            return false
+        }
+        guard let packet else {
+            end(nil)
+            return false
+        }
+        inbound.channelRead(packet)
+        return true
     }
 
     /// One `recvmmsg` into the batch: `true` when it read packets or the queue was empty,
@@ -490,15 +501,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         loop.preconditionInLoop("SeqpacketChannel.deliverLent")
         guard batch.next < batch.count else { return }
         guard !closed, let inbound else { return batch.discardRest() }
-        batch.next += 1
-        let packet: InboundPacket?
-        do {
-            packet = try batch.packet(at: 0)
-        } catch {
-            return fail(error)
-        }
-        guard let packet else { return end(nil) }
-        inbound.channelRead(packet)
+        _ = handOutNext(to: inbound)
     }
 
     /// The blocking caller's receive failed: the channel ends with that error (on the loop).
