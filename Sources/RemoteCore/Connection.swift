@@ -287,9 +287,10 @@ public final class Connection: Sendable {
         }
     }
 
-    /// How many entries wait in the connection's deadline queue (for tests).
-    package func deadlineQueueLength() async -> Int {
-        await withOrderedContinuation { (continuation: UnsafeContinuation<Int, Never>) in
+    /// How many entries wait in the connection's deadline queue, and how many of them in its
+    /// timer wheel (for tests).
+    package func deadlineQueueLength() async -> (all: Int, inWheel: Int) {
+        await withOrderedContinuation { (continuation: UnsafeContinuation<(all: Int, inWheel: Int), Never>) in
             onLoop { continuation.resumeInOrder(returning: $0.waitingDeadlines) }
         }
     }

@@ -43,18 +43,13 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// The peer's handshake has been read (or refused): what comes next is dispatched.
     private var handshakeRead = false
     private var handshakeTimer: LoopTimer?
-    /// The requests' deadlines, earliest first, from `deadlinesHead` on: a FIFO, since requests
-    /// with equal timeouts come in deadline order (one with a shorter timeout than the last is
-    /// put in its place). One loop timer watches the first; no timer is scheduled or cancelled
-    /// per request. An answered request's entry goes once it is first in line (it is answered
-    /// when the machine's table no longer has its id).
-    private var deadlines: [(deadline: ContinuousClock.Instant, id: UInt64)] = []
-    private var deadlinesHead = 0
+    /// The requests' deadlines: a FIFO for equal timeouts and a timer wheel for the rest, under
+    /// one loop timer; no timer is scheduled or cancelled per request.
+    private var deadlines = DeadlineQueue()
     private var deadlineTimer: LoopTimer?
     private var deadlineTimerAt: ContinuousClock.Instant?
-    /// Entries of `deadlines` whose requests still wait. Behind a request that waits long,
-    /// finished ones pile up; once they outnumber these (and 64), they are swept out.
-    private var liveDeadlines = 0
+    /// The ids a firing of the deadline timer found due (kept for its capacity).
+    private var dueIDs: [UInt64] = []
     /// What callers asked to write before ``run(_:)``: written after this side's handshake.
     private var early: [Early] = []
 
@@ -363,62 +358,32 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// The cancels waiting for what they cancel (for tests).
     var earlyCancelCount: Int { earlyCancels.count }
 
-    /// The entries in the deadline queue (for tests).
-    var waitingDeadlines: Int { deadlines.count - deadlinesHead }
+    /// The entries in the deadline queue, and those of them in its wheel (for tests).
+    var waitingDeadlines: (all: Int, inWheel: Int) { (deadlines.count, deadlines.wheelEntries) }
 
     /// A request of the machine's table has finished: its deadline's entry no longer counts.
     private func deadlineFinished(_ call: Outstanding) {
-        if call.deadline != nil { liveDeadlines -= 1 }
+        if call.deadline != nil { deadlines.finished() }
     }
 
     private func addDeadline(_ deadline: ContinuousClock.Instant, id: UInt64) {
-        if deadlinesHead == deadlines.count {
-            deadlines.removeAll(keepingCapacity: true)
-            deadlinesHead = 0
-        }
-        if let last = deadlines.last, deadlinesHead < deadlines.count, deadline < last.deadline {
-            // A shorter timeout than the one before: into its place (after equal deadlines).
-            var low = deadlinesHead, high = deadlines.count
-            while low < high {
-                let middle = (low + high) / 2
-                if deadlines[middle].deadline <= deadline { low = middle + 1 } else { high = middle }
-            }
-            deadlines.insert((deadline, id), at: low)
-        } else {
-            deadlines.append((deadline, id))
-        }
-        liveDeadlines += 1
+        deadlines.add(deadline, id: id)
         armDeadlineTimer()
     }
 
     /// Watches the first deadline with the one timer, unless it already fires no later.
     private func armDeadlineTimer() {
-        guard deadlinesHead < deadlines.count else { return }
-        let first = deadlines[deadlinesHead].deadline
+        guard let first = deadlines.nextDue else { return }
         if let at = deadlineTimerAt, at <= first { return }
         if let deadlineTimer { loop.cancel(deadlineTimer) }
         deadlineTimerAt = first
         deadlineTimer = loop.schedule(at: first) { [self] in deadlinesDue() }
     }
 
-    /// Drops the first entries whose requests have finished (answered, cancelled, failed).
+    /// Drops the entries of requests that have finished (answered, cancelled, failed), as the
+    /// queue finds them.
     private func dropFinishedDeadlines() {
-        while deadlinesHead < deadlines.count, !machine.isOutstanding(deadlines[deadlinesHead].id) {
-            deadlinesHead += 1
-        }
-        let finished = deadlines.count - deadlinesHead - liveDeadlines
-        if deadlinesHead == deadlines.count {
-            deadlines.removeAll(keepingCapacity: true)
-            deadlinesHead = 0
-        } else if finished > max(64, liveDeadlines) {
-            // Finished requests behind one that still waits: swept out, in order. Amortized,
-            // a constant per request (a sweep follows as many finishes as it keeps entries).
-            deadlines = deadlines[deadlinesHead...].filter { machine.isOutstanding($0.id) }
-            deadlinesHead = 0
-        } else if deadlinesHead >= 64 && deadlinesHead * 2 >= deadlines.count {
-            deadlines.removeFirst(deadlinesHead)
-            deadlinesHead = 0
-        }
+        deadlines.dropFinished { machine.isOutstanding($0) }
     }
 
     /// The timer came due: every request whose deadline has passed times out.
@@ -426,12 +391,15 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         loop.preconditionInLoop("ConnectionHandler.deadlinesDue")
         deadlineTimer = nil
         deadlineTimerAt = nil
-        let now = loop.now
-        while deadlinesHead < deadlines.count, deadlines[deadlinesHead].deadline <= now {
-            let id = deadlines[deadlinesHead].id
-            deadlinesHead += 1
+        var due = dueIDs
+        dueIDs = []
+        deadlines.takeDue(now: loop.now, into: &due)
+        for id in due where !ended {
             requestTimedOut(id)  // counted out there; nothing when it was answered
         }
+        due.removeAll(keepingCapacity: true)
+        dueIDs = due
+        guard !ended else { return }
         dropFinishedDeadlines()
         armDeadlineTimer()
     }
@@ -927,9 +895,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         if let deadlineTimer { loop.cancel(deadlineTimer) }
         deadlineTimer = nil
         deadlineTimerAt = nil
-        deadlines = []
-        deadlinesHead = 0
-        liveDeadlines = 0
+        deadlines.removeAll()
         let ending = machine.channelEnded(error)
         outcome = ending.outcome
         if let code = ending.protocolError, let outcome = ending.outcome {

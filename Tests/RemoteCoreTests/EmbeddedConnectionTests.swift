@@ -238,11 +238,47 @@ struct EmbeddedConnectionTests {
         }
         let length = Task { await connection.deadlineQueueLength() }
         try await rig.turn()
-        let entries = await length.value
+        let entries = await length.value.all
         #expect(entries <= 1 + 64 + 100, "swept: \(entries) entries for 1 waiting request after 500 answered")
         slow.cancel()
         try await rig.turn()
         _ = try? await slow.value
+        running.cancel()
+        try await rig.turn()
+        _ = await running.value
+    }
+
+    @Test("deadlines out of order share the one timer too: twenty requests with shuffled timeouts go to the timer wheel, and each times out at its own deadline, not before")
+    func deadlinesOutOfOrder() async throws {
+        let rig = Rig()
+        let running = try await rig.open()
+        let connection = rig.connection
+        let timersBefore = rig.loop.scheduledTimers
+        let seconds = [7, 3, 12, 1, 9, 4, 15, 2, 11, 6, 14, 5, 8, 13, 10, 20, 16, 19, 17, 18]
+        var requests: [(seconds: Int, task: Task<ServiceMessage, any Error>)] = []
+        for timeout in seconds {
+            requests.append((timeout, Task { try await connection.request(ServiceMessage(type: "t\(timeout)"), timeout: .seconds(timeout)) }))
+            try await rig.turn()  // sent in this order
+        }
+        _ = try rig.written()
+        #expect(rig.loop.scheduledTimers == timersBefore + 1, "one timer for twenty deadlines")
+        let queued = Task { await connection.deadlineQueueLength() }
+        try await rig.turn()
+        let length = await queued.value
+        #expect(length.all == 20 && length.inWheel > 0, "\(length)")
+        for second in 1...20 {
+            rig.loop.advance(by: .milliseconds(999))
+            let early = requests.filter { $0.seconds == second }
+            #expect(try rig.written().isEmpty, "nothing is cancelled before \(second) s")
+            rig.loop.advance(by: .milliseconds(1))
+            for request in early {
+                let error = await #expect(throws: RemoteError.self) { try await request.task.value }
+                #expect(error?.code == .timeout && error?.reason.contains("within \(second)") == true)
+            }
+            let cancels = try rig.written()
+            #expect(cancels.count == 1, "one cancel at \(second) s")
+        }
+        #expect(rig.loop.scheduledTimers == timersBefore, "nothing left behind")
         running.cancel()
         try await rig.turn()
         _ = await running.value
