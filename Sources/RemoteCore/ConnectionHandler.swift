@@ -468,19 +468,26 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
 
     func channelRead(_ packet: InboundPacket) {
         guard !ended else { return }
-        let envelope: Envelope
+        // A request, reply or message stays where it was unpacked until it is handed on: its
+        // type and payload are copied then, and a reply nobody waits for any more never is.
+        defer { framer.endPacket() }
+        let decoded: EnvelopeCodec.Decoded
         do {
-            envelope = try framer.decode(packet)
+            decoded = try framer.decodeInPlace(packet)
         } catch {
             return end(error)
         }
-        if !handshakeRead { return handshakeArrived(envelope) }
+        if !handshakeRead { return handshakeArrived(decoded.envelope) }
         // Behind a handler still running, everything waits its turn, so nothing the peer sent
         // after a message is handled before it (a settle's reply never overtakes the commits
         // before it).
-        if delivering || !inbox.isEmpty { return deliver(.envelope(envelope)) }
+        if delivering || !inbox.isEmpty { return deliver(.envelope(decoded.envelope)) }
         do {
-            if let delivery = try dispatch(envelope) { deliver(delivery) }
+            let delivery = switch decoded {
+            case .serviceMessage(let view): try dispatch(view)
+            case .envelope(let envelope): try dispatch(envelope)
+            }
+            if let delivery { deliver(delivery) }
         } catch {
             end(error)
         }
@@ -560,15 +567,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .ping:
             writeBestEffort(Envelope(replyTo: envelope.id, body: .pong(nonce: 0)))
         case .pong, .reply, .failure:
-            let replyTo = envelope.replyTo!
-            guard replyTo <= framer.lastSentID else {
-                throw RemoteError(.protocolViolation, "\(envelope.body.name) to envelope \(replyTo), which was never sent")
-            }
-            switch machine.answerReceived(to: replyTo, isPong: envelope.body.name == "pong", kind: envelope.body.name) {
-            case .deliver(let requester): complete(requester, .success(envelope))
-            case .drop: break  // an answer to a request that timed out or was cancelled
-            case .violation(let error): throw error
-            }
+            try answerArrived(to: envelope.replyTo!, kind: envelope.body.name) { envelope }
         case .request(let type, let payload):
             try startHandler(for: ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), id: envelope.id)
         case .message(let type, let payload):
@@ -601,6 +600,33 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
             return .share(handler, message, envelope.attachments, context!)
         }
         return nil
+    }
+
+    /// Handles a request, reply or message from the peer, once open, as ``dispatch(_:)-(Envelope)``
+    /// does, copying its type and payload out of the arena only where they are handed on.
+    private func dispatch(_ view: EnvelopeCodec.ServiceMessageView) throws(RemoteError) -> Delivery? {
+        switch view.kind {
+        case .reply:
+            try answerArrived(to: view.replyTo!, kind: "reply") { view.envelope }
+        case .request:
+            try startHandler(for: view.message, id: view.id)
+        case .message:
+            return .message(view.message, context!)
+        }
+        return nil
+    }
+
+    /// An answer (reply, failure or pong) to request `replyTo` arrived: its caller gets
+    /// `answer()` (made only then), unless the request timed out or was cancelled.
+    private func answerArrived(to replyTo: UInt64, kind: String, _ answer: () -> Envelope) throws(RemoteError) {
+        guard replyTo <= framer.lastSentID else {
+            throw RemoteError(.protocolViolation, "\(kind) to envelope \(replyTo), which was never sent")
+        }
+        switch machine.answerReceived(to: replyTo, isPong: kind == "pong", kind: kind) {
+        case .deliver(let requester): complete(requester, .success(answer()))
+        case .drop: break  // an answer to a request that timed out or was cancelled
+        case .violation(let error): throw error
+        }
     }
 
     // MARK: the delivery task
@@ -703,13 +729,14 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         finishIfDone()
     }
 
-    private func startHandler(for message: ServiceMessage, id: UInt64) throws(RemoteError) {
+    private func startHandler(for request: @autoclosure () -> ServiceMessage, id: UInt64) throws(RemoteError) {
         guard try machine.requestReceived(id, limit: configuration.maxIncomingRequests).get() == .start else { return }
         let shared = configuration.sharedIncomingRequests
         if let shared, !shared.reserve(1) {
             machine.handlerFinished(id)
             throw RemoteError(.protocolViolation, "more than \(shared.limit) requests outstanding at once across the process's connections")
         }
+        let message = request()  // copied out of the arena now that a handler takes it
         let context = self.context!
         if loop.isBorrowed {
             // Read by a thread blocked in a call of its own, which borrows the loop: no handler

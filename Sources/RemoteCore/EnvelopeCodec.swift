@@ -21,6 +21,83 @@ package enum EnvelopeCodec {
     ///   wrong. The attachments are released (and so closed) when decoding fails.
     package static func decode(_ packet: UnsafeRawBufferPointer, attachments: [Attachment],
                                arena: UnpackArena? = nil) throws(RemoteError) -> Envelope {
+        let arena = arena ?? UnpackArena()
+        defer { arena.end() }
+        return try decodeInPlace(packet, attachments: attachments, arena: arena).envelope
+    }
+
+    /// A decoded packet, every rule checked. A request, reply or message stays where
+    /// protobuf-c unpacked it (``ServiceMessageView``), and is copied into Swift values only
+    /// when it is handed on; any other body is converted.
+    package enum Decoded {
+        case serviceMessage(ServiceMessageView)
+        case envelope(Envelope)
+
+        /// The envelope, as Swift values (a view's type and payload copied).
+        package var envelope: Envelope {
+            switch self {
+            case .serviceMessage(let view): view.envelope
+            case .envelope(let envelope): envelope
+            }
+        }
+
+        /// The envelope's id.
+        package var id: UInt64 {
+            switch self {
+            case .serviceMessage(let view): view.id
+            case .envelope(let envelope): envelope.id
+            }
+        }
+
+        /// The body's name ("request", "pong", …), for messages.
+        package var name: String {
+            switch self {
+            case .serviceMessage(let view): view.kind.rawValue
+            case .envelope(let envelope): envelope.body.name
+            }
+        }
+    }
+
+    /// A request, reply or message decoded and checked (its type too), whose type and payload
+    /// are still the bytes protobuf-c unpacked into the arena: valid until the arena's packet
+    /// ends (the next decode), so the view never leaves the code that decoded it.
+    package struct ServiceMessageView {
+        package enum Kind: String, Sendable { case request, reply, message }
+        package let kind: Kind
+        package let id: UInt64
+        /// The request it answers (a reply's only).
+        package let replyTo: UInt64?
+        /// The type's UTF-8 bytes, checked as ``checkType(_:_:)`` checks a string.
+        package let type: UnsafeRawBufferPointer
+        package let payload: UnsafeRawBufferPointer
+        package let attachments: [Attachment]
+
+        /// The message, copied out of the arena.
+        package var message: ServiceMessage {
+            ServiceMessage(type: String(decoding: type, as: UTF8.self),
+                           payload: payload.isEmpty ? [] : Array(payload), attachments: attachments)
+        }
+
+        /// The envelope, copied out of the arena.
+        package var envelope: Envelope {
+            let type = String(decoding: type, as: UTF8.self)
+            let payload: [UInt8] = payload.isEmpty ? [] : Array(payload)
+            let body: Envelope.Body = switch kind {
+            case .request: .request(type: type, payload: payload)
+            case .reply: .reply(type: type, payload: payload)
+            case .message: .message(type: type, payload: payload)
+            }
+            return Envelope(id: id, replyTo: replyTo, body: body, attachments: attachments)
+        }
+    }
+
+    /// Decodes one packet into `arena` (begun here; the caller ends it once it is done with
+    /// the result), checking every rule; a request, reply or message is left in place.
+    ///
+    /// - Throws: ``RemoteError`` with code ``RemoteError/Code/protocolViolation`` naming what was
+    ///   wrong. The attachments are released (and so closed) when decoding fails.
+    package static func decodeInPlace(_ packet: UnsafeRawBufferPointer, attachments: [Attachment],
+                                      arena: UnpackArena) throws(RemoteError) -> Decoded {
         guard packet.count <= WireLimits.maxPacketSize else {
             throw violation("packet of \(packet.count) bytes exceeds the \(WireLimits.maxPacketSize)-byte limit")
         }
@@ -29,35 +106,54 @@ package enum EnvelopeCodec {
         // Every allocation protobuf-c makes while unpacking comes out of this budget: 16 bytes per
         // input byte covers real envelopes; a packet of thousands of empty fields (about 24 bytes
         // of struct per input byte) is refused rather than allowed to amplify.
-        let arena = arena ?? UnpackArena()
         arena.begin(budget: 16 * packet.count + 4_096)
-        defer { arena.end() }
-        return try withExtendedLifetime(arena) { () throws(RemoteError) -> Envelope in
+        return try withExtendedLifetime(arena) { () throws(RemoteError) -> Decoded in
             var allocator = ProtobufCAllocator(alloc: arenaAlloc, free: arenaFree, allocator_data: Unmanaged.passUnretained(arena).toOpaque())
             guard let envelope = remoteview__envelope__unpack(&allocator, packet.count, base.assumingMemoryBound(to: UInt8.self)) else {
                 throw violation(arena.exhausted ? "packet needs more memory to decode than its size allows"
                     : "packet of \(packet.count) bytes is not a valid Envelope")
             }
             // Nothing to free one by one: the arena lets all of it go at once (end()).
-            return try decoded(envelope, size: packet.count, attachments: attachments)
+            let decoded = try convert(envelope.pointee, attachments: attachments)
+            // protobuf-c hands strings over NUL-terminated, so "ok\0!!" would read as "ok" and pass
+            // validation. Re-measuring catches it: only a canonically encoded packet (no embedded NUL,
+            // no repeated or explicitly-default fields) packs back to its own size.
+            let canonicalSize = remoteview__envelope__get_packed_size(envelope)
+            guard canonicalSize == packet.count else {
+                throw violation("packet of \(packet.count) bytes is not canonically encoded (\(canonicalSize) bytes when re-encoded): a string with an embedded NUL, or a repeated or default-valued field")
+            }
+            return decoded
         }
     }
 
-    private static func decoded(_ envelope: UnsafeMutablePointer<Remoteview__Envelope>, size: Int, attachments: [Attachment]) throws(RemoteError) -> Envelope {
-        let decoded = try convert(envelope.pointee, attachments: attachments)
-        // protobuf-c hands strings over NUL-terminated, so "ok\0!!" would read as "ok" and pass
-        // validation. Re-measuring catches it: only a canonically encoded packet (no embedded NUL,
-        // no repeated or explicitly-default fields) packs back to its own size.
-        let canonicalSize = remoteview__envelope__get_packed_size(envelope)
-        guard canonicalSize == size else {
-            throw violation("packet of \(size) bytes is not canonically encoded (\(canonicalSize) bytes when re-encoded): a string with an embedded NUL, or a repeated or default-valued field")
-        }
-        return decoded
-    }
-
-    private static func convert(_ e: Remoteview__Envelope, attachments: [Attachment]) throws(RemoteError) -> Envelope {
+    private static func convert(_ e: Remoteview__Envelope, attachments: [Attachment]) throws(RemoteError) -> Decoded {
         guard e.id != 0 else { throw violation("envelope id is 0") }
+        let view: (ServiceMessageView.Kind, Remoteview__ServiceMessage)? = switch e.body_case {
+        case REMOTEVIEW__ENVELOPE__BODY_REQUEST: (.request, e.request.pointee)
+        case REMOTEVIEW__ENVELOPE__BODY_REPLY: (.reply, e.reply.pointee)
+        case REMOTEVIEW__ENVELOPE__BODY_MESSAGE: (.message, e.message.pointee)
+        default: nil
+        }
+        if let (kind, message) = view {
+            // The header's rules, for a body of this kind (empty: nothing allocated).
+            let shape: Envelope.Body = switch kind {
+            case .request: .request(type: "", payload: [])
+            case .reply: .reply(type: "", payload: [])
+            case .message: .message(type: "", payload: [])
+            }
+            try checkHeader(e, body: shape, attachments: attachments)
+            let type = try typeBytes(message.type, kind.rawValue)
+            let payload = UnsafeRawBufferPointer(start: message.payload.data, count: message.payload.len)
+            return .serviceMessage(ServiceMessageView(kind: kind, id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to,
+                                                      type: type, payload: payload, attachments: attachments))
+        }
         let body = try convertBody(e)
+        try checkHeader(e, body: body, attachments: attachments)
+        return .envelope(Envelope(id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to, body: body, attachments: attachments))
+    }
+
+    /// The header's rules for `body`: its fd count, and reply_to where it answers.
+    private static func checkHeader(_ e: Remoteview__Envelope, body: Envelope.Body, attachments: [Attachment]) throws(RemoteError) {
         guard Int(e.fd_count) == attachments.count else {
             throw RemoteError(.protocolViolation, "\(body.name) envelope \(e.id) declares \(e.fd_count) fd(s) but \(attachments.count) arrived")
         }
@@ -69,7 +165,20 @@ package enum EnvelopeCodec {
         } else {
             guard e.reply_to == 0 else { throw violation("\(body.name) envelope \(e.id) must not have reply_to (\(e.reply_to))") }
         }
-        return Envelope(id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to, body: body, attachments: attachments)
+    }
+
+    /// A service message's type as bytes in place, checked as ``checkType(_:_:)`` checks a
+    /// string: printable ASCII is taken as it is; anything else is validated as UTF-8 first.
+    private static func typeBytes(_ pointer: UnsafeMutablePointer<CChar>?, _ what: String) throws(RemoteError) -> UnsafeRawBufferPointer {
+        let max = WireLimits.maxTypeLength
+        guard let pointer else { throw violation("\(what) type \"\" must be 1…\(max) bytes without control characters") }
+        let length = strnlen(pointer, max + 1)
+        guard length <= max else { throw violation("\(what) type is longer than \(max) bytes") }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+        if length > 0, bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return bytes }
+        guard let type = String(validating: bytes, as: UTF8.self) else { throw violation("\(what) type is not valid UTF-8") }
+        try checkType(type, what)
+        return bytes
     }
 
     /// The body: the core family here (fields 1–10), the others in their own files
@@ -108,15 +217,6 @@ package enum EnvelopeCodec {
             return .ping(nonce: e.ping.pointee.nonce)
         case REMOTEVIEW__ENVELOPE__BODY_PONG:
             return .pong(nonce: e.pong.pointee.nonce)
-        case REMOTEVIEW__ENVELOPE__BODY_REQUEST:
-            let (type, payload) = try serviceMessage(e.request.pointee, "request")
-            return .request(type: type, payload: payload)
-        case REMOTEVIEW__ENVELOPE__BODY_REPLY:
-            let (type, payload) = try serviceMessage(e.reply.pointee, "reply")
-            return .reply(type: type, payload: payload)
-        case REMOTEVIEW__ENVELOPE__BODY_MESSAGE:
-            let (type, payload) = try serviceMessage(e.message.pointee, "message")
-            return .message(type: type, payload: payload)
         case REMOTEVIEW__ENVELOPE__BODY_FAILURE:
             let f = e.failure.pointee
             return .failure(ServiceFailure(
@@ -135,13 +235,6 @@ package enum EnvelopeCodec {
             throw violation(unknown.isEmpty ? "envelope \(e.id) has no body"
                 : "envelope \(e.id) has no known body (unknown field(s) \(unknown.map { String($0) }.joined(separator: ", ")))")
         }
-    }
-
-    private static func serviceMessage(_ m: Remoteview__ServiceMessage, _ what: String) throws(RemoteError) -> (String, [UInt8]) {
-        let type = try string(m.type, "\(what) type", max: WireLimits.maxTypeLength)
-        try checkType(type, what)
-        let payload = m.payload.len == 0 ? [] : Array(UnsafeBufferPointer(start: m.payload.data, count: m.payload.len))
-        return (type, payload)
     }
 
     /// A C string from protobuf-c as Swift: valid UTF-8, at most `max` bytes.

@@ -28,12 +28,26 @@ package struct EnvelopeFramer: Sendable {
     /// - Throws: `protocolViolation` for a packet that does not decode, breaks a rule of the
     ///   schema, or whose id is not above the last one received.
     package mutating func decode(_ packet: InboundPacket) throws(RemoteError) -> Envelope {
-        let envelope = try EnvelopeCodec.decode(packet.bytes, attachments: packet.attachments, arena: arena)
-        guard envelope.id > lastReceivedID else {
-            throw RemoteError(.protocolViolation, "\(envelope.body.name) envelope \(envelope.id) follows envelope \(lastReceivedID): ids must increase per direction")
+        defer { arena.end() }
+        return try decodeInPlace(packet).envelope
+    }
+
+    /// The envelope `packet` holds, checked as ``decode(_:)`` checks it, with a request, reply
+    /// or message left where it was unpacked: valid until ``endPacket()`` or the next decode,
+    /// so whoever dispatches it copies only what it hands on.
+    package mutating func decodeInPlace(_ packet: InboundPacket) throws(RemoteError) -> EnvelopeCodec.Decoded {
+        arena.end()  // whatever the last packet left
+        let decoded = try EnvelopeCodec.decodeInPlace(packet.bytes, attachments: packet.attachments, arena: arena)
+        guard decoded.id > lastReceivedID else {
+            throw RemoteError(.protocolViolation, "\(decoded.name) envelope \(decoded.id) follows envelope \(lastReceivedID): ids must increase per direction")
         }
-        lastReceivedID = envelope.id
-        return envelope
+        lastReceivedID = decoded.id
+        return decoded
+    }
+
+    /// The packet ``decodeInPlace(_:)`` returned is done with: what it was unpacked into goes.
+    package func endPacket() {
+        arena.end()
     }
 
     /// `packet` (an envelope encoded without its id) numbered with the next id: the id field goes

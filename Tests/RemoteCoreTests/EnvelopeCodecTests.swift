@@ -344,6 +344,42 @@ private struct EnvelopeCodecRoundTripTests {
         }
     }
 
+    @Test("a request, reply or message is decoded in place: checked as decode checks it, its type and payload left in the arena until it is handed on, the same envelope once copied; other bodies are converted")
+    func decodedInPlace() throws {
+        let arena = UnpackArena()
+        let envelopes = [Envelope(id: 1, body: .request(type: "com.example.echo", payload: [1, 2, 3])),
+                         Envelope(id: 2, replyTo: 1, body: .reply(type: "größe", payload: [])),
+                         Envelope(id: 3, body: .message(type: "m", payload: [UInt8](repeating: 9, count: 300)))]
+        for envelope in envelopes {
+            let packet = try EnvelopeCodec.encode(envelope)
+            defer { arena.end() }
+            let (decoded, packetRange) = try inPlace(packet, arena)
+            guard case .serviceMessage(let view) = decoded else {
+                Issue.record("\(envelope.body.name) was converted")
+                continue
+            }
+            #expect(view.kind.rawValue == envelope.body.name && view.id == envelope.id && view.replyTo == envelope.replyTo)
+            if let base = view.payload.baseAddress {
+                #expect(!packetRange.contains(UInt(bitPattern: base)), "in the arena, not the packet")
+            }
+            #expect(try EnvelopeCodec.encode(view.envelope) == packet, "copied, it is the same envelope")
+        }
+        let (ping, _) = try inPlace(try EnvelopeCodec.encode(Envelope(id: 4, body: .ping(nonce: 7))), arena)
+        defer { arena.end() }
+        guard case .envelope(let envelope) = ping, case .ping(7) = envelope.body else {
+            Issue.record("a ping is converted")
+            return
+        }
+    }
+
+    /// `packet` decoded in place into `arena`, and where the packet's bytes were.
+    private func inPlace(_ packet: [UInt8], _ arena: UnpackArena) throws -> (EnvelopeCodec.Decoded, Range<UInt>) {
+        try packet.withUnsafeBytes { bytes in
+            let start = UInt(bitPattern: bytes.baseAddress!)
+            return (try EnvelopeCodec.decodeInPlace(bytes, attachments: [], arena: arena), start ..< start + UInt(bytes.count))
+        }
+    }
+
     @Test("a decoded envelope re-encodes to the same bytes", arguments: samples)
     func encodingIsStable(_ sample: Sample) throws {
         let packet = try EnvelopeCodec.encode(sample.envelope)

@@ -8,7 +8,8 @@
 //             change (a file item "hello"), 3 an unsealed 12288-byte memfd
 //   bit 7     mixed: the n-th fd is of kind (kind + n) mod 4
 //
-// Each run decodes the packet with EnvelopeCodec.decode, into one UnpackArena reused from run to
+// Each run decodes the packet with EnvelopeCodec.decode (in place, as a connection decodes, then
+// copied out), into one UnpackArena reused from run to
 // run (as a connection's framer reuses its own); an envelope that decodes is encoded again
 // (the codec must accept on the way out what it accepted on the way in, and re-encoding must be
 // stable), then goes through the checks the host runs right after decoding: a surface message
