@@ -32,6 +32,10 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     private let eventLoop: EventLoop
     private let fd: Int32
     private var registration: EventLoop.Registration?
+    /// Whom the loop tells that the socket is ready: this channel, from ``start(_:)`` until it
+    /// closes. No closure holds the channel weakly: a weak reference would give it a side table,
+    /// and then every retain and release of it would take the runtime's slow path.
+    private let readiness = Readiness()
     private let batch: ReceiveBatch
     private var inbound: (any PacketInbound)?
     /// An edge came that has not been read yet.
@@ -105,7 +109,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         self.sendTimeout = sendTimeout
         self.maxQueuedPackets = maxQueuedPackets
         fd = socket.rawValue
-        registration = try loop.register(socket, edgeTriggered: EPOLLIN.rawValue) { [weak self] events in self?.ready(events) }
+        registration = try loop.register(socket, edgeTriggered: EPOLLIN.rawValue) { [readiness] events in readiness.channel?.ready(events) }
         _ = socket.release()
     }
 
@@ -120,6 +124,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         loop.preconditionInLoop("SeqpacketChannel.start")
         precondition(self.inbound == nil, "SeqpacketChannel.start called twice")
         self.inbound = inbound
+        readiness.channel = self  // until it closes
         // What came before it started is read now (its edge was reported already).
         readable = true
         readAvailable()
@@ -152,7 +157,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         loop.preconditionInLoop("SeqpacketChannel.resumeReading")
         guard paused else { return }
         paused = false
-        eventLoop.execute { [weak self] in self?.readAvailable() }
+        eventLoop.execute { [self] in readAvailable() }
     }
 
     package func close() {
@@ -206,7 +211,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
             if batch.drained && !readable { return }
             if handedOut >= ReceiveBatch.capacity {
                 // Full, so more may be queued: in a later turn, after the other descriptors.
-                eventLoop.execute { [weak self] in self?.readAvailable() }
+                eventLoop.execute { [self] in readAvailable() }
                 return
             }
             readable = false
@@ -288,7 +293,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
                     inbound?.channelWritabilityChanged(true)
                 }
                 readable = true
-                eventLoop.execute { [weak self] in self?.readAvailable() }
+                eventLoop.execute { [self] in readAvailable() }
                 return
             }
             guard case .done(let written) = result, written > 0 else { return wait() }
@@ -312,10 +317,11 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         watchInterest()
         if blockedTimer == nil {
             let timeout = sendTimeout
-            blockedTimer = eventLoop.schedule(at: .now.advanced(by: timeout)) { [weak self] in
-                guard let self, !self.closed, self.blocked else { return }
-                self.blockedTimer = nil
-                self.fail(RemoteError(.timeout, "the peer has not read for \(timeout); its receive queue is full"))
+            // Held strongly until it fires or is cancelled (closing cancels it).
+            blockedTimer = eventLoop.schedule(at: .now.advanced(by: timeout)) { [self] in
+                guard !closed, blocked else { return }
+                blockedTimer = nil
+                fail(RemoteError(.timeout, "the peer has not read for \(timeout); its receive queue is full"))
             }
         }
     }
@@ -395,6 +401,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
 
     private func closeSocket() {
         closed = true
+        readiness.channel = nil
         queue.removeAll()
         if let blockedTimer { eventLoop.cancel(blockedTimer) }
         blockedTimer = nil
@@ -528,7 +535,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
         }
         guard !closed else { return }
         // An edge that came while lent (or a hang-up) was recorded; the loop reads it now.
-        if readable { eventLoop.execute { [weak self] in self?.readAvailable() } }
+        if readable { eventLoop.execute { [self] in readAvailable() } }
         watchInterest()
     }
 }
@@ -541,4 +548,12 @@ extension IOResult {
         case .wouldBlock: .wouldBlock
         }
     }
+}
+
+/// What a ``SeqpacketChannel``'s loop registration calls: the channel once started, until it
+/// closes (touched on the loop only). A channel never started is held by no one but its owner,
+/// and its deinit releases the socket.
+private final class Readiness: @unchecked Sendable {
+    // @unchecked: set and read on the channel's loop only.
+    var channel: SeqpacketChannel?
 }
