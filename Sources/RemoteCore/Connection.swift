@@ -125,8 +125,12 @@ public final class Connection: Sendable {
     }
 
     /// A connection over `channel` whose requests go to `responder` (a synchronous handler
-    /// first, inline on the loop, when it has one).
+    /// first, inline on the loop, when it has one), and whose one-way messages go to
+    /// `onSynchronousMessage` first when there is one: inline on the loop, as they are read,
+    /// when no earlier message is still being handled (and no blocking caller has borrowed the
+    /// loop); it returns `false` to leave one to `onMessage`, which later ones then wait behind.
     package init(channel: any PacketChannel, configuration: Configuration, responder: RequestResponder,
+                 onSynchronousMessage: (@Sendable (ServiceMessage, ConnectionContext) -> Bool)? = nil,
                  onMessage: @escaping MessageHandler = { _, _ in }) {
         precondition(configuration.protocolVersions.lowerBound >= remoteViewProtocolVersion
                      && configuration.protocolVersions.upperBound <= remoteViewLatestProtocolVersion,
@@ -138,7 +142,8 @@ public final class Connection: Sendable {
         logger[metadataKey: "self"] = "\(configuration.role) \(configuration.identifier.escapedForTerminal())"
         loop = channel.loop
         handler = ConnectionHandler(channel: channel, configuration: configuration, logger: logger,
-                                    responder: responder, onMessage: onMessage, eventSink: eventSink, status: status)
+                                    responder: responder, onSynchronousMessage: onSynchronousMessage, onMessage: onMessage,
+                                    eventSink: eventSink, status: status)
     }
 
     /// Runs `body` with the handler on its loop: at once when the caller is on the loop's thread,

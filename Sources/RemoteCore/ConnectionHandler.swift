@@ -23,6 +23,8 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     private let logger: Logger
     private let responder: RequestResponder
     private let onMessage: Connection.MessageHandler
+    /// Offered each one-way message first, inline on the loop (`false`: to ``onMessage``).
+    private let onSynchronousMessage: (@Sendable (ServiceMessage, ConnectionContext) -> Bool)?
     private let eventSink: AsyncStream<ConnectionEvent>.Continuation
     /// What async code reads without hopping onto the loop.
     let status: ConnectionStatus
@@ -104,7 +106,8 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     }
 
     init(channel: any PacketChannel, configuration: Connection.Configuration, logger: Logger,
-         responder: RequestResponder, onMessage: @escaping Connection.MessageHandler,
+         responder: RequestResponder, onSynchronousMessage: (@Sendable (ServiceMessage, ConnectionContext) -> Bool)?,
+         onMessage: @escaping Connection.MessageHandler,
          eventSink: AsyncStream<ConnectionEvent>.Continuation, status: ConnectionStatus) {
         self.loop = channel.loop
         self.channel = channel
@@ -112,6 +115,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         self.logger = logger
         self.responder = responder
         self.onMessage = onMessage
+        self.onSynchronousMessage = onSynchronousMessage
         self.eventSink = eventSink
         self.status = status
     }
@@ -571,7 +575,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .request(let type, let payload):
             try startHandler(for: ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), id: envelope.id)
         case .message(let type, let payload):
-            return .message(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments), context!)
+            return messageArrived(ServiceMessage(type: type, payload: payload, attachments: envelope.attachments))
         case .cancel(let requestID):
             machine.cancelReceived(requestID)?.cancel()
         case .surface(let message):
@@ -611,9 +615,17 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .request:
             try startHandler(for: view.message, id: view.id)
         case .message:
-            return .message(view.message, context!)
+            return messageArrived(view.message)
         }
         return nil
+    }
+
+    /// A one-way message, dispatched in its turn (nothing before it still being handled): the
+    /// synchronous handler takes it inline, or it goes to the delivery task. Not on a thread
+    /// that borrowed the loop for a blocking call: no handler runs there.
+    private func messageArrived(_ message: ServiceMessage) -> Delivery? {
+        if let onSynchronousMessage, !loop.isBorrowed, onSynchronousMessage(message, context!) { return nil }
+        return .message(message, context!)
     }
 
     /// An answer (reply, failure or pong) to request `replyTo` arrived: its caller gets

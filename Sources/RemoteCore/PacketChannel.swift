@@ -182,7 +182,12 @@ package final class PacketBuffer: @unchecked Sendable {
 /// and let it go (nothing else holds it then), so a conversation packs every packet into the
 /// same few buffers and allocates none. At most ``maxBuffers`` (64) of at most 8 KiB are kept
 /// (512 KiB at worst); past them (a queue backed up behind a peer that does not read), and for
-/// a larger packet, a buffer is one packet's.
+/// a larger packet, a buffer is one packet's, of its size.
+///
+/// Packets are written, and their buffers let go, in the order they were packed, so the buffer
+/// after the last one taken is the oldest: if it and the next few are still queued, so are the
+/// rest, and the search stops there (``probes``) rather than looking at every buffer for every
+/// packet of a burst.
 package final class PacketPool: @unchecked Sendable {
     // @unchecked: used by one framer, on its connection's loop.
     private var buffers: [PacketBuffer] = []
@@ -190,6 +195,8 @@ package final class PacketPool: @unchecked Sendable {
     /// order they were packed, so the buffer after the last one taken is usually the free one.
     private var next = 0
     static let maxBuffers = 64
+    /// How many buffers from the oldest on a search looks at.
+    static let probes = 4
     /// Larger buffers are one packet's: a burst of large messages leaves no megabytes behind.
     static let maxPooledCapacity = 8_192
     /// The smallest buffer made: most envelopes fit.
@@ -200,7 +207,7 @@ package final class PacketPool: @unchecked Sendable {
     /// A free buffer of at least `capacity` bytes, emptied.
     package func buffer(capacity: Int) -> PacketBuffer {
         var tooSmall: Int?
-        for step in 0..<buffers.count {
+        for step in 0..<min(buffers.count, Self.probes) {
             let index = (next + step) % buffers.count
             guard isKnownUniquelyReferenced(&buffers[index]) else { continue }
             if buffers[index].capacity >= capacity {
@@ -210,18 +217,21 @@ package final class PacketPool: @unchecked Sendable {
             }
             tooSmall = tooSmall ?? index
         }
-        var size = Self.minimumCapacity
-        while size < capacity { size *= 2 }
-        let buffer = PacketBuffer(capacity: size)
-        if size > Self.maxPooledCapacity {
+        if capacity <= Self.maxPooledCapacity, tooSmall != nil || buffers.count < Self.maxBuffers {
+            var size = Self.minimumCapacity
+            while size < capacity { size *= 2 }
+            let buffer = PacketBuffer(capacity: size)
+            if let tooSmall {
+                buffers[tooSmall] = buffer
+                next = tooSmall + 1
+            } else {
+                buffers.append(buffer)
+                next = buffers.count
+            }
             return buffer
-        } else if let tooSmall {
-            buffers[tooSmall] = buffer
-            next = tooSmall + 1
-        } else if buffers.count < Self.maxBuffers {
-            buffers.append(buffer)
-            next = buffers.count
         }
-        return buffer
+        // Every pooled buffer near the oldest is still queued (or the packet is large): one of
+        // its own, no larger than it needs.
+        return PacketBuffer(capacity: (capacity + 63) & ~63)
     }
 }

@@ -79,21 +79,40 @@ public enum ServiceMain {
     /// On a connection that shows a view, a request first waits for the view to take what the
     /// host sent before it (and `remoteview.settle` is the framework's); such a request reaches
     /// `onSynchronousRequest` from a task, after the view controller has seen it.
+    ///
+    /// One-way messages have a fast form too: given `onSynchronousMessage`, every message the
+    /// view controller leaves goes to it instead of `onMessage`. It runs inline on the
+    /// connection's event loop as the message is read, with no task, unless the view controller
+    /// may want the message first (a connection that shows a view), a message before it is still
+    /// being handled, or a thread blocked in a call has borrowed the loop: then it runs in the
+    /// connection's delivery task, in order. Like `onSynchronousRequest`, it must not wait for
+    /// anything.
     @discardableResult
     public static func run(identifier: String, capabilities: [String] = [], shareTitle: String? = nil,
                            viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                            onSynchronousRequest: @escaping Connection.SynchronousRequestHandler,
                            onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
-                           onMessage: @escaping Connection.MessageHandler = { _, _ in }) async throws(RemoteError) -> Ending {
+                           onMessage: @escaping Connection.MessageHandler = { _, _ in },
+                           onSynchronousMessage: SynchronousMessageHandler? = nil) async throws(RemoteError) -> Ending {
         try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
-                      answering: Answering(onRequest: onRequest, onSynchronousRequest: onSynchronousRequest), onMessage: onMessage)
+                      answering: Answering(onRequest: onRequest, onSynchronousRequest: onSynchronousRequest,
+                                           onSynchronousMessage: onSynchronousMessage), onMessage: onMessage)
     }
 
-    /// A service's request handlers: the synchronous one, tried first when there is one, and the
-    /// asynchronous one.
+    /// Receives one one-way message, on the connection's event loop thread: inline as it is
+    /// read where it can, else in the connection's delivery task (see
+    /// ``run(identifier:capabilities:shareTitle:viewController:onSynchronousRequest:onRequest:onMessage:onSynchronousMessage:)``).
+    /// Messages arrive one at a time, in order. It must not block: the connection reads nothing
+    /// more until it returns.
+    public typealias SynchronousMessageHandler = @Sendable (ServiceMessage, ConnectionContext) -> Void
+
+    /// A service's handlers: the synchronous request handler, tried first when there is one,
+    /// the asynchronous one, and the synchronous message handler, which replaces `onMessage`
+    /// when there is one.
     struct Answering: Sendable {
         var onRequest: Connection.RequestHandler
         var onSynchronousRequest: Connection.SynchronousRequestHandler?
+        var onSynchronousMessage: SynchronousMessageHandler? = nil
     }
 
     private static func run(identifier: String, capabilities: [String], shareTitle: String?,
@@ -133,7 +152,7 @@ public enum ServiceMain {
         }
     }
 
-    /// ``run(identifier:capabilities:shareTitle:viewController:onSynchronousRequest:onRequest:onMessage:)``,
+    /// ``run(identifier:capabilities:shareTitle:viewController:onSynchronousRequest:onRequest:onMessage:onSynchronousMessage:)``,
     /// then exits the process as ``exit(serving:capabilities:shareTitle:viewController:onRequest:onMessage:)`` does.
     ///
     /// ```swift
@@ -151,10 +170,12 @@ public enum ServiceMain {
                             viewController: (@MainActor @Sendable () -> ViewController)? = nil,
                             onSynchronousRequest: @escaping Connection.SynchronousRequestHandler,
                             onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
-                            onMessage: @escaping Connection.MessageHandler = { _, _ in }) async -> Never {
+                            onMessage: @escaping Connection.MessageHandler = { _, _ in },
+                            onSynchronousMessage: SynchronousMessageHandler? = nil) async -> Never {
         do {
             try await run(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, viewController: viewController,
-                          onSynchronousRequest: onSynchronousRequest, onRequest: onRequest, onMessage: onMessage)
+                          onSynchronousRequest: onSynchronousRequest, onRequest: onRequest, onMessage: onMessage,
+                          onSynchronousMessage: onSynchronousMessage)
             Syscall.exit(0)
         } catch {
             Syscall.writeStandardError("\(identifier): \(error)\n")
@@ -278,6 +299,17 @@ final class ServiceRuntime: Sendable {
                 return try handler(request, context).map { .reply($0) } ?? .declined
             }
         }
+        // Inline on the loop, the synchronous message handler takes a message unless the
+        // controller may want it first (or it is the framework's connect).
+        var onSynchronousMessage: (@Sendable (ServiceMessage, ConnectionContext) -> Bool)?
+        if let handler = answering.onSynchronousMessage {
+            onSynchronousMessage = { message, context in
+                if message.type == FrameworkMessage.connect || surface?.mayHaveController == true { return false }
+                idleClock?.touch()
+                handler(message, context)
+                return true
+            }
+        }
         let onMessage: Connection.MessageHandler = { [weak self] message, context in
             idleClock?.touch()
             if let surface, message.type != FrameworkMessage.connect, surface.mayHaveController {
@@ -292,7 +324,8 @@ final class ServiceRuntime: Sendable {
         let connection: Connection
         do {
             connection = Connection(channel: try SeqpacketChannel(socket), configuration: configuration,
-                                    responder: RequestResponder(immediate: immediate, later: later), onMessage: onMessage)
+                                    responder: RequestResponder(immediate: immediate, later: later),
+                                    onSynchronousMessage: onSynchronousMessage, onMessage: onMessage)
         } catch {
             throw RemoteError(.invalidated, "cannot use the passed socket: \(error)")
         }
@@ -435,7 +468,10 @@ final class ServiceRuntime: Sendable {
     }
 
     nonisolated(nonsending) private func deliver(_ message: ServiceMessage, _ context: ConnectionContext) async {
-        guard message.type == FrameworkMessage.connect else { return await onMessage(message, context) }
+        guard message.type == FrameworkMessage.connect else {
+            if let handler = answering.onSynchronousMessage { return handler(message, context) }
+            return await onMessage(message, context)
+        }
         // A request from the host for one more connection, on the attached socket.
         guard message.attachments.count == 1, let socket = message.attachments[0].take(),
               state.withLock({ $0.ending == nil }) else { return }

@@ -10,20 +10,29 @@ struct BlockingCallTests {
         let texts = Mutex<[String]>([])
         /// The threads the host's request handler ran on.
         let handlerThreads = Mutex<[UInt]>([])
+        /// The threads the host's synchronous message handler ran on.
+        let messageThreads = Mutex<[UInt]>([])
     }
 
     /// The service side answers by type: "echo" at once (the synchronous form), "notify" after
     /// three one-way messages, "ask" after asking the host a request of its own, "slow" never
     /// (until cancelled).
-    func withPair<R: Sendable>(hostMessages: Messages = Messages(), slowStarted: Latch<Void> = Latch(), slowCancelled: Latch<Void> = Latch(),
+    /// With `synchronousMessages`, the host takes one-way messages with the synchronous form.
+    func withPair<R: Sendable>(hostMessages: Messages = Messages(), synchronousMessages: Bool = false,
+                               slowStarted: Latch<Void> = Latch(), slowCancelled: Latch<Void> = Latch(),
                                _ body: @escaping @Sendable (Connection, Connection) async throws -> R) async throws -> R {
         try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let hostEnd = pair.first
-            let host = try Connection(socket: hostEnd, configuration: .testHost, onRequest: { message, _ in
+            let onSynchronousMessage: @Sendable (ServiceMessage, ConnectionContext) -> Bool = { message, _ in
+                hostMessages.messageThreads.withLock { $0.append(UInt(pthread_self())) }
+                hostMessages.texts.withLock { $0.append(message.text ?? "") }
+                return true
+            }
+            let host = Connection(channel: try SeqpacketChannel(hostEnd), configuration: .testHost, responder: .asynchronous({ message, _ in
                 hostMessages.handlerThreads.withLock { $0.append(UInt(pthread_self())) }
                 return ServiceMessage(type: "answer", text: "host saw \(message.text ?? "")")
-            }, onMessage: { message, _ in
+            }), onSynchronousMessage: synchronousMessages ? onSynchronousMessage : nil, onMessage: { message, _ in
                 hostMessages.texts.withLock { $0.append(message.text ?? "") }
             })
             let service = try Connection(socket: pair.second, configuration: .testService, onSynchronousRequest: { message, _ in
@@ -106,6 +115,24 @@ struct BlockingCallTests {
             // The read side is the loop's again: async traffic still flows.
             let after = try await host.request(ServiceMessage(type: "echo", text: "after"))
             #expect(after.text == "after")
+        }
+    }
+
+    @Test("a synchronous message handler does not run on the blocked thread either: messages read by the caller reach it on the loop, in order, before the reply")
+    func synchronousMessagesWhileBlocked() async throws {
+        let messages = Messages()
+        try await withPair(hostMessages: messages, synchronousMessages: true) { host, _ in
+            for round in 0..<20 {
+                let (notified, caller) = await onOwnThread {
+                    (Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "notify")) }, UInt(pthread_self()))
+                }
+                #expect(notified == .reply("notified"))
+                #expect(messages.texts.withLock { $0 } == (0...round).flatMap { _ in ["note 1", "note 2", "note 3"] })
+                #expect(!messages.messageThreads.withLock { $0 }.contains(caller), "round \(round)")
+            }
+            // From the loop's own reading, the synchronous handler takes them too.
+            _ = try await host.request(ServiceMessage(type: "notify"))
+            #expect(messages.texts.withLock { $0.count } == 63)
         }
     }
 

@@ -436,6 +436,48 @@ struct EmbeddedConnectionTests {
         #expect(await running.value?.code == .interrupted)
     }
 
+    @Test("a synchronous message handler takes messages inline, in order; one it leaves (false) goes to the async handler, and those after it wait behind it, then come to the synchronous one again")
+    func synchronousMessages() async throws {
+        let seen = Mutex<[String]>([])
+        let gate = Gate()
+        let loop = ManualLoop()
+        let channel = InMemoryChannel(loop: loop)
+        let connection = Connection(channel: channel, configuration: .testService, responder: .asynchronous(Connection.refuseRequests),
+                                    onSynchronousMessage: { message, _ in
+            seen.withLock { $0.append("sync \(message.type)") }
+            return message.type != "later"
+        }, onMessage: { message, _ in
+            seen.withLock { $0.append("async \(message.type)") }
+            await gate.wait()
+        })
+        let running = Task { () -> RemoteError? in
+            do throws(RemoteError) { try await connection.run(); return nil } catch { return error }
+        }
+        try await loop.waitForWork()
+        loop.run()
+        func push(_ body: Envelope.Body, id: UInt64) throws {
+            let bytes = try EnvelopeCodec.encode(Envelope(id: id, body: body))
+            loop.execute { channel.push(bytes) }
+            loop.run()
+        }
+        try push(.handshake(Handshake(role: .host, identifier: "com.example.host")), id: 1)
+        try push(.message(type: "a", payload: []), id: 2)
+        #expect(seen.withLock { $0 } == ["sync a"], "taken as it was read")
+        try push(.message(type: "later", payload: []), id: 3)
+        try push(.message(type: "b", payload: []), id: 4)
+        try push(.message(type: "c", payload: []), id: 5)
+        #expect(seen.withLock { $0 } == ["sync a", "sync later", "async later"], "b and c wait behind the handler that suspended")
+        gate.open()
+        for _ in 0..<50 where seen.withLock({ $0.count }) < 5 {
+            try await loop.waitForWork()
+            loop.run()
+        }
+        #expect(seen.withLock { $0 } == ["sync a", "sync later", "async later", "sync b", "sync c"])
+        loop.execute { channel.pushEndOfFile() }
+        loop.run()
+        #expect(await running.value?.code == .interrupted)
+    }
+
     @Test("two connections over an in-memory pair talk on one manual loop: a request and its reply, a message, a goodbye")
     func pair() async throws {
         let loop = ManualLoop()

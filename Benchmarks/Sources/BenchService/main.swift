@@ -140,6 +140,7 @@ await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewC
     // Only what the synchronous handler left: "delay", whose text it has checked.
     try await Task.sleep(for: .milliseconds(request.text.flatMap { Int($0) } ?? 0))
     return ServiceMessage(type: "delay", text: request.text ?? "")
-}, onMessage: { _, _ in
+}, onSynchronousMessage: { _, _ in
+    // Inline on the connection's loop, with no task (the synchronous form).
     received.add(1, ordering: .relaxed)
 })
