@@ -277,7 +277,10 @@ package enum EnvelopeCodec {
 
     /// A message type: 1…256 bytes, no control characters.
     package static func checkType(_ type: String, _ what: String) throws(RemoteError) {
-        guard !type.isEmpty, type.utf8.count <= WireLimits.maxTypeLength,
+        let utf8 = type.utf8
+        // Printable ASCII (almost every type) needs no look at scalars.
+        if !utf8.isEmpty, utf8.count <= WireLimits.maxTypeLength, utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return }
+        guard !type.isEmpty, utf8.count <= WireLimits.maxTypeLength,
               type.unicodeScalars.allSatisfy({ !($0.value < 0x20 || (0x7F..<0xA0).contains($0.value)) }) else {
             throw violation("\(what) type \"\(String(type.prefix(64)).escapedForTerminal())\" must be 1…\(WireLimits.maxTypeLength) bytes without control characters")
         }
