@@ -87,7 +87,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// handler to await for it (no closure is made per message), or an envelope that arrived
     /// behind one and is dispatched, in order, once the ones before it have finished.
     enum Delivery: Sendable {
-        case message(ServiceMessage, ConnectionContext)
+        /// A one-way message; `offered`: the synchronous message handler has seen it already
+        /// (and left it), so only ``onMessage`` is asked.
+        case message(ServiceMessage, ConnectionContext, offered: Bool)
         case surface(Connection.SurfaceHandler, SurfaceMessage, [Attachment], ConnectionContext)
         case input(Connection.InputHandler, InputEvent, ConnectionContext)
         case share(Connection.ShareHandler, ShareMessage, [Attachment], ConnectionContext)
@@ -155,6 +157,8 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                     request(call, packet, attachments: attachments, expectsPong: expectsPong)
                 }
             }
+            // Writing what waited can end the connection (the channel closed under it).
+            guard !ended else { return }
             let timeout = configuration.handshakeTimeout
             // Strong captures here and below: each is let go when its timer fires or is cancelled
             // (at the end at the latest), and a weak one would give the handler a side table.
@@ -552,9 +556,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         return RemoteError(.protocolViolation, reason)
     }
 
-    /// Handles one envelope from the peer, once open: on the loop, except a one-way message and
-    /// the routed families, whose handler it returns for the delivery task to await (in order,
-    /// behind what it awaits already).
+    /// Handles one envelope from the peer, once open: on the loop, except a one-way message the
+    /// synchronous message handler does not take and the routed families, whose handler it
+    /// returns for the delivery task to await (in order, behind what it awaits already).
     private func dispatch(_ envelope: Envelope) throws(RemoteError) -> Delivery? {
         switch envelope.body {
         case .handshake:
@@ -624,8 +628,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// synchronous handler takes it inline, or it goes to the delivery task. Not on a thread
     /// that borrowed the loop for a blocking call: no handler runs there.
     private func messageArrived(_ message: ServiceMessage) -> Delivery? {
-        if let onSynchronousMessage, !loop.isBorrowed, onSynchronousMessage(message, context!) { return nil }
-        return .message(message, context!)
+        guard let onSynchronousMessage else { return .message(message, context!, offered: true) }
+        if loop.isBorrowed { return .message(message, context!, offered: false) }
+        if onSynchronousMessage(message, context!) { return nil }
+        return .message(message, context!, offered: true)
     }
 
     /// An answer (reply, failure or pong) to request `replyTo` arrived: its caller gets
@@ -705,7 +711,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// Awaits the handler of one delivery (never an envelope: those are dispatched first).
     private func perform(_ delivery: Delivery) async throws(RemoteError) {
         switch delivery {
-        case .message(let message, let context): await onMessage(message, context)
+        case .message(let message, let context, let offered):
+            // Not offered (read by a thread borrowing the loop): offered now, on the loop.
+            if !offered, let onSynchronousMessage, onSynchronousMessage(message, context) { return }
+            await onMessage(message, context)
         case .surface(let handler, let message, let attachments, let context): try await handler(message, attachments, context)
         case .input(let handler, let event, let context): await handler(event, context)
         case .share(let handler, let message, let attachments, let context): try await handler(message, attachments, context)

@@ -141,8 +141,9 @@ package enum EnvelopeCodec {
             case .reply: .reply(type: "", payload: [])
             case .message: .message(type: "", payload: [])
             }
-            try checkHeader(e, body: shape, attachments: attachments)
+            // The type first, as for every other body (its rules before the header's).
             let type = try typeBytes(message.type, kind.rawValue)
+            try checkHeader(e, body: shape, attachments: attachments)
             let payload = UnsafeRawBufferPointer(start: message.payload.data, count: message.payload.len)
             return .serviceMessage(ServiceMessageView(kind: kind, id: e.id, replyTo: e.reply_to == 0 ? nil : e.reply_to,
                                                       type: type, payload: payload, attachments: attachments))

@@ -81,7 +81,7 @@ public enum ServiceMain {
     /// `onSynchronousRequest` from a task, after the view controller has seen it.
     ///
     /// One-way messages have a fast form too: given `onSynchronousMessage`, every message the
-    /// view controller leaves goes to it instead of `onMessage`. It runs inline on the
+    /// view controller leaves goes to it, and `onMessage` is not called. It runs inline on the
     /// connection's event loop as the message is read, with no task, unless the view controller
     /// may want the message first (a connection that shows a view), a message before it is still
     /// being handled, or a thread blocked in a call has borrowed the loop: then it runs in the

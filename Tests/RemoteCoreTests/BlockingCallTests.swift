@@ -26,7 +26,7 @@ struct BlockingCallTests {
             let hostEnd = pair.first
             let onSynchronousMessage: @Sendable (ServiceMessage, ConnectionContext) -> Bool = { message, _ in
                 hostMessages.messageThreads.withLock { $0.append(UInt(pthread_self())) }
-                hostMessages.texts.withLock { $0.append(message.text ?? "") }
+                hostMessages.texts.withLock { $0.append("sync \(message.text ?? "")") }
                 return true
             }
             let host = Connection(channel: try SeqpacketChannel(hostEnd), configuration: .testHost, responder: .asynchronous({ message, _ in
@@ -127,12 +127,14 @@ struct BlockingCallTests {
                     (Outcome { () throws(RemoteError) in try host.requestSync(ServiceMessage(type: "notify")) }, UInt(pthread_self()))
                 }
                 #expect(notified == .reply("notified"))
-                #expect(messages.texts.withLock { $0 } == (0...round).flatMap { _ in ["note 1", "note 2", "note 3"] })
+                // Every one to the synchronous handler, none to onMessage (the first one read by
+                // the borrowing caller included).
+                #expect(messages.texts.withLock { $0 } == (0...round).flatMap { _ in ["sync note 1", "sync note 2", "sync note 3"] })
                 #expect(!messages.messageThreads.withLock { $0 }.contains(caller), "round \(round)")
             }
             // From the loop's own reading, the synchronous handler takes them too.
             _ = try await host.request(ServiceMessage(type: "notify"))
-            #expect(messages.texts.withLock { $0.count } == 63)
+            #expect(messages.texts.withLock { $0.suffix(3) } == ["sync note 1", "sync note 2", "sync note 3"])
         }
     }
 

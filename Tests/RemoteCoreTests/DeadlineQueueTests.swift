@@ -90,6 +90,25 @@ struct DeadlineQueueTests {
         }
     }
 
+    @Test("a deadline already past when it is added (a tiny timeout, a late loop), after the wheel's cursor has moved on, comes out at the next take, and the timer is not armed in the past")
+    func pastDeadlines() {
+        var queue = DeadlineQueue()
+        queue.add(at(900_000), id: 1)  // the FIFO's last
+        queue.add(at(500_000), id: 2)  // the wheel, its origin
+        queue.add(at(800_000), id: 5)  // the wheel, keeps it (and its cursor) in use
+        var due: [UInt64] = []
+        queue.takeDue(now: at(600_000), into: &due)  // the cursor moves 100 ms on
+        #expect(due == [2])
+        due = []
+        queue.add(at(550_000), id: 3)  // already past: clamped to the cursor's slot
+        queue.add(at(100_000), id: 4)  // before the wheel's origin, long past
+        #expect(queue.wheelEntries == 3)
+        #expect(queue.nextDue == at(100_000))
+        queue.takeDue(now: at(600_001), into: &due)
+        #expect(Set(due) == [3, 4])
+        #expect(queue.nextDue == at(800_000), "armed at the next deadline, not in the past")
+    }
+
     @Test("behind a request that waits long, answered entries are swept out of the FIFO and the wheel")
     func sweep() {
         var queue = DeadlineQueue()

@@ -473,6 +473,9 @@ struct EmbeddedConnectionTests {
             loop.run()
         }
         #expect(seen.withLock { $0 } == ["sync a", "sync later", "async later", "sync b", "sync c"])
+        // The delivery task idle again: the next one is taken inline as it is read.
+        try push(.message(type: "d", payload: []), id: 6)
+        #expect(seen.withLock { $0.last } == "sync d")
         loop.execute { channel.pushEndOfFile() }
         loop.run()
         #expect(await running.value?.code == .interrupted)

@@ -123,6 +123,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
     package func start(_ inbound: any PacketInbound) {
         loop.preconditionInLoop("SeqpacketChannel.start")
         precondition(self.inbound == nil, "SeqpacketChannel.start called twice")
+        guard !closed else { return }  // nothing to read, and nothing to be told
         self.inbound = inbound
         readiness.channel = self  // until it closes
         // What came before it started is read now (its edge was reported already).
@@ -552,7 +553,9 @@ extension IOResult {
 
 /// What a ``SeqpacketChannel``'s loop registration calls: the channel once started, until it
 /// closes (touched on the loop only). A channel never started is held by no one but its owner,
-/// and its deinit releases the socket.
+/// and its deinit releases the socket. Readiness before ``SeqpacketChannel/start(_:)`` is not
+/// reported: start reads what is queued, and a connection writes nothing that could fill the
+/// peer's queue before it starts (its handshake and what waited, in the same loop job).
 private final class Readiness: @unchecked Sendable {
     // @unchecked: set and read on the channel's loop only.
     var channel: SeqpacketChannel?
