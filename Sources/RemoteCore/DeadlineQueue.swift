@@ -64,10 +64,7 @@ struct DeadlineQueue {
     /// Adds request `id`'s deadline.
     mutating func add(_ deadline: Instant, id: UInt64) {
         live += 1
-        if head == fifo.count {
-            fifo.removeAll(keepingCapacity: true)
-            head = 0
-        }
+        restartDrainedFIFO()
         guard let last = fifo.last, head < fifo.count, deadline < last.deadline else {
             fifo.append((deadline, id))
             return
@@ -145,10 +142,7 @@ struct DeadlineQueue {
         while head < fifo.count, !isOutstanding(fifo[head].id) {
             head += 1
         }
-        if head == fifo.count {
-            fifo.removeAll(keepingCapacity: true)
-            head = 0
-        }
+        restartDrainedFIFO()
         if count - live > max(64, live) {
             fifo = fifo[head...].filter { isOutstanding($0.id) }
             head = 0
@@ -164,6 +158,13 @@ struct DeadlineQueue {
             fifo.removeFirst(head)
             head = 0
         }
+    }
+
+    /// A FIFO whose every entry has gone starts again from its storage's beginning.
+    private mutating func restartDrainedFIFO() {
+        guard head == fifo.count else { return }
+        fifo.removeAll(keepingCapacity: true)
+        head = 0
     }
 
     /// Forgets everything (the connection ended).

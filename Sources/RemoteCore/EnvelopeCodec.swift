@@ -62,7 +62,18 @@ package enum EnvelopeCodec {
     /// are still the bytes protobuf-c unpacked into the arena: valid until the arena's packet
     /// ends (the next decode), so the view never leaves the code that decoded it.
     package struct ServiceMessageView {
-        package enum Kind: String, Sendable { case request, reply, message }
+        package enum Kind: String, Sendable {
+            case request, reply, message
+
+            /// A body of this kind.
+            func body(type: String, payload: [UInt8]) -> Envelope.Body {
+                switch self {
+                case .request: .request(type: type, payload: payload)
+                case .reply: .reply(type: type, payload: payload)
+                case .message: .message(type: type, payload: payload)
+                }
+            }
+        }
         package let kind: Kind
         package let id: UInt64
         /// The request it answers (a reply's only).
@@ -80,14 +91,9 @@ package enum EnvelopeCodec {
 
         /// The envelope, copied out of the arena.
         package var envelope: Envelope {
-            let type = String(decoding: type, as: UTF8.self)
-            let payload: [UInt8] = payload.isEmpty ? [] : Array(payload)
-            let body: Envelope.Body = switch kind {
-            case .request: .request(type: type, payload: payload)
-            case .reply: .reply(type: type, payload: payload)
-            case .message: .message(type: type, payload: payload)
-            }
-            return Envelope(id: id, replyTo: replyTo, body: body, attachments: attachments)
+            let message = self.message
+            return Envelope(id: id, replyTo: replyTo, body: kind.body(type: message.type, payload: message.payload),
+                            attachments: attachments)
         }
     }
 
@@ -136,11 +142,7 @@ package enum EnvelopeCodec {
         }
         if let (kind, message) = view {
             // The header's rules, for a body of this kind (empty: nothing allocated).
-            let shape: Envelope.Body = switch kind {
-            case .request: .request(type: "", payload: [])
-            case .reply: .reply(type: "", payload: [])
-            case .message: .message(type: "", payload: [])
-            }
+            let shape = kind.body(type: "", payload: [])
             // The type first, as for every other body (its rules before the header's).
             let type = try typeBytes(message.type, kind.rawValue)
             try checkHeader(e, body: shape, attachments: attachments)

@@ -19,11 +19,20 @@ struct EmbeddedConnectionTests {
         /// The id of the next envelope the test pushes as the peer.
         private let nextID = Atomic<UInt64>(1)
 
-        init(configuration: Connection.Configuration = .testHost,
-             onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+        convenience init(configuration: Connection.Configuration = .testHost,
+                         onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                         onMessage: @escaping Connection.MessageHandler = { _, _ in }) {
+            self.init(configuration: configuration, responder: .asynchronous(onRequest), onMessage: onMessage)
+        }
+
+        /// A rig whose connection has the package-level handlers: a responder (a synchronous
+        /// request handler first, when it has one) and a synchronous message handler.
+        init(configuration: Connection.Configuration, responder: RequestResponder,
+             onSynchronousMessage: (@Sendable (ServiceMessage, ConnectionContext) -> Bool)? = nil,
              onMessage: @escaping Connection.MessageHandler = { _, _ in }) {
             channel = InMemoryChannel(loop: loop)
-            connection = Connection(channel: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            connection = Connection(channel: channel, configuration: configuration, responder: responder,
+                                    onSynchronousMessage: onSynchronousMessage, onMessage: onMessage)
         }
 
         /// Waits until a task of the test hands work to the loop, then runs the loop until idle.
@@ -377,9 +386,7 @@ struct EmbeddedConnectionTests {
     @Test("a synchronous handler answers inline, in the round that read the request: replies and failures for a batch are written together; what it leaves (nil) goes to the async handler, and it is not asked again")
     func synchronousHandler() async throws {
         let asked = Mutex<[String]>([])
-        let loop = ManualLoop()
-        let channel = InMemoryChannel(loop: loop)
-        let connection = Connection(channel: channel, configuration: .testService, responder: .synchronous({ message, _ in
+        let rig = Rig(configuration: .testService, responder: .synchronous({ message, _ in
             asked.withLock { $0.append(message.type) }
             switch message.type {
             case "fail": throw ServiceFailure(domain: "test", code: 7, message: "no")
@@ -391,31 +398,24 @@ struct EmbeddedConnectionTests {
             return ServiceMessage(type: "later-done")
         }))
         let running = Task { () -> RemoteError? in
-            do throws(RemoteError) { try await connection.run(); return nil } catch { return error }
+            do throws(RemoteError) { try await rig.connection.run(); return nil } catch { return error }
         }
-        try await loop.waitForWork()
-        loop.run()
+        try await rig.turn()
+        let loop = rig.loop, channel = rig.channel
+        /// Queued, not run: what is pushed before the next `loop.run()` is read in one round.
         func push(_ body: Envelope.Body, id: UInt64) throws {
             let bytes = try EnvelopeCodec.encode(Envelope(id: id, body: body))
             loop.execute { channel.push(bytes) }
         }
-        func written() throws -> [Envelope] {
-            let packets = Mutex<[OutboundPacket]>([])
-            loop.execute { packets.withLock { $0 = channel.takeWritten() } }
-            loop.run()
-            return try packets.withLock { $0 }.map { packet in
-                try packet.bytes.withUnsafeBytes { bytes throws(RemoteError) in try EnvelopeCodec.decode(bytes, attachments: []) }
-            }
-        }
         try push(.handshake(Handshake(role: .host, identifier: "com.example.host")), id: 1)
         loop.run()
-        _ = try written()
+        _ = try rig.written()
         // Three requests read in one round: both answers are written in that round, in order.
         try push(.request(type: "a", payload: [1]), id: 2)
         try push(.request(type: "fail", payload: []), id: 3)
         try push(.request(type: "b", payload: [2]), id: 4)
         loop.run()
-        let answers = try written()
+        let answers = try rig.written()
         #expect(answers.map(\.body.name) == ["reply", "failure", "reply"])
         #expect(answers.map(\.replyTo) == [2, 3, 4])
         if case .failure(let failure) = answers[1].body { #expect(failure.code == 7) } else { Issue.record("expected a failure") }
@@ -423,16 +423,15 @@ struct EmbeddedConnectionTests {
         try push(.request(type: "c", payload: []), id: 5)
         try push(.cancel(requestID: 5), id: 6)
         loop.run()
-        #expect(try written().map(\.replyTo) == [5])
+        #expect(try rig.written().map(\.replyTo) == [5])
         // Left to the async handler: answered from its task (which starts at once and does not
         // suspend here), and asked of the synchronous one once.
         try push(.request(type: "later", payload: []), id: 7)
         loop.run()
-        let later = try written()
+        let later = try rig.written()
         #expect(later.map(\.body.name) == ["reply"] && later.first?.replyTo == 7)
         #expect(asked.withLock { $0 } == ["a", "fail", "b", "c", "later", "async later"])
-        loop.execute { channel.pushEndOfFile() }
-        loop.run()
+        rig.pushEndOfFile()
         #expect(await running.value?.code == .interrupted)
     }
 
@@ -440,10 +439,7 @@ struct EmbeddedConnectionTests {
     func synchronousMessages() async throws {
         let seen = Mutex<[String]>([])
         let gate = Gate()
-        let loop = ManualLoop()
-        let channel = InMemoryChannel(loop: loop)
-        let connection = Connection(channel: channel, configuration: .testService, responder: .asynchronous(Connection.refuseRequests),
-                                    onSynchronousMessage: { message, _ in
+        let rig = Rig(configuration: .testService, responder: .asynchronous(Connection.refuseRequests), onSynchronousMessage: { message, _ in
             seen.withLock { $0.append("sync \(message.type)") }
             return message.type != "later"
         }, onMessage: { message, _ in
@@ -451,33 +447,21 @@ struct EmbeddedConnectionTests {
             await gate.wait()
         })
         let running = Task { () -> RemoteError? in
-            do throws(RemoteError) { try await connection.run(); return nil } catch { return error }
+            do throws(RemoteError) { try await rig.connection.run(); return nil } catch { return error }
         }
-        try await loop.waitForWork()
-        loop.run()
-        func push(_ body: Envelope.Body, id: UInt64) throws {
-            let bytes = try EnvelopeCodec.encode(Envelope(id: id, body: body))
-            loop.execute { channel.push(bytes) }
-            loop.run()
-        }
-        try push(.handshake(Handshake(role: .host, identifier: "com.example.host")), id: 1)
-        try push(.message(type: "a", payload: []), id: 2)
+        try await rig.turn()
+        try rig.push(.handshake(Handshake(role: .host, identifier: "com.example.host")))
+        try rig.push(.message(type: "a", payload: []))
         #expect(seen.withLock { $0 } == ["sync a"], "taken as it was read")
-        try push(.message(type: "later", payload: []), id: 3)
-        try push(.message(type: "b", payload: []), id: 4)
-        try push(.message(type: "c", payload: []), id: 5)
+        for type in ["later", "b", "c"] { try rig.push(.message(type: type, payload: [])) }
         #expect(seen.withLock { $0 } == ["sync a", "sync later", "async later"], "b and c wait behind the handler that suspended")
         gate.open()
-        for _ in 0..<50 where seen.withLock({ $0.count }) < 5 {
-            try await loop.waitForWork()
-            loop.run()
-        }
+        for _ in 0..<50 where seen.withLock({ $0.count }) < 5 { try await rig.turn() }
         #expect(seen.withLock { $0 } == ["sync a", "sync later", "async later", "sync b", "sync c"])
         // The delivery task idle again: the next one is taken inline as it is read.
-        try push(.message(type: "d", payload: []), id: 6)
+        try rig.push(.message(type: "d", payload: []))
         #expect(seen.withLock { $0.last } == "sync d")
-        loop.execute { channel.pushEndOfFile() }
-        loop.run()
+        rig.pushEndOfFile()
         #expect(await running.value?.code == .interrupted)
     }
 
