@@ -308,6 +308,12 @@ public final class Connection: Sendable {
         }
     }
 
+    /// Starts closing the connection as ``close(reason:)`` does, without waiting: at once on
+    /// the loop's thread, else handed to the loop.
+    package func startClosing(reason: String) {
+        onLoop { $0.close(reason: reason) }
+    }
+
     /// Ends the connection in order: says goodbye, fails outstanding requests with
     /// ``RemoteError/Code/invalidated``, and makes ``run()`` return.
     public func close(reason: String = "closed") async {
@@ -333,6 +339,23 @@ public final class Connection: Sendable {
         let reply = try await exchange(.request(type: message.type, payload: message.payload),
                                        attachments: message.attachments, expectsPong: false,
                                        timeout: timeout ?? configuration.defaultRequestTimeout, what: .request(type: message.type))
+        return try Self.message(answering: message, with: reply)
+    }
+
+    /// ``request(_:timeout:)``, calling `handedOff` once the request is in the loop's hands (or
+    /// failed before): what is sent on this connection after that goes out after it. How a
+    /// supervisor sends the work queued while a process started in order.
+    package func request(_ message: ServiceMessage, timeout: Duration?, handedOff: @escaping @Sendable () -> Void) async throws(RemoteError) -> ServiceMessage {
+        let reply: Envelope
+        do {
+            reply = try await exchange(.request(type: message.type, payload: message.payload),
+                                       attachments: message.attachments, expectsPong: false,
+                                       timeout: timeout ?? configuration.defaultRequestTimeout, what: .request(type: message.type),
+                                       handedOff: handedOff)
+        } catch {
+            handedOff()
+            throw error
+        }
         return try Self.message(answering: message, with: reply)
     }
 
@@ -501,7 +524,7 @@ public final class Connection: Sendable {
     /// connection's end resumes this caller. No object is made for it, and no lock taken: a
     /// cancellation posts a cancel, by the caller's token, to the loop.
     private func exchange(_ body: Envelope.Body, attachments: [Attachment], expectsPong: Bool,
-                          timeout: Duration?, what: Exchange) async throws(RemoteError) -> Envelope {
+                          timeout: Duration?, what: Exchange, handedOff: (@Sendable () -> Void)? = nil) async throws(RemoteError) -> Envelope {
         if let unusable = status.unusable { throw unusable }
         let packet = try EnvelopeCodec.encodeUnnumbered(Envelope(body: body, attachments: attachments))
         if Task.isCancelled { throw RemoteError(.cancelled, "\(what) was cancelled before it was sent") }
@@ -518,6 +541,7 @@ public final class Connection: Sendable {
                     let handler = self.handler
                     loop.execute { handler.request(call, packet, attachments: attachments, expectsPong: expectsPong) }
                 }
+                handedOff?()
             }
         } onCancel: {
             onLoop { $0.cancel(token: token) }

@@ -34,6 +34,29 @@ struct LauncherTests {
         }
     }
 
+    @Test("what many tasks send while the service starts is queued in order and sent once it runs, as XPC queues a connection's messages; a request among them goes after the messages before it")
+    func queuedInOrder() async throws {
+        try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in
+            let connection = launcher.connection(to: "com.example.test")
+            // Each task runs until it first suspends, which is once its message is queued with
+            // the service's supervisor: they are queued in this loop's order.
+            var sends: [Task<Void, any Error>] = []
+            for index in 0..<20 {
+                sends.append(Task.immediate { try await connection.send(ServiceMessage(type: "note", text: "\(index)")) })
+            }
+            let middle = Task.immediate { try await connection.request(ServiceMessage(type: "notes")) }
+            for index in 20..<40 {
+                sends.append(Task.immediate { try await connection.send(ServiceMessage(type: "note", text: "\(index)")) })
+            }
+            for send in sends { try await send.value }
+            let before = try #require(try await middle.value.text).split(separator: " ").map(String.init)
+            #expect(Array(before.prefix(20)) == (0..<20).map(String.init), "the request went after the 20 messages queued before it: \(before)")
+            let all = try await connection.request(ServiceMessage(type: "notes")).text
+            #expect(all == (0..<40).map(String.init).joined(separator: " "))
+            #expect(await launcher.status().first?.launches == 1)
+        }
+    }
+
     @Test("a launched service's event loop has a thread of its own, apart from the main actor, whose thread is not parked: the main actor runs where an async main's drain puts it")
     func loopHasItsOwnThread() async throws {
         try await withServices(["test.json": ServiceFolder.manifest()]) { launcher, _ in

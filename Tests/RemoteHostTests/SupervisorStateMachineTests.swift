@@ -30,7 +30,6 @@ struct SupervisorStateMachineTests {
     static let t0 = ContinuousClock.now
     static let crash = TerminationReason(kind: .killed, detail: "killed by SIGKILL (Killed)", signal: 9)
     static let idle = TerminationReason(kind: .idleExit, detail: "idle")
-    static let refusal = RemoteError(.invalidated, "refused")
 
     static func machine(perConnection: Bool = false) -> Machine {
         Machine(identifier: "com.example.test", perConnection: perConnection, policy: policy)
@@ -46,6 +45,7 @@ struct SupervisorStateMachineTests {
             case .sendQueue(let client, let channel, let work): "send \(client) \(channel) [\(work.map { $0.name + ($0.isRetry ? "'" : "") }.joined(separator: " "))]"
             case .publish(let client, let channel): "publish \(client) \(channel.map(\.name) ?? "nil")"
             case .fail(let work, let error): "fail [\(work.map(\.name).joined(separator: " "))]: \(error.code)"
+            case .refuse(let client, let work): "refuse \(client) [\(work.map(\.name).joined(separator: " "))]"
             case .interrupt(let client, let error): "interrupt \(client): \(error.code)"
             case .channelClosed(let client, let channel, let error, let interrupts):
                 "closed \(client) \(channel)\(error.map { ": \($0.code)" } ?? "")\(interrupts ? " (event)" : "")"
@@ -68,7 +68,7 @@ struct SupervisorStateMachineTests {
     static func running(_ machine: inout Machine, client: UInt64 = 1, process: FakeProcess = FakeProcess("p"),
                         at now: ContinuousClock.Instant = t0) -> FakeChannel {
         _ = machine.clientAdded(client)
-        _ = machine.workArrived(client, Work(name: "w"), refusal: refusal, now: now)
+        _ = machine.workArrived(client, Work(name: "w"), now: now)
         _ = machine.launched(slot: machine.perConnection ? client : 0, process: process, now: now)
         let channel = FakeChannel("c\(client)")
         _ = machine.channelOpened(client: client, process: process, channel: channel)
@@ -80,15 +80,15 @@ struct SupervisorStateMachineTests {
     func queueInOrder() {
         var machine = Self.machine()
         #expect(Self.run(&machine) { $0.clientAdded(1) } == [])
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "a"), refusal: Self.refusal, now: Self.t0) } == ["launch 0"])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "a"), now: Self.t0) } == ["launch 0"])
         #expect(machine.isLaunching && machine.phaseName(0) == "launching")
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "b"), refusal: Self.refusal, now: Self.t0) } == [])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "b"), now: Self.t0) } == [])
         let p = FakeProcess("p"), c = FakeChannel("c")
         #expect(Self.run(&machine) { $0.launched(slot: 0, process: p, now: Self.t0) } == ["open 1 p"])
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "c"), refusal: Self.refusal, now: Self.t0) } == [])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "c"), now: Self.t0) } == [])
         #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: p, channel: c) } == ["send 1 c [a b c]"])
         // Sent while the queue was being sent: it goes after it, still not on the fast path.
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "d"), refusal: Self.refusal, now: Self.t0) } == [])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "d"), now: Self.t0) } == [])
         #expect(Self.run(&machine) { $0.queueSent(client: 1, channel: c) } == ["send 1 c [d]"])
         #expect(Self.run(&machine) { $0.queueSent(client: 1, channel: c) } == ["publish 1 c"])
         #expect(machine.launches == 1 && machine.isUsable(p) && machine.clientCount(of: p) == 1)
@@ -100,7 +100,7 @@ struct SupervisorStateMachineTests {
         let p = FakeProcess("p")
         _ = Self.running(&machine, process: p)
         _ = machine.clientAdded(2)
-        #expect(Self.run(&machine) { $0.workArrived(2, Work(name: "x"), refusal: Self.refusal, now: Self.t0) } == ["open 2 p"])
+        #expect(Self.run(&machine) { $0.workArrived(2, Work(name: "x"), now: Self.t0) } == ["open 2 p"])
         #expect(machine.launches == 1)
     }
 
@@ -109,7 +109,7 @@ struct SupervisorStateMachineTests {
         var machine = Self.machine(perConnection: true)
         _ = Self.running(&machine, client: 1, process: FakeProcess("p1"))
         _ = machine.clientAdded(2)
-        #expect(Self.run(&machine) { $0.workArrived(2, Work(name: "x"), refusal: Self.refusal, now: Self.t0) } == ["launch 2"])
+        #expect(Self.run(&machine) { $0.workArrived(2, Work(name: "x"), now: Self.t0) } == ["launch 2"])
         #expect(Self.run(&machine) { $0.launched(slot: 2, process: FakeProcess("p2"), now: Self.t0) } == ["open 2 p2"])
         #expect(machine.processes.map(\.name) == ["p1", "p2"])
     }
@@ -152,7 +152,7 @@ struct SupervisorStateMachineTests {
         if case .fail(_, let error) = actions[1] { #expect(error.reason.contains("com.example.test ended: killed")) }
         #expect(machine.crashes == 1 && machine.consecutiveCrashes == 1)
         // Relaunched no sooner than the backoff allows (at least the minimum interval).
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "n"), refusal: Self.refusal, now: Self.t0.advanced(by: .seconds(1))) } == ["backoff 0 1150 ms"])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "n"), now: Self.t0.advanced(by: .seconds(1))) } == ["backoff 0 1150 ms"])
         #expect(machine.phaseName(0) == "backing off" && machine.isLaunching)
         #expect(Self.run(&machine) { $0.backoffElapsed(slot: 0, now: Self.t0.advanced(by: .milliseconds(1150))) } == ["launch 0"])
     }
@@ -175,12 +175,12 @@ struct SupervisorStateMachineTests {
             now = now.advanced(by: .milliseconds(10))
             last = Self.run(&machine) { $0.processEnded(p, reason: Self.crash, now: now) }
             now = now.advanced(by: .seconds(2))
-            if attempt < 3 { _ = machine.workArrived(1, Work(name: "again"), refusal: Self.refusal, now: now) }
+            if attempt < 3 { _ = machine.workArrived(1, Work(name: "again"), now: now) }
         }
         #expect(last == ["ended p3 killed", "fail [r3]: interrupted", "closed 1 c: interrupted (event)", "invalidated", "invalidate 1: invalidated"])
         #expect(machine.invalidationError?.reason.contains("crashed 3 times in a row") == true && machine.isFinished)
         // Later work and later clients fail at once.
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "z"), refusal: Self.refusal, now: now) } == ["fail [z]: invalidated"])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "z"), now: now) } == ["fail [z]: invalidated"])
         #expect(Self.run(&machine) { $0.clientAdded(9) } == ["invalidate 9: invalidated"])
     }
 
@@ -241,7 +241,7 @@ struct SupervisorStateMachineTests {
         let p = FakeProcess("p")
         _ = Self.running(&machine, client: 1, process: p)
         _ = machine.clientAdded(2)
-        _ = machine.workArrived(2, Work(name: "x"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(2, Work(name: "x"), now: Self.t0)
         let c2 = FakeChannel("c2")
         _ = machine.channelOpened(client: 2, process: p, channel: c2)
         let error = RemoteError(.invalidated, "invalidated by the host")
@@ -259,11 +259,11 @@ struct SupervisorStateMachineTests {
     func launchOutcomes() {
         var machine = Self.machine()
         _ = machine.clientAdded(1)
-        _ = machine.workArrived(1, Work(name: "a"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
         #expect(Self.run(&machine) { $0.launchFailed(slot: 0, error: RemoteError(.interrupted, "no fds"), now: Self.t0) }
                 == ["fail [a]: interrupted", "interrupt 1: interrupted"])
         #expect(machine.phaseName(0) == "stopped")
-        _ = machine.workArrived(1, Work(name: "b"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(1, Work(name: "b"), now: Self.t0)
         _ = machine.clientRemoved(1, error: RemoteError(.invalidated, "gone"), now: Self.t0)
         #expect(Self.run(&machine) { $0.launched(slot: 0, process: FakeProcess("p"), now: Self.t0) } == ["stop p goodbye stopped"])
     }
@@ -273,7 +273,7 @@ struct SupervisorStateMachineTests {
         var machine = Self.machine()
         _ = machine.clientAdded(1)
         _ = machine.clientAdded(2)
-        _ = machine.workArrived(1, Work(name: "a"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
         #expect(Self.run(&machine) { $0.launchFailed(slot: 0, error: RemoteError(.invalidated, "no such executable"), now: Self.t0) }
                 == ["invalidated", "invalidate 1: invalidated", "fail [a]: invalidated", "invalidate 2: invalidated"])
         #expect(machine.isFinished)
@@ -284,13 +284,13 @@ struct SupervisorStateMachineTests {
         var machine = Self.machine(perConnection: true)
         _ = machine.clientAdded(1)
         machine.clientAllowsOneProcess(1)
-        _ = machine.workArrived(1, Work(name: "a"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
         let p = FakeProcess("p")
         _ = machine.launched(slot: 1, process: p, now: Self.t0)
         _ = machine.channelOpened(client: 1, process: p, channel: FakeChannel("c"))
         _ = machine.processEnded(p, reason: TerminationReason(kind: .exited, detail: "exited with status 0", exitCode: 0), now: Self.t0)
-        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "b"), refusal: RemoteError(.invalidated, "the share ended"), now: Self.t0) }
-                == ["fail [b]: invalidated"])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "b"), now: Self.t0) }
+                == ["refuse 1 [b]"])
     }
 
     @Test("the launcher's shutdown stops every process and invalidates every client; finished once all are reaped")
@@ -299,7 +299,7 @@ struct SupervisorStateMachineTests {
         let p1 = FakeProcess("p1")
         _ = Self.running(&machine, client: 1, process: p1)
         _ = machine.clientAdded(2)
-        _ = machine.workArrived(2, Work(name: "x"), refusal: Self.refusal, now: Self.t0)
+        _ = machine.workArrived(2, Work(name: "x"), now: Self.t0)
         let error = RemoteError(.invalidated, "the launcher shut down")
         #expect(Self.run(&machine) { $0.invalidate(error, now: Self.t0) }
                 == ["invalidated", "invalidate 1: invalidated", "close c1", "closed 1 c1: invalidated", "stop p1 goodbye stopped",
@@ -311,6 +311,54 @@ struct SupervisorStateMachineTests {
         #expect(!machine.isFinished)
         _ = machine.processEnded(machine.processes[0], reason: TerminationReason(kind: .stopped, detail: "shut down"), now: Self.t0)
         #expect(machine.isFinished)
+    }
+
+    @Test("a process that ends otherwise than idle before it took the channel its queue waited for fails the queue with how it ended")
+    func endedBeforeChannel() {
+        var machine = Self.machine()
+        _ = machine.clientAdded(1)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
+        let p = FakeProcess("p")
+        _ = machine.launched(slot: 0, process: p, now: Self.t0)
+        // It did not take the channel: the queue waits for its end, which says what to do.
+        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 1, process: p, now: Self.t0) } == ["watch p"])
+        #expect(machine.phaseName(0) == "ending" && !machine.isUsable(p))
+        let exited = TerminationReason(kind: .exited, detail: "exited with code 7 before its handshake", exitCode: 7)
+        #expect(Self.run(&machine) { $0.processEnded(p, reason: exited, now: Self.t0) }
+                == ["ended p exited", "fail [a]: interrupted", "interrupt 1: interrupted"])
+        // After an idle exit the same queue goes to a new process instead.
+        _ = machine.workArrived(1, Work(name: "b"), now: Self.t0.advanced(by: .seconds(5)))
+        let q = FakeProcess("q")
+        _ = machine.launched(slot: 0, process: q, now: Self.t0)
+        _ = machine.channelOpenFailed(client: 1, process: q, now: Self.t0)
+        #expect(Self.run(&machine) { $0.processEnded(q, reason: Self.idle, now: Self.t0.advanced(by: .seconds(5))) } == ["ended q idleExit", "launch 0"])
+    }
+
+    @Test("a listener that cannot tell the new process what it must know: the queue fails with its error, the channel is closed, the process serves on")
+    func replayFailed() {
+        var machine = Self.machine()
+        _ = machine.clientAdded(1)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
+        let p = FakeProcess("p"), c = FakeChannel("c")
+        _ = machine.launched(slot: 0, process: p, now: Self.t0)
+        #expect(Self.run(&machine) { $0.channelReplayFailed(client: 1, process: p, channel: c, error: RemoteError(.cancelled, "cut short")) } == ["fail [a]: cancelled"])
+        #expect(machine.isUsable(p))
+        // Its end, when it comes, is no news; the next work opens another channel to the same process.
+        #expect(Self.run(&machine) { $0.channelEnded(client: 1, channel: c, failure: nil, goodbye: nil, now: Self.t0) } == ["closed 1 c"])
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "b"), now: Self.t0) } == ["open 1 p"])
+        #expect(machine.launches == 1)
+    }
+
+    @Test("work abandoned while the relaunch backs off: nothing waits, so nothing is launched")
+    func abandonedBackoff() {
+        var machine = Self.machine()
+        let p = FakeProcess("p")
+        _ = Self.running(&machine, process: p)
+        _ = machine.processEnded(p, reason: Self.crash, now: Self.t0)
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "x"), now: Self.t0) } == ["backoff 0 150 ms"])
+        _ = machine.workAbandoned(1) { $0.name == "x" }
+        #expect(machine.phaseName(0) == "stopped" && !machine.isLaunching)
+        #expect(Self.run(&machine) { $0.backoffElapsed(slot: 0, now: Self.t0.advanced(by: .seconds(1))) } == [])
     }
 
     // MARK: impossible events

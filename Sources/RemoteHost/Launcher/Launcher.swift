@@ -6,6 +6,10 @@ import struct Synchronization.Atomic
 /// first needs it, sandboxed, watches it, relaunches it after a crash (throttled, with
 /// exponential backoff), gives up on a crash loop, and stops it when idle or asked.
 ///
+/// It is a structured group of supervisors, as swift-service-lifecycle's `ServiceGroup` is of
+/// services: one for each registered service, each owning its processes' lives; ``run()`` runs
+/// them all and returns when every one has finished.
+///
 /// Everything the launcher does runs inside ``run()``; use ``withLauncher(registry:configuration:_:)``:
 ///
 /// ```swift
@@ -126,31 +130,23 @@ public actor Launcher {
     /// The policy it was made with.
     public nonisolated let configuration: Configuration
 
-    private nonisolated let jobs: AsyncStream<@Sendable () async -> Void>
-    private nonisolated let jobSink: AsyncStream<@Sendable () async -> Void>.Continuation
-    private nonisolated let subscribers = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
+    private nonisolated let subscribers = Subscribers()
     private nonisolated let nextSubscriber = Atomic<Int>(0)
-    private var records: [String: ServiceRecordStateMachine<ServiceInstance>] = [:]
-    /// Every connection made with ``connection(to:onRequest:onMessage:)`` (weakly), and whether
-    /// the launcher has shut down; nonisolated, so a connection is known from its creation.
-    private nonisolated let clients = Mutex<(shutDown: Bool, entries: [UInt64: WeakConnection])>((false, [:]))
-    private var shutDown = false
+    /// One supervisor for each registered service.
+    private nonisolated let supervisors: [String: ServiceSupervisor]
+    /// Whether ``run()`` has begun, and whether the launcher has shut down.
+    private nonisolated let phase = Mutex<(running: Bool, shutDown: Bool)>((false, false))
     /// The control groups that enforce memory and processes limits.
     private nonisolated let resources: ResourceControl
     private static let serial = Atomic<Int>(0)
     /// Whether this launcher holds ``OrphanAdoption`` (until its work is over).
     private nonisolated let adoptingOrphans = Atomic<Bool>(false)
 
-    private struct WeakConnection {
-        weak var connection: ServiceConnection?
-    }
-
     public init(registry: ServiceRegistry, configuration: Configuration = Configuration()) {
         precondition((remoteViewProtocolVersion...remoteViewLatestProtocolVersion).contains(configuration.minimumProtocolVersion),
                      "Launcher.Configuration.minimumProtocolVersion \(configuration.minimumProtocolVersion) is not a version this build speaks (\(remoteViewProtocolVersion)...\(remoteViewLatestProtocolVersion))")
         self.registry = registry
         self.configuration = configuration
-        (jobs, jobSink) = AsyncStream.makeStream()
         for problem in registry.problems {
             configuration.logger.error("invalid service manifest: \(problem)")
         }
@@ -177,6 +173,9 @@ public actor Launcher {
         case (let memory, _):
             configuration.logger.warning("only \(memory ? "limits.memoryMiB" : "limits.processes") is enforced, with \(enforcement): \(resources.explanation)")
         }
+        let subscribers = self.subscribers
+        let environment = ServiceSupervisor.Environment(configuration: configuration, resources: resources, broadcast: subscribers.broadcast)
+        supervisors = registry.services.mapValues { ServiceSupervisor(manifest: $0, environment: environment) }
         if configuration.adoptsOrphans {
             if let error = OrphanAdoption.acquire() {
                 configuration.logger.error("cannot make the host a child subreaper (\(error)): a sandbox orphaned by a killed bubblewrap would outlive its service")
@@ -186,22 +185,23 @@ public actor Launcher {
         }
     }
 
-    /// Runs the launcher's work (service processes, their connections) until ``shutdown()``.
-    /// Cancelling it shuts down too: every service is stopped in order, and `run()` returns once
-    /// all is reaped.
+    /// Runs the launcher's work (every service's supervisor, and through them the processes and
+    /// their connections) until ``shutdown()``. Cancelling it shuts down too: every service is
+    /// stopped in order, and `run()` returns once all is reaped.
     public nonisolated func run() async {
-        // The jobs run in a task of their own, which the caller's cancellation does not reach:
-        // cancelling a job would cut short what must be seen through (a running connection
-        // would close with a bare goodbye, output would stop being drained, a stop's steps would
-        // shorten). Shutting down stops them properly instead, and this waits for them all.
-        let jobs = self.jobs
-        let work = Task.detached {
+        phase.withLock { $0.running = true }
+        // The supervisors run in one task of their own, which the caller's cancellation does not
+        // reach: cancelling a supervisor would cut short what must be seen through (a running
+        // connection would close with a bare goodbye, a stop's steps would be skipped).
+        // Cancellation shuts down instead, and this waits for every supervisor to finish.
+        let supervisors = Array(self.supervisors.values)
+        let group = Task {
             await withDiscardingTaskGroup { group in
-                for await job in jobs { group.addTask { await job() } }
+                for supervisor in supervisors { group.addTask { await supervisor.run() } }
             }
         }
         await withTaskCancellationHandler {
-            await work.value
+            await group.value
             // Every process is reaped: the launcher's control groups are empty, and nothing of
             // its services can come back to the host any more.
             resources.remove()
@@ -221,51 +221,43 @@ public actor Launcher {
     }
 
     /// Stops every service (goodbye → SIGTERM → SIGKILL), invalidates every connection, and
-    /// makes ``run()`` return once all is reaped.
+    /// makes ``run()`` return once all is reaped. Returns then too, when ``run()`` runs.
     public func shutdown() async {
-        guard !shutDown else { return }
-        shutDown = true
-        let error = RemoteError(.invalidated, "the launcher shut down")
-        let entries = clients.withLock { clients in
-            clients.shutDown = true
-            defer { clients.entries.removeAll() }
-            return Array(clients.entries.values)
+        let (first, running) = phase.withLock { phase -> (Bool, Bool) in
+            defer { phase.shutDown = true }
+            return (!phase.shutDown, phase.running)
         }
-        for entry in entries { entry.connection?.invalidated(by: error) }
-        let instances = records.values.flatMap(\.running)
-        let grace = configuration.stopGracePeriod
-        await withTaskGroup(of: Void.self) { group in
-            for instance in instances {
-                group.addTask { await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: grace) }
-            }
+        if first {
+            let error = RemoteError(.invalidated, "the launcher shut down")
+            for supervisor in supervisors.values { supervisor.post(.shutdown(error)) }
         }
-        jobSink.finish()
+        guard running else { return }
+        for supervisor in supervisors.values { _ = await supervisor.finished.waitUncancellably() }
     }
 
     /// A connection to the service `identifier`. Nothing starts until its first message.
     public nonisolated func connection(to identifier: String,
                                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
                                        onMessage: @escaping Connection.MessageHandler = { _, _ in }) -> ServiceConnection {
-        let connection = ServiceConnection(identifier: identifier, launcher: self, onRequest: onRequest, onMessage: onMessage)
-        let shutDown = clients.withLock { clients in
-            if clients.shutDown { return true }
-            // A connection leaves the table when it is invalidated or released (its deinit).
-            clients.entries[connection.serial] = WeakConnection(connection: connection)
-            return false
-        }
-        if shutDown { connection.invalidated(by: RemoteError(.invalidated, "the launcher shut down")) }
+        let supervisor = phase.withLock { $0.shutDown } ? nil : supervisors[identifier]
+        let connection = ServiceConnection(identifier: identifier, supervisor: supervisor, onRequest: onRequest, onMessage: onMessage)
+        connection.register(orInvalidateWith: {
+            if supervisor != nil || supervisors[identifier] != nil { return RemoteError(.invalidated, "the launcher shut down") }
+            if case .failure(let problem) = registry.lookup(identifier) { return RemoteError(.invalidated, "\(problem)") }
+            return RemoteError(.invalidated, "\(identifier) is not a registered service")
+        }())
         return connection
     }
 
     /// What the launcher is doing, service by service: one entry per registered service.
     public func status() -> [ServiceStatus] {
         registry.sortedServices.map { manifest in
-            let record = records[manifest.identifier]
-            let processes = (record?.running ?? []).map { instance -> ServiceStatus.Process in
+            let record = supervisors[manifest.identifier]?.snapshot
+            let processes = (record?.processes ?? []).map { instance, clients -> ServiceStatus.Process in
                 let now = ContinuousClock.now
                 return ServiceStatus.Process(pid: instance.process.pid, servicePid: instance.sandboxed ? instance.process.processTree().dropFirst(2).first : instance.process.pid,
                                              sandboxed: instance.sandboxed, userID: instance.identity?.user, uptime: (now - instance.launchedAt).inSeconds,
-                                             clients: instance.clientCount,
+                                             clients: clients,
                                              idleDeadline: instance.idleDeadline.map { ($0 - now).inSeconds },
                                              residentBytes: instance.process.residentBytes(),
                                              memoryInUse: instance.group?.memoryInUse, processCount: instance.group?.processCount)
@@ -287,131 +279,9 @@ public actor Launcher {
     public nonisolated func events() -> AsyncStream<LauncherEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: LauncherEvent.self)
         let id = nextSubscriber.wrappingAdd(1, ordering: .relaxed).oldValue
-        subscribers.withLock { $0[id] = continuation }
-        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        subscribers.entries.withLock { $0[id] = continuation }
+        continuation.onTermination = { [weak self] _ in _ = self?.subscribers.entries.withLock { $0.removeValue(forKey: id) } }
         return stream
-    }
-
-    // MARK: for ServiceConnection
-
-    /// Runs `job` inside ``run()``; `false` once the launcher has shut down.
-    nonisolated func submit(_ job: @escaping @Sendable () async -> Void) -> Bool {
-        if case .enqueued = jobSink.yield(job) { return true }
-        return false
-    }
-
-    /// Forgets the connection with serial `serial` (invalidated, or released).
-    nonisolated func unregister(_ serial: UInt64) {
-        _ = clients.withLock { $0.entries.removeValue(forKey: serial) }
-    }
-
-    /// The process `client` should talk to: the running one, or a new one (after the
-    /// relaunch delay, if the last one crashed).
-    ///
-    /// - Throws: `RemoteError`: `invalidated` when the service can never run (or the launcher
-    ///   shut down), `interrupted` when this launch failed, `cancelled` when the calling task was
-    ///   cancelled while it waited (for another client's launch, or the relaunch delay).
-    func instance(for client: ServiceConnection) async throws(RemoteError) -> ServiceInstance {
-        let identifier = client.identifier
-        let owner = client.serial
-        while true {
-            if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
-            if records[identifier] == nil {
-                switch registry.lookup(identifier) {
-                case .success(let manifest):
-                    records[identifier] = ServiceRecordStateMachine(identifier: identifier, instances: manifest.instances, policy: policy)
-                case .failure(let problem):
-                    throw RemoteError(.invalidated, "\(problem)")
-                }
-            }
-            let waiter = Waiter<Void>()
-            switch records[identifier]!.instanceNeeded(by: owner, waiter: waiter) {
-            case .use(let instance):
-                return instance
-            case .fail(let error):
-                throw error
-            case .awaitEnd(let current):
-                // Dying: wait until it is reaped and accounted for, then decide again.
-                guard let reason = await current.waitForEnd() else {
-                    throw RemoteError(.cancelled, "cancelled while \(identifier) was ending")
-                }
-                await Task.yield()
-                book(current, owner: owner, reason: reason)
-            case .awaitLaunch:
-                do {
-                    try await waiter.wait()
-                } catch {
-                    records[identifier]?.abandon(waiter)
-                    throw RemoteError(.cancelled, "cancelled while another client launched \(identifier)")
-                }
-            case .launch(let notBefore):
-                return try await launch(identifier, owner: owner, notBefore: notBefore)
-            }
-        }
-    }
-
-    /// Launches a process of `identifier` for `owner`, once `notBefore` has passed.
-    private func launch(_ identifier: String, owner: UInt64, notBefore: ContinuousClock.Instant?) async throws(RemoteError) -> ServiceInstance {
-        do {
-            return try await launchProcess(identifier, owner: owner, notBefore: notBefore)
-        } catch {
-            // Every failure lets the waiters go: they ask again, and see an invalidation.
-            records[identifier]?.launchFailed().resumeAll(returning: ())
-            throw error
-        }
-    }
-
-    private func launchProcess(_ identifier: String, owner: UInt64, notBefore: ContinuousClock.Instant?) async throws(RemoteError) -> ServiceInstance {
-        guard let manifest = registry.services[identifier] else { preconditionFailure("a record without a manifest") }
-        if let notBefore, notBefore > .now {
-            configuration.logger.info("relaunching \(identifier) in \(notBefore - .now) (crash \(records[identifier]?.consecutiveCrashes ?? 0) in a row)")
-            do {
-                try await EventLoop.shared.sleep(until: notBefore)
-            } catch {
-                throw RemoteError(.cancelled, "cancelled while waiting to relaunch \(identifier)")
-            }
-        }
-        if shutDown { throw RemoteError(.invalidated, "the launcher shut down") }
-        if let invalidation = records[identifier]?.invalidation { throw invalidation }
-        let (idleGrace, stopGrace) = (configuration.idleGracePeriod, configuration.stopGracePeriod)
-        let instance: ServiceInstance
-        do {
-            instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
-                                                        users: configuration.serviceUsers,
-                                                        protocolVersions: configuration.protocolVersions,
-                                                        hostIdentifier: configuration.hostIdentifier, stopGrace: stopGrace,
-                                                        resources: resources, maxMappedBytes: configuration.maxMappedBytesPerService,
-                                                        maxIncomingRequests: configuration.maxIncomingRequestsPerService,
-                                                        logger: configuration.logger)
-        } catch {
-            // A missing executable or sandbox can never work.
-            if error.code == .invalidated { invalidate(identifier, error) }
-            throw error
-        }
-        // Its runner first: if the launcher no longer runs jobs, the launch fails as a whole (the
-        // record is still launching). The runner books the end on this actor, so it cannot see
-        // the process before `launched` below (same turn, no suspension in between) records it.
-        let started = shutDown ? false : submit { [weak self] in
-            let reason = await instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
-            await self?.book(instance, owner: owner, reason: reason)
-        }
-        guard started else {
-            // Shut down while it was starting: run and stop it here.
-            await Self.discard(instance, idleGrace: idleGrace, stopGrace: stopGrace)
-            throw RemoteError(.invalidated, "the launcher shut down")
-        }
-        switch records[identifier]!.launched(instance, owner: owner, now: .now) {
-        case .discard(let error):
-            // Invalidated while it was starting: its runner reaps it once it is stopped.
-            await instance.stop(TerminationReason(kind: .stopped, detail: error.reason), grace: stopGrace)
-            throw error
-        case .run(let waiters):
-            waiters.resumeAll(returning: ())
-        }
-        configuration.logger.info("launched \(identifier) as pid \(instance.process.pid)\(instance.sandboxed ? " (sandboxed\(instance.identity.map { ", as \($0)" } ?? ""))" : " (UNSANDBOXED)")")
-        if let warning = Self.abstractSocketWarning(manifest, sandboxed: instance.sandboxed) { configuration.logger.warning("\(warning)") }
-        broadcast(.launched(identifier: identifier, pid: instance.process.pid))
-        return instance
     }
 
     /// What to say when `manifest`'s service can reach the host's abstract Unix sockets: it shares
@@ -421,47 +291,15 @@ public actor Launcher {
         guard sandboxed, manifest.sandbox.network, !Landlock.scopesAbstractSockets else { return nil }
         return "\(manifest.identifier) is entitled to the network (sandbox.network) and this kernel has no Landlock abstract-socket scope (Landlock ABI \(Landlock.abi), the scope needs 6, Linux 6.12): it can connect to the host's abstract Unix sockets, such as X11's and the session bus's"
     }
+}
 
-    /// Books a process's end once: crash counting, crash-loop detection, events.
-    private func book(_ instance: ServiceInstance, owner: UInt64, reason: TerminationReason) {
-        let identifier = instance.manifest.identifier
-        guard let action = records[identifier]?.ended(instance, owner: owner, reason: reason, now: .now),
-              action != .alreadyBooked else { return }
-        configuration.logger.info("\(identifier) (pid \(instance.process.pid)) ended: \(reason)")
-        broadcast(.terminated(identifier: identifier, pid: instance.process.pid, reason: reason))
-        if case .bookedInvalidating(let error) = action { invalidate(identifier, error) }
+/// Who listens to a launcher's ``Launcher/events()``.
+private final class Subscribers: Sendable {
+    let entries = Mutex<[Int: AsyncStream<LauncherEvent>.Continuation]>([:])
+
+    func broadcast(_ event: LauncherEvent) {
+        for subscriber in entries.withLock({ Array($0.values) }) { subscriber.yield(event) }
     }
-
-    /// The relaunch and crash-loop policy of every service.
-    private nonisolated var policy: ServiceRecordStateMachine<ServiceInstance>.Policy {
-        .init(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff,
-              minimumRelaunchInterval: configuration.minimumRelaunchInterval,
-              crashLoopLimit: configuration.crashLoopLimit, stableAfter: configuration.stableAfter)
-    }
-
-    /// Runs and stops a process nobody else will run (it is reaped before this returns).
-    private static func discard(_ instance: ServiceInstance, idleGrace: Duration, stopGrace: Duration) async {
-        async let ended = instance.run(idleGrace: idleGrace, stopGrace: stopGrace)
-        await instance.stop(TerminationReason(kind: .stopped, detail: "the launcher shut down"), grace: stopGrace)
-        _ = await ended
-    }
-
-    /// The service can never launch again: logs and broadcasts it, and passes it to every
-    /// connection to the service.
-    private func invalidate(_ identifier: String, _ error: RemoteError) {
-        guard let waiters = records[identifier]?.invalidate(error) else { return }
-        waiters.resumeAll(returning: ())
-        configuration.logger.error("\(identifier) is invalidated: \(error.reason.escapedForTerminal())")
-        broadcast(.invalidated(identifier: identifier, reason: error))
-        for entry in clients.withLock({ Array($0.entries.values) }) {
-            if let connection = entry.connection, connection.identifier == identifier { connection.invalidated(by: error) }
-        }
-    }
-
-    private nonisolated func broadcast(_ event: LauncherEvent) {
-        for subscriber in subscribers.withLock({ Array($0.values) }) { subscriber.yield(event) }
-    }
-
 }
 
 /// Runs a ``Launcher`` for the duration of `body`, then shuts it down: every service it

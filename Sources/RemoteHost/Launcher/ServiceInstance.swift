@@ -1,14 +1,13 @@
 import Glibc
 import Logging
 import RemoteCore
-import struct Synchronization.Atomic
 
 /// One running service process: the process (under bubblewrap, or not), the launcher's control
 /// connection on its fd 3, its captured output, its activity and how it ended.
 ///
 /// Clients do not talk on the control connection: each gets its own socket, sent to the
 /// service in a `remoteview.connect` message (``openChannel(configuration:onRequest:onMessage:)``).
-final class ServiceInstance: LaunchedProcess {
+final class ServiceInstance: Sendable {
     let manifest: ServiceManifest
     let process: ChildProcess
     let control: Connection
@@ -34,16 +33,10 @@ final class ServiceInstance: LaunchedProcess {
     private let state = Mutex(State())
     /// How the process ended, once it has been reaped and classified.
     private let ending = Latch<TerminationReason>()
-    /// Set, for good, before `ending` opens and when `stopping` is set: what ``isUsable`` reads
-    /// of both on every message a client sends. One atomic load, where the latch's value and the
-    /// state's lock are generic calls into RemoteCore that RemoteHost cannot specialize (each
-    /// looks up generic metadata): they were a seventh of a host's CPU per one-way message.
-    private let retired = Atomic<Bool>(false)
     /// The host's side of idle exit: the same clock the service keeps.
     let idleClock: IdleClock
 
     private struct State {
-        var clients = 0
         var stopping: TerminationReason?
         /// The process had exited by itself (a zombie, or reaped) when the host began to stop
         /// it: how it ended is its own doing, not the stop's.
@@ -56,6 +49,18 @@ final class ServiceInstance: LaunchedProcess {
         /// pid 1, seen once the service has handshaken. Either comes back to the host (a child
         /// subreaper) if it outlives the process the launcher started.
         var descendants: Set<Int32> = []
+        /// Unsandboxed: its descendants when it was stopped, held by pidfd and killed once it
+        /// has ended (one may have left its process group).
+        var heldDescendants: [ProcessDescriptor] = []
+    }
+
+    /// What the process's watchers tell its supervisor, which decides what to do.
+    struct Observer: Sendable {
+        /// Its main connection ended in order (it said goodbye, or closed it): it is going.
+        var ending: @Sendable () -> Void
+        /// It must be stopped for this reason (a violation on its main connection, its idle
+        /// timeout passed and it is still there).
+        var needsStop: @Sendable (TerminationReason) -> Void
     }
 
     /// The process as it was started.
@@ -319,7 +324,7 @@ final class ServiceInstance: LaunchedProcess {
 
     /// Serves the control connection and the captured output, enforces the idle timeout, and
     /// returns how the process ended once it has been reaped.
-    func run(idleGrace: Duration, stopGrace: Duration) async -> TerminationReason {
+    func run(idleGrace: Duration, stopGrace: Duration, observer: Observer) async -> TerminationReason {
         let controlDone = Latch<Void>()
         let process = self.process
         let reason = await withTaskGroup(of: Void.self, returning: TerminationReason.self) { group in
@@ -339,14 +344,11 @@ final class ServiceInstance: LaunchedProcess {
                 switch failure?.code {
                 case .protocolViolation?, .timeout?:
                     // Broke the protocol, or never handshook: either way it is ended, and it counts.
-                    await self.stop(TerminationReason(kind: .protocolViolation, detail: failure!.reason), grace: stopGrace)
+                    observer.needsStop(TerminationReason(kind: .protocolViolation, detail: failure!.reason))
                 default:
-                    // Without its main connection a service is unreachable: it must exit now.
-                    if await self.seeEnd(until: .now.advanced(by: stopGrace)) == nil {
-                        let detail = self.control.peerGoodbyeReason.map { "it said goodbye (\"\($0.escapedForTerminal())\") on its main connection but did not exit" }
-                            ?? "it closed its main connection but did not exit"
-                        await self.stop(TerminationReason(kind: .protocolViolation, detail: detail), grace: stopGrace)
-                    }
+                    // Without its main connection a service is unreachable: it must exit now
+                    // (its supervisor stops it if it has not within a grace).
+                    observer.ending()
                 }
             }
             if sandboxed {
@@ -362,12 +364,16 @@ final class ServiceInstance: LaunchedProcess {
                 }
             }
             for capture in captures { group.addTask { await capture.run() } }
-            group.addTask { await self.enforceIdleTimeout(grace: idleGrace, stopGrace: stopGrace) }
+            group.addTask { await self.enforceIdleTimeout(grace: idleGrace, observer: observer) }
             // Seen through even if the launcher's job is cancelled: every end must be booked.
             let termination = await process.waitForExitUncancellably()
             let uptime = ContinuousClock.now - launchedAt
             idleClock.stop()
-            state.withLock { $0.reaped = true }
+            let held = state.withLock { state in
+                state.reaped = true
+                return state.heldDescendants
+            }
+            for descendant in held { descendant.send(signal: SIGKILL) }
             if !sandboxed {
                 // It led its own process group: whatever it left there goes with it.
                 Syscall.kill(-process.pid, SIGKILL)
@@ -406,8 +412,6 @@ final class ServiceInstance: LaunchedProcess {
             if let controlGroup = self.group, !(await controlGroup.remove(until: .now.advanced(by: stopGrace))) {
                 logger.warning("control groups \(controlGroup.folders.joined(separator: " and ")) still hold processes; left for the next launcher")
             }
-            // Published before the tasks above finish: a stop() in one of them waits for it.
-            retired.store(true, ordering: .releasing)
             ending.open(reason)
             await control.close(reason: "the service process ended")
             // The pipes reach EOF when the sandbox is gone; do not wait long on a stray grandchild.
@@ -455,16 +459,8 @@ final class ServiceInstance: LaunchedProcess {
         return reason
     }
 
-    /// Whether new clients can use this process.
-    var isUsable: Bool {
-        !retired.load(ordering: .acquiring) && !control.isClosed && control.peerGoodbyeReason == nil
-    }
-
     /// How it ended, once it has.
     var ended: TerminationReason? { ending.value }
-
-    /// Whether the host is stopping it (``stop(_:grace:)`` was called).
-    var isBeingStopped: Bool { state.withLock { $0.stopping != nil } }
 
     /// Waits until the process has ended and returns how; `nil` if `deadline` comes first, or
     /// the waiting task is cancelled.
@@ -472,35 +468,21 @@ final class ServiceInstance: LaunchedProcess {
         try? await ending.wait(until: deadline)
     }
 
-    /// Waits as long as stopping it can take (goodbye, `SIGTERM`, `SIGKILL`: three grace periods,
-    /// and a second to reap) for the process to end; `nil` if it has not by then, or the waiting
-    /// task is cancelled.
-    func waitForStop() async -> TerminationReason? {
-        await waitForEnd(until: .now.advanced(by: stopGrace * 3 + .seconds(1)))
-    }
+    // MARK: stopping, step by step (its supervisor times the steps)
 
-    /// Like ``waitForEnd(until:)`` but seen through when the task is cancelled: the steps of
-    /// stopping must not be shortened into an immediate `SIGKILL`.
-    private func seeEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
-        await ending.waitUncancellably(until: deadline)
-    }
-
-    /// Ends the process: goodbye on the control connection (the service closes its clients and
-    /// exits), then `SIGTERM` to the service, then `SIGKILL`, each after `grace`.
-    func stop(_ reason: TerminationReason, grace: Duration) async {
+    /// The first step of stopping the process for `reason`: goodbye on its main connection (the
+    /// service closes its clients and exits). Only the first call does anything. The next steps
+    /// (``terminate()``, ``kill()``) come from its supervisor, each a grace later.
+    func beginStop(_ reason: TerminationReason) {
         // Exited already, not yet reaped (a zombie): the stop finds it gone.
         let exited = process.termination != nil || Syscall.processStatus(of: process.pid)?.state == "Z"
         let first = state.withLock { state -> Bool in
             guard state.stopping == nil, ending.value == nil else { return false }
             state.stopping = reason
             state.endedBeforeStop = exited
-            retired.store(true, ordering: .releasing)
             return true
         }
-        guard first else {
-            _ = await seeEnd()
-            return
-        }
+        guard first else { return }
         if exited {
             logger.debug("not stopping (\(reason)): the process has exited by itself already")
         } else {
@@ -508,29 +490,33 @@ final class ServiceInstance: LaunchedProcess {
         }
         // Unsandboxed there is no pid namespace to take its children along: hold them by pidfd
         // now (one may have left the process group) and kill what is left once it has ended.
-        let descendants = sandboxed ? [] : process.processTree().dropFirst().compactMap { try? ProcessDescriptor(pid: $0, isChild: false) }
-        state.withLock { $0.descendants.formUnion(descendants.map(\.pid)) }
-        defer {
-            for descendant in descendants { descendant.send(signal: SIGKILL) }
+        if !sandboxed {
+            let descendants = process.processTree().dropFirst().compactMap { try? ProcessDescriptor(pid: $0, isChild: false) }
+            state.withLock { state in
+                state.descendants.formUnion(descendants.map(\.pid))
+                state.heldDescendants += descendants
+            }
         }
-        await control.close(reason: reason.detail)
-        if await seeEnd(until: .now.advanced(by: grace)) != nil { return }
+        control.startClosing(reason: reason.detail)
+    }
+
+    /// The second step: `SIGTERM` to the service (it did not exit within a grace of goodbye).
+    func terminate(after grace: Duration) {
         // Reaped, only not yet classified: no signal may go to its (reusable) pid.
-        if state.withLock({ $0.reaped }) {
-            _ = await seeEnd()
-            return
-        }
+        guard !state.withLock({ $0.reaped }) else { return }
         // Under bubblewrap the tree is bwrap → its pid-1 → the service: signal the service.
-        let tree = process.processTree()
         // Unsandboxed, it leads its own session and process group: signal the group.
-        let targets = sandboxed ? Array(tree.dropFirst(2)) : [-process.pid]
+        let targets = sandboxed ? Array(process.processTree().dropFirst(2)) : [-process.pid]
         logger.warning("did not exit within \(grace) of goodbye; sending SIGTERM")
         for pid in targets where pid != 0 { Syscall.kill(pid, SIGTERM) }
-        if await seeEnd(until: .now.advanced(by: grace)) != nil { return }
+    }
+
+    /// The last step: `SIGKILL` (it did not exit within a grace of `SIGTERM`).
+    func kill(after grace: Duration) {
+        guard !state.withLock({ $0.reaped }) else { return }
         logger.warning("did not exit within \(grace) of SIGTERM; sending SIGKILL")
-        if !sandboxed, !state.withLock({ $0.reaped }) { Syscall.kill(-process.pid, SIGKILL) }
+        if !sandboxed { Syscall.kill(-process.pid, SIGKILL) }
         process.send(signal: SIGKILL)
-        _ = await seeEnd()
     }
 
     // MARK: clients and activity
@@ -553,37 +539,15 @@ final class ServiceInstance: LaunchedProcess {
         }
         do {
             try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
-        } catch where error.code == .cancelled {
-            throw error
         } catch {
             // The process is ending (it never handshook, or its main connection closed), or it
-            // stopped reading its main connection: either way it is of no use. Say how it ended.
-            // A main connection that failed or closed is handled by run(), which names why; a
-            // service that merely stopped reading it (the send timed out) is stopped here.
-            let handledByRun = control.isClosed || error.code != .timeout
-            var reason = handledByRun ? await waitForEnd() : await waitForEnd(until: .now.advanced(by: stopGrace))
-            if reason == nil && Task.isCancelled {
-                throw RemoteError(.cancelled, "cancelled while \(manifest.identifier) could not be reached: \(error.reason)")
-            }
-            if reason == nil {
-                await stop(TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), grace: stopGrace)
-                reason = await waitForEnd()
-            }
-            throw RemoteError(.interrupted, "\(manifest.identifier) ended before it could be reached: \(reason.map { "\($0)" } ?? error.reason)")
+            // stopped reading its main connection (the send timed out): either way it is of no
+            // use. Its supervisor learns how it ends, and stops one that stopped reading.
+            throw error.code == .cancelled ? error
+                : RemoteError(error.code == .timeout ? .timeout : .interrupted, "\(manifest.identifier) could not be reached: \(error.reason)")
         }
-        state.withLock { $0.clients += 1 }
         idleClock.touch()
         return connection
-    }
-
-    /// A client's connection closed; returns how many are left.
-    @discardableResult
-    func closeChannel() -> Int {
-        idleClock.touch()
-        return state.withLock { state in
-            state.clients -= 1
-            return state.clients
-        }
     }
 
     /// When the service should exit if nothing happens, or `nil` while a request is outstanding.
@@ -591,15 +555,12 @@ final class ServiceInstance: LaunchedProcess {
         ending.value != nil ? nil : idleClock.deadline
     }
 
-    var clientCount: Int { state.withLock { $0.clients } }
-
     /// The host's side of idle exit: a service that is still there `grace` after its idle
     /// deadline is stopped. Ends by itself when the process ends first (its clock stops).
-    private func enforceIdleTimeout(grace: Duration, stopGrace: Duration) async {
+    private func enforceIdleTimeout(grace: Duration, observer: Observer) async {
         guard (try? await idleClock.waitUntilIdle(grace: grace)) == true,
               state.withLock({ $0.stopping == nil }), ending.value == nil else { return }
-        await stop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"),
-                   grace: stopGrace)
+        observer.needsStop(TerminationReason(kind: .idleExit, detail: "idle for \(manifest.idleTimeout) and still running \(grace) later: stopped by the host"))
     }
 }
 

@@ -82,6 +82,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         case publish(client: ClientID, channel: Channel?)
         /// Fail `work` with `error`.
         case fail(work: [Work], error: RemoteError)
+        /// Fail `work` of `client`, which runs one process only and has had it, with the reason
+        /// its owner gives (``clientAllowsOneProcess(_:)``).
+        case refuse(client: ClientID, work: [Work])
         /// Tell `client` that its work was interrupted (a launch failed): an `interrupted` event.
         case interrupt(client: ClientID, error: RemoteError)
         /// `channel` of `client` closed: report `error` as an `interrupted` event when `interrupts`,
@@ -156,8 +159,11 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         var oneProcess = false
         /// Processes it had a channel to.
         var processesUsed = 0
-        /// Channels whose process has ended and whose own end is not seen yet.
+        /// Channels whose process has ended, or that the host closed, and whose own end is not
+        /// seen yet.
         var orphaned: [(process: Process, channel: Channel)] = []
+        /// The process its queue went to (a channel to it was asked for), until it is sent there.
+        var boundTo: Process?
     }
 
     /// The service's identifier (for messages).
@@ -170,7 +176,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     private var invalidation: RemoteError?
     /// How the last few processes ended (a failure seen after the end is booked is explained
     /// with it).
-    private var recentEnds: [(process: Process, reason: TerminationReason)] = []
+    /// By identity only, so that a process is let go once it ended (whoever asks about it holds
+    /// it, so its address is not reused meanwhile).
+    private var recentEnds: [(process: ObjectIdentifier, reason: TerminationReason)] = []
 
     /// Processes started so far.
     package private(set) var launches = 0
@@ -199,14 +207,13 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     }
 
     /// Only one process is ever launched for `client` (a share's connection: its activity runs
-    /// once, for its items). Work that would need another is failed with `refusal`.
+    /// once, for its items). Work that would need another is refused (``Action/refuse(client:work:)``).
     package mutating func clientAllowsOneProcess(_ client: ClientID) {
         clients[client]?.oneProcess = true
     }
 
     /// `client` has `work` and no channel to send it on (its fast path found none).
-    package mutating func workArrived(_ client: ClientID, _ work: Work, refusal: @autoclosure () -> RemoteError,
-                                      now: ContinuousClock.Instant) -> [Action] {
+    package mutating func workArrived(_ client: ClientID, _ work: Work, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else {
             return [.fail(work: [work], error: invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated"))]
         }
@@ -216,7 +223,20 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         }
         entry.queue.append(work)
         clients[client] = entry
-        return advance(entry.slot, refusal: refusal(), now: now)
+        return advance(entry.slot, now: now)
+    }
+
+    /// `client` gave up waiting for the queued work `matches` finds (its caller was cancelled,
+    /// or its deadline passed): it leaves the queue, unsent.
+    package mutating func workAbandoned(_ client: ClientID, where matches: (Work) -> Bool) -> [Action] {
+        guard var entry = clients[client] else { return [] }
+        entry.queue.removeAll(where: matches)
+        clients[client] = entry
+        // A relaunch nobody waits for any more is not made.
+        if case .backingOff? = slots[entry.slot], !clients.values.contains(where: { $0.slot == entry.slot && !$0.queue.isEmpty }) {
+            slots[entry.slot] = .stopped
+        }
+        return []
     }
 
     /// `work`, sent on a channel of `process`, failed with `error` when that channel or process
@@ -227,7 +247,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard var entry = clients[client] else {
             return [.fail(work: [work], error: invalidation ?? error)]
         }
-        if let reason = recentEnds.last(where: { $0.process === process })?.reason {
+        // A process that runs or is ending is this one (a past one at the same address has gone);
+        // otherwise its end is the last one booked at its address.
+        if !owns(process, slot: entry.slot), let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason {
             return decide(work, error: error, end: reason, client: client, now: now)
         }
         guard owns(process, slot: entry.slot) else {
@@ -241,7 +263,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     /// `client` was invalidated (by the host, or released): it is told, its work fails, its
     /// channel closes, and its process stops unless another client uses it.
-    package mutating func clientRemoved(_ client: ClientID, error: RemoteError, now: ContinuousClock.Instant) -> [Action] {
+    package mutating func clientRemoved(_ client: ClientID, error: RemoteError, stopDetail: String = "invalidated by the host",
+                                        now: ContinuousClock.Instant) -> [Action] {
         guard let entry = clients.removeValue(forKey: client) else { return [] }
         var actions: [Action] = [.invalidateClient(client: client, error: error)]
         let parked = entry.pending.compactMap { if case .work(let work, _) = $0.what { work } else { nil } }
@@ -260,7 +283,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         // Its process stops when no other client holds a channel to it or waits for it.
         let others = clients.values.contains { $0.slot == entry.slot && ($0.channel.process != nil || !$0.queue.isEmpty) }
         if !others, let process = currentProcess(entry.slot) {
-            actions += stop(process, in: entry.slot, TerminationReason(kind: .stopped, detail: "invalidated by the host"), now: now)
+            actions += stop(process, in: entry.slot, TerminationReason(kind: .stopped, detail: stopDetail), now: now)
         }
         if perConnection, case .stopped? = slots[entry.slot] { slots[entry.slot] = nil }
         if perConnection, case .backingOff? = slots[entry.slot] { slots[entry.slot] = nil }
@@ -317,6 +340,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             preconditionFailure("\(identifier): a channel opened for client \(client), whose channel was \(entry.channel)")
         }
         entry.processesUsed += 1
+        entry.boundTo = nil
         guard isRunning(process, in: entry.slot) else {
             // Its process is going: the channel will not serve, and the queue waits for the next.
             entry.channel = .none
@@ -349,8 +373,26 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             slots[entry.slot] = .ending(process, since: since, stop: nil)
             return unpublish(slot: entry.slot) + watchEnd(of: process, now: now)
         }
-        if currentProcess(entry.slot) == nil { return advance(entry.slot, refusal: refusedError, now: now) }
+        if currentProcess(entry.slot) == nil { return advance(entry.slot, now: now) }
         return []
+    }
+
+    /// The channel `client` asked for opened, but a listener could not tell the new process what
+    /// it must know (`error`): the host closes it, and the queued work fails with `error`. The
+    /// process serves on; the next work opens another channel.
+    package mutating func channelReplayFailed(client: ClientID, process: Process, channel: Channel, error: RemoteError) -> [Action] {
+        guard var entry = clients[client] else { return [] }
+        guard case .opening(let opening) = entry.channel, opening === process else {
+            preconditionFailure("\(identifier): a channel's replay failed for client \(client), whose channel was \(entry.channel)")
+        }
+        entry.channel = .none
+        entry.boundTo = nil
+        entry.processesUsed += 1
+        entry.orphaned.append((process, channel))
+        let queue = entry.queue
+        entry.queue = []
+        clients[client] = entry
+        return queue.isEmpty ? [] : [.fail(work: queue, error: error)]
     }
 
     /// The queue ``Action/sendQueue(client:channel:work:)`` asked for was sent.
@@ -380,7 +422,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             // Its process has ended already: how is known.
             let process = entry.orphaned.remove(at: index).process
             clients[client] = entry
-            let reason = recentEnds.last(where: { $0.process === process })?.reason
+            let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason
             return reason.map { report(channel, failure: failure, goodbye: goodbye, end: $0, client: client) }
                 ?? [.channelClosed(client: client, channel: channel, error: failure.map(interrupted), interrupts: failure != nil)]
         }
@@ -391,7 +433,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         entry.channel = .none
         var actions: [Action] = [.publish(client: client, channel: nil)]
         let queue = entry.queue
-        if let reason = recentEnds.last(where: { $0.process === process })?.reason {
+        if !owns(process, slot: entry.slot), let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason {
             clients[client] = entry
             actions += report(channel, failure: failure, goodbye: goodbye, end: reason, client: client)
         } else if failure == nil && (goodbye == nil || goodbye == FrameworkMessage.idleExitReason) && isRunning(process, in: entry.slot) {
@@ -406,7 +448,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             }
             actions += watchEnd(of: process, now: now)
         }
-        if !queue.isEmpty, clients[client] != nil { actions += advance(entry.slot, refusal: refusedError, now: now) }
+        if !queue.isEmpty, clients[client] != nil { actions += advance(entry.slot, now: now) }
         return actions
     }
 
@@ -447,8 +489,15 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func endWatchDue(process: Process, now: ContinuousClock.Instant) -> [Action] {
         guard let slot = slot(of: process) else { return [] }
         var actions: [Action] = []
-        if case .ending(_, _, nil)? = slots[slot] {
-            actions += stop(process, in: slot, TerminationReason(kind: .protocolViolation, detail: "it said goodbye or closed its main connection, but did not exit"), now: now)
+        switch slots[slot] {
+        case .ending(_, _, nil)?:
+            // It is going by itself and has not gone: the host stops it, and what waits for
+            // its end waits for the stop (whose steps are bounded).
+            return stop(process, in: slot, TerminationReason(kind: .protocolViolation, detail: "it said goodbye or closed its main connection, but did not exit"), now: now)
+        case .ending?:
+            return []
+        default:
+            break
         }
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot {
             let (due, rest) = split(entry.pending, process)
@@ -487,13 +536,25 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         } else {
             consecutiveCrashes = 0
         }
-        recentEnds.append((process, reason))
+        recentEnds.append((ObjectIdentifier(process), reason))
         if recentEnds.count > 8 { recentEnds.removeFirst() }
         var actions: [Action] = [.ended(process: process, reason: reason)]
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot {
             let (due, rest) = split(entry.pending, process)
             entry.pending = rest
             if case .opening(let opening) = entry.channel, opening === process { entry.channel = .none }
+            if entry.boundTo === process {
+                entry.boundTo = nil
+                if reason.kind != .idleExit && !entry.queue.isEmpty {
+                    // Its queue was on its way to this process, which ended otherwise than idle
+                    // before it took the channel: the work fails, as work sent to it would
+                    // (XPC does not send a message again after a crash).
+                    let error = ended(reason)
+                    actions.append(.fail(work: entry.queue, error: error))
+                    actions.append(.interrupt(client: client, error: error))
+                    entry.queue = []
+                }
+            }
             if let channel = entry.channel.channel, entry.channel.process === process {
                 // Its own end comes later, and is reported then.
                 entry.orphaned.append((process, channel))
@@ -520,7 +581,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             slots[slot] = nil
             return actions
         }
-        return actions + advance(slot, refusal: refusedError, now: now)
+        return actions + advance(slot, now: now)
     }
 
     // MARK: events from timers and the launcher
@@ -529,7 +590,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func backoffElapsed(slot: UInt64, now: ContinuousClock.Instant) -> [Action] {
         guard case .backingOff? = slots[slot] else { return [] }
         slots[slot] = .stopped
-        return advance(slot, refusal: refusedError, now: now)
+        return advance(slot, now: now)
     }
 
     /// The service can never run again (the launcher shut down): every client is told, every
@@ -589,13 +650,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     // MARK: helpers
 
-    private var refusedError: RemoteError {
-        RemoteError(.invalidated, "\(identifier) runs once for this connection, and has ended")
-    }
-
     /// Moves `slot` on for the work queued in it: launch (after the backoff), or open the
     /// channels its running process lacks.
-    private mutating func advance(_ slot: UInt64, refusal: RemoteError, now: ContinuousClock.Instant) -> [Action] {
+    private mutating func advance(_ slot: UInt64, now: ContinuousClock.Instant) -> [Action] {
         if invalidation != nil { return [] }
         let waiting = clients.filter { $0.value.slot == slot && !$0.value.queue.isEmpty }.sorted { $0.key < $1.key }
         guard !waiting.isEmpty else { return [] }
@@ -605,7 +662,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             var anyone = false
             for (client, var entry) in waiting {
                 if entry.oneProcess && entry.processesUsed > 0 {
-                    actions.append(.fail(work: entry.queue, error: refusal))
+                    actions.append(.refuse(client: client, work: entry.queue))
                     entry.queue = []
                     clients[client] = entry
                 } else {
@@ -633,6 +690,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     private mutating func openChannel(_ client: ClientID, to process: Process) -> [Action] {
         guard var entry = clients[client], case .none = entry.channel else { return [] }
         entry.channel = .opening(process)
+        entry.boundTo = process
         clients[client] = entry
         return [.openChannel(client: client, process: process)]
     }
@@ -670,7 +728,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             // to): never handled, so sent again to a new process, before what was queued since.
             entry.queue.insert(work.retried(), at: 0)
             clients[client] = entry
-            return advance(entry.slot, refusal: refusedError, now: now)
+            return advance(entry.slot, now: now)
         }
         return [.fail(work: [work], error: explained(error, end: reason))]
     }

@@ -146,7 +146,7 @@ public final class ShareSession: Sendable {
             let deadline = ContinuousClock.now.advanced(by: cancelGrace)
             if let outcome = await ended.waitUncancellably(until: deadline) { return outcome }
             if let channel = channel(of: connection) {
-                await channel.endService(violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
+                channel.endService(violating: "did not answer share_cancel within \(Self.describe(cancelGrace))")
             }
             return await ended.waitUncancellably() ?? .interrupted(RemoteError(.interrupted, "the share was cancelled"))
         }
@@ -211,7 +211,7 @@ extension ShareSession: ServiceChannelListener {
 
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {}
 
-    package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) async {
+    package func channelDidClose(_ channel: ServiceChannel, error: RemoteError?) {
         let outcome = state.withLock { state -> ShareOutcome? in
             state.channels.removeAll { $0.isSame(as: channel) }
             return state.machine.channelClosed(channel.connection, error: error)

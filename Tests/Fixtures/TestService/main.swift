@@ -77,8 +77,13 @@ func openMemoryFiles() -> [String] {
         .map { String($0.dropFirst(7).prefix { $0 != " " }) }
 }
 
+/// The texts of the one-way messages "note" this process received, in order.
+let notes = Mutex<[String]>([])
+
 func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws -> ServiceMessage {
     switch request.type {
+    case "notes":
+        return ServiceMessage(type: "notes", text: notes.withLock { $0.joined(separator: " ") })
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
     case "threads":
@@ -226,7 +231,9 @@ func waitForHangup() {
 let mode = CommandLine.arguments.dropFirst().first ?? "serve"
 switch mode {
 case "serve":
-    await ServiceMain.exit(serving: serviceIdentifier, onRequest: serve)
+    await ServiceMain.exit(serving: serviceIdentifier, onRequest: serve, onMessage: { message, _ in
+        if message.type == "note" { notes.withLock { $0.append(message.text ?? "") } }
+    })
 case "view":
     // A view: a blue background and the rects "paint" requests add.
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { PaintController() }, onRequest: serve)
