@@ -151,47 +151,57 @@ public final class ServiceConnection: Sendable {
             throw RemoteError(.invalidArgument, "requestSync(\"\(message.type.escapedForTerminal())\") to \(identifier) was called on RemoteView's event loop thread, which must read the reply: it would wait for itself (use request(_:timeout:) there)")
         }
         let deadline = timeout.map { ContinuousClock.now.advanced(by: $0) }
-        let timedOut = RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within its timeout, its launch included")
-        func attempt(_ route: ServiceRoute) throws(RemoteError) -> ServiceMessage {
-            route.instance.idleClock.begin()
-            defer { route.instance.idleClock.end() }
-            return try route.connection.requestSync(message, timeout: deadline.map { ContinuousClock.now.duration(to: $0) })
-        }
-        /// A route from the supervisor: for `work`, posted with `post`.
-        func routeBlocking(_ post: (WorkTicket<ServiceRoute>) -> Bool) throws(RemoteError) -> ServiceRoute {
-            let ticket = WorkTicket<ServiceRoute>()
-            guard post(ticket) else { throw invalidation }
-            guard let result = ticket.blockingValue(until: deadline) else {
-                supervisor?.post(.abandoned(client.id, ticket: ticket.id))
-                ticket.complete(.failure(timedOut))
-                ticket.markHandedOff()
-                if case .success(let route)? = ticket.blockingValue(until: .now) { return route }
-                throw timedOut
-            }
-            // The request goes out on this thread, at once: what is queued behind it may go
-            // first only if the loop takes it in between.
-            ticket.markHandedOff()
-            return try result.get()
-        }
         let first: ServiceRoute
         if let published = client.route.load() {
             first = published
         } else {
-            first = try routeBlocking { supervisor?.post(.work(client.id, SupervisorWork(kind: .route($0)))) ?? false }
+            first = try routeBlocking(for: message, until: deadline) { supervisor?.post(.work(client.id, SupervisorWork(kind: .route($0)))) ?? false }
         }
         do throws(RemoteError) {
-            return try attempt(first)
+            return try requestSync(message, on: first, until: deadline)
         } catch where endsChannel(error) {
             // Decided by the supervisor once the process's end is known: a new process after
             // an idle exit (once), or how it ended.
-            let again = try routeBlocking { supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0)), first.instance, error)) ?? false }
+            let again = try routeBlocking(for: message, until: deadline) {
+                supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0)), first.instance, error)) ?? false
+            }
             do throws(RemoteError) {
-                return try attempt(again)
+                return try requestSync(message, on: again, until: deadline)
             } catch where endsChannel(error) {
-                _ = try routeBlocking { supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0), isRetry: true), again.instance, error)) ?? false }
+                _ = try routeBlocking(for: message, until: deadline) {
+                    supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0), isRetry: true), again.instance, error)) ?? false
+                }
                 throw error
             }
         }
+    }
+
+    /// One blocking request on `route`, as traffic on its process's idle clock.
+    private func requestSync(_ message: ServiceMessage, on route: ServiceRoute, until deadline: ContinuousClock.Instant?) throws(RemoteError) -> ServiceMessage {
+        route.instance.idleClock.begin()
+        defer { route.instance.idleClock.end() }
+        return try route.connection.requestSync(message, timeout: deadline.map { ContinuousClock.now.duration(to: $0) })
+    }
+
+    /// A channel from the supervisor, for a blocked thread: `post` hands it the work; waits
+    /// until `deadline` at most.
+    private func routeBlocking(for message: ServiceMessage, until deadline: ContinuousClock.Instant?,
+                               _ post: (WorkTicket<ServiceRoute>) -> Bool) throws(RemoteError) -> ServiceRoute {
+        let ticket = WorkTicket<ServiceRoute>()
+        guard post(ticket) else { throw invalidation }
+        guard let result = ticket.blockingValue(until: deadline) else {
+            supervisor?.post(.abandoned(client.id, ticket: ticket.id))
+            let timedOut = RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within its timeout, its launch included")
+            ticket.complete(.failure(timedOut))
+            ticket.markHandedOff()
+            // Given a channel just then: it is used.
+            if case .success(let route)? = ticket.blockingValue(until: .now) { return route }
+            throw timedOut
+        }
+        // The request goes out on this thread, at once: what is queued behind it may go first
+        // only if the loop takes it in between.
+        ticket.markHandedOff()
+        return try result.get()
     }
 
     /// Sends a one-way message, launching the service if needed; returns once it is sent.

@@ -361,6 +361,24 @@ struct SupervisorStateMachineTests {
         #expect(Self.run(&machine) { $0.backoffElapsed(slot: 0, now: Self.t0.advanced(by: .seconds(1))) } == [])
     }
 
+    @Test("a channel's opening that ends after its process ended (found by the kill storm) is not an impossible event: the channel closes and is reported with the end")
+    func openedAfterEnd() {
+        var machine = Self.machine()
+        _ = machine.clientAdded(1)
+        _ = machine.clientAdded(2)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
+        _ = machine.workArrived(2, Work(name: "b"), now: Self.t0)
+        let p = FakeProcess("p")
+        #expect(Self.run(&machine) { $0.launched(slot: 0, process: p, now: Self.t0) } == ["open 1 p", "open 2 p"])
+        #expect(Self.run(&machine) { $0.processEnded(p, reason: Self.crash, now: Self.t0) }
+                == ["ended p killed", "fail [a]: interrupted", "interrupt 1: interrupted", "fail [b]: interrupted", "interrupt 2: interrupted"])
+        let c = FakeChannel("c")
+        // Closed, its listeners told how the process ended, with no second event for the client.
+        #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: p, channel: c) } == ["close c", "closed 1 c: interrupted"])
+        #expect(Self.run(&machine) { $0.channelEnded(client: 1, channel: c, failure: nil, goodbye: nil, now: Self.t0) } == [])
+        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 2, process: p, now: Self.t0) } == [])
+    }
+
     // MARK: impossible events
 
     @Test("a launch that ends when none began traps")

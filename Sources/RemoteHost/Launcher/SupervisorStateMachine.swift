@@ -337,7 +337,15 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             return [.close(channel: channel, reason: invalidation?.reason ?? "invalidated by the host")]
         }
         guard case .opening(let opening) = entry.channel, opening === process else {
-            preconditionFailure("\(identifier): a channel opened for client \(client), whose channel was \(entry.channel)")
+            guard hasEnded(process, in: entry.slot) else {
+                preconditionFailure("\(identifier): a channel opened for client \(client), whose channel was \(entry.channel)")
+            }
+            // Its process ended while it opened (its queue was decided, and the client told,
+            // then): it closes, and its listeners, who heard it would run, hear it close.
+            entry.processesUsed += 1
+            clients[client] = entry
+            return [.close(channel: channel, reason: "its process has ended"),
+                    .channelClosed(client: client, channel: channel, error: endError(of: process), interrupts: false)]
         }
         entry.processesUsed += 1
         entry.boundTo = nil
@@ -365,7 +373,11 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func channelOpenFailed(client: ClientID, process: Process, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else { return [] }
         guard case .opening(let opening) = entry.channel, opening === process else {
-            preconditionFailure("\(identifier): a channel failed to open for client \(client), whose channel was \(entry.channel)")
+            // Its process ended while it opened: its queue was decided then.
+            guard hasEnded(process, in: entry.slot) else {
+                preconditionFailure("\(identifier): a channel failed to open for client \(client), whose channel was \(entry.channel)")
+            }
+            return []
         }
         entry.channel = .none
         clients[client] = entry
@@ -383,7 +395,11 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func channelReplayFailed(client: ClientID, process: Process, channel: Channel, error: RemoteError) -> [Action] {
         guard var entry = clients[client] else { return [] }
         guard case .opening(let opening) = entry.channel, opening === process else {
-            preconditionFailure("\(identifier): a channel's replay failed for client \(client), whose channel was \(entry.channel)")
+            guard hasEnded(process, in: entry.slot) else {
+                preconditionFailure("\(identifier): a channel's replay failed for client \(client), whose channel was \(entry.channel)")
+            }
+            // Its process ended meanwhile (the client was told then).
+            return [.channelClosed(client: client, channel: channel, error: endError(of: process), interrupts: false)]
         }
         entry.channel = .none
         entry.boundTo = nil
@@ -772,6 +788,18 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     private func slot(of process: Process) -> UInt64? {
         slots.first { currentProcess($0.key) === process }?.key
+    }
+
+    /// How `process`, which has ended, ended, as an error (`nil`: an idle exit, no news).
+    private func endError(of process: Process) -> RemoteError? {
+        guard let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason, reason.kind != .idleExit else { return nil }
+        return ended(reason)
+    }
+
+    /// Whether `process` was one of `slot`'s and has ended (an event about it can still come from
+    /// work that was under way).
+    private func hasEnded(_ process: Process, in slot: UInt64) -> Bool {
+        !owns(process, slot: slot) && recentEnds.contains { $0.process == ObjectIdentifier(process) }
     }
 
     private func owns(_ process: Process, slot: UInt64) -> Bool {
