@@ -219,8 +219,11 @@ struct SupervisorStateMachineTests {
         var machine = Self.machine()
         let p = FakeProcess("p")
         _ = Self.running(&machine, process: p)
+        _ = machine.workFailed(1, Work(name: "r"), on: p, error: RemoteError(.interrupted, "gone"), now: Self.t0.advanced(by: .seconds(-1)))
         _ = machine.processEnding(p, now: Self.t0)
-        #expect(Self.run(&machine) { $0.endWatchDue(process: p, now: Self.t0) } == ["stop p goodbye protocolViolation"])
+        // The watch armed for the failure a second earlier: it has not been going a grace yet.
+        #expect(Self.run(&machine) { $0.endWatchDue(process: p, now: Self.t0.advanced(by: .seconds(1))) } == [])
+        #expect(Self.run(&machine) { $0.endWatchDue(process: p, now: Self.t0.advanced(by: .seconds(2))) } == ["stop p goodbye protocolViolation"])
     }
 
     @Test("a protocol violation on a channel stops its process, and is reported with how it ended")
@@ -377,6 +380,42 @@ struct SupervisorStateMachineTests {
         #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: p, channel: c) } == ["close c", "closed 1 c: interrupted"])
         #expect(Self.run(&machine) { $0.channelEnded(client: 1, channel: c, failure: nil, goodbye: nil, now: Self.t0) } == [])
         #expect(Self.run(&machine) { $0.channelOpenFailed(client: 2, process: p, now: Self.t0) } == [])
+    }
+
+    @Test("work that failed as the process exited idle is sent again in the order it was sent, also to a client whose new channel is open already")
+    func retriesInOrder() {
+        var machine = Self.machine()
+        let p = FakeProcess("p")
+        _ = Self.running(&machine, process: p)
+        for name in ["a", "b", "c"] { _ = machine.workFailed(1, Work(name: name), on: p, error: RemoteError(.interrupted, "gone"), now: Self.t0) }
+        _ = machine.processEnding(p, now: Self.t0)
+        // Sent while it was going: queued, behind what is sent again.
+        _ = machine.workArrived(1, Work(name: "d"), now: Self.t0)
+        #expect(Self.run(&machine) { $0.processEnded(p, reason: Self.idle, now: Self.t0) }.prefix(2) == ["ended p idleExit", "launch 0"])
+        let q = FakeProcess("q"), d = FakeChannel("d")
+        _ = machine.launched(slot: 0, process: q, now: Self.t0)
+        #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: q, channel: d) } == ["send 1 d [a' b' c' d]"])
+        _ = machine.queueSent(client: 1, channel: d)
+        // A failure on the old process decided late, while the new channel is open: through the queue.
+        #expect(Self.run(&machine) { $0.workFailed(1, Work(name: "e"), on: p, error: RemoteError(.interrupted, "gone"), now: Self.t0) }
+                == ["publish 1 nil", "send 1 d [e']"])
+    }
+
+    @Test("a share's connection is not given another client's new process of a shared service; a channel the host could not make fails only its client")
+    func oneProcessShared() {
+        var machine = Self.machine()
+        let p = FakeProcess("p")
+        _ = Self.running(&machine, client: 1, process: p)
+        machine.clientAllowsOneProcess(1)
+        _ = machine.processEnded(p, reason: Self.crash, now: Self.t0)
+        _ = machine.clientAdded(2)
+        _ = machine.workArrived(2, Work(name: "x"), now: Self.t0.advanced(by: .seconds(1)))
+        let q = FakeProcess("q")
+        _ = machine.launched(slot: 0, process: q, now: Self.t0.advanced(by: .seconds(1)))
+        #expect(Self.run(&machine) { $0.workArrived(1, Work(name: "y"), now: Self.t0) } == ["refuse 1 [y]"])
+        #expect(Self.run(&machine) { $0.channelNotMade(client: 2, process: q, error: RemoteError(.interrupted, "no fds")) }
+                == ["fail [x]: interrupted", "interrupt 2: interrupted"])
+        #expect(machine.isUsable(q))
     }
 
     // MARK: impossible events

@@ -523,8 +523,11 @@ final class ServiceInstance: Sendable {
 
     /// A new connection to the service for one client, over its own socket pair. It does not
     /// run yet: its owner routes the message families it handles, then runs it.
+    ///
+    /// - Throws: ``ChannelFailure``: `.notMade` when the host could not make it (its own fds or
+    ///   memory: the process is not at fault), `.notTaken` when the process did not take it.
     func openChannel(configuration: Connection.Configuration, onRequest: @escaping Connection.RequestHandler,
-                     onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
+                     onMessage: @escaping Connection.MessageHandler) async throws(ChannelFailure) -> Connection {
         let connection: Connection, attachment: Attachment
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
@@ -535,7 +538,7 @@ final class ServiceInstance: Sendable {
             configuration.protocolVersions = control.configuration.protocolVersions
             connection = try Connection(socket: pair.first, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch {
-            throw RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)")
+            throw .notMade(RemoteError(.interrupted, "cannot open a connection to \(manifest.identifier): \(error)"))
         }
         do {
             try await control.send(ServiceMessage(type: FrameworkMessage.connect, attachments: [attachment]))
@@ -543,11 +546,18 @@ final class ServiceInstance: Sendable {
             // The process is ending (it never handshook, or its main connection closed), or it
             // stopped reading its main connection (the send timed out): either way it is of no
             // use. Its supervisor learns how it ends, and stops one that stopped reading.
-            throw error.code == .cancelled ? error
-                : RemoteError(error.code == .timeout ? .timeout : .interrupted, "\(manifest.identifier) could not be reached: \(error.reason)")
+            throw .notTaken(RemoteError(error.code == .timeout ? .timeout : .interrupted, "\(manifest.identifier) could not be reached: \(error.reason)"))
         }
         idleClock.touch()
         return connection
+    }
+
+    /// Why ``openChannel(configuration:onRequest:onMessage:)`` made no channel.
+    enum ChannelFailure: Error {
+        /// The host could not make it (fds, memory): the process serves on.
+        case notMade(RemoteError)
+        /// The process did not take it: it is ending, or it stopped reading its main connection.
+        case notTaken(RemoteError)
     }
 
     /// When the service should exit if nothing happens, or `nil` while a request is outstanding.

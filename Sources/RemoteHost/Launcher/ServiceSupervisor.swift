@@ -6,10 +6,13 @@ import struct Synchronization.Atomic
 final class ServiceRoute: Sendable {
     let connection: Connection
     let instance: ServiceInstance
+    /// Whose channel it is (weakly: the client holds its channels).
+    weak let client: ServiceClient?
 
-    init(connection: Connection, instance: ServiceInstance) {
+    init(connection: Connection, instance: ServiceInstance, client: ServiceClient) {
         self.connection = connection
         self.instance = instance
+        self.client = client
     }
 }
 
@@ -204,6 +207,7 @@ final class ServiceSupervisor: Sendable {
         case channelOpened(UInt64, ServiceInstance, ServiceRoute)
         case channelOpenFailed(UInt64, ServiceInstance, RemoteError)
         case channelReplayFailed(UInt64, ServiceInstance, ServiceRoute, RemoteError)
+        case channelNotMade(UInt64, ServiceInstance, RemoteError)
         case queueSent(UInt64, ServiceRoute)
         case channelEnded(UInt64, ServiceRoute, failure: RemoteError?, goodbye: String?)
         case processEnding(ServiceInstance)
@@ -308,12 +312,15 @@ final class ServiceSupervisor: Sendable {
         case .abandoned(let client, let ticket):
             return state.machine.workAbandoned(client, where: { $0.ticketID == ticket })
         case .clientRemoved(let client, let error, let stopDetail, let done):
+            let serving = state.machine.process(of: client)
             let actions = state.machine.clientRemoved(client, error: error, stopDetail: stopDetail, now: now)
             if let done {
-                let stopping = actions.compactMap { action -> ServiceInstance? in
-                    if case .stop(let process, .goodbye, _, _) = action { process } else { nil }
-                }.first
-                if let stopping { state.endWaiters[ObjectIdentifier(stopping), default: []].append(done) } else { done.open(()) }
+                // invalidate() returns once the process it stops (or that was stopping) has ended.
+                if let serving, state.machine.isStopping(serving) {
+                    state.endWaiters[ObjectIdentifier(serving), default: []].append(done)
+                } else {
+                    done.open(())
+                }
             }
             return actions
         case .launched(let slot, let instance):
@@ -331,6 +338,8 @@ final class ServiceSupervisor: Sendable {
                 actions += state.machine.stopRequested(instance, reason: TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), now: now)
             }
             return actions + state.machine.channelOpenFailed(client: client, process: instance, now: now)
+        case .channelNotMade(let client, let instance, let error):
+            return state.machine.channelNotMade(client: client, process: instance, error: error)
         case .channelReplayFailed(let client, let instance, let route, let error):
             return state.machine.channelReplayFailed(client: client, process: instance, channel: route, error: error)
         case .queueSent(let client, let route):
@@ -383,10 +392,13 @@ final class ServiceSupervisor: Sendable {
             case .interrupt(let client, let error):
                 state.clients[client]?.eventSink.yield(.interrupted(error))
             case .channelClosed(let client, let route, let error, let interrupts):
-                guard let entry = state.clients[client] else { continue }
+                // A client removed while its channel opened is reached through the channel.
+                guard let entry = state.clients[client] ?? route.client else { continue }
                 if interrupts, let error { entry.eventSink.yield(.interrupted(error)) }
                 let closed = ServiceChannel(route: route, supervisor: self)
                 for listener in entry.withdraw(route) { listener.channelDidClose(closed, error: error) }
+                // The fast path's last channel, replaced when a reader was taking it, goes now.
+                entry.route.reclaim()
             case .close(let route, let reason):
                 route.connection.startClosing(reason: reason)
             case .stop(let instance, let step, let reason, let next):
@@ -461,7 +473,7 @@ final class ServiceSupervisor: Sendable {
     private func openChannel(for client: ServiceClient, to instance: ServiceInstance) async {
         let onMessage = client.onMessage
         let connection: Connection
-        do {
+        do throws(ServiceInstance.ChannelFailure) {
             connection = try await instance.openChannel(
                 configuration: Connection.Configuration(role: .host, identifier: environment.configuration.hostIdentifier),
                 onRequest: client.onRequest,
@@ -470,10 +482,16 @@ final class ServiceSupervisor: Sendable {
                     await onMessage(message, context)
                 })
         } catch {
-            post(.channelOpenFailed(client.id, instance, error))
+            switch error {
+            case .notMade(let error): post(.channelNotMade(client.id, instance, error))
+            case .notTaken(let error): post(.channelOpenFailed(client.id, instance, error))
+            }
             return
         }
-        let route = ServiceRoute(connection: connection, instance: instance)
+        let route = ServiceRoute(connection: connection, instance: instance, client: client)
+        // The channel's end is posted after its opening's outcome, so the machine sees them in
+        // that order.
+        let outcomePosted = Latch<Void>()
         let channel = ServiceChannel(route: route, supervisor: self)
         let listeners = client.announce(route)
         for listener in listeners { listener.channelWillRun(channel) }
@@ -485,6 +503,7 @@ final class ServiceSupervisor: Sendable {
                 } catch {
                     failure = error
                 }
+                _ = await outcomePosted.waitUncancellably()
                 self.post(.channelEnded(client.id, route, failure: failure, goodbye: connection.peerGoodbyeReason))
             }
             // What a new process must know comes before any work: the listeners send it (a
@@ -496,6 +515,7 @@ final class ServiceSupervisor: Sendable {
                 connection.startClosing(reason: "it could not be told what a new process must know: \(error.reason)")
                 post(.channelReplayFailed(client.id, instance, route, error))
             }
+            outcomePosted.open(())
         }
     }
 
@@ -510,7 +530,8 @@ final class ServiceSupervisor: Sendable {
                     try await route.connection.send(message)
                     ticket.complete(.success(()))
                 } catch where error.code == .interrupted || error.code == .invalidated {
-                    post(.workFailed(client, item, route.instance, error))
+                    // Decided by the machine; once the supervisor has finished, as it ended.
+                    if !post(.workFailed(client, item, route.instance, error)) { item.fail(RemoteError(.invalidated, "the launcher shut down")) }
                 } catch {
                     ticket.complete(.failure(error))
                 }

@@ -154,7 +154,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         var channel = ChannelPhase.none
         var queue: [Work] = []
         /// Failures and channel ends on a process whose end is not known yet, in order.
-        var pending: [(process: Process, what: Pending)] = []
+        var pending: [(process: Process, what: Pending, since: ContinuousClock.Instant)] = []
         /// Only one process is ever launched for it (a share's connection).
         var oneProcess = false
         /// Processes it had a channel to.
@@ -172,6 +172,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package let perConnection: Bool
     package let policy: Policy
     private var slots: [UInt64: Phase] = [:]
+    /// When each slot's process began to go by itself (its end watch counts from then).
+    private var goingSince: [UInt64: ContinuousClock.Instant] = [:]
     private var clients: [ClientID: Client] = [:]
     private var invalidation: RemoteError?
     /// How the last few processes ended (a failure seen after the end is booked is explained
@@ -231,6 +233,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func workAbandoned(_ client: ClientID, where matches: (Work) -> Bool) -> [Action] {
         guard var entry = clients[client] else { return [] }
         entry.queue.removeAll(where: matches)
+        entry.pending.removeAll { if case .work(let work, _) = $0.what { matches(work) } else { false } }
         clients[client] = entry
         // A relaunch nobody waits for any more is not made.
         if case .backingOff? = slots[entry.slot], !clients.values.contains(where: { $0.slot == entry.slot && !$0.queue.isEmpty }) {
@@ -256,7 +259,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             // Not this service's process: nothing more will be known of it.
             return [.fail(work: [work], error: interrupted(error))]
         }
-        entry.pending.append((process, .work(work, error)))
+        entry.pending.append((process, .work(work, error), now))
         clients[client] = entry
         return watchEnd(of: process, now: now)
     }
@@ -273,7 +276,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             actions.append(.close(channel: channel, reason: error.reason))
             actions.append(.channelClosed(client: client, channel: channel, error: error, interrupts: false))
         }
-        for case (_, .report(let channel, _, _)) in entry.pending {
+        for case (_, .report(let channel, _, _), _) in entry.pending {
             actions.append(.channelClosed(client: client, channel: channel, error: error, interrupts: false))
         }
         for (_, channel) in entry.orphaned {
@@ -281,7 +284,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             actions.append(.channelClosed(client: client, channel: channel, error: error, interrupts: false))
         }
         // Its process stops when no other client holds a channel to it or waits for it.
-        let others = clients.values.contains { $0.slot == entry.slot && ($0.channel.process != nil || !$0.queue.isEmpty) }
+        let others = clients.values.contains { $0.slot == entry.slot && ($0.channel.process != nil || !$0.queue.isEmpty || !$0.pending.isEmpty) }
         if !others, let process = currentProcess(entry.slot) {
             actions += stop(process, in: entry.slot, TerminationReason(kind: .stopped, detail: stopDetail), now: now)
         }
@@ -319,7 +322,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard case .launching? = slots[slot] else {
             preconditionFailure("\(identifier): a launch failed in slot \(slot), which was \(phaseName(slot))")
         }
-        slots[slot] = .stopped
+        slots[slot] = perConnection && clients[slot] == nil ? nil : .stopped
         if error.code == .invalidated { return invalidateService(error, now: now) }
         var actions: [Action] = []
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot && !entry.queue.isEmpty {
@@ -334,7 +337,10 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// The channel `client` asked for is open (the listeners were told, in order).
     package mutating func channelOpened(client: ClientID, process: Process, channel: Channel) -> [Action] {
         guard var entry = clients[client] else {
-            return [.close(channel: channel, reason: invalidation?.reason ?? "invalidated by the host")]
+            // Its client went while it opened: it closes, and its listeners, who heard it would
+            // run, hear why.
+            let error = invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
+            return [.close(channel: channel, reason: error.reason), .channelClosed(client: client, channel: channel, error: error, interrupts: false)]
         }
         guard case .opening(let opening) = entry.channel, opening === process else {
             guard hasEnded(process, in: entry.slot) else {
@@ -383,6 +389,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         clients[client] = entry
         if case .running(let running, let since)? = slots[entry.slot], running === process {
             slots[entry.slot] = .ending(process, since: since, stop: nil)
+            goingSince[entry.slot] = now
             return unpublish(slot: entry.slot) + watchEnd(of: process, now: now)
         }
         if currentProcess(entry.slot) == nil { return advance(entry.slot, now: now) }
@@ -393,7 +400,10 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// it must know (`error`): the host closes it, and the queued work fails with `error`. The
     /// process serves on; the next work opens another channel.
     package mutating func channelReplayFailed(client: ClientID, process: Process, channel: Channel, error: RemoteError) -> [Action] {
-        guard var entry = clients[client] else { return [] }
+        guard var entry = clients[client] else {
+            let error = invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
+            return [.channelClosed(client: client, channel: channel, error: error, interrupts: false)]
+        }
         guard case .opening(let opening) = entry.channel, opening === process else {
             guard hasEnded(process, in: entry.slot) else {
                 preconditionFailure("\(identifier): a channel's replay failed for client \(client), whose channel was \(entry.channel)")
@@ -409,6 +419,29 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         entry.queue = []
         clients[client] = entry
         return queue.isEmpty ? [] : [.fail(work: queue, error: error)]
+    }
+
+    /// The host could not make the channel `client` asked for (its own resources: fds, memory):
+    /// the queued work fails with `error`, and the process serves on.
+    package mutating func channelNotMade(client: ClientID, process: Process, error: RemoteError) -> [Action] {
+        guard var entry = clients[client], case .opening(let opening) = entry.channel, opening === process else { return [] }
+        entry.channel = .none
+        entry.boundTo = nil
+        let queue = entry.queue
+        entry.queue = []
+        clients[client] = entry
+        return queue.isEmpty ? [.interrupt(client: client, error: error)] : [.fail(work: queue, error: error), .interrupt(client: client, error: error)]
+    }
+
+    /// Whether `process` is being stopped by the host.
+    package func isStopping(_ process: Process) -> Bool {
+        guard let slot = slot(of: process), case .ending(_, _, _?)? = slots[slot] else { return false }
+        return true
+    }
+
+    /// The process serving `client`'s slot, if one runs or is ending.
+    package func process(of client: ClientID) -> Process? {
+        clients[client].flatMap { currentProcess($0.slot) }
     }
 
     /// The queue ``Action/sendQueue(client:channel:work:)`` asked for was sent.
@@ -457,7 +490,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             clients[client] = entry
             actions.append(.channelClosed(client: client, channel: channel, error: nil, interrupts: false))
         } else {
-            entry.pending.append((process, .report(channel, failure: failure, goodbye: goodbye)))
+            entry.pending.append((process, .report(channel, failure: failure, goodbye: goodbye), now))
             clients[client] = entry
             if let failure, failure.code == .protocolViolation {
                 actions += stop(process, in: entry.slot, TerminationReason(kind: .protocolViolation, detail: failure.reason), now: now)
@@ -475,6 +508,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard let slot = slot(of: process) else { return [] }
         guard case .running(_, let since)? = slots[slot] else { return [] }
         slots[slot] = .ending(process, since: since, stop: nil)
+        goingSince[slot] = now
         return unpublish(slot: slot) + watchEnd(of: process, now: now)
     }
 
@@ -505,10 +539,13 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     package mutating func endWatchDue(process: Process, now: ContinuousClock.Instant) -> [Action] {
         guard let slot = slot(of: process) else { return [] }
         var actions: [Action] = []
+        let grace = policy.stopGrace
         switch slots[slot] {
         case .ending(_, _, nil)?:
-            // It is going by itself and has not gone: the host stops it, and what waits for
-            // its end waits for the stop (whose steps are bounded).
+            // It is going by itself and has not gone a grace after it began: the host stops it,
+            // and what waits for its end waits for the stop (whose steps are bounded). A watch
+            // armed earlier, for a failure, finds it going for less than that: nothing yet.
+            guard let since = goingSince[slot], now >= since.advanced(by: grace) else { return [] }
             return stop(process, in: slot, TerminationReason(kind: .protocolViolation, detail: "it said goodbye or closed its main connection, but did not exit"), now: now)
         case .ending?:
             return []
@@ -516,7 +553,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             break
         }
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot {
-            let (due, rest) = split(entry.pending, process)
+            // Only what has waited a whole grace: later ones have watches of their own.
+            let (due, rest) = split(entry.pending, process, dueBy: now.advanced(by: .zero - grace))
             guard !due.isEmpty else { continue }
             entry.pending = rest
             clients[client] = entry
@@ -544,6 +582,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         default: preconditionFailure("\(identifier): a process ended in slot \(slot), which was \(phaseName(slot))")
         }
         slots[slot] = .stopped
+        goingSince[slot] = nil
         lastTermination = reason
         if reason.isCrash {
             crashes += 1
@@ -553,12 +592,13 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             consecutiveCrashes = 0
         }
         recentEnds.append((ObjectIdentifier(process), reason))
-        if recentEnds.count > 8 { recentEnds.removeFirst() }
+        if recentEnds.count > 64 { recentEnds.removeFirst() }
         var actions: [Action] = [.ended(process: process, reason: reason)]
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot {
             let (due, rest) = split(entry.pending, process)
             entry.pending = rest
             if case .opening(let opening) = entry.channel, opening === process { entry.channel = .none }
+            let reportsEnd = due.contains { if case .report = $0 { true } else { false } }
             if entry.boundTo === process {
                 entry.boundTo = nil
                 if reason.kind != .idleExit && !entry.queue.isEmpty {
@@ -567,7 +607,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
                     // (XPC does not send a message again after a crash).
                     let error = ended(reason)
                     actions.append(.fail(work: entry.queue, error: error))
-                    actions.append(.interrupt(client: client, error: error))
+                    // Once per crash: a channel's end reported below says it already.
+                    if !reportsEnd { actions.append(.interrupt(client: client, error: error)) }
                     entry.queue = []
                 }
             }
@@ -577,10 +618,13 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
                 entry.channel = .none
             }
             clients[client] = entry
+            var retried = 0
             for pending in due {
                 switch pending {
                 case .work(let work, let error):
-                    actions += decide(work, error: error, end: reason, client: client, now: now)
+                    // Sent again in the order they were sent, before what was queued since.
+                    actions += decide(work, error: error, end: reason, client: client, retryAt: retried, now: now)
+                    if reason.kind == .idleExit && !work.isRetry { retried += 1 }
                 case .report(let channel, let failure, let goodbye):
                     actions += report(channel, failure: failure, goodbye: goodbye, end: reason, client: client)
                 }
@@ -696,8 +740,21 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             return []
         case .running(let process, _):
             var actions: [Action] = []
-            for (client, entry) in waiting {
-                if case .none = entry.channel { actions += openChannel(client, to: process) }
+            for (client, var entry) in waiting {
+                switch entry.channel {
+                case .none:
+                    actions += openChannel(client, to: process)
+                case .open(let open, let channel) where open === process:
+                    // Work given back (sent again after an idle exit) to a client whose channel
+                    // to the new process is open already: it goes through the queue, in order.
+                    let queue = entry.queue
+                    entry.queue = []
+                    entry.channel = .sendingQueue(open, channel)
+                    clients[client] = entry
+                    actions += [.publish(client: client, channel: nil), .sendQueue(client: client, channel: channel, work: queue)]
+                default:
+                    break
+                }
             }
             return actions
         }
@@ -705,6 +762,14 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     private mutating func openChannel(_ client: ClientID, to process: Process) -> [Action] {
         guard var entry = clients[client], case .none = entry.channel else { return [] }
+        if entry.oneProcess && entry.processesUsed > 0 {
+            // Its one process has gone: another (a shared service's, launched for someone
+            // else) is not for it.
+            let queue = entry.queue
+            entry.queue = []
+            clients[client] = entry
+            return queue.isEmpty ? [] : [.refuse(client: client, work: queue)]
+        }
         entry.channel = .opening(process)
         entry.boundTo = process
         clients[client] = entry
@@ -737,12 +802,12 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// Failed `work` whose process ended for `reason`: again once after an idle exit, failed
     /// with how the process ended otherwise.
     private mutating func decide(_ work: Work, error: RemoteError, end reason: TerminationReason, client: ClientID,
-                                 now: ContinuousClock.Instant) -> [Action] {
+                                 retryAt index: Int = 0, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else { return [.fail(work: [work], error: invalidation ?? error)] }
         if reason.kind == .idleExit && !work.isRetry && invalidation == nil {
             // It exited idle just as this was sent (it had nothing outstanding when it decided
             // to): never handled, so sent again to a new process, before what was queued since.
-            entry.queue.insert(work.retried(), at: 0)
+            entry.queue.insert(work.retried(), at: min(index, entry.queue.count))
             clients[client] = entry
             return advance(entry.slot, now: now)
         }
@@ -760,10 +825,12 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         return [.channelClosed(client: client, channel: channel, error: error, interrupts: true)]
     }
 
-    private func split(_ pending: [(process: Process, what: Pending)], _ process: Process) -> (due: [Pending], rest: [(process: Process, what: Pending)]) {
-        var due: [Pending] = [], rest: [(process: Process, what: Pending)] = []
+    /// The entries of `pending` about `process` (parked no later than `dueBy`, when given), and the rest.
+    private func split(_ pending: [(process: Process, what: Pending, since: ContinuousClock.Instant)], _ process: Process,
+                       dueBy: ContinuousClock.Instant? = nil) -> (due: [Pending], rest: [(process: Process, what: Pending, since: ContinuousClock.Instant)]) {
+        var due: [Pending] = [], rest: [(process: Process, what: Pending, since: ContinuousClock.Instant)] = []
         for entry in pending {
-            if entry.process === process { due.append(entry.what) } else { rest.append(entry) }
+            if entry.process === process, dueBy.map({ entry.since <= $0 }) ?? true { due.append(entry.what) } else { rest.append(entry) }
         }
         return (due, rest)
     }
@@ -773,7 +840,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         invalidation = error
         var actions: [Action] = [.invalidated(error: error)]
         for client in clients.keys.sorted() {
-            actions += clientRemoved(client, error: error, now: now)
+            actions += clientRemoved(client, error: error, stopDetail: error.reason, now: now)
         }
         for slot in slots.keys.sorted() {
             switch slots[slot]! {
