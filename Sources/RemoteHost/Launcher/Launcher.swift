@@ -249,10 +249,14 @@ public actor Launcher {
         return connection
     }
 
-    /// What the launcher is doing, service by service: one entry per registered service.
-    public func status() -> [ServiceStatus] {
-        registry.sortedServices.map { manifest in
-            let record = supervisors[manifest.identifier]?.snapshot
+    /// What the launcher is doing, service by service: one entry per registered service. It
+    /// includes what the caller did before it (a cancelled wait, an invalidated connection).
+    public func status() async -> [ServiceStatus] {
+        let running = phase.withLock { $0.running }
+        var records: [String: ServiceSupervisor.Snapshot] = [:]
+        for (identifier, supervisor) in supervisors { records[identifier] = await supervisor.currentSnapshot(running: running) }
+        return registry.sortedServices.map { manifest in
+            let record = records[manifest.identifier]
             let processes = (record?.processes ?? []).map { instance, clients -> ServiceStatus.Process in
                 let now = ContinuousClock.now
                 return ServiceStatus.Process(pid: instance.process.pid, servicePid: instance.sandboxed ? instance.process.processTree().dropFirst(2).first : instance.process.pid,

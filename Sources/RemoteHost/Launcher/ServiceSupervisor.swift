@@ -217,6 +217,8 @@ final class ServiceSupervisor: Sendable {
         case backoffElapsed(slot: UInt64)
         case processEnded(ServiceInstance, TerminationReason)
         case shutdown(RemoteError)
+        /// Hand over the state as it is once every event posted before this one is handled.
+        case snapshot(Latch<Snapshot>)
     }
 
     /// What ``Launcher/status()`` reads: published once per event.
@@ -361,6 +363,9 @@ final class ServiceSupervisor: Sendable {
         case .shutdown(let error):
             state.shuttingDown = true
             return state.machine.invalidate(error, now: now)
+        case .snapshot(let latch):
+            latch.open(Self.snapshot(of: state.machine))
+            return []
         }
     }
 
@@ -437,11 +442,22 @@ final class ServiceSupervisor: Sendable {
     }
 
     private func publish(_ state: RunState) {
-        let machine = state.machine
-        let snapshot = Snapshot(launches: machine.launches, crashes: machine.crashes, lastTermination: machine.lastTermination,
-                                invalidation: machine.invalidationError, isLaunching: machine.isLaunching,
-                                processes: machine.processes.map { ($0, machine.clientCount(of: $0)) })
+        let snapshot = Self.snapshot(of: state.machine)
         published.withLock { $0 = snapshot }
+    }
+
+    private static func snapshot(of machine: Machine) -> Snapshot {
+        Snapshot(launches: machine.launches, crashes: machine.crashes, lastTermination: machine.lastTermination,
+                 invalidation: machine.invalidationError, isLaunching: machine.isLaunching,
+                 processes: machine.processes.map { ($0, machine.clientCount(of: $0)) })
+    }
+
+    /// The state once every event posted before this call is handled (what this caller did is
+    /// in it), or as last published when the supervisor does not run.
+    func currentSnapshot(running: Bool) async -> Snapshot {
+        let latch = Latch<Snapshot>()
+        guard running, post(.snapshot(latch)) else { return snapshot }
+        return await latch.waitUncancellably() ?? snapshot
     }
 
     // MARK: what takes time, in child tasks
