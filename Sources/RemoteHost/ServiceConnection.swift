@@ -211,8 +211,10 @@ public final class ServiceConnection: Sendable {
             do throws(RemoteError) {
                 return try await route.connection.send(message)
             } catch where endsChannel(error) {
-                let again = try await settle(error, on: route, isRetry: false)
+                let (again, ticket) = try await settle(error, on: route, isRetry: false)
                 again.instance.idleClock.touch()
+                // What is queued behind it goes once this is sent (the send returns then).
+                defer { ticket.markHandedOff() }
                 do throws(RemoteError) {
                     return try await again.connection.send(message)
                 } catch where endsChannel(error) {
@@ -252,9 +254,10 @@ public final class ServiceConnection: Sendable {
             defer { ticket?.markHandedOff() }
             first = try await body(route, handOff)
         } catch where endsChannel(error) {
-            let again = try await settle(error, on: route, isRetry: !retrying)
+            let (again, ticket) = try await settle(error, on: route, isRetry: !retrying)
+            defer { ticket.markHandedOff() }
             do throws(RemoteError) {
-                return try await body(again, nil)
+                return try await body(again, { @Sendable in ticket.markHandedOff() })
             } catch where endsChannel(error) {
                 _ = try await settle(error, on: again, isRetry: true)
                 throw error
@@ -274,14 +277,20 @@ public final class ServiceConnection: Sendable {
 
     /// Hands `error` (the end of `route`'s channel) to the supervisor and waits for its decision:
     /// a new channel to send again on, or the error to throw.
-    private func settle(_ error: RemoteError, on route: ServiceRoute, isRetry: Bool) async throws(RemoteError) -> ServiceRoute {
+    /// The caller marks the ticket handed off once what it sends again is in the connection's
+    /// hands (the work queued behind it waits for that).
+    private func settle(_ error: RemoteError, on route: ServiceRoute, isRetry: Bool) async throws(RemoteError) -> (ServiceRoute, WorkTicket<ServiceRoute>) {
         let ticket = WorkTicket<ServiceRoute>()
         guard let supervisor, supervisor.post(.workFailed(client.id, SupervisorWork(kind: .route(ticket), isRetry: isRetry), route.instance, error)) else {
             throw invalidation
         }
-        defer { ticket.markHandedOff() }
         let id = client.id
-        return try await ticket.value(onCancel: { supervisor.post(.abandoned(id, ticket: ticket.id)) })
+        do throws(RemoteError) {
+            return (try await ticket.value(onCancel: { supervisor.post(.abandoned(id, ticket: ticket.id)) }), ticket)
+        } catch {
+            ticket.markHandedOff()
+            throw error
+        }
     }
 
     /// Whether `error` came from a channel's end (not the caller's own timeout or cancel, nor
