@@ -294,7 +294,17 @@ final class ServiceSupervisor: Sendable {
         var endWaiters: [ObjectIdentifier: [Latch<Void>]] = [:]
         /// The timers armed for each process (its stop's steps, its end watch): cancelled when it
         /// ends, so that none holds it.
-        var timers: [ObjectIdentifier: [EventLoop.TimerID]] = [:]
+        /// Each with its deadline: one that has passed has fired, and is forgotten when the next
+        /// is armed, so the list holds only what may still fire.
+        var timers: [ObjectIdentifier: [(id: EventLoop.TimerID, at: ContinuousClock.Instant)]] = [:]
+
+        /// Arms `action` at `deadline` for `instance`.
+        mutating func arm(_ instance: ServiceInstance, at deadline: ContinuousClock.Instant, _ action: @escaping @Sendable () -> Void) {
+            let now = ContinuousClock.now
+            var armed = timers[ObjectIdentifier(instance), default: []].filter { $0.at > now }
+            armed.append((EventLoop.shared.schedule(at: deadline, action), deadline))
+            timers[ObjectIdentifier(instance)] = armed
+        }
         var shuttingDown = false
     }
 
@@ -413,21 +423,19 @@ final class ServiceSupervisor: Sendable {
                 case .kill: instance.kill(after: stopGrace)
                 }
                 if let next {
-                    state.timers[ObjectIdentifier(instance), default: []].append(
-                        EventLoop.shared.schedule(at: next) { [weak self, weak instance] in
-                            if let instance { self?.post(.stopStepDue(instance)) }
-                        })
+                    state.arm(instance, at: next) { [weak self, weak instance] in
+                        if let instance { self?.post(.stopStepDue(instance)) }
+                    }
                 }
             case .armEndWatch(let instance, let at):
-                state.timers[ObjectIdentifier(instance), default: []].append(
-                    EventLoop.shared.schedule(at: at) { [weak self, weak instance] in
-                        if let instance { self?.post(.endWatchDue(instance)) }
-                    })
+                state.arm(instance, at: at) { [weak self, weak instance] in
+                    if let instance { self?.post(.endWatchDue(instance)) }
+                }
             case .ended(let instance, let reason):
                 logger.info("\(identifier) (pid \(instance.process.pid)) ended: \(reason)")
                 environment.broadcast(.terminated(identifier: identifier, pid: instance.process.pid, reason: reason))
                 for waiter in state.endWaiters.removeValue(forKey: ObjectIdentifier(instance)) ?? [] { waiter.open(()) }
-                for timer in state.timers.removeValue(forKey: ObjectIdentifier(instance)) ?? [] { EventLoop.shared.cancel(timer) }
+                for timer in state.timers.removeValue(forKey: ObjectIdentifier(instance)) ?? [] { EventLoop.shared.cancel(timer.id) }
             case .invalidateClient(let client, let error):
                 state.clients[client]?.invalidate(error)
                 removed.append(client)
