@@ -384,7 +384,10 @@ final class ServiceSupervisor: Sendable {
         for action in actions {
             switch action {
             case .launch(let slot):
-                group.addTask { await self.launch(slot: slot) }
+                // Off the loop: a launch's set-up (the seccomp filter, the data folder, the
+                // control groups) and a process's reaping (its groups emptied, its orphans
+                // collected) make system calls that other connections should not wait behind.
+                group.addTask(executorPreference: globalConcurrentExecutor) { await self.launch(slot: slot) }
             case .armBackoff(let slot, let until):
                 logger.info("relaunching \(identifier) in \(until - .now) (crash \(state.machine.consecutiveCrashes) in a row)")
                 _ = EventLoop.shared.schedule(at: until) { [weak self] in self?.post(.backoffElapsed(slot: slot)) }
