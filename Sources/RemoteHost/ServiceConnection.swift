@@ -53,7 +53,7 @@ public final class ServiceConnection: Sendable {
         self.supervisor = supervisor
         let (events, eventSink) = AsyncStream.makeStream(of: Event.self)
         self.events = events
-        client = ServiceClient(identifier: identifier, eventSink: eventSink, onRequest: onRequest, onMessage: onMessage)
+        client = ServiceClient(eventSink: eventSink, onRequest: onRequest, onMessage: onMessage)
     }
 
     /// Called by the launcher once it made the connection: the supervisor starts serving it, or,
@@ -155,21 +155,21 @@ public final class ServiceConnection: Sendable {
         if let published = client.route.load() {
             first = published
         } else {
-            first = try routeBlocking(for: message, until: deadline) { supervisor?.post(.work(client.id, SupervisorWork(kind: .route($0)))) ?? false }
+            first = try routeBlocking(for: message, until: deadline) { .work(client.id, SupervisorWork(kind: .route($0))) }
         }
         do throws(RemoteError) {
             return try requestSync(message, on: first, until: deadline)
-        } catch where endsChannel(error) {
+        } catch where error.endsChannel {
             // Decided by the supervisor once the process's end is known: a new process after
             // an idle exit (once), or how it ended.
             let again = try routeBlocking(for: message, until: deadline) {
-                supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0)), first.instance, error)) ?? false
+                .workFailed(client.id, SupervisorWork(kind: .route($0)), first.instance, error)
             }
             do throws(RemoteError) {
                 return try requestSync(message, on: again, until: deadline)
-            } catch where endsChannel(error) {
+            } catch where error.endsChannel {
                 _ = try routeBlocking(for: message, until: deadline) {
-                    supervisor?.post(.workFailed(client.id, SupervisorWork(kind: .route($0), isRetry: true), again.instance, error)) ?? false
+                    .workFailed(client.id, SupervisorWork(kind: .route($0), isRetry: true), again.instance, error)
                 }
                 throw error
             }
@@ -183,14 +183,14 @@ public final class ServiceConnection: Sendable {
         return try route.connection.requestSync(message, timeout: deadline.map { ContinuousClock.now.duration(to: $0) })
     }
 
-    /// A channel from the supervisor, for a blocked thread: `post` hands it the work; waits
-    /// until `deadline` at most.
+    /// A channel from the supervisor, for a blocked thread: ``hand(_:)``'s twin, waiting until
+    /// `deadline` at most.
     private func routeBlocking(for message: ServiceMessage, until deadline: ContinuousClock.Instant?,
-                               _ post: (WorkTicket<ServiceRoute>) -> Bool) throws(RemoteError) -> ServiceRoute {
+                               _ work: (WorkTicket<ServiceRoute>) -> ServiceSupervisor.Event) throws(RemoteError) -> ServiceRoute {
         let ticket = WorkTicket<ServiceRoute>()
-        guard post(ticket) else { throw invalidation }
+        guard let supervisor, supervisor.post(work(ticket)) else { throw invalidation }
         guard let result = ticket.blockingValue(until: deadline) else {
-            supervisor?.post(.abandoned(client.id, ticket: ticket.id))
+            supervisor.post(.abandoned(client.id, ticket: ticket.id))
             let timedOut = RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within its timeout, its launch included")
             ticket.complete(.failure(timedOut))
             ticket.markHandedOff()
@@ -210,24 +210,21 @@ public final class ServiceConnection: Sendable {
             route.instance.idleClock.touch()
             do throws(RemoteError) {
                 return try await route.connection.send(message)
-            } catch where endsChannel(error) {
+            } catch where error.endsChannel {
                 let (again, ticket) = try await settle(error, on: route, isRetry: false)
                 again.instance.idleClock.touch()
                 // What is queued behind it goes once this is sent (the send returns then).
                 defer { ticket.markHandedOff() }
                 do throws(RemoteError) {
                     return try await again.connection.send(message)
-                } catch where endsChannel(error) {
+                } catch where error.endsChannel {
                     _ = try await settle(error, on: again, isRetry: true)
                     throw error
                 }
             }
         }
         // No channel: the supervisor sends it, in order with what was queued before it.
-        let ticket = WorkTicket<Void>()
-        guard let supervisor, supervisor.post(.work(client.id, SupervisorWork(kind: .message(message, ticket)))) else { throw invalidation }
-        let id = client.id
-        try await ticket.value(onCancel: { supervisor.post(.abandoned(id, ticket: ticket.id)) })
+        _ = try await hand { (ticket: WorkTicket<Void>) in .work(client.id, SupervisorWork(kind: .message(message, ticket))) }
     }
 
     /// Runs `body` on the current channel's connection (launching the service if needed), as
@@ -253,12 +250,12 @@ public final class ServiceConnection: Sendable {
         do throws(RemoteError) {
             defer { ticket?.markHandedOff() }
             first = try await body(route, handOff)
-        } catch where endsChannel(error) {
+        } catch where error.endsChannel {
             let (again, ticket) = try await settle(error, on: route, isRetry: !retrying)
             defer { ticket.markHandedOff() }
             do throws(RemoteError) {
                 return try await body(again, { @Sendable in ticket.markHandedOff() })
-            } catch where endsChannel(error) {
+            } catch where error.endsChannel {
                 _ = try await settle(error, on: again, isRetry: true)
                 throw error
             }
@@ -269,39 +266,30 @@ public final class ServiceConnection: Sendable {
     /// The published channel, or one from the supervisor (with its ticket).
     private func channel() async throws(RemoteError) -> (ServiceRoute, WorkTicket<ServiceRoute>?) {
         if let route = client.route.load() { return (route, nil) }
-        let ticket = WorkTicket<ServiceRoute>()
-        guard let supervisor, supervisor.post(.work(client.id, SupervisorWork(kind: .route(ticket)))) else { throw invalidation }
+        let (route, ticket) = try await hand { .work(client.id, SupervisorWork(kind: .route($0))) }
+        return (route, ticket)
+    }
+
+    /// Hands `error` (the end of `route`'s channel) to the supervisor and waits for its decision:
+    /// a new channel to send again on, or the error to throw. The caller marks the ticket handed
+    /// off once what it sends again is in the connection's hands (the work queued behind it waits
+    /// for that; a failed ticket is marked already).
+    private func settle(_ error: RemoteError, on route: ServiceRoute, isRetry: Bool) async throws(RemoteError) -> (ServiceRoute, WorkTicket<ServiceRoute>) {
+        try await hand { .workFailed(client.id, SupervisorWork(kind: .route($0), isRetry: isRetry), route.instance, error) }
+    }
+
+    /// Hands the supervisor the work `work` makes of a new ticket and waits for its answer; a
+    /// cancelled caller takes the work back.
+    private func hand<Value>(_ work: (WorkTicket<Value>) -> ServiceSupervisor.Event) async throws(RemoteError) -> (Value, WorkTicket<Value>) {
+        let ticket = WorkTicket<Value>()
+        guard let supervisor, supervisor.post(work(ticket)) else { throw invalidation }
         let id = client.id
         return (try await ticket.value(onCancel: { supervisor.post(.abandoned(id, ticket: ticket.id)) }), ticket)
     }
 
-    /// Hands `error` (the end of `route`'s channel) to the supervisor and waits for its decision:
-    /// a new channel to send again on, or the error to throw.
-    /// The caller marks the ticket handed off once what it sends again is in the connection's
-    /// hands (the work queued behind it waits for that).
-    private func settle(_ error: RemoteError, on route: ServiceRoute, isRetry: Bool) async throws(RemoteError) -> (ServiceRoute, WorkTicket<ServiceRoute>) {
-        let ticket = WorkTicket<ServiceRoute>()
-        guard let supervisor, supervisor.post(.workFailed(client.id, SupervisorWork(kind: .route(ticket), isRetry: isRetry), route.instance, error)) else {
-            throw invalidation
-        }
-        let id = client.id
-        do throws(RemoteError) {
-            return (try await ticket.value(onCancel: { supervisor.post(.abandoned(id, ticket: ticket.id)) }), ticket)
-        } catch {
-            ticket.markHandedOff()
-            throw error
-        }
-    }
-
-    /// Whether `error` came from a channel's end (not the caller's own timeout or cancel, nor
-    /// the service's answer).
-    private func endsChannel(_ error: RemoteError) -> Bool {
-        error.code == .interrupted || error.code == .invalidated
-    }
-
     /// Why calls fail once the connection can never work again.
     private var invalidation: RemoteError {
-        client.invalidation.withLock { $0 } ?? RemoteError(.invalidated, "the launcher shut down")
+        client.invalidation.withLock { $0 } ?? .launcherShutDown
     }
 
     // MARK: invalidation

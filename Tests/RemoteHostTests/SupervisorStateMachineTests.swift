@@ -131,10 +131,10 @@ struct SupervisorStateMachineTests {
         let q = FakeProcess("q"), d = FakeChannel("d")
         #expect(Self.run(&machine) { $0.launched(slot: 0, process: q, now: Self.t0) } == ["open 1 q"])
         #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: q, channel: d) } == ["send 1 d [r']"])
-        // Failed again the same way: not sent a third time.
         // Its queue was not sent yet: nothing was published to take back.
         #expect(Self.run(&machine) { $0.processEnding(q, now: Self.t0) } == ["watch q"])
         _ = machine.processEnded(q, reason: Self.idle, now: Self.t0)
+        // Failed again the same way: not sent a third time.
         #expect(Self.run(&machine) { $0.workFailed(1, Work(name: "r", isRetry: true), on: q, error: lost, now: Self.t0) } == ["fail [r]: interrupted"])
         #expect(machine.crashes == 0 && machine.consecutiveCrashes == 0)
     }
@@ -324,7 +324,7 @@ struct SupervisorStateMachineTests {
         let p = FakeProcess("p")
         _ = machine.launched(slot: 0, process: p, now: Self.t0)
         // It did not take the channel: the queue waits for its end, which says what to do.
-        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 1, process: p, now: Self.t0) } == ["watch p"])
+        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 1, process: p, error: RemoteError(.interrupted, "gone"), now: Self.t0) } == ["watch p"])
         #expect(machine.phaseName(0) == "ending" && !machine.isUsable(p))
         let exited = TerminationReason(kind: .exited, detail: "exited with code 7 before its handshake", exitCode: 7)
         #expect(Self.run(&machine) { $0.processEnded(p, reason: exited, now: Self.t0) }
@@ -333,8 +333,20 @@ struct SupervisorStateMachineTests {
         _ = machine.workArrived(1, Work(name: "b"), now: Self.t0.advanced(by: .seconds(5)))
         let q = FakeProcess("q")
         _ = machine.launched(slot: 0, process: q, now: Self.t0)
-        _ = machine.channelOpenFailed(client: 1, process: q, now: Self.t0)
+        _ = machine.channelOpenFailed(client: 1, process: q, error: RemoteError(.interrupted, "gone"), now: Self.t0)
         #expect(Self.run(&machine) { $0.processEnded(q, reason: Self.idle, now: Self.t0.advanced(by: .seconds(5))) } == ["ended q idleExit", "launch 0"])
+    }
+
+    @Test("a process that did not take a channel because it stopped reading its main connection (the offer timed out) is stopped")
+    func channelOfferTimedOut() {
+        var machine = Self.machine()
+        _ = machine.clientAdded(1)
+        _ = machine.workArrived(1, Work(name: "a"), now: Self.t0)
+        let p = FakeProcess("p")
+        _ = machine.launched(slot: 0, process: p, now: Self.t0)
+        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 1, process: p, error: RemoteError(.timeout, "no room"), now: Self.t0) }
+                == ["stop p goodbye stopped"])
+        #expect(machine.phaseName(0) == "stopping (goodbye)")
     }
 
     @Test("a listener that cannot tell the new process what it must know: the queue fails with its error, the channel is closed, the process serves on")
@@ -379,7 +391,7 @@ struct SupervisorStateMachineTests {
         // Closed, its listeners told how the process ended, with no second event for the client.
         #expect(Self.run(&machine) { $0.channelOpened(client: 1, process: p, channel: c) } == ["close c", "closed 1 c: interrupted"])
         #expect(Self.run(&machine) { $0.channelEnded(client: 1, channel: c, failure: nil, goodbye: nil, now: Self.t0) } == [])
-        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 2, process: p, now: Self.t0) } == [])
+        #expect(Self.run(&machine) { $0.channelOpenFailed(client: 2, process: p, error: RemoteError(.interrupted, "gone"), now: Self.t0) } == [])
     }
 
     @Test("work that failed as the process exited idle is sent again in the order it was sent, also to a client whose new channel is open already")

@@ -228,7 +228,7 @@ public actor Launcher {
             return (!phase.shutDown, phase.running)
         }
         if first {
-            let error = RemoteError(.invalidated, "the launcher shut down")
+            let error = RemoteError.launcherShutDown
             for supervisor in supervisors.values { supervisor.post(.shutdown(error)) }
         }
         guard running else { return }
@@ -242,7 +242,7 @@ public actor Launcher {
         let supervisor = phase.withLock { $0.shutDown } ? nil : supervisors[identifier]
         let connection = ServiceConnection(identifier: identifier, supervisor: supervisor, onRequest: onRequest, onMessage: onMessage)
         connection.register(orInvalidateWith: {
-            if supervisor != nil || supervisors[identifier] != nil { return RemoteError(.invalidated, "the launcher shut down") }
+            if supervisor != nil || supervisors[identifier] != nil { return .launcherShutDown }
             if case .failure(let problem) = registry.lookup(identifier) { return RemoteError(.invalidated, "\(problem)") }
             return RemoteError(.invalidated, "\(identifier) is not a registered service")
         }())

@@ -48,9 +48,10 @@ final class WorkTicket<Value: Sendable>: Sendable {
             throw error
         } catch {
             onCancel()
-            complete(.failure(RemoteError(.cancelled, "cancelled while waiting for the service")))
+            let cancelled = RemoteError(.cancelled, "cancelled while waiting for the service")
+            complete(.failure(cancelled))
             markHandedOff()
-            throw RemoteError(.cancelled, "cancelled while waiting for the service")
+            throw cancelled
         }
     }
 
@@ -103,7 +104,6 @@ struct SupervisorWork: SupervisedWork, Sendable {
 /// it, the supervisor hears so and lets go of this.
 final class ServiceClient: Sendable {
     let id: UInt64
-    let identifier: String
     let eventSink: AsyncStream<ServiceConnection.Event>.Continuation
     let onRequest: Connection.RequestHandler
     let onMessage: Connection.MessageHandler
@@ -122,10 +122,9 @@ final class ServiceClient: Sendable {
         weak var listener: (any ServiceChannelListener)?
     }
 
-    init(identifier: String, eventSink: AsyncStream<ServiceConnection.Event>.Continuation,
+    init(eventSink: AsyncStream<ServiceConnection.Event>.Continuation,
          onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
         id = Self.ids.wrappingAdd(1, ordering: .relaxed).oldValue
-        self.identifier = identifier
         self.eventSink = eventSink
         self.onRequest = onRequest
         self.onMessage = onMessage
@@ -221,7 +220,7 @@ final class ServiceSupervisor: Sendable {
         case snapshot(Latch<Snapshot>)
     }
 
-    /// What ``Launcher/status()`` reads: published once per event.
+    /// What ``Launcher/status()`` reads.
     struct Snapshot: Sendable {
         var launches = 0
         var crashes = 0
@@ -235,6 +234,8 @@ final class ServiceSupervisor: Sendable {
     private let environment: Environment
     private let inbox: AsyncStream<Event>
     private let inboxSink: AsyncStream<Event>.Continuation
+    /// The state as the run left it (before it: nothing has happened), for a status asked when
+    /// the supervisor does not run.
     private let published = Mutex(Snapshot())
     /// Opened when ``run()`` has returned.
     let finished = Latch<Void>()
@@ -246,7 +247,6 @@ final class ServiceSupervisor: Sendable {
     }
 
     var identifier: String { manifest.identifier }
-    var snapshot: Snapshot { published.withLock { $0 } }
     private var logger: Logger { environment.configuration.logger }
     private var stopGrace: Duration { environment.configuration.stopGracePeriod }
 
@@ -273,14 +273,19 @@ final class ServiceSupervisor: Sendable {
                 for await event in inbox {
                     let actions = handle(event, &state)
                     perform(actions, &state, &group)
-                    publish(state)
                     if state.shuttingDown, state.machine.isFinished {
+                        // Published before the inbox refuses a status question, so that no
+                        // answer comes from before the run.
+                        let last = Self.snapshot(of: state.machine)
+                        published.withLock { $0 = last }
                         inboxSink.finish()
                     }
                 }
                 // Anything posted after the end fails as the service's invalidation says.
-                let error = state.machine.invalidationError ?? RemoteError(.invalidated, "the launcher shut down")
+                let error = state.machine.invalidationError ?? .launcherShutDown
                 for client in state.clients.values { client.invalidate(error) }
+                let last = Self.snapshot(of: state.machine)
+                published.withLock { $0 = last }
             }
         }
         finished.open(())
@@ -292,11 +297,11 @@ final class ServiceSupervisor: Sendable {
         var clients: [UInt64: ServiceClient] = [:]
         /// Callers of ``ServiceConnection/invalidate()`` waiting for a process to end.
         var endWaiters: [ObjectIdentifier: [Latch<Void>]] = [:]
-        /// The timers armed for each process (its stop's steps, its end watch): cancelled when it
-        /// ends, so that none holds it.
-        /// Each with its deadline: one that has passed has fired, and is forgotten when the next
-        /// is armed, so the list holds only what may still fire.
+        /// The timers armed for each process (its stop's steps, its end watch), cancelled when it
+        /// ends. Each is kept with its deadline: one whose deadline has passed has fired, and is
+        /// forgotten when the next is armed, so the list holds only what may still fire.
         var timers: [ObjectIdentifier: [(id: EventLoop.TimerID, at: ContinuousClock.Instant)]] = [:]
+        var shuttingDown = false
 
         /// Arms `action` at `deadline` for `instance`.
         mutating func arm(_ instance: ServiceInstance, at deadline: ContinuousClock.Instant, _ action: @escaping @Sendable () -> Void) {
@@ -305,7 +310,6 @@ final class ServiceSupervisor: Sendable {
             armed.append((EventLoop.shared.schedule(at: deadline, action), deadline))
             timers[ObjectIdentifier(instance)] = armed
         }
-        var shuttingDown = false
     }
 
     private func handle(_ event: Event, _ state: inout RunState) -> [Machine.Action] {
@@ -345,11 +349,7 @@ final class ServiceSupervisor: Sendable {
         case .channelOpened(let client, let instance, let route):
             return state.machine.channelOpened(client: client, process: instance, channel: route)
         case .channelOpenFailed(let client, let instance, let error):
-            var actions: [Machine.Action] = []
-            if error.code == .timeout {
-                actions += state.machine.stopRequested(instance, reason: TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), now: now)
-            }
-            return actions + state.machine.channelOpenFailed(client: client, process: instance, now: now)
+            return state.machine.channelOpenFailed(client: client, process: instance, error: error, now: now)
         case .channelNotMade(let client, let instance, let error):
             return state.machine.channelNotMade(client: client, process: instance, error: error)
         case .channelReplayFailed(let client, let instance, let route, let error):
@@ -452,11 +452,6 @@ final class ServiceSupervisor: Sendable {
         for client in removed { state.clients[client] = nil }
     }
 
-    private func publish(_ state: RunState) {
-        let snapshot = Self.snapshot(of: state.machine)
-        published.withLock { $0 = snapshot }
-    }
-
     private static func snapshot(of machine: Machine) -> Snapshot {
         Snapshot(launches: machine.launches, crashes: machine.crashes, lastTermination: machine.lastTermination,
                  invalidation: machine.invalidationError, isLaunching: machine.isLaunching,
@@ -464,11 +459,11 @@ final class ServiceSupervisor: Sendable {
     }
 
     /// The state once every event posted before this call is handled (what this caller did is
-    /// in it), or as last published when the supervisor does not run.
+    /// in it), or as the run left it when the supervisor does not run.
     func currentSnapshot(running: Bool) async -> Snapshot {
         let latch = Latch<Snapshot>()
-        guard running, post(.snapshot(latch)) else { return snapshot }
-        return await latch.waitUncancellably() ?? snapshot
+        if running, post(.snapshot(latch)), let answered = await latch.waitUncancellably() { return answered }
+        return published.withLock { $0 }
     }
 
     // MARK: what takes time, in child tasks
@@ -556,9 +551,9 @@ final class ServiceSupervisor: Sendable {
                 do {
                     try await route.connection.send(message)
                     ticket.complete(.success(()))
-                } catch where error.code == .interrupted || error.code == .invalidated {
+                } catch where error.endsChannel {
                     // Decided by the machine; once the supervisor has finished, as it ended.
-                    if !post(.workFailed(client, item, route.instance, error)) { item.fail(RemoteError(.invalidated, "the launcher shut down")) }
+                    if !post(.workFailed(client, item, route.instance, error)) { item.fail(.launcherShutDown) }
                 } catch {
                     ticket.complete(.failure(error))
                 }
@@ -569,4 +564,14 @@ final class ServiceSupervisor: Sendable {
         }
         post(.queueSent(client, route))
     }
+}
+
+extension RemoteError {
+    /// Whether this failure came from a channel's end (not the caller's own timeout or cancel,
+    /// nor the service's answer): its supervisor decides what it means once the process's end is
+    /// known.
+    var endsChannel: Bool { code == .interrupted || code == .invalidated }
+
+    /// What a launcher's connections fail with once it has shut down.
+    static var launcherShutDown: RemoteError { RemoteError(.invalidated, "the launcher shut down") }
 }

@@ -73,7 +73,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         case armBackoff(slot: UInt64, until: ContinuousClock.Instant)
         /// Open a channel to `process` for `client` (and tell the listeners: it will run, it is
         /// open); report ``channelOpened(client:process:channel:)`` or
-        /// ``channelOpenFailed(client:process:now:)``.
+        /// ``channelOpenFailed(client:process:error:now:)``.
         case openChannel(client: ClientID, process: Process)
         /// Send the queued `work` on `channel`, in order; then report ``queueSent(client:channel:)``.
         case sendQueue(client: ClientID, channel: Channel, work: [Work])
@@ -164,6 +164,15 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         var orphaned: [(process: Process, channel: Channel)] = []
         /// The process its queue went to (a channel to it was asked for), until it is sent there.
         var boundTo: Process?
+
+        /// Whether it runs one process only and has had it.
+        var refusesAnotherProcess: Bool { oneProcess && processesUsed > 0 }
+
+        /// The queue, emptied.
+        mutating func takeQueue() -> [Work] {
+            defer { queue = [] }
+            return queue
+        }
     }
 
     /// The service's identifier (for messages).
@@ -177,9 +186,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     private var clients: [ClientID: Client] = [:]
     private var invalidation: RemoteError?
     /// How the last few processes ended (a failure seen after the end is booked is explained
-    /// with it).
-    /// By identity only, so that a process is let go once it ended (whoever asks about it holds
-    /// it, so its address is not reused meanwhile).
+    /// with it), by identity only, so that a process is let go once it ended (whoever asks about
+    /// it holds it, so its address is not reused meanwhile).
     private var recentEnds: [(process: ObjectIdentifier, reason: TerminationReason)] = []
 
     /// Processes started so far.
@@ -217,7 +225,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// `client` has `work` and no channel to send it on (its fast path found none).
     package mutating func workArrived(_ client: ClientID, _ work: Work, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else {
-            return [.fail(work: [work], error: invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated"))]
+            return [.fail(work: [work], error: removedClientError)]
         }
         if case .open(let process, let channel) = entry.channel, isRunning(process, in: entry.slot) {
             // Published a moment ago, after the caller looked.
@@ -250,10 +258,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard var entry = clients[client] else {
             return [.fail(work: [work], error: invalidation ?? error)]
         }
-        // A process that runs or is ending is this one (a past one at the same address has gone);
-        // otherwise its end is the last one booked at its address.
-        if !owns(process, slot: entry.slot), let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason {
-            return decide(work, error: error, end: reason, client: client, now: now)
+        if let reason = bookedEnd(of: process, in: entry.slot) {
+            var retryAt = 0
+            return decide(work, error: error, end: reason, client: client, retryAt: &retryAt, now: now)
         }
         guard owns(process, slot: entry.slot) else {
             // Not this service's process: nothing more will be known of it.
@@ -326,9 +333,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         if error.code == .invalidated { return invalidateService(error, now: now) }
         var actions: [Action] = []
         for (client, var entry) in clients.sorted(by: { $0.key < $1.key }) where entry.slot == slot && !entry.queue.isEmpty {
-            actions.append(.fail(work: entry.queue, error: error))
+            actions.append(.fail(work: entry.takeQueue(), error: error))
             actions.append(.interrupt(client: client, error: error))
-            entry.queue = []
             clients[client] = entry
         }
         return actions
@@ -339,11 +345,11 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard var entry = clients[client] else {
             // Its client went while it opened: it closes, and its listeners, who heard it would
             // run, hear why.
-            let error = invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
+            let error = removedClientError
             return [.close(channel: channel, reason: error.reason), .channelClosed(client: client, channel: channel, error: error, interrupts: false)]
         }
         guard case .opening(let opening) = entry.channel, opening === process else {
-            guard hasEnded(process, in: entry.slot) else {
+            guard bookedEnd(of: process, in: entry.slot) != nil else {
                 preconditionFailure("\(identifier): a channel opened for client \(client), whose channel was \(entry.channel)")
             }
             // Its process ended while it opened (its queue was decided, and the client told,
@@ -351,7 +357,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             entry.processesUsed += 1
             clients[client] = entry
             return [.close(channel: channel, reason: "its process has ended"),
-                    .channelClosed(client: client, channel: channel, error: endError(of: process), interrupts: false)]
+                    .channelClosed(client: client, channel: channel, error: endError(of: process, in: entry.slot), interrupts: false)]
         }
         entry.processesUsed += 1
         entry.boundTo = nil
@@ -362,8 +368,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             return [.close(channel: channel, reason: "its process is ending"),
                     .channelClosed(client: client, channel: channel, error: nil, interrupts: false)]
         }
-        let queue = entry.queue
-        entry.queue = []
+        let queue = entry.takeQueue()
         if queue.isEmpty {
             entry.channel = .open(process, channel)
             clients[client] = entry
@@ -374,26 +379,29 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         return [.sendQueue(client: client, channel: channel, work: queue)]
     }
 
-    /// The channel `client` asked for could not be opened: `process` is ending (it did not take
-    /// the connection). The queue waits for its end.
-    package mutating func channelOpenFailed(client: ClientID, process: Process, now: ContinuousClock.Instant) -> [Action] {
+    /// The channel `client` asked for could not be opened: `process` did not take it (`error`).
+    /// It is ending, or, when the offer timed out, it stopped reading its main connection and is
+    /// stopped. The queue waits for its end.
+    package mutating func channelOpenFailed(client: ClientID, process: Process, error: RemoteError, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else { return [] }
         guard case .opening(let opening) = entry.channel, opening === process else {
             // Its process ended while it opened: its queue was decided then.
-            guard hasEnded(process, in: entry.slot) else {
+            guard bookedEnd(of: process, in: entry.slot) != nil else {
                 preconditionFailure("\(identifier): a channel failed to open for client \(client), whose channel was \(entry.channel)")
             }
             return []
         }
         entry.channel = .none
         clients[client] = entry
-        if case .running(let running, let since)? = slots[entry.slot], running === process {
-            slots[entry.slot] = .ending(process, since: since, stop: nil)
-            goingSince[entry.slot] = now
-            return unpublish(slot: entry.slot) + watchEnd(of: process, now: now)
+        // Its opening began while it ran, and nothing but its end (which resets the opening) makes
+        // it stop being the slot's: it runs, or is ending already.
+        guard case .running(_, let since)? = slots[entry.slot] else { return [] }
+        if error.code == .timeout {
+            return stop(process, in: entry.slot, TerminationReason(kind: .stopped, detail: "it did not take a new connection: \(error.reason)"), now: now)
         }
-        if currentProcess(entry.slot) == nil { return advance(entry.slot, now: now) }
-        return []
+        slots[entry.slot] = .ending(process, since: since, stop: nil)
+        goingSince[entry.slot] = now
+        return unpublish(slot: entry.slot) + watchEnd(of: process, now: now)
     }
 
     /// The channel `client` asked for opened, but a listener could not tell the new process what
@@ -401,22 +409,20 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// process serves on; the next work opens another channel.
     package mutating func channelReplayFailed(client: ClientID, process: Process, channel: Channel, error: RemoteError) -> [Action] {
         guard var entry = clients[client] else {
-            let error = invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
-            return [.channelClosed(client: client, channel: channel, error: error, interrupts: false)]
+            return [.channelClosed(client: client, channel: channel, error: removedClientError, interrupts: false)]
         }
         guard case .opening(let opening) = entry.channel, opening === process else {
-            guard hasEnded(process, in: entry.slot) else {
+            guard bookedEnd(of: process, in: entry.slot) != nil else {
                 preconditionFailure("\(identifier): a channel's replay failed for client \(client), whose channel was \(entry.channel)")
             }
             // Its process ended meanwhile (the client was told then).
-            return [.channelClosed(client: client, channel: channel, error: endError(of: process), interrupts: false)]
+            return [.channelClosed(client: client, channel: channel, error: endError(of: process, in: entry.slot), interrupts: false)]
         }
         entry.channel = .none
         entry.boundTo = nil
         entry.processesUsed += 1
         entry.orphaned.append((process, channel))
-        let queue = entry.queue
-        entry.queue = []
+        let queue = entry.takeQueue()
         clients[client] = entry
         return queue.isEmpty ? [] : [.fail(work: queue, error: error)]
     }
@@ -427,29 +433,16 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         guard var entry = clients[client], case .opening(let opening) = entry.channel, opening === process else { return [] }
         entry.channel = .none
         entry.boundTo = nil
-        let queue = entry.queue
-        entry.queue = []
+        let queue = entry.takeQueue()
         clients[client] = entry
         return queue.isEmpty ? [.interrupt(client: client, error: error)] : [.fail(work: queue, error: error), .interrupt(client: client, error: error)]
-    }
-
-    /// Whether `process` is being stopped by the host.
-    package func isStopping(_ process: Process) -> Bool {
-        guard let slot = slot(of: process), case .ending(_, _, _?)? = slots[slot] else { return false }
-        return true
-    }
-
-    /// The process serving `client`'s slot, if one runs or is ending.
-    package func process(of client: ClientID) -> Process? {
-        clients[client].flatMap { currentProcess($0.slot) }
     }
 
     /// The queue ``Action/sendQueue(client:channel:work:)`` asked for was sent.
     package mutating func queueSent(client: ClientID, channel: Channel) -> [Action] {
         guard var entry = clients[client], case .sendingQueue(let process, let sending) = entry.channel, sending === channel else { return [] }
         if !entry.queue.isEmpty {
-            let queue = entry.queue
-            entry.queue = []
+            let queue = entry.takeQueue()
             clients[client] = entry
             return [.sendQueue(client: client, channel: channel, work: queue)]
         }
@@ -471,21 +464,19 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             // Its process has ended already: how is known.
             let process = entry.orphaned.remove(at: index).process
             clients[client] = entry
-            let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason
-            return reason.map { report(channel, failure: failure, goodbye: goodbye, end: $0, client: client) }
+            return bookedEnd(of: process, in: entry.slot).map { report(channel, failure: failure, goodbye: goodbye, end: $0, client: client) }
                 ?? [.channelClosed(client: client, channel: channel, error: failure.map(interrupted), interrupts: failure != nil)]
         }
         guard let current = entry.channel.channel, current === channel, let process = entry.channel.process else {
             // It never served.
             return []
         }
+        // A client's channel is always to its slot's current process: one that ended moved its
+        // channel to `orphaned` (above).
         entry.channel = .none
         var actions: [Action] = [.publish(client: client, channel: nil)]
         let queue = entry.queue
-        if !owns(process, slot: entry.slot), let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason {
-            clients[client] = entry
-            actions += report(channel, failure: failure, goodbye: goodbye, end: reason, client: client)
-        } else if failure == nil && (goodbye == nil || goodbye == FrameworkMessage.idleExitReason) && isRunning(process, in: entry.slot) {
+        if failure == nil && (goodbye == nil || goodbye == FrameworkMessage.idleExitReason) && isRunning(process, in: entry.slot) {
             // Closed in order while its process runs: no news; the next work opens another.
             clients[client] = entry
             actions.append(.channelClosed(client: client, channel: channel, error: nil, interrupts: false))
@@ -606,10 +597,9 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
                     // before it took the channel: the work fails, as work sent to it would
                     // (XPC does not send a message again after a crash).
                     let error = ended(reason)
-                    actions.append(.fail(work: entry.queue, error: error))
+                    actions.append(.fail(work: entry.takeQueue(), error: error))
                     // Once per crash: a channel's end reported below says it already.
                     if !reportsEnd { actions.append(.interrupt(client: client, error: error)) }
-                    entry.queue = []
                 }
             }
             if let channel = entry.channel.channel, entry.channel.process === process {
@@ -618,13 +608,12 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
                 entry.channel = .none
             }
             clients[client] = entry
-            var retried = 0
+            var retryAt = 0
             for pending in due {
                 switch pending {
                 case .work(let work, let error):
                     // Sent again in the order they were sent, before what was queued since.
-                    actions += decide(work, error: error, end: reason, client: client, retryAt: retried, now: now)
-                    if reason.kind == .idleExit && !work.isRetry { retried += 1 }
+                    actions += decide(work, error: error, end: reason, client: client, retryAt: &retryAt, now: now)
                 case .report(let channel, let failure, let goodbye):
                     actions += report(channel, failure: failure, goodbye: goodbye, end: reason, client: client)
                 }
@@ -675,6 +664,17 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     /// Whether nothing runs and nothing will (invalidated, every process reaped).
     package var isFinished: Bool { invalidation != nil && processes.isEmpty && !isLaunching }
 
+    /// Whether `process` is being stopped by the host.
+    package func isStopping(_ process: Process) -> Bool {
+        guard let slot = slot(of: process), case .ending(_, _, _?)? = slots[slot] else { return false }
+        return true
+    }
+
+    /// The process serving `client`'s slot, if one runs or is ending.
+    package func process(of client: ClientID) -> Process? {
+        clients[client].flatMap { currentProcess($0.slot) }
+    }
+
     /// Whether `process` still takes new work.
     package func isUsable(_ process: Process) -> Bool {
         guard let slot = slot(of: process) else { return false }
@@ -710,6 +710,11 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     // MARK: helpers
 
+    /// What a removed client's late work and channels fail with (it was told already).
+    private var removedClientError: RemoteError {
+        invalidation ?? RemoteError(.invalidated, "the connection to \(identifier) was invalidated")
+    }
+
     /// Moves `slot` on for the work queued in it: launch (after the backoff), or open the
     /// channels its running process lacks.
     private mutating func advance(_ slot: UInt64, now: ContinuousClock.Instant) -> [Action] {
@@ -721,9 +726,8 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
             var actions: [Action] = []
             var anyone = false
             for (client, var entry) in waiting {
-                if entry.oneProcess && entry.processesUsed > 0 {
-                    actions.append(.refuse(client: client, work: entry.queue))
-                    entry.queue = []
+                if entry.refusesAnotherProcess {
+                    actions.append(.refuse(client: client, work: entry.takeQueue()))
                     clients[client] = entry
                 } else {
                     anyone = true
@@ -747,8 +751,7 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
                 case .open(let open, let channel) where open === process:
                     // Work given back (sent again after an idle exit) to a client whose channel
                     // to the new process is open already: it goes through the queue, in order.
-                    let queue = entry.queue
-                    entry.queue = []
+                    let queue = entry.takeQueue()
                     entry.channel = .sendingQueue(open, channel)
                     clients[client] = entry
                     actions += [.publish(client: client, channel: nil), .sendQueue(client: client, channel: channel, work: queue)]
@@ -762,11 +765,10 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
 
     private mutating func openChannel(_ client: ClientID, to process: Process) -> [Action] {
         guard var entry = clients[client], case .none = entry.channel else { return [] }
-        if entry.oneProcess && entry.processesUsed > 0 {
+        if entry.refusesAnotherProcess {
             // Its one process has gone: another (a shared service's, launched for someone
             // else) is not for it.
-            let queue = entry.queue
-            entry.queue = []
+            let queue = entry.takeQueue()
             clients[client] = entry
             return queue.isEmpty ? [] : [.refuse(client: client, work: queue)]
         }
@@ -799,15 +801,16 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         [.armEndWatch(process: process, at: now.advanced(by: policy.stopGrace))]
     }
 
-    /// Failed `work` whose process ended for `reason`: again once after an idle exit, failed
-    /// with how the process ended otherwise.
+    /// Failed `work` whose process ended for `reason`: again once after an idle exit (queued at
+    /// `retryAt`, which moves past it), failed with how the process ended otherwise.
     private mutating func decide(_ work: Work, error: RemoteError, end reason: TerminationReason, client: ClientID,
-                                 retryAt index: Int = 0, now: ContinuousClock.Instant) -> [Action] {
+                                 retryAt index: inout Int, now: ContinuousClock.Instant) -> [Action] {
         guard var entry = clients[client] else { return [.fail(work: [work], error: invalidation ?? error)] }
         if reason.kind == .idleExit && !work.isRetry && invalidation == nil {
             // It exited idle just as this was sent (it had nothing outstanding when it decided
             // to): never handled, so sent again to a new process, before what was queued since.
             entry.queue.insert(work.retried(), at: min(index, entry.queue.count))
+            index += 1
             clients[client] = entry
             return advance(entry.slot, now: now)
         }
@@ -815,14 +818,12 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
     }
 
     /// The end of `channel`, once its process's end (`reason`) is known.
+    /// An idle exit is no news, nor is a stop after a close in order; anything else is reported
+    /// as how the process ended.
     private func report(_ channel: Channel, failure: RemoteError?, goodbye: String?, end reason: TerminationReason, client: ClientID) -> [Action] {
-        if reason.kind == .idleExit {
-            return [.channelClosed(client: client, channel: channel, error: nil, interrupts: false)]
-        }
-        let news = failure != nil || (goodbye != nil && goodbye != FrameworkMessage.idleExitReason) || reason.kind != .stopped
-        guard news else { return [.channelClosed(client: client, channel: channel, error: nil, interrupts: false)] }
-        let error = ended(reason)
-        return [.channelClosed(client: client, channel: channel, error: error, interrupts: true)]
+        let news = reason.kind != .idleExit
+            && (failure != nil || (goodbye != nil && goodbye != FrameworkMessage.idleExitReason) || reason.kind != .stopped)
+        return [.channelClosed(client: client, channel: channel, error: news ? ended(reason) : nil, interrupts: news)]
     }
 
     /// The entries of `pending` about `process` (parked no later than `dueBy`, when given), and the rest.
@@ -857,16 +858,19 @@ package struct SupervisorStateMachine<Process: AnyObject, Channel: AnyObject, Wo
         slots.first { currentProcess($0.key) === process }?.key
     }
 
-    /// How `process`, which has ended, ended, as an error (`nil`: an idle exit, no news).
-    private func endError(of process: Process) -> RemoteError? {
-        guard let reason = recentEnds.last(where: { $0.process == ObjectIdentifier(process) })?.reason, reason.kind != .idleExit else { return nil }
-        return ended(reason)
+    /// How `process` ended, if it was one of `slot`'s and has ended (an event about it can still
+    /// come from work that was under way). A process that runs or is ending is not one that ended
+    /// (a past one at the same address has gone); otherwise its end is the last one booked at its
+    /// address.
+    private func bookedEnd(of process: Process, in slot: UInt64) -> TerminationReason? {
+        guard !owns(process, slot: slot) else { return nil }
+        return recentEnds.last { $0.process == ObjectIdentifier(process) }?.reason
     }
 
-    /// Whether `process` was one of `slot`'s and has ended (an event about it can still come from
-    /// work that was under way).
-    private func hasEnded(_ process: Process, in slot: UInt64) -> Bool {
-        !owns(process, slot: slot) && recentEnds.contains { $0.process == ObjectIdentifier(process) }
+    /// How `process`, which ended, ended, as an error (`nil`: an idle exit, no news).
+    private func endError(of process: Process, in slot: UInt64) -> RemoteError? {
+        guard let reason = bookedEnd(of: process, in: slot), reason.kind != .idleExit else { return nil }
+        return ended(reason)
     }
 
     private func owns(_ process: Process, slot: UInt64) -> Bool {
