@@ -27,9 +27,6 @@ final class ServiceInstance: Sendable {
     /// launcher's ``Launcher/Configuration/maxIncomingRequestsPerService``.
     let incomingRequests: SharedBudget
     private let logger: Logger
-    private let hostIdentifier: String
-    /// How long each step of stopping waits.
-    let stopGrace: Duration
     private let state = Mutex(State())
     /// How the process ended, once it has been reaped and classified.
     private let ending = Latch<TerminationReason>()
@@ -66,7 +63,7 @@ final class ServiceInstance: Sendable {
     /// The process as it was started.
     private let started: Started
 
-    private init(manifest: ServiceManifest, started: Started, control: Connection, hostIdentifier: String, stopGrace: Duration,
+    private init(manifest: ServiceManifest, started: Started, control: Connection,
                  mappings: SharedBudget, incomingRequests: SharedBudget) {
         self.started = started
         let (process, sandboxed, captures, logger, spawnArguments, identity, group) =
@@ -76,14 +73,12 @@ final class ServiceInstance: Sendable {
         self.incomingRequests = incomingRequests
         self.mappings = mappings
         self.group = group
-        self.stopGrace = stopGrace
         self.manifest = manifest
         self.process = process
         self.control = control
         self.sandboxed = sandboxed
         self.captures = captures
         self.logger = logger
-        self.hostIdentifier = hostIdentifier
         launchedAt = .now
         idleClock = IdleClock(timeout: manifest.idleTimeout, now: launchedAt)
     }
@@ -92,7 +87,7 @@ final class ServiceInstance: Sendable {
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
                        protocolVersions: ClosedRange<UInt32>, hostIdentifier: String,
-                       stopGrace: Duration, resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
+                       resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
                        logger: Logger) async throws(RemoteError) -> ServiceInstance {
         let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users, resources: resources, logger: logger)
         let incomingRequests = SharedBudget(limit: maxIncomingRequests)
@@ -108,7 +103,7 @@ final class ServiceInstance: Sendable {
             await started.abandon()
             throw RemoteError(.interrupted, "cannot talk to \(manifest.identifier) on its socket: \(error)")
         }
-        return ServiceInstance(manifest: manifest, started: started, control: control, hostIdentifier: hostIdentifier, stopGrace: stopGrace,
+        return ServiceInstance(manifest: manifest, started: started, control: control,
                                mappings: SharedBudget(limit: maxMappedBytes), incomingRequests: incomingRequests)
     }
 
@@ -158,7 +153,7 @@ final class ServiceInstance: Sendable {
         }
     }
 
-    /// Starts the service's process (see ``launch(_:sandbox:dataRoot:hostIdentifier:stopGrace:resources:maxMappedBytes:logger:)``)
+    /// Starts the service's process (see ``launch(_:sandbox:dataRoot:users:protocolVersions:hostIdentifier:resources:maxMappedBytes:maxIncomingRequests:logger:)``)
     /// and returns it with the host's end of its fd 3.
     static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
                       resources: ResourceControl, logger: Logger) async throws(RemoteError) -> Started {
@@ -462,17 +457,11 @@ final class ServiceInstance: Sendable {
     /// How it ended, once it has.
     var ended: TerminationReason? { ending.value }
 
-    /// Waits until the process has ended and returns how; `nil` if `deadline` comes first, or
-    /// the waiting task is cancelled.
-    func waitForEnd(until deadline: ContinuousClock.Instant? = nil) async -> TerminationReason? {
-        try? await ending.wait(until: deadline)
-    }
-
     // MARK: stopping, step by step (its supervisor times the steps)
 
     /// The first step of stopping the process for `reason`: goodbye on its main connection (the
     /// service closes its clients and exits). Only the first call does anything. The next steps
-    /// (``terminate()``, ``kill()``) come from its supervisor, each a grace later.
+    /// (``terminate(after:)``, ``kill(after:)``) come from its supervisor, each a grace later.
     func beginStop(_ reason: TerminationReason) {
         // Exited already, not yet reaped (a zombie): the stop finds it gone.
         let exited = process.termination != nil || Syscall.processStatus(of: process.pid)?.state == "Z"

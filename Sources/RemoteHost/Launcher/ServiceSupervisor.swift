@@ -475,7 +475,7 @@ final class ServiceSupervisor: Sendable {
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
                                                         users: configuration.serviceUsers, protocolVersions: configuration.protocolVersions,
-                                                        hostIdentifier: configuration.hostIdentifier, stopGrace: configuration.stopGracePeriod,
+                                                        hostIdentifier: configuration.hostIdentifier,
                                                         resources: environment.resources, maxMappedBytes: configuration.maxMappedBytesPerService,
                                                         maxIncomingRequests: configuration.maxIncomingRequestsPerService,
                                                         logger: configuration.logger)
