@@ -94,6 +94,9 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case input(Connection.InputHandler, InputEvent, ConnectionContext)
         case share(Connection.ShareHandler, ShareMessage, [Attachment], ConnectionContext)
         case envelope(Envelope)
+        /// The channel ended (`nil`: the peer's end of file) behind what is queued before it:
+        /// the connection ends in its turn.
+        case channelEnded(RemoteError?)
     }
     private var finished = false
     /// What the last outbox drain took, emptied: the outbox's next array.
@@ -501,7 +504,16 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         }
     }
 
+    /// The channel ended. What the peer sent before that and still waits for the delivery
+    /// task (its last state, a message, its goodbye) is delivered first, as XPC delivers a
+    /// connection's messages before its error: the end takes its turn. What waits for an
+    /// answer fails at once, since none can come.
     func channelClosed(_ error: RemoteError?) {
+        if !ended, delivering || !inbox.isEmpty, let (failures, failure) = machine.peerEnded(error) {
+            fail(failures, with: failure)
+            deliver(.channelEnded(error))
+            return
+        }
         end(error)
     }
 
@@ -685,6 +697,10 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
                     // Once the connection has ended, nothing more is handled (as nothing more
                     // is read).
                     if ended { break }
+                    if case .channelEnded(let error) = delivery {
+                        end(error)
+                        continue
+                    }
                     var next = delivery
                     if case .envelope(let envelope) = delivery {
                         // It came behind a handler: dispatched now, in order; a handler it
@@ -719,6 +735,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
         case .input(let handler, let event, let context): await handler(event, context)
         case .share(let handler, let message, let attachments, let context): try await handler(message, attachments, context)
         case .envelope: preconditionFailure("an envelope is dispatched before it is performed")
+        case .channelEnded: preconditionFailure("the channel's end is taken in the delivery loop")
         }
     }
 

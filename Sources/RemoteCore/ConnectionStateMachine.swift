@@ -65,6 +65,9 @@ package struct ConnectionStateMachine<Requester, Opener> {
         /// Handlers still running; ``channelEnded(_:)`` cancels them, and the handler awaits them.
         var incoming: [UInt64: Handler?]
         var refusal: ProtocolErrorCode?
+        /// The channel ended under the peer (end of file without a goodbye, or a failure) while
+        /// what it sent before still waited to be delivered: the outcome to report then.
+        var peerEnd: RemoteError? = nil
 
         /// Why nothing more can be sent.
         var unusable: RemoteError {
@@ -492,6 +495,8 @@ package struct ConnectionStateMachine<Requester, Opener> {
         case .closing(var closing):
             state = .modifying
             closing.goodbye = reason
+            // A goodbye delivered in its turn after the end of file: the peer closed in order.
+            closing.peerEnd = nil
             state = .closing(closing)
             return Failures()
         case .idle, .handshaking, .closed:
@@ -500,6 +505,22 @@ package struct ConnectionStateMachine<Requester, Opener> {
             preconditionFailure("ConnectionStateMachine.goodbyeReceived() while modifying")
         }
     }
+
+    /// The channel ended under an open connection (`error`, or `nil`: the peer's end of file)
+    /// while what the peer sent before it waits to be delivered: nothing more is sent or
+    /// answered, outstanding requests fail now with the returned error (no answer can come),
+    /// and ``channelEnded(_:)``, in its turn after those deliveries, reports the end. `nil` when
+    /// the connection is not open (it ends at once, as before).
+    package mutating func peerEnded(_ error: RemoteError?) -> (failures: Failures, failure: RemoteError)? {
+        guard case .open(let open) = state else { return nil }
+        let outcome = error ?? Self.endedWithoutGoodbye
+        state = .closing(Closing(local: false, ran: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal,
+                                 peerEnd: outcome))
+        return (Failures(requests: open.outgoing.values.map(\.requester)), Self.failure(for: outcome))
+    }
+
+    /// How an open connection ends at the peer's end of file without a goodbye.
+    private static var endedWithoutGoodbye: RemoteError { RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)") }
 
     /// This side closes (``Connection/close(reason:)``).
     package mutating func close() -> CloseAction {
@@ -541,16 +562,19 @@ package struct ConnectionStateMachine<Requester, Opener> {
             return Ending(outcome: outcome, protocolError: Self.complaint(outcome, handshaking.refusal), failures: failures,
                           failure: Self.failure(for: outcome), handlers: [])
         case .open(let open):
-            let outcome = error ?? RemoteError(.interrupted, "the peer closed the connection without saying goodbye (it may have crashed)")
+            let outcome = error ?? Self.endedWithoutGoodbye
             state = .closed(Closed(outcome: outcome, peer: open.peer, goodbye: nil))
             return Ending(outcome: outcome, protocolError: Self.complaint(outcome, open.refusal),
                           failures: Failures(requests: open.outgoing.values.map(\.requester)),
                           failure: Self.failure(for: outcome), handlers: open.incoming.values.compactMap { $0 })
         case .closing(let closing):
-            // Closed in order, by this side or by the peer's goodbye: whatever the channel saw last.
-            state = .closed(Closed(outcome: nil, peer: closing.peer, goodbye: closing.goodbye))
-            return Ending(outcome: nil, protocolError: nil, failures: Failures(), failure: Self.failure(for: nil),
-                          handlers: closing.incoming.values.compactMap { $0 })
+            // Closed in order, by this side or by the peer's goodbye: whatever the channel saw
+            // last. Or the peer's channel ended before its deliveries: that end, now (unless
+            // this side's own error came first).
+            let outcome = closing.peerEnd.map { error ?? $0 }
+            state = .closed(Closed(outcome: outcome, peer: closing.peer, goodbye: closing.goodbye))
+            return Ending(outcome: outcome, protocolError: outcome.flatMap { Self.complaint($0, closing.refusal) }, failures: Failures(),
+                          failure: Self.failure(for: outcome), handlers: closing.incoming.values.compactMap { $0 })
         case .idle, .closed:
             preconditionFailure("the channel ended in state \(phase)")
         case .modifying:

@@ -200,6 +200,30 @@ struct ConnectionStateMachineTests {
         await handler.value
     }
 
+    @Test("the peer's end of file with deliveries still waiting: outstanding requests fail at once, nothing more is sent or started, and the end reported after them is the crash (or an orderly close when its goodbye was among them)")
+    func peerEndedBehindDeliveries() throws {
+        for goodbyeAmongThem in [false, true] {
+            var machine = Self.open()
+            _ = machine.requestSent(2, expectsPong: false, requester: 20)
+            guard let (failures, failure) = machine.peerEnded(nil) else { Issue.record("open: the end waits its turn"); return }
+            #expect(failures.requests == [20] && failure.code == .interrupted, "\(failure)")
+            guard case .failure = machine.canSend() else { Issue.record("nothing more is sent"); return }
+            #expect(try machine.requestReceived(9, limit: 10).get() == .ignore, "no handler starts")
+            guard case .drop = machine.answerReceived(to: 2, isPong: false, kind: "reply") else { Issue.record("a queued answer is dropped"); return }
+            if goodbyeAmongThem { #expect(machine.goodbyeReceived("idle exit").requests.isEmpty) }
+            let ending = machine.channelEnded(nil)
+            if goodbyeAmongThem {
+                #expect(ending.outcome == nil && machine.goodbyeReason == "idle exit")
+            } else {
+                #expect(ending.outcome?.code == .interrupted && ending.outcome?.reason.contains("without saying goodbye") == true, "\(String(describing: ending.outcome))")
+                #expect(ending.protocolError == nil)
+            }
+        }
+        var closed = Self.open()
+        _ = closed.close()
+        #expect(closed.peerEnded(nil).map { _ in true } == nil, "not open: the end is taken at once")
+    }
+
     @Test("the peer's goodbye fails outstanding requests, stops reading, and ends in order")
     func goodbye() {
         var machine = Self.open()

@@ -174,6 +174,44 @@ struct ConnectionTests {
         }
     }
 
+    @Test("what the peer sent before it closed is delivered in order, even while a handler holds the delivery task at its end of file; a request waiting for it fails at once (no answer can come), and run() returns after the deliveries")
+    func deliveredBeforeTheEnd() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let received = Mutex<[String]>([])
+            let holding = Latch<Void>(), release = Latch<Void>(), never = Latch<Void>()
+            let host = try Connection(socket: pair.first, configuration: .testHost, onMessage: { message, _ in
+                received.withLock { $0.append(message.text ?? "") }
+                guard message.text == "1" else { return }
+                _ = holding.open(())
+                try? await release.wait()
+            })
+            // A service that never answers requests: its handler waits until it is cancelled.
+            let service = try Connection(socket: pair.second, configuration: .testService, onRequest: { _, _ in
+                try await never.wait()
+                return ServiceMessage(type: "never")
+            })
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await host.run() }
+                group.addTask { try await service.run() }
+                _ = try await host.peerHandshake()
+                let request = Task { try await host.request(ServiceMessage(type: "unanswered")) }
+                for text in ["1", "2", "3"] { try await service.send(ServiceMessage(type: "note", text: text)) }
+                // The handler of "1" holds the delivery task; the rest, the goodbye and the end of
+                // file arrive behind it.
+                try await withDeadline(.seconds(10), "the first message") { try await holding.wait() }
+                await service.close(reason: "done")
+                let failure = try await withDeadline(.seconds(10), "the request's failure") { await request.result }
+                guard case .failure(let error as RemoteError) = failure else { Issue.record("\(failure)"); return }
+                #expect(error.code == .interrupted, "\(error)")
+                #expect(received.withLock { $0 } == ["1"], "the rest waits for the handler")
+                _ = release.open(())
+                try await group.waitForAll()
+            }
+            #expect(received.withLock { $0 } == ["1", "2", "3"])
+        }
+    }
+
     @Test("closing says goodbye: the peer's run() returns normally, later requests fail invalidated")
     func orderlyClose() async throws {
         try await withPair { host, service in

@@ -133,8 +133,10 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
 
     package func write(_ packet: OutboundPacket) throws(RemoteError) {
         loop.preconditionInLoop("SeqpacketChannel.write")
-        guard !closed else { throw RemoteError(.invalidated, "the connection was closed") }
+        // Also after the channel ended under the peer: what is written then is dropped, while
+        // what the peer sent before its end is still being delivered.
         if peerGone { return }
+        guard !closed else { throw RemoteError(.invalidated, "the connection was closed") }
         if blocked, queue.count >= maxQueuedPackets {
             throw RemoteError(.timeout, "the peer is not reading: \(maxQueuedPackets) packets already wait for room in its receive queue, this one is not sent")
         }
@@ -389,6 +391,7 @@ package final class SeqpacketChannel: PacketChannel, RoundFlusher, @unchecked Se
 
     /// The peer closed its end (`nil`), or the channel failed: closed, and the inbound stage told.
     private func end(_ error: RemoteError?) {
+        peerGone = true
         closeSocket()
         let inbound = self.inbound
         self.inbound = nil
