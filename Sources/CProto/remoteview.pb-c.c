@@ -772,6 +772,51 @@ void   remoteview__preferred_size__free_unpacked
   assert(message->base.descriptor == &remoteview__preferred_size__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   remoteview__restorable_state__init
+                     (Remoteview__RestorableState         *message)
+{
+  static const Remoteview__RestorableState init_value = REMOTEVIEW__RESTORABLE_STATE__INIT;
+  *message = init_value;
+}
+size_t remoteview__restorable_state__get_packed_size
+                     (const Remoteview__RestorableState *message)
+{
+  assert(message->base.descriptor == &remoteview__restorable_state__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__restorable_state__pack
+                     (const Remoteview__RestorableState *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__restorable_state__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__restorable_state__pack_to_buffer
+                     (const Remoteview__RestorableState *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__restorable_state__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__RestorableState *
+       remoteview__restorable_state__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__RestorableState *)
+     protobuf_c_message_unpack (&remoteview__restorable_state__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__restorable_state__free_unpacked
+                     (Remoteview__RestorableState *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__restorable_state__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   remoteview__pointer_event__init
                      (Remoteview__PointerEvent         *message)
 {
@@ -1267,7 +1312,7 @@ void   remoteview__share_complete__free_unpacked
   assert(message->base.descriptor == &remoteview__share_complete__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[30] =
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[32] =
 {
   {
     "id",
@@ -1510,6 +1555,30 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[30
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "restorable_state",
+    107,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, restorable_state),
+    &remoteview__restorable_state__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "restore_state",
+    108,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, restore_state),
+    &remoteview__restorable_state__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "pointer",
     200,
     PROTOBUF_C_LABEL_NONE,
@@ -1631,45 +1700,47 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[30
   },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
-  28,   /* field[28] = activity_update */
+  30,   /* field[30] = activity_update */
   13,   /* field[13] = attach_buffer */
   12,   /* field[12] = cancel */
   14,   /* field[14] = commit */
   17,   /* field[17] = destroy_buffer */
   11,   /* field[11] = failure */
   2,   /* field[2] = fd_count */
-  23,   /* field[23] = focus */
+  25,   /* field[25] = focus */
   16,   /* field[16] = frame_done */
   4,   /* field[4] = goodbye */
   3,   /* field[3] = handshake */
   0,   /* field[0] = id */
-  21,   /* field[21] = key */
+  23,   /* field[23] = key */
   10,   /* field[10] = message */
   6,   /* field[6] = ping */
-  20,   /* field[20] = pointer */
+  22,   /* field[22] = pointer */
   7,   /* field[7] = pong */
   19,   /* field[19] = preferred_size */
   5,   /* field[5] = protocol_error */
   15,   /* field[15] = release_buffer */
-  24,   /* field[24] = remote_control */
+  26,   /* field[26] = remote_control */
   9,   /* field[9] = reply */
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
   18,   /* field[18] = resize */
-  27,   /* field[27] = share_cancel */
-  29,   /* field[29] = share_complete */
-  26,   /* field[26] = share_request */
-  22,   /* field[22] = text_input */
-  25,   /* field[25] = traits */
+  20,   /* field[20] = restorable_state */
+  21,   /* field[21] = restore_state */
+  29,   /* field[29] = share_cancel */
+  31,   /* field[31] = share_complete */
+  28,   /* field[28] = share_request */
+  24,   /* field[24] = text_input */
+  27,   /* field[27] = traits */
 };
 static const ProtobufCIntRange remoteview__envelope__number_ranges[5 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 100, 13 },
-  { 200, 20 },
-  { 300, 26 },
-  { 0, 30 }
+  { 200, 22 },
+  { 300, 28 },
+  { 0, 32 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -1679,7 +1750,7 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  30,
+  32,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
   5,  remoteview__envelope__number_ranges,
@@ -2565,6 +2636,57 @@ const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor =
   remoteview__preferred_size__field_indices_by_name,
   1,  remoteview__preferred_size__number_ranges,
   (ProtobufCMessageInit) remoteview__preferred_size__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__restorable_state__field_descriptors[2] =
+{
+  {
+    "data",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__RestorableState, data),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "size",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__RestorableState, size),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__restorable_state__field_indices_by_name[] = {
+  0,   /* field[0] = data */
+  1,   /* field[1] = size */
+};
+static const ProtobufCIntRange remoteview__restorable_state__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor remoteview__restorable_state__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.RestorableState",
+  "RestorableState",
+  "Remoteview__RestorableState",
+  "remoteview",
+  sizeof(Remoteview__RestorableState),
+  2,
+  remoteview__restorable_state__field_descriptors,
+  remoteview__restorable_state__field_indices_by_name,
+  1,  remoteview__restorable_state__number_ranges,
+  (ProtobufCMessageInit) remoteview__restorable_state__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor remoteview__pointer_event__field_descriptors[8] =

@@ -103,7 +103,7 @@ package struct Envelope: Sendable {
         case message(type: String, payload: [UInt8])
         case failure(ServiceFailure)
         case cancel(requestID: UInt64)
-        /// Fields 100–106: surfaces.
+        /// Fields 100–108: surfaces, and the view's restorable state.
         case surface(SurfaceMessage)
         /// Fields 200–205: input, host → service.
         case input(InputEvent)
@@ -134,6 +134,7 @@ package struct Envelope: Sendable {
             switch self {
             case .request, .reply, .message: 0...WireLimits.maxAttachments
             case .surface(.attachBuffer): 1...1
+            case .surface(.restorableState(.memfd)), .surface(.restoreState(.memfd)): 1...1
             case .share(let message): message.fileCount...message.fileCount
             default: 0...0
             }

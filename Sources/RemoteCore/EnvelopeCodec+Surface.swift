@@ -36,8 +36,28 @@ extension EnvelopeCodec {
         case REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE:
             let p = e.preferred_size.pointee
             return try surface(.preferredSize(width: Int(p.width), height: Int(p.height)))
+        case REMOTEVIEW__ENVELOPE__BODY_RESTORABLE_STATE:
+            return try surface(.restorableState(try state(e.restorable_state.pointee, fds: e.fd_count, in: "restorable_state")))
+        case REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE:
+            return try surface(.restoreState(try state(e.restore_state.pointee, fds: e.fd_count, in: "restore_state")))
         default:
             return nil
+        }
+    }
+
+    /// A state's two forms: inline without an fd, or a memfd's size with one.
+    private static func state(_ s: Remoteview__RestorableState, fds: UInt32, in message: String) throws(RemoteError) -> RestorableStateWire {
+        let inline = s.data.len == 0 ? [] : Array(UnsafeBufferPointer(start: s.data.data, count: s.data.len))
+        switch fds {
+        case 0:
+            guard s.size == 0 else { throw violation("\(message) declares a memfd of \(s.size) bytes but carries no fd") }
+            return .inline(inline)
+        default:
+            guard inline.isEmpty else { throw violation("\(message) carries both inline bytes (\(inline.count)) and a memfd") }
+            guard s.size <= UInt64(RestorableStateLimits.maxBytes) else {
+                throw violation("\(message) declares a memfd of \(s.size) bytes; 1…\(RestorableStateLimits.maxBytes)")
+            }
+            return .memfd(size: Int(s.size))
         }
     }
 
@@ -109,6 +129,26 @@ extension CArena {
             p.pointee.height = UInt32(height)
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE
             e.preferred_size = p
+        case .restorableState(let state):
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RESTORABLE_STATE
+            e.restorable_state = encode(state)
+        case .restoreState(let state):
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE
+            e.restore_state = encode(state)
         }
+    }
+
+    /// A state's message: its bytes inline, or its memfd's size.
+    private func encode(_ state: RestorableStateWire) -> UnsafeMutablePointer<Remoteview__RestorableState> {
+        let s = message(Remoteview__RestorableState.self, remoteview__restorable_state__init)
+        switch state {
+        case .inline(let bytes) where !bytes.isEmpty:
+            s.pointee.data = data(bytes)
+        case .inline:
+            break
+        case .memfd(let size):
+            s.pointee.size = UInt64(size)
+        }
+        return s
     }
 }

@@ -607,6 +607,13 @@ final class CArena {
         }
     }
 
+    /// `bytes`, copied, as a protobuf-c `bytes` field.
+    func data(_ bytes: [UInt8]) -> ProtobufCBinaryData {
+        let pointer = allocate(bytes.count).bindMemory(to: UInt8.self, capacity: max(bytes.count, 1))
+        bytes.withUnsafeBufferPointer { pointer.update(from: $0.baseAddress!, count: $0.count) }
+        return ProtobufCBinaryData(len: bytes.count, data: pointer)
+    }
+
     func strings(_ values: [String]) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
         guard !values.isEmpty else { return nil }
         let array = allocate(MemoryLayout<UnsafeMutablePointer<CChar>?>.stride * values.count)

@@ -166,12 +166,17 @@ package enum SurfaceMessage: Sendable, Hashable {
     case resize(SurfaceSize)
     /// Service → host (a scale of 1000 is sent, and ignored).
     case preferredSize(width: Int, height: Int)
+    /// Service → host, to a host that announced `restorable-state`: the view's state now.
+    case restorableState(RestorableStateWire)
+    /// Host → service that announced `restorable-state`, before the first resize: the state
+    /// the view had when its last process ended.
+    case restoreState(RestorableStateWire)
 
     /// Which side may send it.
     package var sender: PeerRole {
         switch self {
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize: .service
-        case .releaseBuffer, .frameDone, .resize: .host
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState: .service
+        case .releaseBuffer, .frameDone, .resize, .restoreState: .host
         }
     }
 
@@ -185,6 +190,8 @@ package enum SurfaceMessage: Sendable, Hashable {
         case .destroyBuffer: "destroy_buffer"
         case .resize: "resize"
         case .preferredSize: "preferred_size"
+        case .restorableState: "restorable_state"
+        case .restoreState: "restore_state"
         }
     }
 
@@ -212,6 +219,8 @@ package enum SurfaceMessage: Sendable, Hashable {
             return size.problem
         case .preferredSize(let width, let height):
             return SurfaceSize(width: width, height: height).problem
+        case .restorableState(let state), .restoreState(let state):
+            return state.problem(in: name)
         }
     }
 }

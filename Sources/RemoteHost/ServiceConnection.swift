@@ -371,6 +371,10 @@ package struct ServiceChannel: Sendable {
     /// What the process's surfaces map in the host together, against the launcher's bound.
     package var mappings: SharedBudget { instance.mappings }
 
+    /// The most bytes a view's restorable state may hold (the manifest's
+    /// `limits.restorableStateKiB`); 0: the host keeps no state for this service.
+    package var restorableStateLimit: Int { instance.manifest.limits.restorableStateBytes }
+
     /// Routes the surface family from the service to `handler` (each message counts as activity
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(surface handler: @escaping Connection.SurfaceHandler) {

@@ -119,11 +119,12 @@ public enum ServiceMain {
                             viewController: (@MainActor @Sendable () -> ViewController)?,
                             answering: Answering, onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Ending {
         let idleTimeout = try idleTimeoutFromEnvironment()
+        let stateLimit = try restorableStateLimitFromEnvironment()
         if shareTitle != nil, viewController == nil {
             throw RemoteError(.invalidArgument, "a share activity needs a view controller (\(identifier) has a share title but none)")
         }
         let runtime = ServiceRuntime(identifier: identifier, capabilities: capabilities, shareTitle: shareTitle, idleTimeout: idleTimeout,
-                                     viewController: viewController, answering: answering, onMessage: onMessage)
+                                     restorableStateLimit: stateLimit, viewController: viewController, answering: answering, onMessage: onMessage)
         switch try SocketActivation.takeSocket() {
         case .connected(let socket):
             return try await runtime.serve(primary: try runtime.connection(on: socket))
@@ -210,6 +211,20 @@ public enum ServiceMain {
         }
         return .milliseconds(Int64((seconds * 1000).rounded(.up)))
     }
+
+    /// The most bytes a view's restorable state may hold: `REMOTEVIEW_RESTORABLE_STATE_KIB`
+    /// (KiB, 0…1024; the launcher sets it from the manifest's `limits.restorableStateKiB`), or
+    /// 64 KiB when it is not set (outside a launcher).
+    static func restorableStateLimitFromEnvironment() throws(RemoteError) -> Int {
+        let variable = FrameworkMessage.restorableStateLimitVariable
+        guard let text = getenv(variable).map({ String(cString: $0) }), !text.isEmpty else {
+            return RestorableStateLimits.defaultKiB * 1024
+        }
+        guard let kib = Int(text), (0...RestorableStateLimits.maxKiB).contains(kib) else {
+            throw RemoteError(.invalidArgument, "\(variable)=\(text.escapedForTerminal()) is not a number of KiB in 0…\(RestorableStateLimits.maxKiB)")
+        }
+        return kib * 1024
+    }
 }
 
 extension ServiceMain {
@@ -245,7 +260,11 @@ final class ServiceRuntime: Sendable {
     /// The title a share's updates start with; `nil` when the service takes no shares.
     let shareTitle: String?
 
+    /// The most bytes a view's restorable state may hold (0: views send none).
+    let restorableStateLimit: Int
+
     init(identifier: String, capabilities: [String], shareTitle: String? = nil, idleTimeout: Duration?,
+         restorableStateLimit: Int = RestorableStateLimits.defaultKiB * 1024,
          viewController: (@MainActor @Sendable () -> ViewController)?,
          answering: ServiceMain.Answering, onMessage: @escaping Connection.MessageHandler) {
         makeController = viewController
@@ -255,6 +274,11 @@ final class ServiceRuntime: Sendable {
         var announced = capabilities
         if viewController != nil, !announced.contains(SurfaceCapability.name) { announced.append(SurfaceCapability.name) }
         if shareTitle != nil, !announced.contains(ShareCapability.name) { announced.append(ShareCapability.name) }
+        // A view takes a restored state, and sends its own, unless the launcher turned it off.
+        if viewController != nil, restorableStateLimit > 0, !announced.contains(RestorableStateCapability.name) {
+            announced.append(RestorableStateCapability.name)
+        }
+        self.restorableStateLimit = restorableStateLimit
         self.capabilities = announced
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
         self.answering = answering
@@ -268,7 +292,8 @@ final class ServiceRuntime: Sendable {
     func connection(on socket: consuming OwnedFD) throws(RemoteError) -> Connection {
         let idleClock = self.idleClock
         let share = shareTitle.map { ShareEndpoint(idleClock: idleClock, title: $0, logger: Logger(label: identifier)) }
-        let surface = makeController.map { ViewSurface(makeController: $0, share: share) }
+        let stateLimit = capabilities.contains(RestorableStateCapability.name) ? restorableStateLimit : 0
+        let surface = makeController.map { ViewSurface(makeController: $0, share: share, restorableStateLimit: stateLimit) }
         let configuration = Connection.Configuration(role: .service, identifier: identifier, capabilities: capabilities)
         // The connection's view controller sees its requests and messages first.
         let answering = self.answering
@@ -332,8 +357,20 @@ final class ServiceRuntime: Sendable {
         if let surface {
             // The host's surface messages and input go to the main actor through the surface's
             // one queue: the delivery task does not wait for the main actor per event.
-            connection.route(surface: { message, _, context in
+            connection.route(surface: { message, attachments, context throws(RemoteError) in
                 idleClock?.touch()
+                switch message {
+                case .restoreState(let wire):
+                    // Read here, off the main actor; a state that breaks the rules ends the connection.
+                    let state = try wire.decode(attachments: attachments, limit: RestorableStateLimits.maxBytes, in: "restore_state")
+                    await surface.post(.restore(state, context.connection))
+                    return
+                case .resize:
+                    // Whether this host keeps the view's state: it announced so in its handshake.
+                    surface.hostKeepsState.store(context.peer.capabilities.contains(RestorableStateCapability.name), ordering: .relaxed)
+                default:
+                    break
+                }
                 await surface.post(.surface(message, context.connection, arrival: .now))
             })
             connection.route(input: { event, context in
@@ -460,6 +497,11 @@ final class ServiceRuntime: Sendable {
         }
         guard first else { return }
         idleClock?.stop()
+        if ending == .idle {
+            // Each view sends its state before its goodbye, so the next process starts with it.
+            let surfaces = state.withLock { Array($0.surfaces.values) }
+            for surface in surfaces { await surface.saveStateBeforeExit() }
+        }
         // Stop taking connections first, then close what is there: one that slips in between
         // is either in the list below or refused by the finished stream (see deliver).
         newConnectionSink.finish()

@@ -35,11 +35,11 @@ struct HostileSurfaceTests {
 
     /// Runs `body` with the fixture in `surface-MODE` shown in a view next to a good service and
     /// a good view.
-    func withHostileView(_ mode: String, presentation: RemoteView.Presentation = .immediate,
+    func withHostileView(_ mode: String, presentation: RemoteView.Presentation = .immediate, extra: String? = nil,
                          _ body: @escaping @Sendable (Scene) async throws -> Void) async throws {
         let manifests = ["good.json": ServiceFolder.manifest(identifier: Self.good),
                          "neighbour.json": ServiceFolder.manifest(identifier: Self.neighbour, mode: "view"),
-                         "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-" + mode)]
+                         "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-" + mode, extra: extra)]
         try await withServices(manifests, within: .seconds(30)) { launcher, _ in
             let events = launcher.events()
             let good = launcher.connection(to: Self.good)
@@ -120,6 +120,24 @@ struct HostileSurfaceTests {
         try await withHostileView("unsealed") { scene in
             try await Self.expectViolation(scene, ["buffer 1 is not sealed against shrinking and growing"])
             #expect(scene.hostile.image.width == 0, "nothing of it was shown")
+        }
+    }
+
+    // MARK: restorable state
+
+    /// (the fixture's mode, manifest keys, words its violation must name)
+    static let hostileStates: [(String, String?, String)] = [
+        ("stateUnannounced", nil, "restorable_state from a service that did not announce the \"restorable-state\" capability"),
+        ("stateOverLimit", #""limits": { "restorableStateKiB": 1 }"#, "restorable_state of 2048 bytes is over the limit of 1024 bytes"),
+        ("stateUnsealed", nil, "restorable_state: its memfd is not sealed against shrinking, growing and writing"),
+    ]
+
+    @Test("a restorable state that breaks a rule (from a service that did not announce \"restorable-state\", over the manifest's limits.restorableStateKiB, in a memfd that is not sealed): ended as a protocol violation that names it; nothing is stored", arguments: 0..<hostileStates.count)
+    func hostileState(_ index: Int) async throws {
+        let (mode, extra, words) = Self.hostileStates[index]
+        try await withHostileView(mode, extra: extra) { scene in
+            try await Self.expectViolation(scene, [words])
+            #expect(scene.hostile.restorableState == nil)
         }
     }
 

@@ -1,4 +1,4 @@
-// Surface messages (fields 100–106): round trips, every bound checked on the way in and out,
+// Surface messages (fields 100–108, restorable state included): round trips, every bound checked on the way in and out,
 // and the direction rule at the connection (only the side that may send one is believed).
 @testable import RemoteCore
 import RemoteTestSupport
@@ -9,6 +9,7 @@ import Testing
 private enum SurfaceField {
     static let attachBuffer: UInt32 = 100, commit: UInt32 = 101, releaseBuffer: UInt32 = 102
     static let frameDone: UInt32 = 103, destroyBuffer: UInt32 = 104, resize: UInt32 = 105, preferredSize: UInt32 = 106
+    static let restorableState: UInt32 = 107, restoreState: UInt32 = 108
 }
 
 private func attachBody(id: UInt64 = 1, width: UInt64 = 64, height: UInt64 = 32, stride: UInt64 = 256, format: UInt64 = 1) -> ProtoWriter {
@@ -45,11 +46,17 @@ struct SurfaceCodecTests {
         .resize(SurfaceSize(width: 800, height: 600, scalePermille: 2_000)),
         .resize(SurfaceSize(width: 1, height: 16_384, scalePermille: 250)),
         .preferredSize(width: 320, height: 240),
+        .restorableState(.inline([])),
+        .restorableState(.inline([0, 1, 2, 0xFF])),
+        .restorableState(.inline([UInt8](repeating: 9, count: RestorableStateLimits.maxInlineBytes))),
+        .restorableState(.memfd(size: 20_000)),
+        .restoreState(.inline(Array("half a note".utf8))),
+        .restoreState(.memfd(size: RestorableStateLimits.maxBytes)),
     ]
 
     @Test("every surface message round-trips", arguments: samples)
     func roundTrips(_ message: SurfaceMessage) throws {
-        let attachments = message.name == "attach_buffer" ? try makeAttachments(1) : []
+        let attachments = try makeAttachments(Envelope.Body.surface(message).allowedAttachments.lowerBound)
         let decoded = try roundTrip(Envelope(id: 5, body: .surface(message), attachments: attachments))
         guard case .surface(let back) = decoded.body else {
             Issue.record("decoded to \(decoded.body.name)")
@@ -89,7 +96,24 @@ struct SurfaceCodecTests {
         ("resize at scale 0", SurfaceField.resize, ProtoWriter().uint(1, 10).uint(2, 10), ["scale 0‰"]),
         ("resize at 9×", SurfaceField.resize, ProtoWriter().uint(1, 10).uint(2, 10).uint(3, 9_000), ["scale 9000‰"]),
         ("preferred size too wide", SurfaceField.preferredSize, ProtoWriter().uint(1, 20_000).uint(2, 10), ["20000×10"]),
+        ("state inline over 16 KiB", SurfaceField.restorableState, ProtoWriter().bytes(1, [UInt8](repeating: 1, count: 16_385)),
+         ["restorable_state holds 16385 bytes inline; at most 16384"]),
+        ("state declaring a memfd it does not carry", SurfaceField.restoreState, ProtoWriter().uint(2, 40_000),
+         ["restore_state declares a memfd of 40000 bytes but carries no fd"]),
     ]
+
+    /// (a packet with one fd built by hand, words its rejection must contain)
+    static let hostileWithFD: [(String, UInt32, ProtoWriter, [String])] = [
+        ("state memfd of 0 bytes", SurfaceField.restorableState, ProtoWriter(), ["restorable_state declares a memfd of 0 bytes; 1…1048576"]),
+        ("state memfd over 1 MiB", SurfaceField.restorableState, ProtoWriter().uint(2, 1_048_577), ["memfd of 1048577 bytes; 1…1048576"]),
+        ("state inline and in a memfd", SurfaceField.restoreState, ProtoWriter().bytes(1, [1]).uint(2, 20_000), ["restore_state carries both inline bytes (1) and a memfd"]),
+    ]
+
+    @Test("impossible restorable states with an fd are protocol violations that name them", arguments: 0..<hostileWithFD.count)
+    func rejectsWithFD(_ index: Int) throws {
+        let (_, field, body, words) = Self.hostileWithFD[index]
+        expectViolation(envelopePacket(fdCount: 1, field, body), attachments: try makeAttachments(1), mentioning: words)
+    }
 
     @Test("impossible surface values are protocol violations that name them", arguments: 0..<hostile.count)
     func rejects(_ index: Int) throws {
@@ -103,6 +127,48 @@ struct SurfaceCodecTests {
         expectEncodeRejected(Envelope(id: 1, body: .surface(.commit(bufferID: 1, damage: Array(repeating: PixelRect(x: 0, y: 0, width: 1, height: 1), count: 129), frame: 1))),
                              mentioning: "129 damage rects")
         expectEncodeRejected(Envelope(id: 1, body: .surface(.resize(SurfaceSize(width: 10, height: 10, scalePermille: 100)))), mentioning: "scale 100‰")
+        expectEncodeRejected(Envelope(id: 1, body: .surface(.restorableState(.inline([UInt8](repeating: 0, count: 16_385))))), mentioning: "16385 bytes inline")
+        expectEncodeRejected(Envelope(id: 1, body: .surface(.restorableState(.memfd(size: 20_000)))), mentioning: "may carry 1...1 fd(s), not 0")
+    }
+
+    @Test("a restorable state goes inline up to 16 KiB and in a sealed memfd above; the receiver checks the memfd's seals, its size and the limit")
+    func restorableStateTransport() throws {
+        let small = [UInt8](repeating: 3, count: RestorableStateLimits.maxInlineBytes)
+        let (inline, none) = try RestorableStateWire.encode(small)
+        #expect(inline == .inline(small) && none.isEmpty)
+        #expect(try inline.decode(attachments: [], limit: 16_384, in: "restorable_state") == small)
+        #expect(throws: RemoteError.self) { try inline.decode(attachments: [], limit: 16_383, in: "restorable_state") }
+
+        let large = (0..<40_000).map { UInt8(truncatingIfNeeded: $0) }
+        let (memfd, attachments) = try RestorableStateWire.encode(large)
+        #expect(memfd == .memfd(size: 40_000) && attachments.count == 1)
+        #expect(try memfd.decode(attachments: attachments, limit: 65_536, in: "restorable_state") == large)
+        #expect(throws: RemoteError.self) { try RestorableStateWire.encode([UInt8](repeating: 0, count: RestorableStateLimits.maxBytes + 1)) }
+
+        // Over the limit: refused by its declared size, before anything is read.
+        let (again, more) = try RestorableStateWire.encode(large)
+        do {
+            _ = try again.decode(attachments: more, limit: 32_768, in: "restorable_state")
+            Issue.record("a state over the limit was taken")
+        } catch {
+            #expect(error.reason == "restorable_state of 40000 bytes is over the limit of 32768 bytes")
+        }
+        // A memfd that is not sealed, or holds another size than declared.
+        let unsealed = try MemoryFile(name: "state")
+        try unsealed.write(large)
+        do {
+            _ = try RestorableStateWire.memfd(size: 40_000).decode(attachments: [Attachment(unsealed.takeDescriptor())], limit: 65_536, in: "restorable_state")
+            Issue.record("an unsealed memfd was taken")
+        } catch {
+            #expect(error.reason.contains("not sealed against shrinking, growing and writing"), "\(error)")
+        }
+        let short = try MemoryFile.sealed(name: "state", contents: large.prefix(30_000))
+        do {
+            _ = try RestorableStateWire.memfd(size: 40_000).decode(attachments: [Attachment(short.takeDescriptor())], limit: 65_536, in: "restore_state")
+            Issue.record("a memfd of another size was taken")
+        } catch {
+            #expect(error.reason == "restore_state declares 40000 bytes but its memfd holds 30000")
+        }
     }
 
     @Test("rects clip to the buffer, overflow-free")

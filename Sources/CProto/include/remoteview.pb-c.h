@@ -32,6 +32,7 @@ typedef struct Remoteview__FrameDone Remoteview__FrameDone;
 typedef struct Remoteview__DestroyBuffer Remoteview__DestroyBuffer;
 typedef struct Remoteview__Resize Remoteview__Resize;
 typedef struct Remoteview__PreferredSize Remoteview__PreferredSize;
+typedef struct Remoteview__RestorableState Remoteview__RestorableState;
 typedef struct Remoteview__PointerEvent Remoteview__PointerEvent;
 typedef struct Remoteview__KeyEvent Remoteview__KeyEvent;
 typedef struct Remoteview__TextInput Remoteview__TextInput;
@@ -239,6 +240,8 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_DESTROY_BUFFER = 104,
   REMOTEVIEW__ENVELOPE__BODY_RESIZE = 105,
   REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE = 106,
+  REMOTEVIEW__ENVELOPE__BODY_RESTORABLE_STATE = 107,
+  REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE = 108,
   REMOTEVIEW__ENVELOPE__BODY_POINTER = 200,
   REMOTEVIEW__ENVELOPE__BODY_KEY = 201,
   REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT = 202,
@@ -343,6 +346,19 @@ struct  Remoteview__Envelope
      * service -> host, fds: 0. The size the service would like.
      */
     Remoteview__PreferredSize *preferred_size;
+    /*
+     * Restorable state (docs/Protocol.md, "Restorable state"): what a view needs to come back as
+     * it was after its process ends. Each is sent only to a peer that announced the capability
+     * "restorable-state" in its handshake.
+     */
+    /*
+     * service -> host, fds: 0 (inline) or 1 (a sealed memfd).
+     */
+    Remoteview__RestorableState *restorable_state;
+    /*
+     * host -> service, fds: 0 (inline) or 1 (a sealed memfd).
+     */
+    Remoteview__RestorableState *restore_state;
     /*
      * Input (docs/Protocol.md, "Input"): host -> service, fds: 0, all of them. Coordinates are the view's points.
      */
@@ -651,6 +667,23 @@ struct  Remoteview__PreferredSize
 #define REMOTEVIEW__PREFERRED_SIZE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__preferred_size__descriptor) \
     , 0, 0 }
+
+
+/*
+ * A view's restorable state: opaque bytes only the service reads. Inline (fd_count 0): `data`
+ * holds 0..16384 bytes (0: the view has nothing to keep) and `size` is 0. In a memfd (fd_count 1):
+ * `data` is empty and `size` (1..1048576) is the memfd's size; the memfd is sealed against
+ * shrinking, growing and writing. State over 16384 bytes travels in a memfd.
+ */
+struct  Remoteview__RestorableState
+{
+  ProtobufCMessage base;
+  ProtobufCBinaryData data;
+  uint64_t size;
+};
+#define REMOTEVIEW__RESTORABLE_STATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__restorable_state__descriptor) \
+    , {0,NULL}, 0 }
 
 
 struct  Remoteview__PointerEvent
@@ -1202,6 +1235,25 @@ Remoteview__PreferredSize *
 void   remoteview__preferred_size__free_unpacked
                      (Remoteview__PreferredSize *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__RestorableState methods */
+void   remoteview__restorable_state__init
+                     (Remoteview__RestorableState         *message);
+size_t remoteview__restorable_state__get_packed_size
+                     (const Remoteview__RestorableState   *message);
+size_t remoteview__restorable_state__pack
+                     (const Remoteview__RestorableState   *message,
+                      uint8_t             *out);
+size_t remoteview__restorable_state__pack_to_buffer
+                     (const Remoteview__RestorableState   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__RestorableState *
+       remoteview__restorable_state__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__restorable_state__free_unpacked
+                     (Remoteview__RestorableState *message,
+                      ProtobufCAllocator *allocator);
 /* Remoteview__PointerEvent methods */
 void   remoteview__pointer_event__init
                      (Remoteview__PointerEvent         *message);
@@ -1464,6 +1516,9 @@ typedef void (*Remoteview__Resize_Closure)
 typedef void (*Remoteview__PreferredSize_Closure)
                  (const Remoteview__PreferredSize *message,
                   void *closure_data);
+typedef void (*Remoteview__RestorableState_Closure)
+                 (const Remoteview__RestorableState *message,
+                  void *closure_data);
 typedef void (*Remoteview__PointerEvent_Closure)
                  (const Remoteview__PointerEvent *message,
                   void *closure_data);
@@ -1529,6 +1584,7 @@ extern const ProtobufCMessageDescriptor remoteview__frame_done__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__destroy_buffer__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__resize__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__preferred_size__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__restorable_state__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__pointer_event__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__key_event__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__text_input__descriptor;

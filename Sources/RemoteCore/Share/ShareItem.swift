@@ -186,21 +186,8 @@ public struct ShareItem: Sendable, CustomStringConvertible {
                 }
                 next += 1
                 let memory = MemoryFile(adopting: fd)
-                let seals: MemoryFile.Seals, size: Int
-                do {
-                    seals = try memory.seals
-                    size = try memory.size
-                } catch {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\"): its fd is not a sealed memfd (\(error))")
-                }
-                let required: MemoryFile.Seals = [.shrink, .grow, .write]
-                guard seals.isSuperset(of: required) else {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\"): its memfd is not sealed against shrinking, growing and writing (seals \(seals.rawValue))")
-                }
-                guard size == description.size else {
-                    throw RemoteError(.protocolViolation, "item \(index) (\"\(description.name.escapedForTerminal())\") declares \(description.size) bytes but its memfd holds \(size)")
-                }
-                let file = SharedFile(name: description.name, size: size, descriptor: memory.takeDescriptor())
+                try memory.checkReceived(declaring: description.size, as: "item \(index) (\"\(description.name.escapedForTerminal())\")")
+                let file = SharedFile(name: description.name, size: description.size, descriptor: memory.takeDescriptor())
                 items.append(ShareItem(contentType: description.contentType, content: .file(file)))
             }
         }

@@ -102,6 +102,27 @@ public struct MemoryFile: ~Copyable, Sendable {
 }
 
 extension MemoryFile {
+    /// Checks a memfd a peer sent for data that must not change under its reader: sealed
+    /// against shrinking, growing and writing, and holding exactly `declared` bytes (`fstat`).
+    ///
+    /// - Throws: `RemoteError` `protocolViolation` starting with `what` (the item or message
+    ///   it came with) and saying what was wrong.
+    package func checkReceived(declaring declared: Int, as what: String) throws(RemoteError) {
+        let seals: Seals, actual: Int
+        do {
+            seals = try self.seals
+            actual = try size
+        } catch {
+            throw RemoteError(.protocolViolation, "\(what): its fd is not a sealed memfd (\(error))")
+        }
+        guard seals.isSuperset(of: [.shrink, .grow, .write]) else {
+            throw RemoteError(.protocolViolation, "\(what): its memfd is not sealed against shrinking, growing and writing (seals \(seals.rawValue))")
+        }
+        guard actual == declared else {
+            throw RemoteError(.protocolViolation, "\(what) declares \(declared) bytes but its memfd holds \(actual)")
+        }
+    }
+
     /// Maps the first `length` bytes shared (`mmap(MAP_SHARED)`), readable and, when
     /// `writable`, writable; the mapping lasts as long as the returned object. With `populate`
     /// (`MAP_POPULATE`), every page is allocated and mapped at once, in one call, instead of by

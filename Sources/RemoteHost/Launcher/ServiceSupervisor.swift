@@ -491,13 +491,20 @@ final class ServiceSupervisor: Sendable {
         post(.processEnded(instance, reason))
     }
 
+    /// What the host announces on a client's channel to a process of `manifest`: that it keeps
+    /// its views' state, unless the manifest turned that off (`limits.restorableStateKiB` 0).
+    static func hostCapabilities(for manifest: ServiceManifest) -> [String] {
+        manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : []
+    }
+
     /// Opens a channel to `instance` for `client`, tells the listeners, and runs it until it closes.
     private func openChannel(for client: ServiceClient, to instance: ServiceInstance) async {
         let onMessage = client.onMessage
         let connection: Connection
         do throws(ServiceInstance.ChannelFailure) {
             connection = try await instance.openChannel(
-                configuration: Connection.Configuration(role: .host, identifier: environment.configuration.hostIdentifier),
+                configuration: Connection.Configuration(role: .host, identifier: environment.configuration.hostIdentifier,
+                                                        capabilities: Self.hostCapabilities(for: instance.manifest)),
                 onRequest: client.onRequest,
                 onMessage: { [weak instance] message, context in
                     instance?.idleClock.touch()

@@ -114,13 +114,21 @@ public struct ServiceManifest: Sendable, Hashable {
         public var processes: Int
         /// CPU seconds (1…86400), as `RLIMIT_CPU`.
         public var cpuSeconds: Int
+        /// The most a view's restorable state may hold, KiB (0…1024; 0: the host keeps no state
+        /// for the service's views and does not announce `restorable-state` to it).
+        public var restorableStateKiB: Int
 
-        public init(memoryMiB: Int = 512, openFiles: Int = 256, processes: Int = 64, cpuSeconds: Int = 3600) {
+        public init(memoryMiB: Int = 512, openFiles: Int = 256, processes: Int = 64, cpuSeconds: Int = 3600,
+                    restorableStateKiB: Int = RestorableStateLimits.defaultKiB) {
             self.memoryMiB = memoryMiB
             self.openFiles = openFiles
             self.processes = processes
             self.cpuSeconds = cpuSeconds
+            self.restorableStateKiB = restorableStateKiB
         }
+
+        /// ``restorableStateKiB`` in bytes.
+        public var restorableStateBytes: Int { restorableStateKiB * 1024 }
     }
 }
 
@@ -249,7 +257,7 @@ extension ServiceManifest.Sandbox {
 }
 
 extension ServiceManifest.Limits {
-    enum CodingKeys: String, CodingKey, CaseIterable { case memoryMiB, openFiles, processes, cpuSeconds }
+    enum CodingKeys: String, CodingKey, CaseIterable { case memoryMiB, openFiles, processes, cpuSeconds, restorableStateKiB }
 
     public init(from decoder: any Decoder) throws {
         try decoder.rejectUnknownKeys(CodingKeys.self)
@@ -259,6 +267,7 @@ extension ServiceManifest.Limits {
         openFiles = try container.decodeInteger(.openFiles, in: 16...65_536) ?? defaults.openFiles
         processes = try container.decodeInteger(.processes, in: 1...4096) ?? defaults.processes
         cpuSeconds = try container.decodeInteger(.cpuSeconds, in: 1...86_400) ?? defaults.cpuSeconds
+        restorableStateKiB = try container.decodeInteger(.restorableStateKiB, in: 0...RestorableStateLimits.maxKiB) ?? defaults.restorableStateKiB
     }
 }
 

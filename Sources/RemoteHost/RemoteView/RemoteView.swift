@@ -16,6 +16,13 @@ import RemoteCore
 /// back and allows the next frame; a service that breaks the surface rules is ended with the
 /// reason. When the service is relaunched, the new process gets the same size, traits and focus.
 ///
+/// **Restorable state.** A service whose view controller encodes its state
+/// (`encodeRestorableState()` in RemoteService) sends it after frames the host has shown; the
+/// view keeps the latest (``restorableState``, reported on ``restorableStates``), and a new
+/// process that shows the view after the last one ended (a crash, an idle exit) starts with it,
+/// before its first frame: the half-typed text comes back. A host keeps it for services whose
+/// manifest allows it (`limits.restorableStateKiB`, 64 KiB by default; 0 turns it off).
+///
 /// The view attaches itself to its connection as a listener: the connection tells it when a
 /// channel to a (new) process opens, and the view routes that channel's surface messages to
 /// itself and replays what the process must know. The connection knows nothing of views.
@@ -24,8 +31,13 @@ public final class RemoteView: Sendable {
     public let connection: ServiceConnection
     /// The rects of the image each frame changed, in order.
     public let damage: AsyncStream<[PixelRect]>
+    /// Each restorable state the view stored, as the service sent it (empty: the view has
+    /// nothing to keep), in order; the newest 16 are buffered. For tests and diagnostics: wait
+    /// for "state stored" rather than sleep.
+    public let restorableStates: AsyncStream<[UInt8]>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
+    private let restorableStateSink: AsyncStream<[UInt8]>.Continuation
     private let state = Mutex(State())
 
     private struct State {
@@ -38,6 +50,8 @@ public final class RemoteView: Sendable {
         var size: SurfaceSize?
         var traits: Traits?
         var focused: Bool?
+        /// The view's latest restorable state (empty: none), for the next process.
+        var restorable: [UInt8] = []
     }
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
@@ -55,15 +69,33 @@ public final class RemoteView: Sendable {
     /// When frames count as shown.
     public let presentation: Presentation
 
-    public init(connection: ServiceConnection, presentation: Presentation = .immediate) {
+    /// A view of `connection`'s service.
+    ///
+    /// - Parameters:
+    ///   - connection: The connection whose service the view shows.
+    ///   - presentation: When frames count as shown.
+    ///   - restoringState: A restorable state the view starts with (one ``restorableState``
+    ///     kept from an earlier view of the same service): the first process that shows it gets
+    ///     it before its first size. `nil` or empty: none.
+    public init(connection: ServiceConnection, presentation: Presentation = .immediate, restoringState: [UInt8]? = nil) {
         self.connection = connection
         self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+        (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
+        if let restoringState { state.withLock { $0.restorable = restoringState } }
         connection.addListener(self)
     }
 
     deinit {
         damageSink.finish()
+        restorableStateSink.finish()
+    }
+
+    /// The latest restorable state the service sent for this view (or the one it was made
+    /// with), which the next process that shows it starts with; `nil` when there is none.
+    public var restorableState: [UInt8]? {
+        let bytes = state.withLock { $0.restorable }
+        return bytes.isEmpty ? nil : bytes
     }
 
     /// Shows the view at `width` × `height` points and `scalePermille` pixels per 1000 points
@@ -232,6 +264,7 @@ extension RemoteView: ServiceChannelListener {
             state.frames = channel.connection
             return state.compositor
         }
+        let limit = channel.restorableStateLimit
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
             // The host let go of the view while the service still drew for it: what was in
             // flight is no fault of the service's (ending it would end a shared process
@@ -240,6 +273,9 @@ extension RemoteView: ServiceChannelListener {
             guard let self else { return }
             guard Self.hasView(context.peer, on: context.connection) else {
                 throw RemoteError(.protocolViolation, "\(message.name) from a service that did not announce the \"\(SurfaceCapability.name)\" capability (protocol version \(context.protocolVersion))")
+            }
+            if case .restorableState(let wire) = message {
+                return try self.store(wire, attachments: attachments, from: context.peer, limit: limit, on: compositor)
             }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
@@ -261,6 +297,27 @@ extension RemoteView: ServiceChannelListener {
         })
     }
 
+    /// Keeps a restorable state the service on `compositor`'s channel sent, once it is known to
+    /// keep the rules: the host announced `restorable-state` (its limit is not 0), the service
+    /// did too, and the state holds at most `limit` bytes (a memfd sealed, of its declared size).
+    /// A state from a process the view has left for a newer one is dropped.
+    private func store(_ wire: RestorableStateWire, attachments: [Attachment], from peer: Handshake, limit: Int,
+                       on compositor: SurfaceCompositor) throws(RemoteError) {
+        guard limit > 0 else {
+            throw RemoteError(.protocolViolation, "restorable_state, but the host did not announce the \"\(RestorableStateCapability.name)\" capability (the manifest's limits.restorableStateKiB is 0)")
+        }
+        guard peer.capabilities.contains(RestorableStateCapability.name) else {
+            throw RemoteError(.protocolViolation, "restorable_state from a service that did not announce the \"\(RestorableStateCapability.name)\" capability")
+        }
+        let bytes = try wire.decode(attachments: attachments, limit: limit, in: "restorable_state")
+        let current = state.withLock { state in
+            guard state.compositor === compositor else { return false }
+            state.restorable = bytes
+            return true
+        }
+        if current { restorableStateSink.yield(bytes) }
+    }
+
     /// The damage, in pixels, above which a commit is copied off the loop thread: below it, the
     /// two hand-offs would cost more than the copy (256 × 256 pixels is about 20 µs of copying).
     static let offLoopCopyPixels = 256 * 256
@@ -268,9 +325,19 @@ extension RemoteView: ServiceChannelListener {
     /// A view shown at a size before: the new process gets it too, and the traits and focus it
     /// was given last, before anything else.
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
-        let (size, traits, focused) = state.withLock { ($0.size, $0.traits, $0.focused) }
-        // A process without a view (it did not announce one, under version 2) is not sent a size.
-        guard let size, Self.hasView(try await channel.connection.peerHandshake(), on: channel.connection) else { return }
+        let (size, traits, focused, restorable) = state.withLock { ($0.size, $0.traits, $0.focused, $0.restorable) }
+        guard size != nil || !restorable.isEmpty else { return }
+        let peer = try await channel.connection.peerHandshake()
+        // A process without a view (it did not announce one, under version 2) is sent nothing.
+        guard Self.hasView(peer, on: channel.connection) else { return }
+        // The state first, before the size that makes the view: it is applied before the first
+        // layout. Only to a service that announced it, and within what the manifest allows now.
+        if !restorable.isEmpty, peer.capabilities.contains(RestorableStateCapability.name),
+           restorable.count <= channel.restorableStateLimit {
+            let (wire, attachments) = try RestorableStateWire.encode(restorable)
+            try await channel.connection.send(.restoreState(wire), attachments: attachments)
+        }
+        guard let size else { return }
         state.withLock { $0.compositor }.sizeGiven(size)
         try await channel.connection.send(.resize(size))
         if let traits { try await channel.connection.send(.traits(traits)) }

@@ -227,8 +227,10 @@ package final class SurfacePresenter: Sendable {
             waiters.resumeAll(returning: ())
         case .resize(let size):
             try await resize(to: size)
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize:
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState:
             throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
+        case .restoreState:
+            throw RemoteError(.protocolViolation, "restore_state after the host gave the view a size (it comes before the first resize)")
         }
     }
 

@@ -1,3 +1,4 @@
+import Logging
 import struct Synchronization.Atomic
 
 /// One host connection's presentation of the service's UI: made with the connection, it makes
@@ -29,6 +30,27 @@ final class ViewSurface {
     /// Requests waiting for the view to have committed everything pending.
     private var settleWaiters = WaiterQueue<Void>()
 
+    // Restorable state (docs/Protocol.md, "Restorable state").
+    /// The most bytes the view's state may hold; 0: the view sends none.
+    private nonisolated let restorableStateLimit: Int
+    /// Whether the host announced `restorable-state` (set from its handshake at each resize).
+    nonisolated let hostKeepsState = Atomic<Bool>(false)
+    /// The state the host sent, until the view it is for is made.
+    private var pendingRestore: [UInt8]?
+    /// Whether the host sent restore_state (at most once, before its first resize).
+    private var restoreReceived = false
+    /// The state last sent (or restored): an unchanged state is not sent again.
+    private var lastState: [UInt8] = []
+    /// When a state was last sent.
+    private var lastStateSent: ContinuousClock.Instant?
+    /// When to ask the controller for its state next: set by a frame_done (a frame the host
+    /// has shown), at least ``stateInterval`` after the last one sent.
+    private var stateDue: ContinuousClock.Instant?
+    /// The size of a state too large to send that was already logged.
+    private var oversizeLogged: Int?
+    /// The shortest time between two states sent.
+    static let stateInterval = Duration.milliseconds(250)
+
     /// One thing the host sent for the main actor, in the order it came.
     enum Event: Sendable {
         /// A surface message (size, pacing), and when it came.
@@ -43,6 +65,10 @@ final class ViewSurface {
         /// beginning or cancel), run in its turn; `done` is resumed after it ran (or when it is
         /// dropped because the surface closed).
         case perform(@MainActor @Sendable () -> Void, done: Waiter<Void>)
+        /// The state the view had in the process before this one (restore_state, read).
+        case restore([UInt8], Connection)
+        /// Send the view's state now if it changed (before an idle exit); `done` is resumed after.
+        case saveState(done: Waiter<Void>)
     }
 
     /// The queue from the connection's delivery task to the main actor, and the frame loop's
@@ -71,9 +97,10 @@ final class ViewSurface {
     /// The connection's share, when the service runs shares.
     nonisolated let share: ShareEndpoint?
 
-    nonisolated init(makeController: @escaping @MainActor () -> ViewController, share: ShareEndpoint? = nil) {
+    nonisolated init(makeController: @escaping @MainActor () -> ViewController, share: ShareEndpoint? = nil, restorableStateLimit: Int = 0) {
         self.makeController = makeController
         self.share = share
+        self.restorableStateLimit = restorableStateLimit
     }
 
     /// The controller, once the host has shown the view.
@@ -160,8 +187,8 @@ final class ViewSurface {
     /// Answers what waits on `event`, which will not be applied.
     private nonisolated static func answer(_ event: Event) {
         switch event {
-        case .settle(let waiter), .barrier(let waiter), .perform(_, let waiter): waiter.resume(returning: ())
-        case .surface, .input: break
+        case .settle(let waiter), .barrier(let waiter), .perform(_, let waiter), .saveState(let waiter): waiter.resume(returning: ())
+        case .surface, .input, .restore: break
         }
     }
 
@@ -195,6 +222,21 @@ final class ViewSurface {
             case .perform(let body, let done):
                 if !closed { body() }
                 done.resume(returning: ())
+            case .restore(let state, let connection):
+                guard !closed else { continue }
+                if restoreReceived || presenter != nil {
+                    close()
+                    await connection.close(reason: "surface: restore_state \(restoreReceived ? "a second time" : "after the host gave the view a size") (the host sends at most one, before its first resize)")
+                    continue
+                }
+                restoreReceived = true
+                lastState = state
+                // Traits may have made the view already: it takes the state now, still before
+                // its first layout (which follows the first size).
+                if let root { root.controller.restoreState(from: state) } else { pendingRestore = state }
+            case .saveState(let done):
+                if !closed { await sendState() }
+                done.resume(returning: ())
             }
         }
         if !events.isEmpty {
@@ -222,7 +264,44 @@ final class ViewSurface {
                 throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
             }
             try await presenter.receive(message, arrival: arrival)
+            // A frame the host has shown: time to look at the state again (at most every 250 ms).
+            if case .frameDone = message, stateDue == nil, restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed) {
+                stateDue = max(arrival, (lastStateSent ?? arrival).advanced(by: lastStateSent == nil ? .zero : Self.stateInterval))
+            }
         }
+    }
+
+    /// Sends the controller's state to the host if it changed since the last sent (or
+    /// restored), within the limit; a state over it is logged (once per size), not sent.
+    private func sendState() async {
+        stateDue = nil
+        guard restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed), let root, let connection = root.connection else { return }
+        let state = root.controller.encodeRestorableState() ?? []
+        guard state != lastState else { return }
+        guard state.count <= restorableStateLimit else {
+            if oversizeLogged != state.count {
+                oversizeLogged = state.count
+                Logger(label: "RemoteService").error("the view's restorable state (\(state.count) bytes) is over the limit of \(restorableStateLimit) bytes (the manifest's limits.restorableStateKiB): not sent")
+            }
+            return
+        }
+        do {
+            let (wire, attachments) = try RestorableStateWire.encode(state)
+            try await connection.send(.restorableState(wire), attachments: attachments)
+            lastState = state
+            lastStateSent = .now
+        } catch {
+            // The connection is closing, or no memfd could be made: the host keeps the last one.
+        }
+    }
+
+    /// Sends the view's state if it changed, before the service exits idle (waits at most 1 s
+    /// for the frame loop to do it).
+    nonisolated func saveStateBeforeExit() async {
+        guard restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed) else { return }
+        let waiter = Waiter<Void>()
+        await post(.saveState(done: waiter))
+        _ = try? await waiter.wait(until: .now.advanced(by: .seconds(1)))
     }
 
     /// Applies the host's input. Traits may come before the first size (they are applied when
@@ -258,6 +337,8 @@ final class ViewSurface {
         // A share that came before the view: the controller hears of it before its view loads.
         if let context = share?.context { root.controller.beginRequest(with: context) }
         _ = root.controller.view
+        // The state of the process before, after the view loaded and before its first layout.
+        if let state = pendingRestore.take() { root.controller.restoreState(from: state) }
         self.root = root
         hasController.store(true, ordering: .releasing)
         return root
@@ -283,16 +364,17 @@ final class ViewSurface {
         while !closed && !Task.isCancelled {
             await drainInbox()
             if closed { break }
+            if let due = stateDue, due <= .now { await sendState() }
             guard let root, let presenter, root.needsFrame else {
                 // Everything pending is committed.
                 resumeSettled()
-                await sleep(until: nil)
+                await sleep(until: stateDue)
                 continue
             }
             // Frames follow the host's frame_done: animations step once per frame it allows.
             guard presenter.isReadyForFrame else {
                 presenter.waitingForFrameDone()
-                await sleep(until: nil)
+                await sleep(until: stateDue)
                 continue
             }
             let size = presenter.size
@@ -300,7 +382,10 @@ final class ViewSurface {
             if let damage, damage.isEmpty {
                 // Laid out or animated with nothing visible changing: no frame, so no
                 // frame_done to pace the next step; the host's own frame interval does instead.
-                if root.needsFrame { await sleep(until: .now.advanced(by: presenter.frameInterval)) }
+                if root.needsFrame {
+                    let next = ContinuousClock.now.advanced(by: presenter.frameInterval)
+                    await sleep(until: stateDue.map { min($0, next) } ?? next)
+                }
                 continue
             }
             do {

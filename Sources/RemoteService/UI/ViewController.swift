@@ -64,6 +64,24 @@ open class ViewController: Responder {
     /// The host stopped showing the view (its connection closed).
     open func viewDidDisappear() {}
 
+    /// The view's state, as bytes only this controller reads, for a process that shows the view
+    /// again after this one ended (a crash, a `kill -9`, an idle exit): what the user typed,
+    /// where the caret is, what has the focus. UIKit's `encodeRestorableState(with:)`, across
+    /// processes. Return `nil` (the default) when there is nothing to keep.
+    ///
+    /// Called on the main actor after frames the host has shown, at most every 250 ms, and
+    /// before the service exits idle; the host is sent the bytes when they differ from the last
+    /// sent, and only if it announced that it keeps state. Keep it quick, and within the
+    /// manifest's `limits.restorableStateKiB` (64 KiB by default): a larger state is logged and
+    /// not sent. ``StateArchive`` writes one without Foundation.
+    open func encodeRestorableState() -> [UInt8]? { nil }
+
+    /// Brings the view back to a state ``encodeRestorableState()`` made in an earlier process.
+    /// Called at most once, after ``viewDidLoad()`` (and after ``beginRequest(with:)`` for a
+    /// share) and before the first layout and frame. The bytes may come from an older version
+    /// of the service: check them, and ignore what you cannot read.
+    open func restoreState(from state: [UInt8]) {}
+
     /// The host's appearance.
     public var traits: Traits { attachedRoot?.traits ?? .standard }
 

@@ -38,6 +38,14 @@ enum HostileSurface {
         /// Tries to shrink and grow its sealed buffer after attaching it and after the host read
         /// it; draws a second frame when the "next" request says so, and replies with what it saw.
         case truncate
+        /// A first frame, then a restorable_state without announcing "restorable-state".
+        case stateUnannounced
+        /// Announces "restorable-state"; a first frame, then a state of 2048 bytes inline (the
+        /// test's manifest allows 1 KiB).
+        case stateOverLimit
+        /// Announces "restorable-state"; a first frame, then a state of 20,000 bytes in a memfd
+        /// that is not sealed.
+        case stateUnsealed
     }
 
     static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier, capabilities: ["surfaces"])
@@ -80,6 +88,7 @@ enum HostileSurface {
         let client = Client(mode: mode, raw: raw)
         var configuration = configuration
         if mode == .unannounced || mode == .unannouncedVersion1 { configuration.capabilities = [] }
+        if mode == .stateOverLimit || mode == .stateUnsealed { configuration.capabilities = ["surfaces", "restorable-state"] }
         if mode == .unannouncedVersion1 { configuration.protocolVersions = 1...1 }
         guard let connection = try? Connection(socket: socket, configuration: configuration,
                                                onRequest: { request, _ in try await client.serve(request) }) else { return }
@@ -210,6 +219,21 @@ enum HostileSurface {
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)
                 return "committed a first frame"
+            case .stateUnannounced, .stateOverLimit, .stateUnsealed:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first))
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                switch mode {
+                case .stateUnsealed:
+                    let file = try MemoryFile(name: "hostile-state")
+                    try file.write([UInt8](repeating: 7, count: 20_000))
+                    try await send(.restorableState(.memfd(size: 20_000)), [Attachment(file.takeDescriptor())])
+                case .stateOverLimit:
+                    try await send(.restorableState(.inline([UInt8](repeating: 7, count: 2048))), [])
+                default:
+                    try await send(.restorableState(.inline([1, 2, 3])), [])
+                }
+                return "sent a restorable state"
             case .wrongSize:
                 try await attach(Buffer(id: 1, width: width / 2, height: height / 2, colour: first))
                 try await commit(1, [], frame: 1)

@@ -31,7 +31,11 @@ final class PaintController: ViewController {
 /// - "layout": each named view's frame in root points, "name x y width height" per line;
 /// - "state": what happened, "key: value" per line (count, field, remote, log, unhandled);
 /// - "label TEXT": sets the status label's text; "progress VALUE [animated]": sets the bar;
-/// - "preferred W H": asks the host for a size.
+/// - "preferred W H": asks the host for a size;
+/// - "pad N": makes its restorable state N bytes longer (its status label says so: a frame).
+///
+/// Its restorable state is the field's text, selection and focus, the count, and the padding;
+/// "state" says how many bytes were restored ("restored"), if any.
 final class ScreenController: ViewController {
     let title = Label(text: "Counter", font: .headline)
     let status = Label(text: "count 0")
@@ -42,6 +46,10 @@ final class ScreenController: ViewController {
         context.fill(bounds, with: Color(argb: 0xFF00_8000))
     }
     var count = 0
+    /// Bytes added to the restorable state.
+    var padding = 0
+    /// The size of the state it was restored from.
+    var restored: Int?
     var remote: [RemoteCommand] = []
     var log: [String] = []
     /// A clear view over everything that lets pointer events through to what is below it.
@@ -78,6 +86,35 @@ final class ScreenController: ViewController {
     }
 
     override func viewDidAppear() { log.append("appeared") }
+
+    override func encodeRestorableState() -> [UInt8]? {
+        guard !field.text.isEmpty || count > 0 || padding > 0 else { return nil }
+        var archive = StateArchive()
+        archive.append(field.text)
+        archive.append(field.selection.lowerBound)
+        archive.append(field.selection.upperBound)
+        archive.append(field.isFirstResponder)
+        archive.append(count)
+        archive.append(bytes: [UInt8](repeating: 0x2E, count: padding))
+        return archive.bytes
+    }
+
+    override func restoreState(from state: [UInt8]) {
+        var reader = StateArchive.Reader(state)
+        guard let text = reader.string(), let lower = reader.int(), let upper = reader.int(), let first = reader.bool(),
+              let count = reader.int(), let padding = reader.bytes(), reader.isAtEnd else {
+            log.append("unreadable state")
+            return
+        }
+        field.text = text
+        field.selection = lower..<upper
+        if first { field.becomeFirstResponder() }
+        self.count = count
+        status.text = "count \(count)"
+        self.padding = padding.count
+        restored = state.count
+        log.append("restored")
+    }
     override func traitsDidChange(from previous: Traits) {
         view.backgroundColor = traits.style == .dark ? Color(argb: 0xFF20_2020) : Color(argb: 0xFFF0_F0F0)
         log.append("traits \(traits.style) \(traits.fontScalePermille)")
@@ -109,6 +146,7 @@ final class ScreenController: ViewController {
                 field: \(field.text)
                 selection: \(field.selection.lowerBound) \(field.selection.upperBound)
                 first: \(field.isFirstResponder)
+                restored: \(restored.map(String.init) ?? "none")
                 remote: \(remote.map { "\($0)" }.joined(separator: ","))
                 log: \(log.joined(separator: ","))
                 """)
@@ -118,6 +156,10 @@ final class ScreenController: ViewController {
         case "progress":
             guard let value = words.first.flatMap(Double.init) else { throw ServiceFailure(domain: "test", code: 1, message: "progress VALUE") }
             progress.setProgress(value, animated: words.contains("animated"))
+            return ServiceMessage(type: "ok")
+        case "pad":
+            padding = Int(words.first ?? "") ?? 0
+            status.text = "padded \(padding)"
             return ServiceMessage(type: "ok")
         case "preferred":
             guard words.count == 2, let width = Double(words[0]), let height = Double(words[1]) else {
