@@ -100,6 +100,8 @@ struct WindowTests {
     final class LineReader: Sendable {
         let reader: ReadableDescriptor
         private let buffer = Mutex<[UInt8]>([])
+        /// Every line read so far, for a wait that may find its line among them.
+        private let history = Mutex<[String]>([])
 
         init(_ reader: ReadableDescriptor) { self.reader = reader }
 
@@ -111,7 +113,10 @@ struct WindowTests {
                         guard let end = buffer.firstIndex(of: 0x0A) else { return nil }
                         defer { buffer.removeSubrange(...end) }
                         return String(decoding: buffer[..<end], as: UTF8.self)
-                    }) { return line }
+                    }) {
+                        history.withLock { $0.append(line) }
+                        return line
+                    }
                     guard let chunk = try reader.read(upTo: 4096) else {
                         // false: cancelled (the deadline passed) or stopped.
                         guard await reader.waitReadable() else { throw RemoteError(.cancelled, "stopped waiting for \(what)") }
@@ -120,6 +125,16 @@ struct WindowTests {
                     if chunk.isEmpty { throw RemoteError(.interrupted, "end of output before \(what)") }
                     buffer.withLock { $0 += chunk }
                 }
+            }
+        }
+
+        /// The first line, read already or to come, that starts with `prefix` and contains `text`.
+        func line(startingWith prefix: String, containing text: String, within time: Duration) async throws -> String {
+            if let seen = history.withLock({ $0.first { $0.hasPrefix(prefix) && $0.contains(text) } }) { return seen }
+            let deadline = ContinuousClock.now.advanced(by: time)
+            while true {
+                let line = try await self.line(startingWith: prefix, within: ContinuousClock.now.duration(to: deadline))
+                if line.contains(text) { return line }
             }
         }
 
@@ -214,6 +229,9 @@ struct WindowTests {
                 let field = (0..<typed.width).contains { x in typed.pixel(x: x, y: 120) != first.pixel(x: x, y: 120) }
                 #expect(field, "the text field's row changed")
                 try await screen.keepScreenshot(of: window.id, as: "window-notes")
+                // The view's state, with what was typed, reaches the host (after a frame it showed).
+                let stored = try await screen.lines.line(startingWith: "window: state stored", containing: "hello", within: .seconds(20))
+                #expect(stored.contains("demo-share.field.1"), "\(stored)")
 
                 // Dark traits (F2): the service draws itself dark, and the screen shows it.
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
@@ -228,6 +246,8 @@ struct WindowTests {
                 // A smaller window: the view is laid out again at the new size.
                 try await screen.run("/usr/bin/xdotool", ["windowsize", window.id, "480", "400"])
                 try await screen.await("window: shown 480x356")
+                let beforeKill = try await Self.settledAndShown(screen, window)
+                try await screen.keepScreenshot(of: window.id, as: "window-before-kill")
 
                 // The service killed: its last frame stays, dimmed, under the reason.
                 kill(pid, SIGKILL)
@@ -240,13 +260,26 @@ struct WindowTests {
                 #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
                 try await screen.keepScreenshot(of: window.id, as: "window-ended")
 
-                // Relaunch (the button at the bar's right end): a new process, a new share, shown.
+                // Relaunch (the button at the bar's right end): the share retried, a new process,
+                // shown with the state the view had: the typed text, its caret and its focus.
                 try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, String(480 - 50), "20", "click", "1"])
-                try await screen.await("window: relaunch com.example.demo-share.notes")
+                let relaunch = try await screen.await("window: relaunch com.example.demo-share.notes")
+                #expect(relaunch.contains("with its"), "\(relaunch)")
                 try await screen.await("window: presenting com.example.demo-share.notes")
                 let newPid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
                 #expect(newPid != pid)
                 try await screen.await("window: shown 480x356")
+                let relaunched = try await Self.settledAndShown(screen, window)
+                try await screen.keepScreenshot(of: window.id, as: "window-relaunched")
+                // The text field (its rows: the band around y = 120 that typing changed) as before the kill.
+                let fieldRows = (0..<relaunched.height).filter { y in (0..<typed.width).contains { x in typed.pixel(x: x, y: y) != first.pixel(x: x, y: y) } }
+                #expect(!fieldRows.isEmpty)
+                for y in fieldRows where y < beforeKill.height {
+                    let column = (0..<beforeKill.width).first { x in relaunched.pixel(x: x, y: y) != beforeKill.pixel(x: x, y: y) }
+                    #expect(column == nil, "row \(y) of the text field differs at x = \(column ?? -1) after the relaunch")
+                    if column != nil { break }
+                }
+                #expect(relaunched == beforeKill, "the whole view comes back as it was before the kill")
                 // A media key goes as a remote-control command.
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "XF86AudioPlay"])
                 #expect(try await screen.await("window: remote") == "window: remote togglePlayPause")

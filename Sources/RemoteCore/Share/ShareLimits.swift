@@ -21,6 +21,9 @@ public enum ShareLimits {
     public static let maxSubtitleBytes = 400
     /// The longest failure or cancellation message of a completion, in bytes.
     public static let maxMessageBytes = 4_096
+    /// How long an ended share keeps its items (their sealed memfds) so that it can be run
+    /// again with them (`ShareSession.retry()`): 10 minutes, then they are let go.
+    public static let retryRetention: Duration = .seconds(600)
 }
 
 /// MIME types as items and activation rules carry them (`text/plain`, `image/png`; rules also

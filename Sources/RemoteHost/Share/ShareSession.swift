@@ -25,12 +25,18 @@ import RemoteCore
 /// process still runs they work as before; after it has gone, ``RemoteView/present(width:height:scalePermille:)``,
 /// ``RemoteView/settle(timeout:)``, input and requests throw a `RemoteError` with code
 /// `shareEnded`, naming the share and how it ended, ``RemoteView/framePresented()`` does
-/// nothing, and ``RemoteView/image`` keeps the last frame. To try again, perform the share again.
+/// nothing, and ``RemoteView/image`` keeps the last frame.
+///
+/// To try again, ``retry()``: a new session, with a new process and a new view, for the same
+/// items, whose view starts with the state this one's last had (the half-typed note comes
+/// back). An ended session keeps its items for that for `ShareLimits.retryRetention`
+/// (10 minutes), then lets them go.
 public final class ShareSession: Sendable {
     /// The activity this share runs.
     public let activity: ShareActivity
-    /// The items shared with it.
-    public let items: [ShareItem]
+    /// The items shared with it. Once the share has ended they are kept for ``retry()`` for
+    /// `ShareLimits.retryRetention`, then let go (their memfds closed): empty from then on.
+    public var items: [ShareItem] { retained.withLock { $0 } }
     /// The connection to the activity's process (one per share).
     public let connection: ServiceConnection
     /// The activity's view.
@@ -45,16 +51,25 @@ public final class ShareSession: Sendable {
 
     private let updateSink: AsyncStream<ActivityUpdate>.Continuation
     private let ended = Latch<ShareOutcome>()
+    /// The items, until they are let go after the share ended.
+    private let retained: Mutex<[ShareItem]>
+    /// What a retry launches with.
+    private let launcher: Launcher
+    private let retryRetention: Duration
+    /// Lets the items go once ``retryRetention`` has passed after the end.
+    private let release = Mutex<Task<Void, Never>?>(nil)
     private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?)>((ShareSessionStateMachine(), [], nil))
 
-    init(activity: ShareActivity, items: [ShareItem], connection: ServiceConnection, presentation: RemoteView.Presentation,
-         cancelGrace: Duration) {
+    private init(activity: ShareActivity, items: [ShareItem], launcher: Launcher, presentation: RemoteView.Presentation,
+                 cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?) {
         self.activity = activity
-        self.items = items
-        self.connection = connection
+        retained = Mutex(items)
+        self.launcher = launcher
+        self.retryRetention = retryRetention
+        connection = launcher.connection(to: activity.identifier)
         self.cancelGrace = cancelGrace
         (updates, updateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
-        view = RemoteView(connection: connection, presentation: presentation)
+        view = RemoteView(connection: connection, presentation: presentation, restoringState: restoringState)
         connection.addListener(self)
         // The view and the connection are the share's: its activity runs once, for its items.
         // Once that process has gone, nothing relaunches it (which would start it without
@@ -80,6 +95,37 @@ public final class ShareSession: Sendable {
 
     deinit {
         updateSink.finish()
+        release.withLock { $0?.cancel() }
+    }
+
+    /// A new session running `activity` with `items`, started: its connection is invalidated
+    /// when it cannot start.
+    static func start(activity: ShareActivity, items: [ShareItem], launcher: Launcher, presentation: RemoteView.Presentation,
+                      cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?) async throws(RemoteError) -> ShareSession {
+        let session = ShareSession(activity: activity, items: items, launcher: launcher, presentation: presentation,
+                                   cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: restoringState)
+        do { try await session.start() } catch {
+            await session.connection.invalidate()
+            throw error
+        }
+        return session
+    }
+
+    /// Runs the activity again for the same items: a new session, with a new process and a new
+    /// ``view`` that starts with the restorable state this session's view last had (what the
+    /// user typed before the activity crashed). A share still running is closed first (it
+    /// ends *interrupted*).
+    ///
+    /// - Throws: `RemoteError` `shareEnded` when the items were let go (the share ended more
+    ///   than `ShareLimits.retryRetention` ago), or what starting a share throws.
+    public func retry() async throws(RemoteError) -> ShareSession {
+        if currentOutcome == nil { await close() }
+        let items = self.items
+        guard !items.isEmpty else {
+            throw RemoteError(.shareEnded, "the share with \(activity.identifier) ended more than \(Self.describe(retryRetention)) ago and its items were let go (ShareLimits.retryRetention): share them again")
+        }
+        return try await Self.start(activity: activity, items: items, launcher: launcher, presentation: view.presentation,
+                                    cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: view.restorableState)
     }
 
     /// Launches the activity (if needed) and sends it the items.
@@ -93,7 +139,7 @@ public final class ShareSession: Sendable {
                 guard peer.capabilities.contains(ShareCapability.name) else {
                     throw RemoteError(.invalidArgument, "\(activity.identifier) does not announce the \"\(ShareCapability.name)\" capability in its handshake (it announced \(peer.capabilities)), so it cannot run a share")
                 }
-                let (wire, attachments) = try ShareItem.wire(items)
+                let (wire, attachments) = try ShareItem.wire(self.items)
                 // Recorded before sending: the service may answer at once.
                 let channel = state.withLock { state -> ServiceChannel? in
                     guard let channel = state.channels.last(where: { $0.connection === connection }) else { return nil }
@@ -165,10 +211,20 @@ public final class ShareSession: Sendable {
     private func finish(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
         updateSink.finish()
+        // The items stay for a retry, for a while.
+        guard retryRetention > .zero else { return retained.withLock { $0 = [] } }
+        let retention = retryRetention
+        release.withLock { release in
+            release = Task { [weak self] in
+                guard (try? await Task.sleep(for: retention)) != nil else { return }
+                self?.retained.withLock { $0 = [] }
+            }
+        }
     }
 
     private static func describe(_ duration: Duration) -> String {
         let seconds = duration.inSeconds
+        if seconds >= 60, seconds.truncatingRemainder(dividingBy: 60) == 0 { return "\(Int(seconds / 60)) min" }
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }
 

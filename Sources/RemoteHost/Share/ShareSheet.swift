@@ -58,16 +58,18 @@ public struct ShareSheet: Sendable {
     ///   (with the reason), or what starting the share failed with.
     public func perform(_ activity: ShareActivity, launcher: Launcher, presentation: RemoteView.Presentation = .immediate,
                         cancelGrace: Duration = ShareSession.defaultCancelGrace) async throws(RemoteError) -> ShareSession {
+        try await perform(activity, launcher: launcher, presentation: presentation, cancelGrace: cancelGrace, retryRetention: ShareLimits.retryRetention)
+    }
+
+    /// ``perform(_:launcher:presentation:cancelGrace:)``, keeping the items for a retry for
+    /// `retryRetention` after the share ends (tests shorten it).
+    package func perform(_ activity: ShareActivity, launcher: Launcher, presentation: RemoteView.Presentation = .immediate,
+                         cancelGrace: Duration = ShareSession.defaultCancelGrace, retryRetention: Duration) async throws(RemoteError) -> ShareSession {
         guard activities.contains(where: { $0.identifier == activity.identifier }) else {
             throw RemoteError(.invalidArgument, "\(activity.identifier) does not take these items: \(explanation(for: activity.identifier) ?? "it is not registered")")
         }
-        let session = ShareSession(activity: activity, items: items, connection: launcher.connection(to: activity.identifier),
-                                   presentation: presentation, cancelGrace: cancelGrace)
-        do { try await session.start() } catch {
-            await session.connection.invalidate()
-            throw error
-        }
-        return session
+        return try await ShareSession.start(activity: activity, items: items, launcher: launcher, presentation: presentation,
+                                            cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: nil)
     }
 }
 

@@ -50,6 +50,38 @@ class ActivityController: ViewController {
     override func keyDown(_ event: KeyEvent) {
         if event.keyCode == KeyCode.escape { cancel() } else { super.keyDown(event) }
     }
+
+    // MARK: restorable state
+
+    /// The text field whose text, caret and focus come back when the activity's process is
+    /// relaunched after it ended (a crash, `kill -9`): the note half typed.
+    var restorableField: TextField? { nil }
+
+    /// What the state's first value says, so that a state of another layout is not misread.
+    static let stateFormat = "demo-share.field.1"
+
+    override func encodeRestorableState() -> [UInt8]? {
+        guard let field = restorableField else { return nil }
+        var archive = StateArchive()
+        archive.append(Self.stateFormat)
+        archive.append(field.text)
+        archive.append(field.selection.lowerBound)
+        archive.append(field.selection.upperBound)
+        archive.append(field.isFirstResponder)
+        return archive.bytes
+    }
+
+    override func restoreState(from state: [UInt8]) {
+        guard let field = restorableField else { return }
+        var reader = StateArchive.Reader(state)
+        guard reader.string() == Self.stateFormat, let text = reader.string(), let lower = reader.int(), let upper = reader.int(),
+              let focused = reader.bool(), reader.isAtEnd else { return }
+        field.text = text
+        let count = text.count
+        field.selection = min(max(lower, 0), count)..<min(max(upper, lower, 0), count)
+        if focused { field.becomeFirstResponder() }
+        field.onChange?(field)
+    }
 }
 
 /// Why an activity could not do its work (the share's *failed* message).

@@ -9,6 +9,7 @@ final class NotesController: ActivityController {
     let sharedText = Label(text: "", font: .caption, numberOfLines: 3)
     let sharedURL = Label(text: "", font: .caption)
     let field = TextField(placeholder: "Write a note…")
+    override var restorableField: TextField? { field }
     let cancelButton = Button(title: "Cancel")
     let saveButton = Button(title: "Save")
     /// The URL shared, if one was.

@@ -11,6 +11,7 @@ final class PostController: ActivityController {
     static let thumbnailSide = 80.0
 
     let field = TextField(placeholder: "Say something about it…")
+    override var restorableField: TextField? { field }
     let progress = ProgressView()
     let cancelButton = Button(title: "Cancel")
     let postButton = Button(title: "Post")

@@ -377,6 +377,12 @@ final class WindowApp {
             print("window: cannot present \(activity.identifier): \(error)")
             return
         }
+        show(session)
+    }
+
+    /// Shows `session`'s view below the bar, and sends it the window's size, traits and focus.
+    private func show(_ session: ShareSession) {
+        let activity = session.activity
         let inbox = WindowInbox(wakeEvent: window.wakeEvent)
         let (commands, sink) = AsyncStream.makeStream(of: Command.self)
         let presented = Presented(activity: activity, session: session, commands: sink, inbox: inbox)
@@ -402,6 +408,13 @@ final class WindowApp {
             },
             Task.detached {
                 for await update in session.updates { inbox.change { $0.update = update } }
+            },
+            Task.detached {
+                // What the view would come back with after a crash (Relaunch), as it is stored.
+                for await state in view.restorableStates {
+                    let preview = String(decoding: state.prefix(160), as: UTF8.self).escapedForTerminal()
+                    print("window: state stored \(state.count) bytes: \(preview)")
+                }
             },
             Task.detached {
                 let outcome = await session.outcome
@@ -520,10 +533,18 @@ final class WindowApp {
                 return true
             }
             if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
-                // The ended share's view launches nothing: Relaunch performs the share again.
-                print("window: relaunch \(presented.activity.identifier): performing the share again")
+                // The ended share's view launches nothing: Relaunch retries the share, with the
+                // same items and the state the view last stored.
+                print("window: relaunch \(presented.activity.identifier): retrying the share\(presented.session.view.restorableState.map { " with its \($0.count)-byte state" } ?? "")")
+                let session: ShareSession
+                do {
+                    session = try await presented.session.retry()
+                } catch {
+                    print("window: cannot relaunch \(presented.activity.identifier): \(error)")
+                    return true
+                }
                 await dismiss()
-                await present(presented.activity)
+                show(session)
                 return true
             }
             // A service that ended gets nothing (input would start a new process, without the share).

@@ -9,6 +9,23 @@ final class ShareTestController: ViewController {
     /// The item whose reading crashes it (1-based), as a word counter with a bug would.
     let crashesOnItem: Int?
     private(set) var begun = 0
+    /// What "share.note" wrote: the view's restorable state.
+    private var note = ""
+    /// The note it was restored with, if any.
+    private var restoredNote: String?
+
+    override func encodeRestorableState() -> [UInt8]? { note.isEmpty ? nil : Array(note.utf8) }
+
+    /// Typed text goes into the note (a frame shows that something changed).
+    override func insertText(_ text: String) {
+        note += text
+        view.setNeedsDisplay()
+    }
+
+    override func restoreState(from state: [UInt8]) {
+        note = String(decoding: state, as: UTF8.self)
+        restoredNote = note
+    }
 
     init(ignoresCancel: Bool, crashesOnItem: Int? = nil) {
         self.ignoresCancel = ignoresCancel
@@ -50,6 +67,13 @@ final class ShareTestController: ViewController {
                 }
             }
             return ServiceMessage(type: "share.items", text: "begun \(begun)\n" + lines.joined(separator: "\n"))
+        case "share.note":
+            // Kept in the state, which goes with the next frame the host shows: one is drawn.
+            note = request.text ?? ""
+            view.setNeedsDisplay()
+            return ServiceMessage(type: "ok")
+        case "share.restored":
+            return ServiceMessage(type: "share.restored", text: restoredNote ?? "none")
         case "share.progress":
             context.setProgress(Double(words.first ?? "") ?? 0, state: .working)
             return ServiceMessage(type: "ok")
