@@ -84,9 +84,15 @@ struct Checker: Sendable {
                 // tried; one that answers is served, with a warning for version 2.
                 await checkView(control, share: peer.capabilities.contains("share"), announced: false)
             } else {
-                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" || rule.id == "state.only-if-announced" {
                     report.skip(rule.id, "the service does not announce \"surfaces\"")
                 }
+            }
+            if peer.capabilities.contains("surfaces"), peer.capabilities.contains("restorable-state") {
+                await checkState(control, share: peer.capabilities.contains("share"))
+            } else {
+                let why = peer.capabilities.contains("restorable-state") ? "the service does not announce \"surfaces\"" : "the service does not announce \"restorable-state\""
+                for rule in ["state.restore", "state.bounds"] { report.skip(rule, why) }
             }
             if peer.capabilities.contains("share") {
                 await checkShare(control, view: peer.capabilities.contains("surfaces"))
@@ -117,7 +123,7 @@ struct Checker: Sendable {
     }
 
     /// Reads the service's handshake on `peer` and sends ours; returns the service's.
-    private func handshake(on peer: Peer, version: UInt32 = remoteViewProtocolVersion) async -> Handshake? {
+    private func handshake(on peer: Peer, version: UInt32 = remoteViewProtocolVersion, capabilities: [String] = []) async -> Handshake? {
         let first = await peer.receive(within: Self.wait)
         guard case .envelope(let envelope) = first, case .handshake(let theirs) = envelope.body else {
             report.fail(peer.name == "fd 3" ? "handshake.first" : "connect", "first on \(peer.name): \(first.summary)")
@@ -140,7 +146,7 @@ struct Checker: Sendable {
         }
         do {
             try await peer.send(.handshake(Handshake(protocolVersion: version, role: .host, identifier: Self.hostIdentifier,
-                                                     maxProtocolVersion: offeredVersion)))
+                                                     capabilities: capabilities, maxProtocolVersion: offeredVersion)))
         } catch {
             report.fail("connect", "cannot send the handshake on \(peer.name): \(error.reason)")
             return nil
@@ -149,8 +155,8 @@ struct Checker: Sendable {
     }
 
     /// A new client: a socket sent in remoteview.connect on `control`; both handshakes done
-    /// (ours with `version`).
-    func connect(_ control: Peer, name: String, version: UInt32 = remoteViewProtocolVersion) async -> (Peer, Handshake)? {
+    /// (ours with `version`, announcing `capabilities`).
+    func connect(_ control: Peer, name: String, version: UInt32 = remoteViewProtocolVersion, capabilities: [String] = []) async -> (Peer, Handshake)? {
         let peer: Peer
         do throws(SystemCallError) {
             let pair = try SeqpacketSocket.pair()
@@ -167,7 +173,7 @@ struct Checker: Sendable {
             report.fail("connect", "cannot make a socket pair: \(error)")
             return nil
         }
-        guard let theirs = await handshake(on: peer, version: version) else {
+        guard let theirs = await handshake(on: peer, version: version, capabilities: capabilities) else {
             peer.close()
             return nil
         }

@@ -9,10 +9,40 @@ final class SurfaceUnderTest: Sendable {
     let peer: Peer
     let report: Report
     private let commits = Mutex(0)
+    /// The most a restorable state may hold when this client announced `restorable-state`
+    /// (the manifest's limit); `nil`: it did not, and a state is a violation.
+    let stateLimit: Int?
+    /// Whether the service announced `restorable-state`.
+    let serviceKeepsState: Bool
+    /// The sizes of the restorable states it sent, in order.
+    private let states = Mutex<[Int]>([])
 
-    init(peer: Peer, report: Report) {
+    init(peer: Peer, report: Report, stateLimit: Int? = nil, serviceKeepsState: Bool = false) {
         self.peer = peer
         self.report = report
+        self.stateLimit = stateLimit
+        self.serviceKeepsState = serviceKeepsState
+    }
+
+    /// The sizes of the restorable states the view sent.
+    var stateSizes: [Int] { states.withLock { $0 } }
+
+    /// Checks a restorable state as the Swift host does; returns the rule it broke, if any.
+    private func received(_ wire: RestorableStateWire, attachments: [Attachment]) -> String? {
+        guard let limit = stateLimit, serviceKeepsState else {
+            report.fail("state.only-if-announced", stateLimit == nil
+                ? "restorable_state on \(peer.name), whose host did not announce \"restorable-state\""
+                : "restorable_state from a service that did not announce \"restorable-state\"")
+            return "state.only-if-announced"
+        }
+        do throws(RemoteError) {
+            let bytes = try wire.decode(attachments: attachments, limit: limit, in: "restorable_state")
+            states.withLock { $0.append(bytes.count) }
+            return nil
+        } catch {
+            report.fail("state.bounds", error.reason)
+            return "state.bounds"
+        }
     }
 
     /// How many commits the view has made.
@@ -54,7 +84,9 @@ final class SurfaceUnderTest: Sendable {
             guard left > .zero else { return .timeout }
             switch await peer.receive(within: left) {
             case .envelope(let envelope):
-                if case .surface(let message) = envelope.body {
+                if case .surface(.restorableState(let wire)) = envelope.body {
+                    if let rule = received(wire, attachments: envelope.attachments) { return .violation(rule: rule) }
+                } else if case .surface(let message) = envelope.body {
                     do throws(RemoteError) {
                         try compositor.receive(message, attachments: envelope.attachments)
                         if case .commit = message {
@@ -106,7 +138,8 @@ extension Checker {
         // however far the steps below got.
         defer {
             if surface.commitCount > 0 {
-                for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules"] {
+                for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules",
+                             "state.only-if-announced"] {
                     report.passUnlessRecorded(rule)
                 }
             }
@@ -133,7 +166,7 @@ extension Checker {
                     report.warn("view.announced", wouldFailUnder: 2, "it draws a view without announcing \"surfaces\" (a version-2 host shows it no view)")
                 }
             case .timeout where !announced:
-                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" || rule.id == "state.only-if-announced" {
                     report.skip(rule.id, "no view: no frame answered a resize, and the service does not announce \"surfaces\"")
                 }
                 return
@@ -181,6 +214,49 @@ extension Checker {
             }
         } catch {
             report.fail("view.surface-rules", "cannot send on the view client: \(error.reason)")
+        }
+    }
+
+    /// Restorable state, on a client that announces `restorable-state` to a service that does
+    /// too: a restore_state of bytes the service never wrote comes before the first size (a
+    /// view must ignore a state it cannot read), then frames are shown and text typed; a state
+    /// the view sends must keep the manifest's limit and, in a memfd, its seals and size.
+    func checkState(_ control: Peer, share: Bool) async {
+        guard let (client, _) = await connect(control, name: "state client", capabilities: ["restorable-state"]) else {
+            return report.fail("state.restore", "no client: remoteview.connect failed (see connect)")
+        }
+        defer { client.close() }
+        let limit = manifest.limits.restorableStateBytes
+        let surface = SurfaceUnderTest(peer: client, report: report, stateLimit: limit, serviceKeepsState: true)
+        do throws(RemoteError) {
+            if share {
+                let (items, attachments) = try Self.shareItems()
+                try await client.send(.share(.request(items: items)), attachments: attachments)
+            }
+            try await client.send(.surface(.restoreState(.inline(Array("remoteview-check: a state this service never wrote".utf8)))))
+            try await surface.resize(SurfaceSize(width: 64, height: 48))
+            switch await surface.pump(within: Self.wait, present: true, until: { Self.isCommit($0) }) {
+            case .done: report.pass("state.restore")
+            case .timeout: return report.fail("state.restore", "no commit within \(Self.wait) of a resize after restore_state")
+            case .failed(let reason): return report.fail("state.restore", reason)
+            case .violation(let rule): return report.stopped("state.restore", by: rule)
+            }
+            // Something to keep: text typed, and the frames it draws shown.
+            try await client.send(.input(.focus(true)))
+            try await client.send(.input(.pointer(PointerEvent(.down, x: 32, y: 24, button: 1, buttons: 1))))
+            try await client.send(.input(.pointer(PointerEvent(.up, x: 32, y: 24, button: 1))))
+            try await client.send(.input(.text("remoteview-check")))
+            switch await surface.pump(within: .seconds(1), present: true, until: { if case .surface(.restorableState) = $0.body { true } else { false } }) {
+            case .done:
+                let size = surface.stateSizes.last ?? 0
+                report.pass("state.bounds", "a state of \(size) bytes (\(size > RestorableStateLimits.maxInlineBytes ? "in a memfd" : "inline")), within \(limit)")
+            case .timeout: report.skip("state.bounds", "not reached: the view sent no state within 1 s of typed text and shown frames")
+            case .failed(let reason): report.fail("state.bounds", reason)
+            case .violation(let rule): report.stopped("state.bounds", by: rule)
+            }
+            if surface.commitCount > 0 { report.passUnlessRecorded("state.only-if-announced") }
+        } catch {
+            report.fail("state.restore", "cannot send on the state client: \(error.reason)")
         }
     }
 
