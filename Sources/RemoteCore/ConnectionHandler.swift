@@ -176,7 +176,12 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// ``Connection/close(reason:)``.
     func close(reason: String) {
         loop.preconditionInLoop("ConnectionHandler.close")
-        guard case .close(let sayGoodbye, let failures) = machine.close() else { return }
+        guard case .close(let sayGoodbye, let failures) = machine.close() else {
+            // The peer's channel ended and its last messages wait to be delivered: this side's
+            // close cuts them short.
+            if machine.peerEndPending, running != nil { end(nil) }
+            return
+        }
         status.closing(goodbye: nil)
         // What the routes hold often holds the connection; a connection that never runs would
         // keep them for ever.
@@ -471,7 +476,7 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// A sender waits until the channel takes more (or the connection ends).
     func waitForRoom(_ continuation: UnsafeContinuation<Void, Never>) {
         loop.preconditionInLoop("ConnectionHandler.waitForRoom")
-        if ended || status.hasRoom { return continuation.resumeInOrder() }
+        if ended || status.hasRoom || status.isClosed.load(ordering: .relaxed) { return continuation.resumeInOrder() }
         roomWaiters.append(continuation)
     }
 
@@ -508,11 +513,28 @@ final class ConnectionHandler: PacketInbound, @unchecked Sendable {
     /// task (its last state, a message, its goodbye) is delivered first, as XPC delivers a
     /// connection's messages before its error: the end takes its turn. What waits for an
     /// answer fails at once, since none can come.
+    ///
+    /// Only the peer's end of file waits so; a failure (a send that timed out on a peer that
+    /// stopped reading, a read error) ends the connection at once.
     func channelClosed(_ error: RemoteError?) {
-        if !ended, delivering || !inbox.isEmpty, let (failures, failure) = machine.peerEnded(error) {
-            fail(failures, with: failure)
-            deliver(.channelEnded(error))
-            return
+        if error == nil, !ended, delivering || !inbox.isEmpty {
+            // Answers that came before the end are delivered to their callers in their turn; a
+            // goodbye among what waits says the peer closed in order.
+            var answered: Set<UInt64> = []
+            var goodbye: String?
+            for case .envelope(let envelope) in inbox {
+                if envelope.body.isReply, let replyTo = envelope.replyTo { answered.insert(replyTo) }
+                if case .goodbye(let reason) = envelope.body, goodbye == nil { goodbye = reason }
+            }
+            if let (failures, failure) = machine.peerEnded(nil, answered: answered, goodbye: goodbye) {
+                // Nothing more goes out: a sender gets the error, and one that waits for room
+                // stops waiting (the channel will take nothing more).
+                status.peerEnded(failure)
+                releaseRoomWaiters()
+                fail(failures, with: failure)
+                deliver(.channelEnded(nil))
+                return
+            }
         }
         end(error)
     }
@@ -1103,6 +1125,18 @@ final class ConnectionStatus: Sendable {
             if $0.unusable == nil { $0.unusable = RemoteError(.invalidated, goodbye == nil ? "the connection is closing" : "the connection is closed") }
         }
         isClosed.store(true, ordering: .releasing)
+    }
+
+    /// The peer's channel ended while its last messages wait to be delivered: nothing more may
+    /// be sent (`failure` says why), and a sender waiting for room gives up.
+    func peerEnded(_ failure: RemoteError) {
+        snapshot.withLock {
+            $0.open = false
+            $0.closed = true
+            $0.unusable = failure
+        }
+        isClosed.store(true, ordering: .releasing)
+        writable.store(true, ordering: .relaxed)
     }
 
     func closed(_ outcome: RemoteError?) {

@@ -14,7 +14,8 @@
 /// ```
 /// idle ──run (ours written)──▶ handshaking ──peer's handshake──▶ open
 ///   │                              │                              │
-///   └──close──▶ closing ◀──────────┴───────close / peer's goodbye─┘
+///   └──close──▶ closing ◀──────────┴──close / peer's goodbye / peer's end with deliveries waiting
+///                  │                                     (peerEnded: the end takes its turn)
 ///                  │
 ///   the channel ended (any state but idle) ──▶ closed
 /// ```
@@ -68,6 +69,11 @@ package struct ConnectionStateMachine<Requester, Opener> {
         /// The channel ended under the peer (end of file without a goodbye, or a failure) while
         /// what it sent before still waited to be delivered: the outcome to report then.
         var peerEnd: RemoteError? = nil
+        /// Requests whose answer had arrived, waiting to be delivered, when the peer's channel
+        /// ended: answered in their turn (the others failed at once).
+        var answering: [UInt64: Outgoing] = [:]
+        /// The peer's channel ended and that end waits behind deliveries.
+        var endQueued = false
 
         /// Why nothing more can be sent.
         var unusable: RemoteError {
@@ -404,8 +410,17 @@ package struct ConnectionStateMachine<Requester, Opener> {
             open.outgoing[replyTo] = nil
             state = .open(open)
             return .deliver(outgoing.requester)
-        case .closing:
-            return .drop  // every request was failed when closing began
+        case .closing(var closing):
+            // Every request was failed when closing began, but those whose answers had come
+            // before the peer's end.
+            guard let outgoing = closing.answering[replyTo] else { return .drop }
+            guard outgoing.expectsPong == isPong else {
+                return .violation(RemoteError(.protocolViolation, "\(kind) answers envelope \(replyTo), which expects \(outgoing.expectsPong ? "a pong" : "a reply or failure")"))
+            }
+            state = .modifying
+            closing.answering[replyTo] = nil
+            state = .closing(closing)
+            return .deliver(outgoing.requester)
         case .idle, .handshaking, .closed:
             preconditionFailure("an answer in state \(phase): answers are read only once open")
         case .modifying:
@@ -511,12 +526,26 @@ package struct ConnectionStateMachine<Requester, Opener> {
     /// answered, outstanding requests fail now with the returned error (no answer can come),
     /// and ``channelEnded(_:)``, in its turn after those deliveries, reports the end. `nil` when
     /// the connection is not open (it ends at once, as before).
-    package mutating func peerEnded(_ error: RemoteError?) -> (failures: Failures, failure: RemoteError)? {
+    ///
+    /// - Parameters:
+    ///   - answered: the requests whose answers arrived before the end and wait to be
+    ///     delivered: they are answered in their turn, not failed.
+    ///   - goodbye: the reason of a goodbye that waits among the deliveries: the peer closed in
+    ///     order, and the failures say so.
+    package mutating func peerEnded(_ error: RemoteError?, answered: Set<UInt64> = [], goodbye: String? = nil) -> (failures: Failures, failure: RemoteError)? {
         guard case .open(let open) = state else { return nil }
         let outcome = error ?? Self.endedWithoutGoodbye
+        let answering = open.outgoing.filter { answered.contains($0.key) }
+        // A goodbye among what waits: the peer closed in order, whether or not it is delivered.
         state = .closing(Closing(local: false, ran: true, peer: open.peer, goodbye: nil, incoming: open.incoming, refusal: open.refusal,
-                                 peerEnd: outcome))
-        return (Failures(requests: open.outgoing.values.map(\.requester)), Self.failure(for: outcome))
+                                 peerEnd: goodbye == nil ? outcome : nil, answering: answering, endQueued: true))
+        let failure = goodbye.map { RemoteError(.interrupted, "the peer closed the connection: \($0.escapedForTerminal())") } ?? Self.failure(for: outcome)
+        return (Failures(requests: open.outgoing.filter { !answered.contains($0.key) }.map(\.value.requester)), failure)
+    }
+
+    /// Whether the peer's channel ended and the end waits behind deliveries (``peerEnded(_:answered:goodbye:)``).
+    package var peerEndPending: Bool {
+        if case .closing(let closing) = state { closing.endQueued } else { false }
     }
 
     /// How an open connection ends at the peer's end of file without a goodbye.
@@ -573,7 +602,8 @@ package struct ConnectionStateMachine<Requester, Opener> {
             // this side's own error came first).
             let outcome = closing.peerEnd.map { error ?? $0 }
             state = .closed(Closed(outcome: outcome, peer: closing.peer, goodbye: closing.goodbye))
-            return Ending(outcome: outcome, protocolError: outcome.flatMap { Self.complaint($0, closing.refusal) }, failures: Failures(),
+            return Ending(outcome: outcome, protocolError: outcome.flatMap { Self.complaint($0, closing.refusal) },
+                          failures: Failures(requests: closing.answering.values.map(\.requester)),
                           failure: Self.failure(for: outcome), handlers: closing.incoming.values.compactMap { $0 })
         case .idle, .closed:
             preconditionFailure("the channel ended in state \(phase)")
@@ -639,7 +669,7 @@ package struct ConnectionStateMachine<Requester, Opener> {
         case .idle: "idle"
         case .handshaking: "handshaking"
         case .open: "open"
-        case .closing(let closing): closing.local ? "closing" : "closing (peer said goodbye)"
+        case .closing(let closing): closing.local ? "closing" : closing.endQueued ? "closing (the peer's channel ended)" : "closing (peer said goodbye)"
         case .closed: "closed"
         case .modifying: "modifying"
         }

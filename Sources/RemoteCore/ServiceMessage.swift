@@ -65,7 +65,7 @@ package enum FrameworkMessage {
     /// The environment variable a launcher sets to the service's idle timeout, in seconds.
     package static let idleTimeoutVariable = "REMOTEVIEW_IDLE_TIMEOUT"
     /// The environment variable a launcher sets to the most a view's restorable state may hold,
-    /// in KiB (the manifest's `limits.restorableStateKiB`, when not 0).
+    /// in KiB (the manifest's `limits.restorableStateKiB`; 0: none).
     package static let restorableStateLimitVariable = "REMOTEVIEW_RESTORABLE_STATE_KIB"
     /// The environment variable a launcher sets to the service's data folder (the manifest's
     /// `sandbox.dataFolder`): `/data` in the sandbox, the host folder without one.

@@ -362,7 +362,10 @@ final class ServiceRuntime: Sendable {
                 switch message {
                 case .restoreState(let wire):
                     // Read here, off the main actor; a state that breaks the rules ends the connection.
-                    let state = try wire.decode(attachments: attachments, limit: RestorableStateLimits.maxBytes, in: "restore_state")
+                    guard stateLimit > 0 else {
+                        throw RemoteError(.protocolViolation, "restore_state to a service that did not announce the \"\(RestorableStateCapability.name)\" capability")
+                    }
+                    let state = try wire.decode(attachments: attachments, limit: stateLimit, in: "restore_state")
                     await surface.post(.restore(state, context.connection))
                     return
                 case .resize:

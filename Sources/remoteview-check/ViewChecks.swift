@@ -222,11 +222,15 @@ extension Checker {
     /// view must ignore a state it cannot read), then frames are shown and text typed; a state
     /// the view sends must keep the manifest's limit and, in a memfd, its seals and size.
     func checkState(_ control: Peer, share: Bool) async {
+        let limit = manifest.limits.restorableStateBytes
+        guard limit > 0 else {
+            for rule in ["state.restore", "state.bounds"] { report.skip(rule, "the manifest's limits.restorableStateKiB is 0: a host keeps no state") }
+            return
+        }
         guard let (client, _) = await connect(control, name: "state client", capabilities: ["restorable-state"]) else {
             return report.fail("state.restore", "no client: remoteview.connect failed (see connect)")
         }
         defer { client.close() }
-        let limit = manifest.limits.restorableStateBytes
         let surface = SurfaceUnderTest(peer: client, report: report, stateLimit: limit, serviceKeepsState: true)
         do throws(RemoteError) {
             if share {

@@ -129,10 +129,11 @@ struct HostileSurfaceTests {
     static let hostileStates: [(String, String?, String)] = [
         ("stateUnannounced", nil, "restorable_state from a service that did not announce the \"restorable-state\" capability"),
         ("stateOverLimit", #""limits": { "restorableStateKiB": 1 }"#, "restorable_state of 2048 bytes is over the limit of 1024 bytes"),
+        ("stateOverLimit", #""limits": { "restorableStateKiB": 0 }"#, "restorable_state, but the host did not announce the \"restorable-state\" capability"),
         ("stateUnsealed", nil, "restorable_state: its memfd is not sealed against shrinking, growing and writing"),
     ]
 
-    @Test("a restorable state that breaks a rule (from a service that did not announce \"restorable-state\", over the manifest's limits.restorableStateKiB, in a memfd that is not sealed): ended as a protocol violation that names it; nothing is stored", arguments: 0..<hostileStates.count)
+    @Test("a restorable state that breaks a rule (from a service that did not announce \"restorable-state\", over the manifest's limits.restorableStateKiB, to a host that keeps none, in a memfd that is not sealed): ended as a protocol violation that names it; nothing is stored", arguments: 0..<hostileStates.count)
     func hostileState(_ index: Int) async throws {
         let (mode, extra, words) = Self.hostileStates[index]
         try await withHostileView(mode, extra: extra) { scene in

@@ -222,6 +222,22 @@ struct ConnectionStateMachineTests {
         var closed = Self.open()
         _ = closed.close()
         #expect(closed.peerEnded(nil).map { _ in true } == nil, "not open: the end is taken at once")
+
+        // An answer that came before the end, still waiting, goes to its caller in its turn; a
+        // goodbye waiting with it names the failures of the others.
+        var machine = Self.open()
+        _ = machine.requestSent(2, expectsPong: false, requester: 20)
+        _ = machine.requestSent(3, expectsPong: false, requester: 30)
+        let ended = machine.peerEnded(nil, answered: [3], goodbye: "idle exit")
+        let (failures, failure) = try #require(ended)
+        #expect(failures.requests == [20] && failure.reason == "the peer closed the connection: idle exit", "\(failure)")
+        #expect(machine.peerEndPending && machine.phase == "closing (the peer's channel ended)")
+        guard case .deliver(let requester) = machine.answerReceived(to: 3, isPong: false, kind: "reply"), requester == 30 else {
+            Issue.record("the answer that came first is delivered")
+            return
+        }
+        _ = machine.goodbyeReceived("idle exit")
+        #expect(machine.channelEnded(nil).outcome == nil)
     }
 
     @Test("the peer's goodbye fails outstanding requests, stops reading, and ends in order")

@@ -205,10 +205,48 @@ struct ConnectionTests {
                 guard case .failure(let error as RemoteError) = failure else { Issue.record("\(failure)"); return }
                 #expect(error.code == .interrupted, "\(error)")
                 #expect(received.withLock { $0 } == ["1"], "the rest waits for the handler")
+                // Nothing more goes to a peer that has gone: a send says so.
+                let late = await #expect(throws: RemoteError.self) { try await host.send(ServiceMessage(type: "late")) }
+                #expect(late?.code == .interrupted, "\(String(describing: late))")
                 _ = release.open(())
                 try await group.waitForAll()
             }
             #expect(received.withLock { $0 } == ["1", "2", "3"])
+        }
+    }
+
+    @Test("this side's close while the peer's last messages wait behind a handler ends the connection at once: what waits is dropped, run() returns")
+    func closeCutsTheEndShort() async throws {
+        try await withoutLeaks {
+            let pair = try SeqpacketSocket.pair()
+            let received = Mutex<[String]>([])
+            let holding = Latch<Void>(), release = Latch<Void>()
+            let host = try Connection(socket: pair.first, configuration: .testHost, onMessage: { message, _ in
+                received.withLock { $0.append(message.text ?? "") }
+                guard message.text == "1" else { return }
+                _ = holding.open(())
+                try? await release.wait()
+            })
+            let never = Latch<Void>()
+            let service = try Connection(socket: pair.second, configuration: .testService, onRequest: { _, _ in
+                try await never.wait()
+                return ServiceMessage(type: "never")
+            })
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await host.run() }
+                group.addTask { try await service.run() }
+                _ = try await host.peerHandshake()
+                let request = Task { try await host.request(ServiceMessage(type: "unanswered")) }
+                for text in ["1", "2"] { try await service.send(ServiceMessage(type: "note", text: text)) }
+                try await withDeadline(.seconds(10), "the first message") { try await holding.wait() }
+                // The peer's end, behind "2": seen when the request waiting for it fails.
+                await service.close(reason: "done")
+                _ = try await withDeadline(.seconds(10), "the request's failure") { await request.result }
+                await host.close(reason: "the host is done")
+                _ = release.open(())
+                try await group.waitForAll()
+            }
+            #expect(received.withLock { $0 } == ["1"], "what waited behind the handler was dropped by this side's close")
         }
     }
 

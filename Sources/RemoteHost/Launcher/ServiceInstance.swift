@@ -163,10 +163,9 @@ final class ServiceInstance: Sendable {
             "PATH": "/usr/bin:/bin",
             FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
         ]
-        // The most state a view may send (the host announces restorable-state only when not 0).
-        if manifest.limits.restorableStateKiB > 0 {
-            environment[FrameworkMessage.restorableStateLimitVariable] = String(manifest.limits.restorableStateKiB)
-        }
+        // The most state a view may send; 0: none (the SDK then does not announce
+        // restorable-state, and the host does not either).
+        environment[FrameworkMessage.restorableStateLimitVariable] = String(manifest.limits.restorableStateKiB)
         // A root host's sandboxed services run as uids of their own (an unsandboxed service is
         // an explicit opt-in to run as the host).
         let identity = sandbox != .unsandboxed && Syscall.effectiveUserID == 0 ? try users.identity(for: manifest.identifier) : nil

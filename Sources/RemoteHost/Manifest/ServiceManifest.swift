@@ -124,6 +124,8 @@ public struct ServiceManifest: Sendable, Hashable {
             self.openFiles = openFiles
             self.processes = processes
             self.cpuSeconds = cpuSeconds
+            precondition((0...RestorableStateLimits.maxKiB).contains(restorableStateKiB),
+                         "limits.restorableStateKiB must be 0…\(RestorableStateLimits.maxKiB), not \(restorableStateKiB)")
             self.restorableStateKiB = restorableStateKiB
         }
 

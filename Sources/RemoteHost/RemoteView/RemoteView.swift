@@ -32,8 +32,8 @@ public final class RemoteView: Sendable {
     /// The rects of the image each frame changed, in order.
     public let damage: AsyncStream<[PixelRect]>
     /// Each restorable state the view stored, as the service sent it (empty: the view has
-    /// nothing to keep), in order; the newest 16 are buffered. For tests and diagnostics: wait
-    /// for "state stored" rather than sleep.
+    /// nothing to keep), in order; only the newest is buffered while nobody reads. For tests
+    /// and diagnostics: wait for "state stored" rather than sleep.
     public let restorableStates: AsyncStream<[UInt8]>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
@@ -52,6 +52,11 @@ public final class RemoteView: Sendable {
         var focused: Bool?
         /// The view's latest restorable state (empty: none), for the next process.
         var restorable: [UInt8] = []
+        /// The state the view was made with is still to be sent (to the process that shows it
+        /// first, whether its channel opens now or was open already).
+        var restorePending = false
+        /// The most state the current channel's service may hold (its manifest's limit).
+        var stateLimit = 0
     }
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
@@ -81,8 +86,13 @@ public final class RemoteView: Sendable {
         self.connection = connection
         self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
-        (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
-        if let restoringState { state.withLock { $0.restorable = restoringState } }
+        (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        if let restoringState, !restoringState.isEmpty {
+            state.withLock {
+                $0.restorable = restoringState
+                $0.restorePending = true
+            }
+        }
         connection.addListener(self)
     }
 
@@ -104,7 +114,14 @@ public final class RemoteView: Sendable {
         let size = SurfaceSize(width: width, height: height, scalePermille: scalePermille)
         if let problem = size.problem { throw RemoteError(.invalidArgument, problem) }
         try await connection.withChannel { connection throws(RemoteError) in
-            try await Self.requireSurfaces(connection)
+            let peer = try await Self.requireSurfaces(connection)
+            // A view made with a state on a connection whose channel was open already: its
+            // process gets the state now, before the first size.
+            let (restore, limit) = state.withLock { state -> ([UInt8]?, Int) in
+                defer { state.restorePending = false }
+                return (state.restorePending ? state.restorable : nil, state.stateLimit)
+            }
+            if let restore { try await Self.restore(restore, to: peer, on: connection, limit: limit) }
             state.withLock { $0.compositor }.sizeGiven(size)
             try await connection.send(.resize(size))
         }
@@ -114,11 +131,23 @@ public final class RemoteView: Sendable {
 
     /// Throws unless the peer on `connection` has a view: it announced the `surfaces`
     /// capability, or it speaks protocol version 1, where a view needed no announcing.
-    private static func requireSurfaces(_ connection: Connection) async throws(RemoteError) {
+    @discardableResult
+    private static func requireSurfaces(_ connection: Connection) async throws(RemoteError) -> Handshake {
         let peer = try await connection.peerHandshake()
         guard hasView(peer, on: connection) else {
             throw RemoteError(.invalidArgument, "\(peer.identifier) does not announce the \"\(SurfaceCapability.name)\" capability in its handshake (it announced \(peer.capabilities)), so it has no view to present")
         }
+        return peer
+    }
+
+    /// Sends `state` as `restore_state` on `connection` if `peer` announced `restorable-state`
+    /// and it fits `limit`. A state that cannot be put in a memfd is left out: the view comes
+    /// up without it rather than not at all.
+    private static func restore(_ state: [UInt8], to peer: Handshake, on connection: Connection, limit: Int) async throws(RemoteError) {
+        guard !state.isEmpty, peer.capabilities.contains(RestorableStateCapability.name), state.count <= limit else { return }
+        let wire: RestorableStateWire, attachments: [Attachment]
+        do { (wire, attachments) = try RestorableStateWire.encode(state) } catch { return }
+        try await connection.send(.restoreState(wire), attachments: attachments)
     }
 
     /// Whether `peer` may have a view on `connection`: from protocol version 2 on, only when it
@@ -262,6 +291,7 @@ extension RemoteView: ServiceChannelListener {
         let compositor = state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
             state.frames = channel.connection
+            state.stateLimit = channel.restorableStateLimit
             return state.compositor
         }
         let limit = channel.restorableStateLimit
@@ -325,18 +355,17 @@ extension RemoteView: ServiceChannelListener {
     /// A view shown at a size before: the new process gets it too, and the traits and focus it
     /// was given last, before anything else.
     package func channelDidOpen(_ channel: ServiceChannel) async throws(RemoteError) {
-        let (size, traits, focused, restorable) = state.withLock { ($0.size, $0.traits, $0.focused, $0.restorable) }
+        let (size, traits, focused, restorable) = state.withLock { state in
+            defer { state.restorePending = false }
+            return (state.size, state.traits, state.focused, state.restorable)
+        }
         guard size != nil || !restorable.isEmpty else { return }
         let peer = try await channel.connection.peerHandshake()
         // A process without a view (it did not announce one, under version 2) is sent nothing.
         guard Self.hasView(peer, on: channel.connection) else { return }
         // The state first, before the size that makes the view: it is applied before the first
         // layout. Only to a service that announced it, and within what the manifest allows now.
-        if !restorable.isEmpty, peer.capabilities.contains(RestorableStateCapability.name),
-           restorable.count <= channel.restorableStateLimit {
-            let (wire, attachments) = try RestorableStateWire.encode(restorable)
-            try await channel.connection.send(.restoreState(wire), attachments: attachments)
-        }
+        try await Self.restore(restorable, to: peer, on: channel.connection, limit: channel.restorableStateLimit)
         guard let size else { return }
         state.withLock { $0.compositor }.sizeGiven(size)
         try await channel.connection.send(.resize(size))

@@ -122,7 +122,8 @@ public final class ShareSession: Sendable {
         if currentOutcome == nil { await close() }
         let items = self.items
         guard !items.isEmpty else {
-            throw RemoteError(.shareEnded, "the share with \(activity.identifier) ended more than \(Self.describe(retryRetention)) ago and its items were let go (ShareLimits.retryRetention): share them again")
+            let when = retryRetention > .zero ? "more than \(Self.describe(retryRetention)) ago" : "with a retry retention of 0"
+            throw RemoteError(.shareEnded, "the share with \(activity.identifier) ended \(when) and its items were let go (ShareLimits.retryRetention): share them again")
         }
         return try await Self.start(activity: activity, items: items, launcher: launcher, presentation: view.presentation,
                                     cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: view.restorableState)

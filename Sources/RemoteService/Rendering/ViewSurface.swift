@@ -41,10 +41,10 @@ final class ViewSurface {
     private var restoreReceived = false
     /// The state last sent (or restored): an unchanged state is not sent again.
     private var lastState: [UInt8] = []
-    /// When a state was last sent.
-    private var lastStateSent: ContinuousClock.Instant?
+    /// When the controller was last asked for its state.
+    private var lastStateAsked: ContinuousClock.Instant?
     /// When to ask the controller for its state next: set by a frame_done (a frame the host
-    /// has shown), at least ``stateInterval`` after the last one sent.
+    /// has shown), at least ``stateInterval`` after it was last asked.
     private var stateDue: ContinuousClock.Instant?
     /// The size of a state too large to send that was already logged.
     private var oversizeLogged: Int?
@@ -266,7 +266,7 @@ final class ViewSurface {
             try await presenter.receive(message, arrival: arrival)
             // A frame the host has shown: time to look at the state again (at most every 250 ms).
             if case .frameDone = message, stateDue == nil, restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed) {
-                stateDue = max(arrival, (lastStateSent ?? arrival).advanced(by: lastStateSent == nil ? .zero : Self.stateInterval))
+                stateDue = lastStateAsked.map { max(arrival, $0.advanced(by: Self.stateInterval)) } ?? arrival
             }
         }
     }
@@ -276,6 +276,7 @@ final class ViewSurface {
     private func sendState() async {
         stateDue = nil
         guard restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed), let root, let connection = root.connection else { return }
+        lastStateAsked = .now
         let state = root.controller.encodeRestorableState() ?? []
         guard state != lastState else { return }
         guard state.count <= restorableStateLimit else {
@@ -289,7 +290,6 @@ final class ViewSurface {
             let (wire, attachments) = try RestorableStateWire.encode(state)
             try await connection.send(.restorableState(wire), attachments: attachments)
             lastState = state
-            lastStateSent = .now
         } catch {
             // The connection is closing, or no memfd could be made: the host keeps the last one.
         }

@@ -14,7 +14,8 @@
 ///     var reader = StateArchive.Reader(state)
 ///     guard let text = reader.string(), let caret = reader.int() else { return }
 ///     field.text = text
-///     field.selection = caret..<caret
+///     let position = min(max(caret, 0), text.count)
+///     field.selection = position..<position
 /// }
 /// ```
 ///

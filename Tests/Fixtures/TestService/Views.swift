@@ -102,7 +102,7 @@ final class ScreenController: ViewController {
     override func restoreState(from state: [UInt8]) {
         var reader = StateArchive.Reader(state)
         guard let text = reader.string(), let lower = reader.int(), let upper = reader.int(), let first = reader.bool(),
-              let count = reader.int(), let padding = reader.bytes(), reader.isAtEnd else {
+              let count = reader.int(), let padding = reader.bytes(), reader.isAtEnd, 0 <= lower, lower <= upper, upper <= text.count else {
             log.append("unreadable state")
             return
         }
