@@ -52,6 +52,13 @@ let package = Package(
             name: "CCairo",
             path: "Sources/CCairo"
         ),
+        // Pango over Cairo, for all text: shaping, bidi, line breaking, font fallback. Loaded with
+        // dlopen when a process first lays out text (Debian: libpangocairo-1.0-0), so that a
+        // service that draws none does not map it at start; its API is declared in the header.
+        .target(
+            name: "CPango",
+            cSettings: [.define("_GNU_SOURCE", to: "1")]
+        ),
         // The launcher's process start (vfork + execve), in C because it runs where Swift cannot;
         // called only through RemoteCore/System's Syscall.spawn.
         .target(
@@ -72,6 +79,7 @@ let package = Package(
             dependencies: [
                 "RemoteCore",
                 "CCairo",
+                "CPango",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -103,6 +111,7 @@ let package = Package(
                 "RemoteService",
                 "CSDL2",
                 "CCairo",
+                "CPango",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

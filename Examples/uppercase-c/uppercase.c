@@ -5,6 +5,8 @@
  * share with the text upper-cased. See README.md for what the documents left open. */
 #include "rv.h"
 
+#include <pango/pangocairo.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -779,7 +781,10 @@ static void exit_all(const char *reason, int status)
         conn_free(c);
     }
     if (listen_fd >= 0) close(listen_fd);
-    cairo_debug_reset_static_data(); /* Cairo's font caches, so valgrind sees no leak of ours */
+    /* Pango's font map, then Cairo's font caches, so valgrind sees no leak of ours (the font map
+       holds Cairo fonts: it goes first). */
+    pango_cairo_font_map_set_default(NULL);
+    cairo_debug_reset_static_data();
     exit(status);
 }
 

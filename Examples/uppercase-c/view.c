@@ -1,6 +1,8 @@
 /* The view: sealed memfd buffers (Protocol.md, "Surfaces") drawn with Cairo. */
 #include "rv.h"
 
+#include <pango/pangocairo.h>
+
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -156,31 +158,30 @@ void view_draw(view *vw, buffer *b, const scene *sc)
     cairo_paint(cr);
     cairo_scale(cr, vw->scale, vw->scale);
 
-    /* the text, line by line, clipped to the band above the button */
+    /* the text, clipped to the band above the button */
     cairo_save(cr);
     cairo_rectangle(cr, 0, 0, vw->pt_w, sc->show_button ? text_bottom(vw) : vw->pt_h);
     cairo_clip(cr);
-    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_font_size(cr, FONT_SIZE);
-    cairo_font_extents_t fe;
-    cairo_font_extents(cr, &fe);
+    /* Text through Pango (shaping, bidi, fallback fonts), at 72 dpi: a size in points is a size
+       in the view's points, as in the Swift toolkit. */
+    PangoLayout *layout = pango_cairo_create_layout(cr);
+    pango_cairo_context_set_resolution(pango_layout_get_context(layout), 72);
+    pango_layout_context_changed(layout);
+    pango_layout_set_auto_dir(layout, TRUE);
+    PangoFontDescription *font = pango_font_description_from_string("DejaVu Sans");
+    pango_font_description_set_size(font, FONT_SIZE * PANGO_SCALE);
+    pango_layout_set_font_description(layout, font);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    double y = MARGIN + fe.ascent;
-    size_t start = 0;
-    char *line = malloc(sc->text_len + 1);
-    while (line && start <= sc->text_len && y - fe.ascent < vw->pt_h) {
-        size_t end = start;
-        while (end < sc->text_len && sc->text[end] != '\n') end++;
-        size_t n = 0;
-        for (size_t i = start; i < end; i++)
-            line[n++] = (sc->text[i] == '\t' || sc->text[i] == '\r') ? ' ' : sc->text[i];
-        line[n] = 0;
-        cairo_move_to(cr, MARGIN, y);
-        cairo_show_text(cr, line);
-        y += fe.height;
-        start = end + 1;
+    char *shown = malloc(sc->text_len + 1);
+    if (shown) {
+        for (size_t i = 0; i < sc->text_len; i++)
+            shown[i] = (sc->text[i] == '\t' || sc->text[i] == '\r') ? ' ' : sc->text[i];
+        shown[sc->text_len] = 0;
+        pango_layout_set_text(layout, shown, (int)sc->text_len);
+        cairo_move_to(cr, MARGIN, MARGIN);
+        pango_cairo_show_layout(cr, layout);
+        free(shown);
     }
-    free(line);
     cairo_restore(cr);
 
     if (sc->show_button) {
@@ -188,15 +189,18 @@ void view_draw(view *vw, buffer *b, const scene *sc)
         cairo_rectangle(cr, BUTTON_X, top, BUTTON_W, BUTTON_H);
         cairo_set_source_rgb(cr, 0x2F / 255.0, 0x6F / 255.0, 0xED / 255.0);
         cairo_fill(cr);
-        cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
-        cairo_set_font_size(cr, FONT_SIZE);
-        cairo_text_extents_t te;
-        cairo_text_extents(cr, "UPPERCASE", &te);
+        pango_font_description_set_weight(font, PANGO_WEIGHT_BOLD);
+        pango_layout_set_font_description(layout, font);
+        pango_layout_set_text(layout, "UPPERCASE", -1);
+        PangoRectangle ink;
+        pango_layout_get_extents(layout, &ink, NULL);
         cairo_set_source_rgb(cr, 1, 1, 1);
-        cairo_move_to(cr, BUTTON_X + (BUTTON_W - te.width) / 2 - te.x_bearing,
-                      top + (BUTTON_H - te.height) / 2 - te.y_bearing);
-        cairo_show_text(cr, "UPPERCASE");
+        cairo_move_to(cr, BUTTON_X + (BUTTON_W - (double)ink.width / PANGO_SCALE) / 2 - (double)ink.x / PANGO_SCALE,
+                      top + (BUTTON_H - (double)ink.height / PANGO_SCALE) / 2 - (double)ink.y / PANGO_SCALE);
+        pango_cairo_show_layout(cr, layout);
     }
+    pango_font_description_free(font);
+    g_object_unref(layout);
     cairo_destroy(cr);
     cairo_surface_flush(surface);
     cairo_surface_destroy(surface);

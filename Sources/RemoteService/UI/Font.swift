@@ -1,22 +1,61 @@
-import CCairo
+import CPango
 
-/// A font: a fontconfig family, a size in points and a weight. Text is drawn with Cairo.
+/// A font: a family (or a list of them), a size in points, a weight, and optionally the language
+/// of the text, as Pango matches it through fontconfig. A character the family lacks is drawn in
+/// another font that has it (fallback), never as a box when any installed font has it.
+///
+/// ```swift
+/// Font(size: 15)                                   // the toolkit's family
+/// Font(family: "Noto Sans CJK JP, sans-serif", size: 14)
+/// Font(family: "sans-serif:lang=ja", size: 14)     // a fontconfig-style language: Japanese glyph forms
+/// Font(description: "Noto Sans CJK JP Bold 14")    // a Pango font description
+/// ```
 public struct Font: Sendable, Hashable {
     /// How heavy the strokes are.
     public enum Weight: Sendable, Hashable {
         case regular, bold
     }
 
-    /// A fontconfig family name or pattern, e.g. "DejaVu Sans" or "sans-serif".
+    /// A family name, or a comma-separated list tried in order ("DejaVu Sans", "sans-serif",
+    /// "Noto Sans CJK JP, sans-serif").
     public var family: String
     /// Points.
     public var size: Double
     public var weight: Weight
+    /// The language of the text, as an RFC 3066 tag ("ja", "ar", "zh-TW"), when the family
+    /// should be matched for it (Han characters differ between Japanese and Chinese fonts);
+    /// `nil`: the language of the process's locale.
+    public var language: String?
 
-    public init(family: String = Font.defaultFamily, size: Double, weight: Weight = .regular) {
-        self.family = family
+    /// A font of `family`. A fontconfig-style `:lang=` suffix ("sans-serif:lang=ja") sets
+    /// ``language``; other fontconfig properties in a pattern are ignored (use ``weight``).
+    public init(family: String = Font.defaultFamily, size: Double, weight: Weight = .regular, language: String? = nil) {
+        var family = family, language = language
+        if let colon = family.firstIndex(of: ":") {
+            let properties = family[family.index(after: colon)...].split(separator: ":")
+            for property in properties where property.hasPrefix("lang=") {
+                language = language ?? String(property.dropFirst("lang=".count))
+            }
+            family = String(family[..<colon])
+        }
+        self.family = family.isEmpty ? Font.defaultFamily : family
         self.size = size
         self.weight = weight
+        self.language = language
+    }
+
+    /// A font from a Pango font description: families, then style words, then a size in points
+    /// ("Noto Sans CJK JP Bold 14", "DejaVu Sans 12"). Weights from semi-bold up are bold; a
+    /// description without a size gets `defaultSize`.
+    @MainActor
+    public init(description: String, defaultSize: Double = 15) {
+        let parsed = rv_pango_font_description_from_string(description)
+        defer { rv_pango_font_description_free(parsed) }
+        let family = rv_pango_font_description_get_family(parsed).map { String(cString: $0) } ?? Font.defaultFamily
+        let set = rv_pango_font_description_get_set_fields(parsed)
+        let size = set & RV_PANGO_FONT_MASK_SIZE != 0 ? Double(rv_pango_font_description_get_size(parsed)) / TextLayout.scale : defaultSize
+        let weight: Weight = rv_pango_font_description_get_weight(parsed) >= RV_PANGO_WEIGHT_SEMIBOLD ? .bold : .regular
+        self.init(family: family, size: size, weight: weight)
     }
 
     /// The family the toolkit uses when none is named (Debian's `fonts-dejavu-core`).
@@ -31,22 +70,29 @@ public struct Font: Sendable, Hashable {
 
     /// This font at `factor` times its size (the host's font scale).
     public func scaled(by factor: Double) -> Font {
-        Font(family: family, size: size * factor, weight: weight)
+        var scaled = self
+        scaled.size = size * factor
+        return scaled
     }
 
-    /// Sets this font on a Cairo context. Metrics are not hinted, so text measures the same at
-    /// every scale (what ``TextMeasure`` says is where it is drawn).
-    func apply(to cairo: OpaquePointer) {
-        cairo_select_font_face(cairo, family, CAIRO_FONT_SLANT_NORMAL, weight == .bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL)
-        cairo_set_font_size(cairo, size)
-        let options = cairo_font_options_create()
-        cairo_font_options_set_hint_metrics(options, CAIRO_HINT_METRICS_OFF)
-        cairo_set_font_options(cairo, options)
-        cairo_font_options_destroy(options)
+    /// A new `PangoFontDescription` of this font; the caller frees it.
+    func makePangoDescription() -> OpaquePointer {
+        let description = rv_pango_font_description_new()!
+        rv_pango_font_description_set_family(description, family)
+        rv_pango_font_description_set_size(description, Int32(clamping: Int((size * TextLayout.scale).rounded())))
+        rv_pango_font_description_set_weight(description, weight == .bold ? RV_PANGO_WEIGHT_BOLD : RV_PANGO_WEIGHT_NORMAL)
+        return description
     }
 }
 
 /// How text lines up in its box.
 public enum TextAlignment: Sendable, Hashable {
-    case left, center, right
+    /// The leading edge of each paragraph's direction: left for left-to-right text, right for
+    /// right-to-left (Arabic, Hebrew). The default.
+    case natural
+    /// The view's left edge, whatever the direction.
+    case left
+    case center
+    /// The view's right edge, whatever the direction.
+    case right
 }

@@ -71,15 +71,29 @@ extension GraphicsContext {
         cairo_restore(cairo)
     }
 
-    /// Draws one line of `text` with its baseline starting at `point`.
+    /// Draws one line of `text` with its first baseline at `point`: shaped by Pango, in the
+    /// direction of its first strong character (a right-to-left text starts at `point` too, its
+    /// runs in visual order), with fallback fonts for what `font` lacks. On the main actor, as
+    /// all layout (Pango's context is not thread-safe).
+    @MainActor
     public func draw(_ text: String, at point: Point, font: Font, color: Color) {
         guard !text.isEmpty else { return }
-        cairo_save(cairo)
-        font.apply(to: cairo)
-        cairo_set_source_rgba(cairo, color.red, color.green, color.blue, color.alpha)
-        cairo_move_to(cairo, point.x, point.y)
-        cairo_show_text(cairo, text)
-        cairo_restore(cairo)
+        let layout = TextLayout.make(text, font: font)
+        layout.draw(in: cairo, at: Point(x: point.x, y: point.y - layout.baseline), color: color)
+    }
+
+    /// Draws a laid-out text with its top left at `origin`.
+    @MainActor
+    func draw(_ layout: TextLayout, at origin: Point, color: Color) {
+        layout.draw(in: cairo, at: origin, color: color)
+    }
+
+    /// Draws `text` wrapped at `rect`'s width (by Pango's rules), each line aligned by
+    /// `alignment` (``TextAlignment/natural``: each paragraph's leading edge), from `rect`'s top.
+    @MainActor
+    public func draw(_ text: String, in rect: Rect, font: Font, color: Color, alignment: TextAlignment = .natural) {
+        guard !text.isEmpty else { return }
+        TextLayout.make(text, font: font, width: rect.width, alignment: alignment).draw(in: cairo, at: rect.origin, color: color)
     }
 
     /// Draws `image` scaled to fill `rect`.

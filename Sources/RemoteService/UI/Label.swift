@@ -10,7 +10,7 @@ open class Label: View {
     /// The most lines (0: as many as the text needs); text wraps at spaces when it is not 1.
     public var numberOfLines: Int { didSet { if numberOfLines != oldValue { contentChanged() } } }
 
-    public init(text: String = "", font: Font = .body, textColor: Color? = nil, alignment: TextAlignment = .left, numberOfLines: Int = 1) {
+    public init(text: String = "", font: Font = .body, textColor: Color? = nil, alignment: TextAlignment = .natural, numberOfLines: Int = 1) {
         self.text = text
         self.font = font
         self.textColor = textColor
@@ -30,35 +30,32 @@ open class Label: View {
         invalidateContainerLayout()
     }
 
-    /// The lines drawn within `width`.
+    /// The lines drawn within `width`: broken by Pango's rules, at most ``numberOfLines`` of
+    /// them (0: all), the last ending in "…" when the text was cut.
     func lines(within width: Double) -> [String] {
-        numberOfLines == 1 ? [text] : TextMeasure.lines(of: text, font: scaledFont, width: width, maxLines: numberOfLines)
+        TextMeasure.lines(of: text, font: scaledFont, width: max(width, 1), maxLines: numberOfLines)
+    }
+
+    /// The layout drawn within `width`: the text itself when it fits, else its lines as cut.
+    private func layout(within width: Double) -> TextLayout {
+        let font = scaledFont, width = max(width, 1)
+        let whole = TextLayout.make(text, font: font, width: width, alignment: alignment)
+        guard numberOfLines > 0, whole.lineCount > numberOfLines else { return whole }
+        return TextLayout.make(lines(within: width).joined(separator: "\n"), font: font, width: width, alignment: alignment)
     }
 
     open override func sizeThatFits(_ size: Size) -> Size {
-        let font = scaledFont
-        let lines = lines(within: size.width)
-        let widest = lines.map { TextMeasure.width(of: $0, font: font) }.max() ?? 0
-        let metrics = TextMeasure.lineMetrics(font)
-        return Size(width: min(size.width, widest.rounded(.up)), height: (metrics.lineHeight * Double(max(lines.count, 1))).rounded(.up))
+        guard !text.isEmpty else { return Size(width: 0, height: TextMeasure.lineMetrics(scaledFont).lineHeight.rounded(.up)) }
+        let laid = layout(within: size.width).size
+        return Size(width: min(size.width, laid.width.rounded(.up)), height: laid.height.rounded(.up))
     }
 
     open override func draw(in context: GraphicsContext) {
-        let font = scaledFont, color = resolvedTextColor
-        let metrics = TextMeasure.lineMetrics(font)
-        let lines = lines(within: bounds.width)
-        // Vertically centred as a block.
-        var baseline = ((bounds.height - metrics.lineHeight * Double(lines.count)) / 2).rounded() + metrics.ascent
-        for line in lines {
-            let width = TextMeasure.width(of: line, font: font)
-            let x: Double = switch alignment {
-            case .left: 0
-            case .center: ((bounds.width - width) / 2).rounded()
-            case .right: bounds.width - width
-            }
-            context.draw(line, at: Point(x: x, y: baseline), font: font, color: color)
-            baseline += metrics.lineHeight
-        }
+        guard !text.isEmpty else { return }
+        let layout = layout(within: bounds.width)
+        // Vertically centred as a block; each line aligned in the width by Pango.
+        let top = ((bounds.height - layout.size.height) / 2).rounded()
+        context.draw(layout, at: Point(x: 0, y: top), color: resolvedTextColor)
     }
 }
 

@@ -46,22 +46,19 @@ open class TextField: View {
         Size(width: size.width, height: (TextMeasure.lineMetrics(scaledFont).lineHeight + 2 * padding).rounded(.up))
     }
 
-    /// The x (in the field's points) of the position before character `index`.
+    /// The text as Pango lays it out (shaped, in visual order).
+    private var textLayout: TextLayout { TextLayout.make(text, font: scaledFont) }
+
+    /// The x (in the field's points) of the caret before character `index` (Pango's strong
+    /// cursor: in right-to-left text it stands right of the character).
     func offset(ofCharacter index: Int) -> Double {
-        padding + TextMeasure.width(of: String(text.prefix(index)), font: scaledFont)
+        padding + textLayout.caretX(beforeCharacter: index)
     }
 
-    /// The character position nearest `x` (a binary search: offsets grow with the index).
+    /// The character boundary nearest `x`, where a click at `x` lands (Pango's `xy_to_index`,
+    /// so mixed-direction text is right).
     func characterIndex(at x: Double) -> Int {
-        var low = 0, high = text.count
-        guard x > offset(ofCharacter: 0) else { return 0 }
-        guard x < offset(ofCharacter: high) else { return high }
-        // Invariant: offset(low) < x <= offset(high).
-        while high - low > 1 {
-            let middle = (low + high) / 2
-            if offset(ofCharacter: middle) < x { low = middle } else { high = middle }
-        }
-        return x - offset(ofCharacter: low) < offset(ofCharacter: high) - x ? low : high
+        textLayout.characterIndex(atX: x - padding)
     }
 
     open override func draw(in context: GraphicsContext) {

@@ -1,0 +1,91 @@
+// Text through Pango: shaping (Arabic contextual forms and the lam-alef ligature), bidi order,
+// natural alignment, fallback, and the fonts Font names. What the toolkit draws is what these
+// layouts say (TextLayout is the one place text is laid out).
+@testable import RemoteService
+import Testing
+
+@Suite("Text shaping and direction (Pango)")
+@MainActor
+struct TextShapingTests {
+    static let font = Font(size: 20)
+
+    /// The glyph Pango gives the character at UTF-8 offset `byte` of `text`, laid out alone.
+    static func glyph(atByte byte: Int, of text: String) -> UInt32? {
+        for run in TextLayout.make(text, font: font).runs {
+            for (index, cluster) in run.clusters.enumerated() where run.byteOffset + cluster == byte { return run.glyphs[index] }
+        }
+        return nil
+    }
+
+    @Test("Arabic letters are joined: each letter of بيت is drawn in its contextual form, another glyph than the same letter alone")
+    func arabicJoining() throws {
+        let word = "بيت"  // beh (initial), yeh (medial), teh (final)
+        let layout = TextLayout.make(word, font: Self.font)
+        #expect(layout.unknownGlyphs == 0, "a font with Arabic is installed (DejaVu Sans has it)")
+        #expect(layout.runs.count == 1 && layout.runs[0].level % 2 == 1, "one right-to-left run: \(layout.runs)")
+        var byte = 0
+        for letter in word {
+            let joined = try #require(Self.glyph(atByte: byte, of: word))
+            let alone = try #require(Self.glyph(atByte: 0, of: String(letter)))
+            #expect(joined != alone, "\(letter) at byte \(byte): glyph \(joined) joined, \(alone) alone")
+            byte += letter.utf8.count
+        }
+    }
+
+    @Test("lam and alef become one glyph, the lam-alef ligature: two code points, one cluster")
+    func lamAlef() {
+        let runs = TextLayout.make("لا", font: Self.font).runs
+        #expect(runs.count == 1 && runs[0].glyphs.count == 1, "\(runs)")
+        #expect(runs.first?.clusters == [0])
+    }
+
+    @Test("a right-to-left run is laid out in order: the first Hebrew letter is rightmost, and in mixed text the Hebrew follows the Latin")
+    func rightToLeftOrder() {
+        let hebrew = TextLayout.make("שלום", font: Self.font)
+        let positions = (0..<4).map { hebrew.position(ofCharacter: $0) }
+        let lefts = positions.map { min($0.x, $0.x + $0.width) }
+        #expect(lefts == lefts.sorted(by: >), "each letter left of the one before it: \(lefts)")
+
+        let mixed = TextLayout.make("abc שלום", font: Self.font)
+        #expect(!mixed.isRightToLeft, "the first strong character is Latin")
+        let c = mixed.position(ofCharacter: 2), shin = mixed.position(ofCharacter: 4), mem = mixed.position(ofCharacter: 7)
+        #expect(c.x < min(shin.x, shin.x + shin.width), "the Hebrew word comes after abc")
+        #expect(min(mem.x, mem.x + mem.width) < min(shin.x, shin.x + shin.width), "and within it, its last letter is leftmost")
+    }
+
+    @Test("natural alignment is the leading edge: a right-to-left paragraph sits at the right, a left-to-right one at the left; .left and .right are the view's edges")
+    func naturalAlignment() {
+        let width = 300.0
+        let hebrew = TextLayout.make("שלום עולם", font: Self.font, width: width, alignment: .natural)
+        #expect(hebrew.isRightToLeft)
+        let rect = hebrew.logicalRect
+        #expect(abs(rect.maxX - width) < 1, "right-aligned: \(rect)")
+        #expect(TextLayout.make("שלום עולם", font: Self.font, width: width, alignment: .left).logicalRect.minX < 1)
+        #expect(TextLayout.make("hello", font: Self.font, width: width, alignment: .natural).logicalRect.minX < 1)
+        let right = TextLayout.make("hello", font: Self.font, width: width, alignment: .right).logicalRect
+        #expect(abs(right.maxX - width) < 1)
+    }
+
+    @Test("a label's default alignment is natural: its right-to-left text is drawn against the right edge")
+    func labelDefault() {
+        #expect(Label(text: "مرحبا").alignment == .natural)
+    }
+
+    @Test("lines break by Pango's rules and a cut text ends in …; a caret in Hebrew stands at the right before the first letter")
+    func linesAndCaret() {
+        let width = TextMeasure.width(of: "hello world", font: Self.font) + 1
+        #expect(TextMeasure.lines(of: "hello world hello world", font: Self.font, width: width) == ["hello world", "hello world"])
+        let field = TextField(text: "שלום", font: Self.font)
+        #expect(field.offset(ofCharacter: 0) > field.offset(ofCharacter: 4), "logical start at the right: \(field.offset(ofCharacter: 0)), \(field.offset(ofCharacter: 4))")
+    }
+
+    @Test("Font takes a family (or a list), a fontconfig-style :lang=, or a Pango font description")
+    func fonts() {
+        let japanese = Font(family: "sans-serif:lang=ja", size: 14)
+        #expect(japanese.family == "sans-serif" && japanese.language == "ja")
+        let described = Font(description: "DejaVu Sans Bold 14")
+        #expect(described.family == "DejaVu Sans" && described.size == 14 && described.weight == .bold)
+        let plain = Font(description: "Serif")
+        #expect(plain.family == "Serif" && plain.size == 15 && plain.weight == .regular)
+    }
+}
