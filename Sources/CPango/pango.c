@@ -55,6 +55,7 @@ static struct {
     int (*pango_font_description_get_size)(const PangoFontDescription *desc);
     int (*pango_font_description_get_weight)(const PangoFontDescription *desc);
     int (*pango_font_description_get_set_fields)(const PangoFontDescription *desc);
+    PangoFontDescription * (*pango_font_describe)(void *font);
     PangoFontMetrics * (*pango_context_get_metrics)(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
     void (*pango_font_metrics_unref)(PangoFontMetrics *metrics);
     int (*pango_font_metrics_get_ascent)(PangoFontMetrics *metrics);
@@ -122,6 +123,7 @@ static void load(void)
     RESOLVE(pango_font_description_get_size);
     RESOLVE(pango_font_description_get_weight);
     RESOLVE(pango_font_description_get_set_fields);
+    RESOLVE(pango_font_describe);
     RESOLVE(pango_context_get_metrics);
     RESOLVE(pango_font_metrics_unref);
     RESOLVE(pango_font_metrics_get_ascent);
@@ -188,6 +190,7 @@ const char * rv_pango_font_description_get_family(const PangoFontDescription *de
 int rv_pango_font_description_get_size(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_size(desc); }
 int rv_pango_font_description_get_weight(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_weight(desc); }
 int rv_pango_font_description_get_set_fields(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_set_fields(desc); }
+PangoFontDescription * rv_pango_font_describe(void *font) { require(); return real.pango_font_describe(font); }
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language) { require(); return real.pango_context_get_metrics(context, desc, language); }
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics) { require(); real.pango_font_metrics_unref(metrics); }
 int rv_pango_font_metrics_get_ascent(PangoFontMetrics *metrics) { require(); return real.pango_font_metrics_get_ascent(metrics); }

@@ -2,6 +2,7 @@
 // natural alignment, fallback, and the fonts Font names. What the toolkit draws is what these
 // layouts say (TextLayout is the one place text is laid out).
 @testable import RemoteService
+import RemoteHost
 import Testing
 
 @Suite("Text shaping and direction (Pango)")
@@ -87,5 +88,58 @@ struct TextShapingTests {
         #expect(described.family == "DejaVu Sans" && described.size == 14 && described.weight == .bold)
         let plain = Font(description: "Serif")
         #expect(plain.family == "Serif" && plain.size == 15 && plain.weight == .regular)
+    }
+
+    // MARK: fonts (scripts/bootstrap installs Noto core, CJK and colour emoji, and IPAGothic)
+
+    @Test("👍🏽 (a thumb and a skin tone) is one glyph and one cluster, and one character of a field")
+    func emojiCluster() {
+        let layout = TextLayout.make("👍🏽", font: Self.font)
+        #expect(layout.unknownGlyphs == 0, "a colour emoji font is installed (fonts-noto-color-emoji)")
+        let glyphs = layout.runs.flatMap(\.glyphs)
+        #expect(glyphs.count == 1 && layout.runs.flatMap(\.clusters) == [0], "\(layout.runs)")
+        #expect(layout.runFamilies == ["Noto Color Emoji"], "\(layout.runFamilies)")
+        #expect("👍🏽".count == 1 && layout.characterIndex(ofByte: "👍🏽".utf8.count) == 1)
+    }
+
+    @Test("こんにちは draws in a font that has kana, not boxes; :lang=ja picks a Japanese face, :lang=zh-cn the Chinese one")
+    func cjk() {
+        let hello = TextLayout.make("こんにちは", font: Self.font)
+        #expect(hello.unknownGlyphs == 0, "fonts-noto-cjk is installed")
+        #expect(!hello.runFamilies.isEmpty && !hello.runFamilies.contains("DejaVu Sans"), "a font with kana, by fallback: \(hello.runFamilies)")
+        // 骨 has different Japanese and Chinese forms: the language picks the face.
+        let japanese = TextLayout.make("骨", font: Font(family: "sans-serif:lang=ja", size: 20)).runFamilies
+        let chinese = TextLayout.make("骨", font: Font(family: "sans-serif:lang=zh-cn", size: 20)).runFamilies
+        let japaneseFace = japanese.first.map { $0.contains("JP") || $0 == "IPAGothic" } ?? false
+        #expect(japaneseFace && chinese.first?.contains("SC") == true, "ja: \(japanese), zh-cn: \(chinese)")
+    }
+
+    @Test("a label in IPAGothic is drawn in IPAGothic (the family really resolved), and lays out beside labels in other fonts")
+    func ipaGothic() {
+        let layout = TextLayout.make("こんにちは IPA", font: Font(family: "IPAGothic", size: 16))
+        #expect(layout.runFamilies.allSatisfy { $0 == "IPAGothic" }, "fonts-ipafont-gothic is installed: \(layout.runFamilies)")
+        let headline = Label(text: "New Note", font: .headline), ipa = Label(text: "こんにちは", font: Font(family: "IPAGothic", size: 16))
+        let before = headline.sizeThatFits(Size(width: 300, height: 100))
+        let ipaSize = ipa.sizeThatFits(Size(width: 300, height: 100))
+        #expect(ipaSize.width > 0 && ipaSize.height > 0 && headline.sizeThatFits(Size(width: 300, height: 100)) == before,
+                "IPAGothic leaves other labels' layout as it was: \(before), \(ipaSize)")
+    }
+
+    @Test("colour emoji draw in colour (Cairo 1.16 with Noto Color Emoji's bitmaps)")
+    func emojiInColour() throws {
+        let bitmap = try Bitmap(width: 48, height: 48) { context in
+            context.fill(Rect(x: 0, y: 0, width: 48, height: 48), with: .white)
+            context.draw("👍🏽", at: Point(x: 4, y: 36), font: Font(size: 32), color: .black)
+        }
+        let image = try RemoteImage(pngData: try bitmap.pngData())
+        var coloured = 0
+        for y in 0..<48 {
+            for x in 0..<48 {
+                let word = image.pixel(x: x, y: y)
+                let r = Int((word >> 16) & 0xFF), g = Int((word >> 8) & 0xFF), b = Int(word & 0xFF)
+                if max(r, g, b) - min(r, g, b) > 40 { coloured += 1 }
+            }
+        }
+        #expect(coloured > 100, "pixels with colour: \(coloured)")
     }
 }

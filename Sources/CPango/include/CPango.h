@@ -123,6 +123,7 @@ const char * rv_pango_font_description_get_family(const PangoFontDescription *de
 int rv_pango_font_description_get_size(const PangoFontDescription *desc);
 int rv_pango_font_description_get_weight(const PangoFontDescription *desc);
 int rv_pango_font_description_get_set_fields(const PangoFontDescription *desc);
+PangoFontDescription * rv_pango_font_describe(void *font);
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics);
 int rv_pango_font_metrics_get_ascent(PangoFontMetrics *metrics);

@@ -223,4 +223,19 @@ final class TextLayout {
 
     /// How many glyphs no font had (drawn as boxes).
     var unknownGlyphs: Int { Int(rv_pango_layout_get_unknown_glyphs_count(layout)) }
+
+    /// The family of the font each run was drawn in, in visual order: which font fontconfig
+    /// really picked (a family it lacks falls back silently).
+    var runFamilies: [String] {
+        var families: [String] = []
+        let iterator = rv_pango_layout_get_iter(layout)
+        defer { rv_pango_layout_iter_free(iterator) }
+        repeat {
+            guard let run = rv_pango_layout_iter_get_run_readonly(iterator)?.pointee, let font = run.item?.pointee.analysis.font,
+                  let description = rv_pango_font_describe(font) else { continue }
+            families.append(rv_pango_font_description_get_family(description).map { String(cString: $0) } ?? "")
+            rv_pango_font_description_free(description)
+        } while rv_pango_layout_iter_next_run(iterator) != 0
+        return families
+    }
 }
