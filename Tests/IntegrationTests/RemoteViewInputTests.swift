@@ -347,4 +347,13 @@ struct RemoteViewInputTests {
             #expect(status.launches == 1 && status.crashes == 0, "one process served every round: \(status)")
         }
     }
+
+    @Test("text in every script is drawn inside the sandbox: Arabic, Hebrew, kana (IPAGothic, listed under Debian's font alternatives) and a colour emoji all find a font")
+    func scriptsInTheSandbox() async throws {
+        try await Self.withScreen { view, _ in
+            let text = "مرحبا بالعالم — שלום — こんにちは — 👍🏽"
+            let missing = try await view.connection.request(ServiceMessage(type: "missing-glyphs", text: text)).text
+            #expect(missing == "0", "glyphs without a font in the sandbox: \(missing ?? "?")")
+        }
+    }
 }

@@ -45,6 +45,11 @@ struct SandboxTests {
         // /proc/sys's files writable by their owner, which a root host's sandbox was).
         let joined = arguments.joined(separator: " ")
         #expect(joined.contains("--proc /proc --ro-bind /proc/sys /proc/sys"))
+        // Debian's font alternatives: links into /usr, made again inside, nothing bound.
+        for alternative in BubblewrapCommand.fontAlternatives {
+            #expect(alternative.target.hasPrefix("/usr/") && joined.contains("--symlink \(alternative.target) \(alternative.link)"))
+        }
+        #expect(!sources.contains { $0.hasPrefix("/etc/alternatives") })
     }
 
     @Test("the network entitlement shares the network; read-only paths are bound read-only")

@@ -52,6 +52,21 @@ struct BubblewrapCommand {
     /// Files outside `/usr` that are bound read-only when present.
     static let systemFiles = ["/etc/fonts", "/etc/ld.so.cache", "/etc/localtime", "/var/cache/fontconfig"]
 
+    /// Debian's font alternatives (`/etc/alternatives/fonts-*`, e.g. `fonts-japanese-gothic.ttf`,
+    /// which fontconfig lists IPAGothic under), each as the same symbolic link inside the
+    /// sandbox when it points into `/usr`: without it, fontconfig's first choice for Japanese
+    /// dangles there and kana draw as boxes. Only the links are made; their targets are in
+    /// `/usr`, bound already.
+    static let fontAlternatives: [(link: String, target: String)] = {
+        let folder = "/etc/alternatives"
+        let names = (try? Syscall.directoryEntries(folder)) ?? []
+        return names.filter { $0.hasPrefix("fonts-") }.sorted().compactMap { name in
+            let link = folder + "/" + name
+            guard let target = Syscall.symbolicLinkTarget(link), target.hasPrefix("/usr/"), !target.contains("/../") else { return nil }
+            return (link, target)
+        }
+    }()
+
     /// Where the service's data folder appears inside the sandbox.
     static let dataMountPoint = "/data"
 
@@ -99,6 +114,7 @@ struct BubblewrapCommand {
         // kernel sees as their owner (a root host's, before services had uids of their own).
         arguments += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/run"]
         for file in Self.systemFiles { arguments += ["--ro-bind-try", file, file] }
+        for alternative in Self.fontAlternatives { arguments += ["--symlink", alternative.target, alternative.link] }
         var bound: [String] = []
         var copies: [Copy] = []
         /// The first folder above `path` (its links resolved) that the service's own uid cannot

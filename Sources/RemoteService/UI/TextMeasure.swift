@@ -10,6 +10,13 @@ public enum TextMeasure {
         return TextLayout.make(text, font: font).size.width
     }
 
+    /// How many glyphs of `text` no installed font has (drawn as boxes): 0 when every
+    /// character is covered, by `font` or by a fallback font. For checking a machine's, or a
+    /// sandbox's, fonts.
+    public static func missingGlyphs(in text: String, font: Font) -> Int {
+        TextLayout.make(text, font: font).unknownGlyphs
+    }
+
     private static var metricsCache: [Font: (ascent: Double, descent: Double, lineHeight: Double)] = [:]
 
     /// Ascent (above the baseline), descent (below it) and line height, in points, of the font

@@ -157,6 +157,9 @@ final class ScreenController: ViewController {
             guard let value = words.first.flatMap(Double.init) else { throw ServiceFailure(domain: "test", code: 1, message: "progress VALUE") }
             progress.setProgress(value, animated: words.contains("animated"))
             return ServiceMessage(type: "ok")
+        case "missing-glyphs":
+            // How many glyphs of the text no font in the sandbox has.
+            return ServiceMessage(type: "missing-glyphs", text: String(TextMeasure.missingGlyphs(in: request.text ?? "", font: .body)))
         case "pad":
             padding = Int(words.first ?? "") ?? 0
             status.text = "padded \(padding)"
