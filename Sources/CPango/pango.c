@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static struct {
     void (*g_object_unref)(void *object);
@@ -55,6 +56,10 @@ static struct {
     int (*pango_font_description_get_size)(const PangoFontDescription *desc);
     int (*pango_font_description_get_weight)(const PangoFontDescription *desc);
     int (*pango_font_description_get_set_fields)(const PangoFontDescription *desc);
+    void (*pango_context_set_round_glyph_positions)(PangoContext *context, int round_positions);
+    int (*pango_layout_line_get_resolved_direction)(PangoLayoutLine *line);
+    PangoLayoutLine * (*pango_layout_get_line_readonly)(PangoLayout *layout, int line);
+    void (*pango_layout_set_ellipsize)(PangoLayout *layout, int ellipsize);
     PangoFontDescription * (*pango_font_describe)(void *font);
     PangoFontMetrics * (*pango_context_get_metrics)(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
     void (*pango_font_metrics_unref)(PangoFontMetrics *metrics);
@@ -70,7 +75,8 @@ static void load(void)
 {
     void *library = dlopen("libpangocairo-1.0.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!library) {
-        failure = dlerror();
+        const char *error = dlerror();
+        failure = strdup(error ? error : "dlopen failed");  /* dlerror's buffer does not last */
         return;
     }
 #define RESOLVE(name)                                              \
@@ -123,6 +129,10 @@ static void load(void)
     RESOLVE(pango_font_description_get_size);
     RESOLVE(pango_font_description_get_weight);
     RESOLVE(pango_font_description_get_set_fields);
+    RESOLVE(pango_context_set_round_glyph_positions);
+    RESOLVE(pango_layout_line_get_resolved_direction);
+    RESOLVE(pango_layout_get_line_readonly);
+    RESOLVE(pango_layout_set_ellipsize);
     RESOLVE(pango_font_describe);
     RESOLVE(pango_context_get_metrics);
     RESOLVE(pango_font_metrics_unref);
@@ -190,6 +200,10 @@ const char * rv_pango_font_description_get_family(const PangoFontDescription *de
 int rv_pango_font_description_get_size(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_size(desc); }
 int rv_pango_font_description_get_weight(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_weight(desc); }
 int rv_pango_font_description_get_set_fields(const PangoFontDescription *desc) { require(); return real.pango_font_description_get_set_fields(desc); }
+void rv_pango_context_set_round_glyph_positions(PangoContext *context, int round_positions) { require(); real.pango_context_set_round_glyph_positions(context, round_positions); }
+int rv_pango_layout_line_get_resolved_direction(PangoLayoutLine *line) { require(); return real.pango_layout_line_get_resolved_direction(line); }
+PangoLayoutLine * rv_pango_layout_get_line_readonly(PangoLayout *layout, int line) { require(); return real.pango_layout_get_line_readonly(layout, line); }
+void rv_pango_layout_set_ellipsize(PangoLayout *layout, int ellipsize) { require(); real.pango_layout_set_ellipsize(layout, ellipsize); }
 PangoFontDescription * rv_pango_font_describe(void *font) { require(); return real.pango_font_describe(font); }
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language) { require(); return real.pango_context_get_metrics(context, desc, language); }
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics) { require(); real.pango_font_metrics_unref(metrics); }

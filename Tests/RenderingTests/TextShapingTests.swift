@@ -67,9 +67,64 @@ struct TextShapingTests {
         #expect(abs(right.maxX - width) < 1)
     }
 
-    @Test("a label's default alignment is natural: its right-to-left text is drawn against the right edge")
-    func labelDefault() {
+    @Test("a label's default alignment is natural, and a label cut at its last line keeps each line's direction (the text up to that line, not lines joined)")
+    func labelDefault() throws {
         #expect(Label(text: "مرحبا").alignment == .natural)
+        let font = Font(size: 15)
+        let text = "שלום עולם abc def שלום עולם ghi jkl שלום עולם mno pqr"
+        let width = TextMeasure.width(of: "שלום עולם abc def", font: font) + 2
+        let lines = TextMeasure.lines(of: text, font: font, width: width, maxLines: 2)
+        #expect(lines.count == 2 && lines[1].hasSuffix("…"), "\(lines)")
+        // Every line of the paragraph is right to left, the continuation included.
+        let cut = TextLayout.make(text, font: font, width: width)
+        #expect(cut.isRightToLeft && cut.lineCount > 2)
+    }
+
+    @Test(".left and .right are the view's edges for a right-to-left paragraph that starts with digits, and for Hebrew")
+    func edgesForRightToLeft() {
+        let width = 300.0
+        let digitsFirst = TextLayout.make("3 הודעות חדשות", font: Self.font, width: width, alignment: .left)
+        #expect(digitsFirst.isRightToLeft, "its first strong character is Hebrew")
+        #expect(digitsFirst.logicalRect.minX < 1, "\(digitsFirst.logicalRect)")
+        let right = TextLayout.make("שלום", font: Self.font, width: width, alignment: .right).logicalRect
+        #expect(abs(right.maxX - width) < 1, "\(right)")
+        let natural = TextLayout.make("3 הודעות", font: Self.font, width: width).logicalRect
+        #expect(abs(natural.maxX - width) < 1, "natural: the leading edge of a right-to-left paragraph: \(natural)")
+    }
+
+    @Test("clicks land where they fall (xy_to_index): past either end of left-to-right and right-to-left text, and on a Hebrew letter's halves")
+    func clicks() {
+        let latin = TextLayout.make("abc", font: Self.font)
+        #expect(latin.characterIndex(atX: -20) == 0 && latin.characterIndex(atX: 500) == 3)
+        let hebrew = TextLayout.make("שלום", font: Self.font)
+        #expect(hebrew.characterIndex(atX: 500) == 0, "right of Hebrew text is its logical start")
+        #expect(hebrew.characterIndex(atX: -20) == 4, "left of it, its end")
+        let shin = hebrew.position(ofCharacter: 0)
+        let left = min(shin.x, shin.x + shin.width), right = max(shin.x, shin.x + shin.width)
+        #expect(hebrew.characterIndex(atX: right - 1) == 0, "the right half of ש: before it")
+        #expect(hebrew.characterIndex(atX: left + 1) == 1, "its left half: after it")
+    }
+
+    @Test("left and right arrows move the caret on screen (Pango's visual movement): in Hebrew, left goes on through the word; a selection's highlight covers the selected letters")
+    func arrowsInHebrew() {
+        let field = TextField(text: "שלום", font: Self.font)
+        field.selection = 0..<0
+        field.keyDown(KeyEvent(down: true, keyCode: KeyCode.left))
+        #expect(field.selection == 1..<1, "left from the start of Hebrew text goes to after its first letter: \(field.selection)")
+        field.keyDown(KeyEvent(down: true, keyCode: KeyCode.right))
+        #expect(field.selection == 0..<0)
+        field.keyDown(KeyEvent(down: true, keyCode: KeyCode.right))
+        #expect(field.selection == 0..<0, "the right end of Hebrew text stops the caret")
+        let latin = TextField(text: "abc", font: Self.font)
+        latin.selection = 1..<1
+        latin.keyDown(KeyEvent(down: true, keyCode: KeyCode.left))
+        #expect(latin.selection == 0..<0)
+        // "abc שלום": characters 2..<6 are c, the space, ש and ל; their pieces on screen.
+        let mixed = TextLayout.make("abc שלום", font: Self.font)
+        let pieces = mixed.xRanges(ofCharacters: 2..<6)
+        let covered = pieces.reduce(0) { $0 + $1.maxX - $1.minX }
+        let expected = (2..<6).reduce(0.0) { $0 + abs(mixed.position(ofCharacter: $1).width) }
+        #expect(abs(covered - expected) < 0.5 && pieces.count == 2, "\(pieces)")
     }
 
     @Test("lines break by Pango's rules and a cut text ends in …; a caret in Hebrew stands at the right before the first letter")

@@ -5,8 +5,9 @@
 //
 // Each call is `rv_` + Pango's name, with Pango's signature. The types are declared here rather
 // than by including <pango/pangocairo.h>, which needs GLib's include paths (only pkg-config
-// gives them, with a `-pthread` SwiftPM warns about). They are Pango 1.x's stable C API and ABI
-// (the structs' layouts were checked against Debian 12's Pango 1.50 headers).
+// gives them, with a `-pthread` SwiftPM warns about). They are Pango's stable C API and ABI (the
+// structs' layouts were checked against Debian 12's Pango 1.50 headers); Pango 1.50 or later is
+// needed (pango_layout_line_get_resolved_direction), and an older one fails at the first text.
 #ifndef REMOTEVIEW_CPANGO_H
 #define REMOTEVIEW_CPANGO_H
 #include <stdint.h>
@@ -34,6 +35,8 @@ struct _cairo_font_options;
 #define RV_PANGO_WEIGHT_SEMIBOLD 600
 #define RV_PANGO_WEIGHT_BOLD 700
 #define RV_PANGO_FONT_MASK_SIZE 32
+#define RV_PANGO_ELLIPSIZE_END 3
+#define RV_G_MAXINT 2147483647
 
 typedef struct {
     int x, y, width, height;
@@ -123,6 +126,10 @@ const char * rv_pango_font_description_get_family(const PangoFontDescription *de
 int rv_pango_font_description_get_size(const PangoFontDescription *desc);
 int rv_pango_font_description_get_weight(const PangoFontDescription *desc);
 int rv_pango_font_description_get_set_fields(const PangoFontDescription *desc);
+void rv_pango_context_set_round_glyph_positions(PangoContext *context, int round_positions);
+int rv_pango_layout_line_get_resolved_direction(PangoLayoutLine *line);
+PangoLayoutLine * rv_pango_layout_get_line_readonly(PangoLayout *layout, int line);
+void rv_pango_layout_set_ellipsize(PangoLayout *layout, int ellipsize);
 PangoFontDescription * rv_pango_font_describe(void *font);
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics);

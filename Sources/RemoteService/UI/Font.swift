@@ -24,7 +24,8 @@ public struct Font: Sendable, Hashable {
     public var weight: Weight
     /// The language of the text, as an RFC 3066 tag ("ja", "ar", "zh-TW"), when the family
     /// should be matched for it (Han characters differ between Japanese and Chinese fonts);
-    /// `nil`: the language of the process's locale.
+    /// `nil`: Pango's default language, the process's locale's (a sandboxed service runs with a
+    /// cleared environment, so that is C, and fontconfig's own order applies).
     public var language: String?
 
     /// A font of `family`. A fontconfig-style `:lang=` suffix ("sans-serif:lang=ja") sets
@@ -79,7 +80,7 @@ public struct Font: Sendable, Hashable {
     func makePangoDescription() -> OpaquePointer {
         let description = rv_pango_font_description_new()!
         rv_pango_font_description_set_family(description, family)
-        rv_pango_font_description_set_size(description, Int32(clamping: Int((size * TextLayout.scale).rounded())))
+        rv_pango_font_description_set_size(description, TextLayout.units(size.isFinite ? max(size, 0) : 0))
         rv_pango_font_description_set_weight(description, weight == .bold ? RV_PANGO_WEIGHT_BOLD : RV_PANGO_WEIGHT_NORMAL)
         return description
     }

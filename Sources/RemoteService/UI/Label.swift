@@ -7,7 +7,8 @@ open class Label: View {
     /// `nil`: the traits' text colour (dark on light, light on dark).
     public var textColor: Color? { didSet { if textColor != oldValue { setNeedsDisplay() } } }
     public var alignment: TextAlignment { didSet { if alignment != oldValue { setNeedsDisplay() } } }
-    /// The most lines (0: as many as the text needs); text wraps at spaces when it is not 1.
+    /// The most lines (0: as many as the text needs). One line is the first paragraph,
+    /// ellipsized where it does not fit; more wrap by Pango's rules, the last ellipsized.
     public var numberOfLines: Int { didSet { if numberOfLines != oldValue { contentChanged() } } }
 
     public init(text: String = "", font: Font = .body, textColor: Color? = nil, alignment: TextAlignment = .natural, numberOfLines: Int = 1) {
@@ -36,12 +37,23 @@ open class Label: View {
         TextMeasure.lines(of: text, font: scaledFont, width: max(width, 1), maxLines: numberOfLines)
     }
 
-    /// The layout drawn within `width`: the text itself when it fits, else its lines as cut.
+    /// The layout drawn within `width`. One line: the first paragraph, ellipsized by Pango where
+    /// it does not fit. Several: the text wrapped, and when it needs more than
+    /// ``numberOfLines``, the text up to the last line shown (so every line keeps its
+    /// paragraph's direction), that line cut short, and "…".
     private func layout(within width: Double) -> TextLayout {
         let font = scaledFont, width = max(width, 1)
+        if numberOfLines == 1 {
+            let first = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+            let line = first.count > 1 && !first[1].isEmpty ? String(first[0]) + "…" : String(first[0])
+            return TextLayout.make(line, font: font, width: width, alignment: alignment, ellipsized: true)
+        }
         let whole = TextLayout.make(text, font: font, width: width, alignment: alignment)
         guard numberOfLines > 0, whole.lineCount > numberOfLines else { return whole }
-        return TextLayout.make(lines(within: width).joined(separator: "\n"), font: font, width: width, alignment: alignment)
+        let lastStart = whole.lineStarts[numberOfLines - 1]
+        let head = String(decoding: Array(text.utf8)[..<lastStart], as: UTF8.self)
+        let last = lines(within: width).last ?? "…"
+        return TextLayout.make(head + last, font: font, width: width, alignment: alignment)
     }
 
     open override func sizeThatFits(_ size: Size) -> Size {

@@ -73,8 +73,11 @@ open class TextField: View {
         }
         let focused = isFirstResponder && (serviceRoot?.isFocused ?? false)
         if isFirstResponder, !selection.isEmpty {
-            let left = offset(ofCharacter: selection.lowerBound), right = offset(ofCharacter: selection.upperBound)
-            context.fill(Rect(x: left, y: top, width: right - left, height: metrics.lineHeight), with: traits.tint.withAlpha(focused ? 0.35 : 0.15))
+            // The selected characters where they are drawn: in mixed-direction text, pieces.
+            for piece in textLayout.xRanges(ofCharacters: selection) {
+                context.fill(Rect(x: padding + piece.minX, y: top, width: piece.maxX - piece.minX, height: metrics.lineHeight),
+                             with: traits.tint.withAlpha(focused ? 0.35 : 0.15))
+            }
         }
         context.draw(text, at: Point(x: padding, y: baseline), font: font, color: traits.textColor)
         if focused, selection.isEmpty {
@@ -111,12 +114,20 @@ open class TextField: View {
         case KeyCode.delete:
             if selection.isEmpty, selection.upperBound < count { selection = selection.lowerBound..<(selection.upperBound + 1) }
             replaceSelection(with: "")
-        case KeyCode.left, KeyCode.home:
-            let target = event.keyCode == KeyCode.home ? 0 : (selection.isEmpty || extend ? max(0, caret - 1) : selection.lowerBound)
+        case KeyCode.left, KeyCode.right:
+            // On screen, as Pango moves a caret through mixed-direction text: in Hebrew, left
+            // goes on to the next letter. A selection collapses to its logical end that way.
+            let direction = event.keyCode == KeyCode.left ? -1 : 1
+            let target: Int
+            if selection.isEmpty || extend {
+                target = textLayout.characterIndex(movingVisuallyFrom: caret, direction: direction)
+            } else {
+                let ends = [selection.lowerBound, selection.upperBound].sorted { offset(ofCharacter: $0) < offset(ofCharacter: $1) }
+                target = direction < 0 ? ends[0] : ends[1]
+            }
             move(to: target, extending: extend)
-        case KeyCode.right, KeyCode.end:
-            let target = event.keyCode == KeyCode.end ? count : (selection.isEmpty || extend ? min(count, caret + 1) : selection.upperBound)
-            move(to: target, extending: extend)
+        case KeyCode.home, KeyCode.end:
+            move(to: event.keyCode == KeyCode.home ? 0 : count, extending: extend)
         case KeyCode.a where event.modifiers.contains(.control):
             anchor = 0
             selection = 0..<count

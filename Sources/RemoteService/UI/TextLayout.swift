@@ -37,8 +37,17 @@ final class TextLayout {
         cairo_font_options_set_hint_metrics(options, CAIRO_HINT_METRICS_OFF)
         rv_pango_cairo_context_set_font_options(context, options)
         cairo_font_options_destroy(options)
+        // Glyphs at their exact advances: the context does not know the view's scale, so rounded
+        // positions would be whole points (2 pixels at scale 2).
+        rv_pango_context_set_round_glyph_positions(context, 0)
         return context
     }()
+
+    /// `points` in Pango units, for a width (a non-finite or huge value is clamped).
+    nonisolated static func units(_ points: Double) -> Int32 {
+        guard points.isFinite else { return points > 0 ? Int32.max : 0 }
+        return Int32(clamping: Int(max(min(points * scale, Double(Int32.max)), Double(Int32.min)).rounded(.down)))
+    }
 
     /// What a layout is made of: equal keys give the same layout.
     struct Key: Hashable {
@@ -47,6 +56,8 @@ final class TextLayout {
         /// The width lines wrap at, in points; `nil`: one line per paragraph, unwrapped.
         var width: Double?
         var alignment: TextAlignment
+        /// One line per paragraph, ellipsized at the end to `width`, instead of wrapped.
+        var ellipsized = false
     }
 
     private static var cache: [Key: TextLayout] = [:]
@@ -55,9 +66,18 @@ final class TextLayout {
 
     /// The layout of `text` in `font`, wrapped at `width` by Pango's rules (`nil`: not wrapped),
     /// each line aligned in `width` by `alignment`.
-    static func make(_ text: String, font: Font, width: Double? = nil, alignment: TextAlignment = .natural) -> TextLayout {
-        let key = Key(text: text, font: font, width: width, alignment: alignment)
+    /// With `ellipsized`, each paragraph is one line, ended by "…" where it does not fit.
+    static func make(_ text: String, font: Font, width: Double? = nil, alignment: TextAlignment = .natural, ellipsized: Bool = false) -> TextLayout {
+        let key = Key(text: text, font: font, width: width, alignment: alignment, ellipsized: ellipsized)
         if let cached = cache[key] { return cached }
+        let made = uncached(text, font: font, width: width, alignment: alignment, ellipsized: ellipsized)
+        if cache.count >= cacheLimit { cache.removeAll(keepingCapacity: true) }
+        cache[key] = made
+        return made
+    }
+
+    /// A layout made for one measurement, not kept.
+    static func uncached(_ text: String, font: Font, width: Double? = nil, alignment: TextAlignment = .natural, ellipsized: Bool = false) -> TextLayout {
         let layout = rv_pango_layout_new(context)!
         rv_pango_layout_set_text(layout, text, -1)
         let description = font.makePangoDescription()
@@ -73,34 +93,39 @@ final class TextLayout {
         // is the leading edge (right for a right-to-left paragraph).
         rv_pango_layout_set_auto_dir(layout, 1)
         if let width {
-            rv_pango_layout_set_width(layout, Int32(clamping: Int((max(width, 0) * scale).rounded(.down))))
-            rv_pango_layout_set_wrap(layout, RV_PANGO_WRAP_WORD_CHAR)
+            rv_pango_layout_set_width(layout, units(max(width, 0)))
+            if ellipsized {
+                rv_pango_layout_set_ellipsize(layout, RV_PANGO_ELLIPSIZE_END)
+            } else {
+                rv_pango_layout_set_wrap(layout, RV_PANGO_WRAP_WORD_CHAR)
+            }
         }
         let made = TextLayout(layout: layout, text: text)
         made.align(alignment)
-        if cache.count >= cacheLimit { cache.removeAll(keepingCapacity: true) }
-        cache[key] = made
         return made
     }
 
     /// Sets the Pango alignment for `alignment`, given the text's direction.
+    ///
+    /// With auto-dir, Pango flips left and right for a right-to-left paragraph: `.left` and
+    /// `.right` mean the view's edges, so they are flipped back, by the first paragraph's
+    /// direction (one alignment serves a layout: in text whose paragraphs go both ways, the
+    /// first decides).
     private func align(_ alignment: TextAlignment) {
-        // With auto-dir, Pango flips left and right in a right-to-left paragraph: `.left` and
-        // `.right` mean the view's edges, so they are flipped back.
-        let rtl = isRightToLeft
         let pango: Int32 = switch alignment {
         case .natural: RV_PANGO_ALIGN_LEFT
         case .center: RV_PANGO_ALIGN_CENTER
-        case .left: rtl ? RV_PANGO_ALIGN_RIGHT : RV_PANGO_ALIGN_LEFT
-        case .right: rtl ? RV_PANGO_ALIGN_LEFT : RV_PANGO_ALIGN_RIGHT
+        case .left: isRightToLeft ? RV_PANGO_ALIGN_RIGHT : RV_PANGO_ALIGN_LEFT
+        case .right: isRightToLeft ? RV_PANGO_ALIGN_LEFT : RV_PANGO_ALIGN_RIGHT
         }
         rv_pango_layout_set_alignment(layout, pango)
     }
 
-    /// Whether the first paragraph's base direction is right to left (its first strong
-    /// character's).
+    /// Whether the first paragraph's base direction is right to left: that of its first strong
+    /// character (so "3 הודעות", digits first, is right to left).
     var isRightToLeft: Bool {
-        rv_pango_layout_get_direction(layout, 0) == RV_PANGO_DIRECTION_RTL
+        guard let line = rv_pango_layout_get_line_readonly(layout, 0) else { return false }
+        return rv_pango_layout_line_get_resolved_direction(line) == RV_PANGO_DIRECTION_RTL
     }
 
     /// The logical extents, in points: where the lines are, from the layout's top left.
@@ -137,11 +162,11 @@ final class TextLayout {
 
     /// The UTF-8 offset of character (grapheme cluster) `index` of the text.
     func byteOffset(ofCharacter index: Int) -> Int {
-        let clamped = min(max(index, 0), text.count)
-        return text.utf8.distance(from: text.startIndex, to: text.index(text.startIndex, offsetBy: clamped))
+        let position = text.index(text.startIndex, offsetBy: max(index, 0), limitedBy: text.endIndex) ?? text.endIndex
+        return text.utf8.distance(from: text.startIndex, to: position)
     }
 
-    /// The character (grapheme cluster) whose UTF-8 offset is `offset`, or the one it falls in.
+    /// The character (grapheme cluster) that UTF-8 offset `offset` starts, or falls in.
     func characterIndex(ofByte offset: Int) -> Int {
         var count = 0
         var position = text.startIndex
@@ -152,6 +177,12 @@ final class TextLayout {
             count += 1
         }
         return count
+    }
+
+    /// The character boundary a Pango position names: a UTF-8 offset, plus `trailing` grapheme
+    /// positions after it (Pango's "trailing" of `xy_to_index` and cursor movement).
+    func characterIndex(ofByte offset: Int, trailing: Int) -> Int {
+        min(characterIndex(ofByte: offset) + max(trailing, 0), text.count)
     }
 
     /// The x, in points from the layout's left, of the caret before character `index` (its
@@ -176,7 +207,48 @@ final class TextLayout {
         var index: Int32 = 0, trailing: Int32 = 0
         rv_pango_layout_xy_to_index(layout, Int32(clamping: Int((x * Self.scale).rounded())), Int32(clamping: Int((y * Self.scale).rounded())),
                                  &index, &trailing)
-        return min(characterIndex(ofByte: Int(index)) + (trailing > 0 ? 1 : 0), text.count)
+        return characterIndex(ofByte: Int(index), trailing: Int(trailing))
+    }
+
+    /// The character boundary the caret goes to from character boundary `index` when moved one
+    /// position left (`direction` −1) or right (+1) on screen, as Pango moves it through
+    /// mixed-direction text (`move_cursor_visually`, the strong cursor). The text's ends stop it.
+    func characterIndex(movingVisuallyFrom index: Int, direction: Int) -> Int {
+        var newIndex: Int32 = 0, newTrailing: Int32 = 0
+        rv_pango_layout_move_cursor_visually(layout, 1, Int32(clamping: byteOffset(ofCharacter: index)), 0, direction < 0 ? -1 : 1,
+                                             &newIndex, &newTrailing)
+        if newIndex < 0 { return 0 }
+        if newIndex == RV_G_MAXINT { return text.count }
+        return characterIndex(ofByte: Int(newIndex), trailing: Int(newTrailing))
+    }
+
+    /// Where each character of `range` is drawn, as x ranges in points (for a selection's
+    /// highlight: in mixed-direction text a range of characters may be several pieces on screen).
+    func xRanges(ofCharacters range: Range<Int>) -> [(minX: Double, maxX: Double)] {
+        var pieces: [(minX: Double, maxX: Double)] = []
+        for index in range {
+            let (x, width) = position(ofCharacter: index)
+            let piece = (min(x, x + width), max(x, x + width))
+            if let last = pieces.last, abs(last.maxX - piece.0) < 0.01 {
+                pieces[pieces.count - 1].maxX = piece.1
+            } else if let last = pieces.last, abs(piece.1 - last.minX) < 0.01 {
+                pieces[pieces.count - 1].minX = piece.0
+            } else {
+                pieces.append(piece)
+            }
+        }
+        return pieces
+    }
+
+    /// The UTF-8 offset at which each line starts.
+    var lineStarts: [Int] {
+        var starts: [Int] = []
+        let iterator = rv_pango_layout_get_iter(layout)
+        defer { rv_pango_layout_iter_free(iterator) }
+        repeat {
+            if let line = rv_pango_layout_iter_get_line_readonly(iterator)?.pointee { starts.append(Int(line.start_index)) }
+        } while rv_pango_layout_iter_next_line(iterator) != 0
+        return starts
     }
 
     /// The lines as laid out, each without the newline or the spaces it was broken at.

@@ -43,10 +43,22 @@ public enum TextMeasure {
     /// newlines always break.
     public static func lines(of text: String, font: Font, width: Double, maxLines: Int = 0) -> [String] {
         var lines = TextLayout.make(text, font: font, width: width).lines
+        // A text that ends in a newline has no line after it to show.
+        if text.hasSuffix("\n"), lines.count > 1, lines.last == "" { lines.removeLast() }
         guard maxLines > 0, lines.count > maxLines else { return lines }
         lines.removeLast(lines.count - maxLines)
-        var cut = lines.removeLast()
-        while !cut.isEmpty && Self.width(of: cut + "…", font: font) > width { cut.removeLast() }
-        return lines + [cut + "…"]
+        return lines.dropLast() + [ellipsized(lines.last ?? "", font: font, width: width)]
+    }
+
+    /// `line` cut short to end in "…" within `width`: the most characters that fit (a binary
+    /// search, measured without filling the layout cache).
+    static func ellipsized(_ line: String, font: Font, width: Double) -> String {
+        let characters = Array(line)
+        var low = 0, high = characters.count  // low fits (with "…"), above high does not
+        while low < high {
+            let middle = (low + high + 1) / 2
+            if TextLayout.uncached(String(characters[..<middle]) + "…", font: font).size.width <= width { low = middle } else { high = middle - 1 }
+        }
+        return String(characters[..<low]) + "…"
     }
 }

@@ -38,6 +38,7 @@ struct PointRect: Equatable {
     func contains(_ px: Double, _ py: Double) -> Bool { px >= x && py >= y && px < x + width && py < y + height }
 }
 
+@MainActor
 enum WindowPainter {
     static let rowHeight = 56.0, barHeight = 44.0, margin = 16.0
 
@@ -185,9 +186,10 @@ enum WindowPainter {
 
 /// The window's own text (its sheet and bar), laid out with Pango like the activities' views:
 /// one context at 72 dpi (a size in points is a size in pixels of the canvas), metrics not
-/// hinted. Used from the window's main actor only.
+/// hinted, glyph positions not rounded to whole pixels.
+@MainActor
 enum ChromeText {
-    nonisolated(unsafe) private static let context: OpaquePointer = {
+    private static let context: OpaquePointer = {
         let fontMap = rv_pango_cairo_font_map_new()!
         rv_pango_cairo_font_map_set_resolution(fontMap, 72)
         let context = rv_pango_font_map_create_context(fontMap)!
@@ -196,6 +198,7 @@ enum ChromeText {
         cairo_font_options_set_hint_metrics(options, CAIRO_HINT_METRICS_OFF)
         rv_pango_cairo_context_set_font_options(context, options)
         cairo_font_options_destroy(options)
+        rv_pango_context_set_round_glyph_positions(context, 0)
         return context
     }()
 
