@@ -60,6 +60,7 @@ static struct {
     int (*pango_layout_line_get_resolved_direction)(PangoLayoutLine *line);
     PangoLayoutLine * (*pango_layout_get_line_readonly)(PangoLayout *layout, int line);
     void (*pango_layout_set_ellipsize)(PangoLayout *layout, int ellipsize);
+    const uint32_t * (*pango_layout_get_log_attrs_readonly)(PangoLayout *layout, int *n_attrs);
     PangoFontDescription * (*pango_font_describe)(void *font);
     PangoFontMetrics * (*pango_context_get_metrics)(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
     void (*pango_font_metrics_unref)(PangoFontMetrics *metrics);
@@ -133,6 +134,7 @@ static void load(void)
     RESOLVE(pango_layout_line_get_resolved_direction);
     RESOLVE(pango_layout_get_line_readonly);
     RESOLVE(pango_layout_set_ellipsize);
+    RESOLVE(pango_layout_get_log_attrs_readonly);
     RESOLVE(pango_font_describe);
     RESOLVE(pango_context_get_metrics);
     RESOLVE(pango_font_metrics_unref);
@@ -204,6 +206,7 @@ void rv_pango_context_set_round_glyph_positions(PangoContext *context, int round
 int rv_pango_layout_line_get_resolved_direction(PangoLayoutLine *line) { require(); return real.pango_layout_line_get_resolved_direction(line); }
 PangoLayoutLine * rv_pango_layout_get_line_readonly(PangoLayout *layout, int line) { require(); return real.pango_layout_get_line_readonly(layout, line); }
 void rv_pango_layout_set_ellipsize(PangoLayout *layout, int ellipsize) { require(); real.pango_layout_set_ellipsize(layout, ellipsize); }
+const uint32_t * rv_pango_layout_get_log_attrs_readonly(PangoLayout *layout, int *n_attrs) { require(); return real.pango_layout_get_log_attrs_readonly(layout, n_attrs); }
 PangoFontDescription * rv_pango_font_describe(void *font) { require(); return real.pango_font_describe(font); }
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language) { require(); return real.pango_context_get_metrics(context, desc, language); }
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics) { require(); real.pango_font_metrics_unref(metrics); }

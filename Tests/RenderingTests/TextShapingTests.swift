@@ -132,7 +132,12 @@ struct TextShapingTests {
         let width = TextMeasure.width(of: "hello world", font: Self.font) + 1
         #expect(TextMeasure.lines(of: "hello world hello world", font: Self.font, width: width) == ["hello world", "hello world"])
         let field = TextField(text: "שלום", font: Self.font)
+        field.frame = Rect(x: 0, y: 0, width: 300, height: 40)
         #expect(field.offset(ofCharacter: 0) > field.offset(ofCharacter: 4), "logical start at the right: \(field.offset(ofCharacter: 0)), \(field.offset(ofCharacter: 4))")
+        #expect(abs(field.offset(ofCharacter: 0) - (300 - 8)) < 1, "a right-to-left field starts at its right edge (inside its padding): \(field.offset(ofCharacter: 0))")
+        let latin = TextField(text: "abc", font: Self.font)
+        latin.frame = Rect(x: 0, y: 0, width: 300, height: 40)
+        #expect(abs(latin.offset(ofCharacter: 0) - 8) < 0.01)
     }
 
     @Test("Font takes a family (or a list), a fontconfig-style :lang=, or a Pango font description")
@@ -196,5 +201,19 @@ struct TextShapingTests {
             }
         }
         #expect(coloured > 100, "pixels with colour: \(coloured)")
+    }
+
+    @Test("backspace follows Pango: 👍🏽 and é (e and an accent) go whole, an Arabic letter's vowel mark goes alone, Hebrew letter by letter")
+    func backspace() {
+        func afterBackspace(_ text: String) -> String {
+            let field = TextField(text: text, font: Self.font)
+            field.selection = text.count..<text.count
+            field.keyDown(KeyEvent(down: true, keyCode: KeyCode.backspace))
+            return field.text
+        }
+        #expect(afterBackspace("a👍🏽") == "a")
+        #expect(afterBackspace("ae\u{301}") == "a")
+        #expect(afterBackspace("\u{628}\u{64E}") == "\u{628}", "ba with fatha: the fatha alone")
+        #expect(afterBackspace("שלום") == "שלו")
     }
 }

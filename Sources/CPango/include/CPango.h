@@ -37,6 +37,9 @@ struct _cairo_font_options;
 #define RV_PANGO_FONT_MASK_SIZE 32
 #define RV_PANGO_ELLIPSIZE_END 3
 #define RV_G_MAXINT 2147483647
+// Bits of a PangoLogAttr (a 32-bit word of bitfields, in declaration order from the low bit).
+#define RV_PANGO_LOG_ATTR_IS_CURSOR_POSITION 0x10
+#define RV_PANGO_LOG_ATTR_BACKSPACE_DELETES_CHARACTER 0x400
 
 typedef struct {
     int x, y, width, height;
@@ -130,6 +133,7 @@ void rv_pango_context_set_round_glyph_positions(PangoContext *context, int round
 int rv_pango_layout_line_get_resolved_direction(PangoLayoutLine *line);
 PangoLayoutLine * rv_pango_layout_get_line_readonly(PangoLayout *layout, int line);
 void rv_pango_layout_set_ellipsize(PangoLayout *layout, int ellipsize);
+const uint32_t * rv_pango_layout_get_log_attrs_readonly(PangoLayout *layout, int *n_attrs);
 PangoFontDescription * rv_pango_font_describe(void *font);
 PangoFontMetrics * rv_pango_context_get_metrics(PangoContext *context, const PangoFontDescription *desc, PangoLanguage *language);
 void rv_pango_font_metrics_unref(PangoFontMetrics *metrics);

@@ -49,16 +49,24 @@ open class TextField: View {
     /// The text as Pango lays it out (shaped, in visual order).
     private var textLayout: TextLayout { TextLayout.make(text, font: scaledFont) }
 
+    /// Where the text starts, in the field's points: at its leading edge, the left for
+    /// left-to-right text and the right for right-to-left (an Arabic note starts at the right).
+    private var textOrigin: Double {
+        let layout = text.isEmpty ? TextLayout.make(placeholder, font: scaledFont) : textLayout
+        guard layout.isRightToLeft else { return padding }
+        return max(padding, bounds.width - padding - layout.size.width)
+    }
+
     /// The x (in the field's points) of the caret before character `index` (Pango's strong
     /// cursor: in right-to-left text it stands right of the character).
     func offset(ofCharacter index: Int) -> Double {
-        padding + textLayout.caretX(beforeCharacter: index)
+        textOrigin + textLayout.caretX(beforeCharacter: index)
     }
 
     /// The character boundary nearest `x`, where a click at `x` lands (Pango's `xy_to_index`,
     /// so mixed-direction text is right).
     func characterIndex(at x: Double) -> Int {
-        textLayout.characterIndex(atX: x - padding)
+        textLayout.characterIndex(atX: x - textOrigin)
     }
 
     open override func draw(in context: GraphicsContext) {
@@ -69,17 +77,17 @@ open class TextField: View {
         let top = ((bounds.height - metrics.lineHeight) / 2).rounded()
         let baseline = top + metrics.ascent
         if text.isEmpty {
-            context.draw(placeholder, at: Point(x: padding, y: baseline), font: font, color: traits.secondaryColor)
+            context.draw(placeholder, at: Point(x: textOrigin, y: baseline), font: font, color: traits.secondaryColor)
         }
         let focused = isFirstResponder && (serviceRoot?.isFocused ?? false)
         if isFirstResponder, !selection.isEmpty {
             // The selected characters where they are drawn: in mixed-direction text, pieces.
             for piece in textLayout.xRanges(ofCharacters: selection) {
-                context.fill(Rect(x: padding + piece.minX, y: top, width: piece.maxX - piece.minX, height: metrics.lineHeight),
+                context.fill(Rect(x: textOrigin + piece.minX, y: top, width: piece.maxX - piece.minX, height: metrics.lineHeight),
                              with: traits.tint.withAlpha(focused ? 0.35 : 0.15))
             }
         }
-        context.draw(text, at: Point(x: padding, y: baseline), font: font, color: traits.textColor)
+        context.draw(text, at: Point(x: textOrigin, y: baseline), font: font, color: traits.textColor)
         if focused, selection.isEmpty {
             let x = offset(ofCharacter: selection.lowerBound).rounded()
             context.fill(Rect(x: x, y: top, width: 2, height: metrics.lineHeight), with: traits.tint)
@@ -109,7 +117,15 @@ open class TextField: View {
         let extend = event.modifiers.contains(.shift)
         switch event.keyCode {
         case KeyCode.backspace:
-            if selection.isEmpty, selection.lowerBound > 0 { selection = (selection.lowerBound - 1)..<selection.lowerBound }
+            if selection.isEmpty, selection.lowerBound > 0 {
+                let index = selection.lowerBound
+                if textLayout.backspaceDeletesOneScalar(beforeCharacter: index) {
+                    // Pango's rule: the last Unicode character alone (an Arabic vowel mark).
+                    deleteLastScalar(ofCharacter: index - 1)
+                    return
+                }
+                selection = (index - 1)..<index
+            }
             replaceSelection(with: "")
         case KeyCode.delete:
             if selection.isEmpty, selection.upperBound < count { selection = selection.lowerBound..<(selection.upperBound + 1) }
@@ -148,6 +164,23 @@ open class TextField: View {
             anchor = index
             selection = index..<index
         }
+    }
+
+    /// Deletes the last Unicode scalar of character `index` (the whole character when it has
+    /// one), and puts the caret after what is left of it.
+    private func deleteLastScalar(ofCharacter index: Int) {
+        var characters = Array(text)
+        guard characters.indices.contains(index) else { return }
+        var scalars = Array(characters[index].unicodeScalars)
+        scalars.removeLast()
+        let rest = String(String.UnicodeScalarView(scalars))
+        characters.replaceSubrange(index...index, with: Array(rest))
+        let before = String(characters[..<index]) + rest
+        text = String(characters)
+        let caret = min(before.count, text.count)
+        anchor = caret
+        selection = caret..<caret
+        onChange?(self)
     }
 
     /// Replaces the selection with `replacement` and puts the caret after it.

@@ -222,6 +222,18 @@ final class TextLayout {
         return characterIndex(ofByte: Int(newIndex), trailing: Int(newTrailing))
     }
 
+    /// Whether backspace at character boundary `index` deletes one Unicode character rather than
+    /// the whole character before it (Pango's `backspace_deletes_character`): after an Arabic
+    /// letter with a vowel mark, the mark alone; after é written as e and an accent, or 👍🏽, all
+    /// of it.
+    func backspaceDeletesOneScalar(beforeCharacter index: Int) -> Bool {
+        let position = text.index(text.startIndex, offsetBy: max(index, 0), limitedBy: text.endIndex) ?? text.endIndex
+        let scalar = text.unicodeScalars.distance(from: text.startIndex, to: position)
+        var count: Int32 = 0
+        guard let attributes = rv_pango_layout_get_log_attrs_readonly(layout, &count), scalar < Int(count) else { return false }
+        return attributes[scalar] & UInt32(RV_PANGO_LOG_ATTR_BACKSPACE_DELETES_CHARACTER) != 0
+    }
+
     /// Where each character of `range` is drawn, as x ranges in points (for a selection's
     /// highlight: in mixed-direction text a range of characters may be several pieces on screen).
     func xRanges(ofCharacters range: Range<Int>) -> [(minX: Double, maxX: Double)] {
