@@ -111,7 +111,6 @@ let package = Package(
                 "RemoteService",
                 "CSDL2",
                 "CCairo",
-                "CPango",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -402,30 +402,33 @@ package struct ConnectionStateMachine<Requester, Opener> {
     package mutating func answerReceived(to replyTo: UInt64, isPong: Bool, kind: String) -> AnswerAction {
         switch state {
         case .open(var open):
-            guard let outgoing = open.outgoing[replyTo] else { return .drop }
-            guard outgoing.expectsPong == isPong else {
-                return .violation(RemoteError(.protocolViolation, "\(kind) answers envelope \(replyTo), which expects \(outgoing.expectsPong ? "a pong" : "a reply or failure")"))
-            }
             state = .modifying
-            open.outgoing[replyTo] = nil
+            let action = Self.answer(replyTo, isPong: isPong, kind: kind, among: &open.outgoing)
             state = .open(open)
-            return .deliver(outgoing.requester)
+            return action
         case .closing(var closing):
             // Every request was failed when closing began, but those whose answers had come
             // before the peer's end.
-            guard let outgoing = closing.answering[replyTo] else { return .drop }
-            guard outgoing.expectsPong == isPong else {
-                return .violation(RemoteError(.protocolViolation, "\(kind) answers envelope \(replyTo), which expects \(outgoing.expectsPong ? "a pong" : "a reply or failure")"))
-            }
             state = .modifying
-            closing.answering[replyTo] = nil
+            let action = Self.answer(replyTo, isPong: isPong, kind: kind, among: &closing.answering)
             state = .closing(closing)
-            return .deliver(outgoing.requester)
+            return action
         case .idle, .handshaking, .closed:
             preconditionFailure("an answer in state \(phase): answers are read only once open")
         case .modifying:
             preconditionFailure("ConnectionStateMachine.answerReceived() while modifying")
         }
+    }
+
+    /// The answer to `replyTo` taken from `outstanding`: delivered (and forgotten), dropped when
+    /// nobody waits for it, or a violation when it is of the other kind (a pong for a request).
+    private static func answer(_ replyTo: UInt64, isPong: Bool, kind: String, among outstanding: inout [UInt64: Outgoing]) -> AnswerAction {
+        guard let outgoing = outstanding[replyTo] else { return .drop }
+        guard outgoing.expectsPong == isPong else {
+            return .violation(RemoteError(.protocolViolation, "\(kind) answers envelope \(replyTo), which expects \(outgoing.expectsPong ? "a pong" : "a reply or failure")"))
+        }
+        outstanding[replyTo] = nil
+        return .deliver(outgoing.requester)
     }
 
     /// The peer sent request `id`; at most `limit` may be outstanding.

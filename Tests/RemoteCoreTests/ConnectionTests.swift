@@ -174,8 +174,15 @@ struct ConnectionTests {
         }
     }
 
-    @Test("what the peer sent before it closed is delivered in order, even while a handler holds the delivery task at its end of file; a request waiting for it fails at once (no answer can come), and run() returns after the deliveries")
-    func deliveredBeforeTheEnd() async throws {
+    /// A host whose handler of message "1" holds the delivery task until `release` opens, and a
+    /// service that never answers requests. The host sends one request; the service sends
+    /// `texts`, then closes (goodbye and end of file), all behind the held handler. `body` runs
+    /// once the request has failed with that end (the peer's end, seen), and must open
+    /// `release`. Returns what the host's message handler received by the time both
+    /// connections ended; checks that nothing leaked.
+    func endBehindAHeldHandler(sending texts: [String],
+                               _ body: @escaping @Sendable (_ host: Connection, _ request: Result<ServiceMessage, any Error>,
+                                                            _ received: @Sendable () -> [String], _ release: Latch<Void>) async throws -> Void) async throws -> [String] {
         try await withoutLeaks {
             let pair = try SeqpacketSocket.pair()
             let received = Mutex<[String]>([])
@@ -196,58 +203,41 @@ struct ConnectionTests {
                 group.addTask { try await service.run() }
                 _ = try await host.peerHandshake()
                 let request = Task { try await host.request(ServiceMessage(type: "unanswered")) }
-                for text in ["1", "2", "3"] { try await service.send(ServiceMessage(type: "note", text: text)) }
+                for text in texts { try await service.send(ServiceMessage(type: "note", text: text)) }
                 // The handler of "1" holds the delivery task; the rest, the goodbye and the end of
                 // file arrive behind it.
                 try await withDeadline(.seconds(10), "the first message") { try await holding.wait() }
                 await service.close(reason: "done")
-                let failure = try await withDeadline(.seconds(10), "the request's failure") { await request.result }
-                guard case .failure(let error as RemoteError) = failure else { Issue.record("\(failure)"); return }
-                #expect(error.code == .interrupted, "\(error)")
-                #expect(received.withLock { $0 } == ["1"], "the rest waits for the handler")
-                // Nothing more goes to a peer that has gone: a send says so.
-                let late = await #expect(throws: RemoteError.self) { try await host.send(ServiceMessage(type: "late")) }
-                #expect(late?.code == .interrupted, "\(String(describing: late))")
-                _ = release.open(())
+                let result = try await withDeadline(.seconds(10), "the request's failure") { await request.result }
+                try await body(host, result, { received.withLock { $0 } }, release)
+                _ = release.open(())  // in case `body` returned early
                 try await group.waitForAll()
             }
-            #expect(received.withLock { $0 } == ["1", "2", "3"])
+            return received.withLock { $0 }
         }
+    }
+
+    @Test("what the peer sent before it closed is delivered in order, even while a handler holds the delivery task at its end of file; a request waiting for it fails at once (no answer can come), and run() returns after the deliveries")
+    func deliveredBeforeTheEnd() async throws {
+        let received = try await endBehindAHeldHandler(sending: ["1", "2", "3"]) { host, request, received, release in
+            guard case .failure(let error as RemoteError) = request else { Issue.record("\(request)"); return }
+            #expect(error.code == .interrupted, "\(error)")
+            #expect(received() == ["1"], "the rest waits for the handler")
+            // Nothing more goes to a peer that has gone: a send says so.
+            let late = await #expect(throws: RemoteError.self) { try await host.send(ServiceMessage(type: "late")) }
+            #expect(late?.code == .interrupted, "\(String(describing: late))")
+            _ = release.open(())
+        }
+        #expect(received == ["1", "2", "3"])
     }
 
     @Test("this side's close while the peer's last messages wait behind a handler ends the connection at once: what waits is dropped, run() returns")
     func closeCutsTheEndShort() async throws {
-        try await withoutLeaks {
-            let pair = try SeqpacketSocket.pair()
-            let received = Mutex<[String]>([])
-            let holding = Latch<Void>(), release = Latch<Void>()
-            let host = try Connection(socket: pair.first, configuration: .testHost, onMessage: { message, _ in
-                received.withLock { $0.append(message.text ?? "") }
-                guard message.text == "1" else { return }
-                _ = holding.open(())
-                try? await release.wait()
-            })
-            let never = Latch<Void>()
-            let service = try Connection(socket: pair.second, configuration: .testService, onRequest: { _, _ in
-                try await never.wait()
-                return ServiceMessage(type: "never")
-            })
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await host.run() }
-                group.addTask { try await service.run() }
-                _ = try await host.peerHandshake()
-                let request = Task { try await host.request(ServiceMessage(type: "unanswered")) }
-                for text in ["1", "2"] { try await service.send(ServiceMessage(type: "note", text: text)) }
-                try await withDeadline(.seconds(10), "the first message") { try await holding.wait() }
-                // The peer's end, behind "2": seen when the request waiting for it fails.
-                await service.close(reason: "done")
-                _ = try await withDeadline(.seconds(10), "the request's failure") { await request.result }
-                await host.close(reason: "the host is done")
-                _ = release.open(())
-                try await group.waitForAll()
-            }
-            #expect(received.withLock { $0 } == ["1"], "what waited behind the handler was dropped by this side's close")
+        let received = try await endBehindAHeldHandler(sending: ["1", "2"]) { host, _, _, release in
+            await host.close(reason: "the host is done")
+            _ = release.open(())
         }
+        #expect(received == ["1"], "what waited behind the handler was dropped by this side's close")
     }
 
     @Test("closing says goodbye: the peer's run() returns normally, later requests fail invalidated")

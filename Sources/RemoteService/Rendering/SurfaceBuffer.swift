@@ -148,7 +148,8 @@ package final class SurfaceBufferPool: Sendable {
 public struct GraphicsContext {
     let cairo: OpaquePointer
 
-    init(_ cairo: OpaquePointer) {
+    /// A context drawing with `cairo` (the demo window's own canvas draws its chrome with it).
+    package init(_ cairo: OpaquePointer) {
         self.cairo = cairo
     }
 

@@ -253,30 +253,28 @@ final class TextLayout {
     }
 
     /// The UTF-8 offset at which each line starts.
-    var lineStarts: [Int] {
-        var starts: [Int] = []
+    var lineStarts: [Int] { lineRanges.map(\.start) }
+
+    /// Each line's first byte and byte count, in order.
+    private var lineRanges: [(start: Int, length: Int)] {
+        var ranges: [(start: Int, length: Int)] = []
         let iterator = rv_pango_layout_get_iter(layout)
         defer { rv_pango_layout_iter_free(iterator) }
         repeat {
-            if let line = rv_pango_layout_iter_get_line_readonly(iterator)?.pointee { starts.append(Int(line.start_index)) }
+            if let line = rv_pango_layout_iter_get_line_readonly(iterator)?.pointee { ranges.append((Int(line.start_index), Int(line.length))) }
         } while rv_pango_layout_iter_next_line(iterator) != 0
-        return starts
+        return ranges
     }
 
     /// The lines as laid out, each without the newline or the spaces it was broken at.
     var lines: [String] {
         let bytes = Array(text.utf8)
-        var result: [String] = []
-        let iterator = rv_pango_layout_get_iter(layout)
-        defer { rv_pango_layout_iter_free(iterator) }
-        repeat {
-            guard let line = rv_pango_layout_iter_get_line_readonly(iterator)?.pointee else { continue }
-            let start = min(Int(line.start_index), bytes.count), end = min(start + Int(line.length), bytes.count)
+        return lineRanges.map { range in
+            let start = min(range.start, bytes.count), end = min(start + range.length, bytes.count)
             var piece = String(decoding: bytes[start..<end], as: UTF8.self)
             while let last = piece.last, last == "\n" || last == " " { piece.removeLast() }
-            result.append(piece)
-        } while rv_pango_layout_iter_next_line(iterator) != 0
-        return result
+            return piece
+        }
     }
 
     /// One shaped run, in visual order: its first byte in the text, its bidi level (odd: right
@@ -291,18 +289,24 @@ final class TextLayout {
 
     /// The runs of every line, in visual order.
     var runs: [Run] {
-        var result: [Run] = []
+        glyphItems.compactMap { run in
+            guard let item = run.item?.pointee, let glyphs = run.glyphs?.pointee else { return nil }
+            let count = Int(glyphs.num_glyphs)
+            return Run(byteOffset: Int(item.offset), level: Int(item.analysis.level),
+                       glyphs: (0..<count).map { glyphs.glyphs[$0].glyph },
+                       clusters: (0..<count).map { Int(glyphs.log_clusters[$0]) })
+        }
+    }
+
+    /// Every line's runs, in visual order (copies of Pango's, valid while the layout is unchanged).
+    private var glyphItems: [PangoGlyphItem] {
+        var items: [PangoGlyphItem] = []
         let iterator = rv_pango_layout_get_iter(layout)
         defer { rv_pango_layout_iter_free(iterator) }
         repeat {
-            guard let run = rv_pango_layout_iter_get_run_readonly(iterator)?.pointee, let item = run.item?.pointee,
-                  let glyphs = run.glyphs?.pointee else { continue }
-            let count = Int(glyphs.num_glyphs)
-            result.append(Run(byteOffset: Int(item.offset), level: Int(item.analysis.level),
-                              glyphs: (0..<count).map { glyphs.glyphs[$0].glyph },
-                              clusters: (0..<count).map { Int(glyphs.log_clusters[$0]) }))
+            if let run = rv_pango_layout_iter_get_run_readonly(iterator)?.pointee { items.append(run) }
         } while rv_pango_layout_iter_next_run(iterator) != 0
-        return result
+        return items
     }
 
     /// How many glyphs no font had (drawn as boxes).
@@ -311,15 +315,10 @@ final class TextLayout {
     /// The family of the font each run was drawn in, in visual order: which font fontconfig
     /// really picked (a family it lacks falls back silently).
     var runFamilies: [String] {
-        var families: [String] = []
-        let iterator = rv_pango_layout_get_iter(layout)
-        defer { rv_pango_layout_iter_free(iterator) }
-        repeat {
-            guard let run = rv_pango_layout_iter_get_run_readonly(iterator)?.pointee, let font = run.item?.pointee.analysis.font,
-                  let description = rv_pango_font_describe(font) else { continue }
-            families.append(rv_pango_font_description_get_family(description).map { String(cString: $0) } ?? "")
-            rv_pango_font_description_free(description)
-        } while rv_pango_layout_iter_next_run(iterator) != 0
-        return families
+        glyphItems.compactMap { run in
+            guard let font = run.item?.pointee.analysis.font, let description = rv_pango_font_describe(font) else { return nil }
+            defer { rv_pango_font_description_free(description) }
+            return rv_pango_font_description_get_family(description).map { String(cString: $0) } ?? ""
+        }
     }
 }

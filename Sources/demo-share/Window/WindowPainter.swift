@@ -1,8 +1,8 @@
 // What the host draws itself, with Cairo: the share sheet (before anything is launched) and the
 // bar above a presented activity (its title and progress, its outcome, or why it ended).
 import CCairo
-import CPango
 import RemoteHost
+import RemoteService
 
 /// Premultiplied ARGB words that Cairo draws into (Cairo's ARGB32 is exactly that).
 struct Canvas {
@@ -129,10 +129,10 @@ enum WindowPainter {
 
     /// Draws `string` with its baseline at (`x`, `y`), clipped to `maxWidth`; `ellipsized`, a
     /// string too wide ends with "…" after its last word that fits, never inside a word. Laid
-    /// out by Pango, as the activities' text is: shaped, in its direction, with fallback fonts.
+    /// out by the toolkit's Pango layout, as the activities' text is: shaped, in its direction,
+    /// with fallback fonts.
     static func text(_ cr: OpaquePointer, _ string: String, x: Double, y: Double, size: Double, bold: Bool = false,
                      colour rgb: UInt32, maxWidth: Double? = nil, ellipsized: Bool = false) {
-        colour(cr, rgb)
         cairo_save(cr)
         var shown = string
         if let maxWidth {
@@ -140,20 +140,18 @@ enum WindowPainter {
             cairo_clip(cr)
             if ellipsized { shown = ellipsize(string, toWidth: maxWidth) { advance($0, size: size, bold: bold) } }
         }
-        let layout = ChromeText.layout(shown, size: size, bold: bold)
-        defer { rv_g_object_unref(UnsafeMutableRawPointer(layout)) }
-        cairo_move_to(cr, x, y - Double(rv_pango_layout_get_baseline(layout)) / Double(RV_PANGO_SCALE))
-        rv_pango_cairo_show_layout(cr, layout)
+        GraphicsContext(cr).draw(shown, at: Point(x: x, y: y), font: font(size: size, bold: bold), color: Color(argb: 0xFF00_0000 | rgb))
         cairo_restore(cr)
     }
 
     /// How far `string` advances the pen in the chrome's font at `size`.
     static func advance(_ string: String, size: Double, bold: Bool = false) -> Double {
-        let layout = ChromeText.layout(string, size: size, bold: bold)
-        defer { rv_g_object_unref(UnsafeMutableRawPointer(layout)) }
-        var logical = PangoRectangle()
-        rv_pango_layout_get_extents(layout, nil, &logical)
-        return Double(logical.width) / Double(RV_PANGO_SCALE)
+        TextMeasure.width(of: string, font: font(size: size, bold: bold))
+    }
+
+    /// The chrome's font: DejaVu Sans (with fallback) at `size`.
+    private static func font(size: Double, bold: Bool) -> Font {
+        Font(family: "DejaVu Sans", size: size, weight: bold ? .bold : .regular)
     }
 
     /// `string` if it is at most `width` wide (as `measure` says), else its longest run of
@@ -184,36 +182,3 @@ enum WindowPainter {
     }
 }
 
-/// The window's own text (its sheet and bar), laid out with Pango like the activities' views:
-/// one context at 72 dpi (a size in points is a size in pixels of the canvas), metrics not
-/// hinted, glyph positions not rounded to whole pixels.
-@MainActor
-enum ChromeText {
-    private static let context: OpaquePointer = {
-        let fontMap = rv_pango_cairo_font_map_new()!
-        rv_pango_cairo_font_map_set_resolution(fontMap, 72)
-        let context = rv_pango_font_map_create_context(fontMap)!
-        rv_g_object_unref(UnsafeMutableRawPointer(fontMap))
-        let options = cairo_font_options_create()
-        cairo_font_options_set_hint_metrics(options, CAIRO_HINT_METRICS_OFF)
-        rv_pango_cairo_context_set_font_options(context, options)
-        cairo_font_options_destroy(options)
-        rv_pango_context_set_round_glyph_positions(context, 0)
-        return context
-    }()
-
-    /// A new layout of `text` in the chrome's font (DejaVu Sans, with fallback); the caller
-    /// unrefs it.
-    static func layout(_ text: String, size: Double, bold: Bool) -> OpaquePointer {
-        let layout = rv_pango_layout_new(context)!
-        let description = rv_pango_font_description_new()!
-        rv_pango_font_description_set_family(description, "DejaVu Sans")
-        rv_pango_font_description_set_size(description, Int32((size * Double(RV_PANGO_SCALE)).rounded()))
-        rv_pango_font_description_set_weight(description, bold ? RV_PANGO_WEIGHT_BOLD : RV_PANGO_WEIGHT_NORMAL)
-        rv_pango_layout_set_font_description(layout, description)
-        rv_pango_font_description_free(description)
-        rv_pango_layout_set_auto_dir(layout, 1)
-        rv_pango_layout_set_text(layout, text, -1)
-        return layout
-    }
-}
