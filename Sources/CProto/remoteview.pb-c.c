@@ -997,6 +997,51 @@ void   remoteview__focus__free_unpacked
   assert(message->base.descriptor == &remoteview__focus__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   remoteview__focus_leave__init
+                     (Remoteview__FocusLeave         *message)
+{
+  static const Remoteview__FocusLeave init_value = REMOTEVIEW__FOCUS_LEAVE__INIT;
+  *message = init_value;
+}
+size_t remoteview__focus_leave__get_packed_size
+                     (const Remoteview__FocusLeave *message)
+{
+  assert(message->base.descriptor == &remoteview__focus_leave__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__focus_leave__pack
+                     (const Remoteview__FocusLeave *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__focus_leave__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__focus_leave__pack_to_buffer
+                     (const Remoteview__FocusLeave *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__focus_leave__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__FocusLeave *
+       remoteview__focus_leave__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__FocusLeave *)
+     protobuf_c_message_unpack (&remoteview__focus_leave__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__focus_leave__free_unpacked
+                     (Remoteview__FocusLeave *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__focus_leave__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   remoteview__remote_control__init
                      (Remoteview__RemoteControl         *message)
 {
@@ -1312,7 +1357,7 @@ void   remoteview__share_complete__free_unpacked
   assert(message->base.descriptor == &remoteview__share_complete__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[32] =
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[33] =
 {
   {
     "id",
@@ -1579,6 +1624,18 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[32
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "focus_leave",
+    109,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, focus_leave),
+    &remoteview__focus_leave__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "pointer",
     200,
     PROTOBUF_C_LABEL_NONE,
@@ -1700,47 +1757,48 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[32
   },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
-  30,   /* field[30] = activity_update */
+  31,   /* field[31] = activity_update */
   13,   /* field[13] = attach_buffer */
   12,   /* field[12] = cancel */
   14,   /* field[14] = commit */
   17,   /* field[17] = destroy_buffer */
   11,   /* field[11] = failure */
   2,   /* field[2] = fd_count */
-  25,   /* field[25] = focus */
+  26,   /* field[26] = focus */
+  22,   /* field[22] = focus_leave */
   16,   /* field[16] = frame_done */
   4,   /* field[4] = goodbye */
   3,   /* field[3] = handshake */
   0,   /* field[0] = id */
-  23,   /* field[23] = key */
+  24,   /* field[24] = key */
   10,   /* field[10] = message */
   6,   /* field[6] = ping */
-  22,   /* field[22] = pointer */
+  23,   /* field[23] = pointer */
   7,   /* field[7] = pong */
   19,   /* field[19] = preferred_size */
   5,   /* field[5] = protocol_error */
   15,   /* field[15] = release_buffer */
-  26,   /* field[26] = remote_control */
+  27,   /* field[27] = remote_control */
   9,   /* field[9] = reply */
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
   18,   /* field[18] = resize */
   20,   /* field[20] = restorable_state */
   21,   /* field[21] = restore_state */
-  29,   /* field[29] = share_cancel */
-  31,   /* field[31] = share_complete */
-  28,   /* field[28] = share_request */
-  24,   /* field[24] = text_input */
-  27,   /* field[27] = traits */
+  30,   /* field[30] = share_cancel */
+  32,   /* field[32] = share_complete */
+  29,   /* field[29] = share_request */
+  25,   /* field[25] = text_input */
+  28,   /* field[28] = traits */
 };
 static const ProtobufCIntRange remoteview__envelope__number_ranges[5 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 100, 13 },
-  { 200, 22 },
-  { 300, 28 },
-  { 0, 32 }
+  { 200, 23 },
+  { 300, 29 },
+  { 0, 33 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -1750,7 +1808,7 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  32,
+  33,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
   5,  remoteview__envelope__number_ranges,
@@ -2946,7 +3004,7 @@ const ProtobufCMessageDescriptor remoteview__text_input__descriptor =
   (ProtobufCMessageInit) remoteview__text_input__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor remoteview__focus__field_descriptors[1] =
+static const ProtobufCFieldDescriptor remoteview__focus__field_descriptors[2] =
 {
   {
     "focused",
@@ -2960,14 +3018,27 @@ static const ProtobufCFieldDescriptor remoteview__focus__field_descriptors[1] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "direction",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__Focus, direction),
+    &remoteview__focus_direction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__focus__field_indices_by_name[] = {
+  1,   /* field[1] = direction */
   0,   /* field[0] = focused */
 };
 static const ProtobufCIntRange remoteview__focus__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor remoteview__focus__descriptor =
 {
@@ -2977,11 +3048,49 @@ const ProtobufCMessageDescriptor remoteview__focus__descriptor =
   "Remoteview__Focus",
   "remoteview",
   sizeof(Remoteview__Focus),
-  1,
+  2,
   remoteview__focus__field_descriptors,
   remoteview__focus__field_indices_by_name,
   1,  remoteview__focus__number_ranges,
   (ProtobufCMessageInit) remoteview__focus__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__focus_leave__field_descriptors[1] =
+{
+  {
+    "direction",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__FocusLeave, direction),
+    &remoteview__focus_direction__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__focus_leave__field_indices_by_name[] = {
+  0,   /* field[0] = direction */
+};
+static const ProtobufCIntRange remoteview__focus_leave__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor remoteview__focus_leave__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.FocusLeave",
+  "FocusLeave",
+  "Remoteview__FocusLeave",
+  "remoteview",
+  sizeof(Remoteview__FocusLeave),
+  1,
+  remoteview__focus_leave__field_descriptors,
+  remoteview__focus_leave__field_indices_by_name,
+  1,  remoteview__focus_leave__number_ranges,
+  (ProtobufCMessageInit) remoteview__focus_leave__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor remoteview__remote_control__field_descriptors[1] =
@@ -3534,6 +3643,36 @@ const ProtobufCEnumDescriptor remoteview__pointer_phase__descriptor =
   remoteview__pointer_phase__enum_values_by_name,
   1,
   remoteview__pointer_phase__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__focus_direction__enum_values_by_number[3] =
+{
+  { "FOCUS_DIRECTION_UNSPECIFIED", "REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED", 0 },
+  { "FOCUS_DIRECTION_FORWARD", "REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD", 1 },
+  { "FOCUS_DIRECTION_BACKWARD", "REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD", 2 },
+};
+static const ProtobufCIntRange remoteview__focus_direction__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex remoteview__focus_direction__enum_values_by_name[3] =
+{
+  { "FOCUS_DIRECTION_BACKWARD", 2 },
+  { "FOCUS_DIRECTION_FORWARD", 1 },
+  { "FOCUS_DIRECTION_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__focus_direction__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.FocusDirection",
+  "FocusDirection",
+  "Remoteview__FocusDirection",
+  "remoteview",
+  3,
+  remoteview__focus_direction__enum_values_by_number,
+  3,
+  remoteview__focus_direction__enum_values_by_name,
+  1,
+  remoteview__focus_direction__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue remoteview__remote_command__enum_values_by_number[8] =

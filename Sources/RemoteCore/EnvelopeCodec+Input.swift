@@ -28,7 +28,15 @@ extension EnvelopeCodec {
         case REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT:
             return try input(.text(try string(e.text_input.pointee.text, "text_input text", max: InputLimits.maxTextBytes)))
         case REMOTEVIEW__ENVELOPE__BODY_FOCUS:
-            return try input(.focus(e.focus.pointee.focused != 0))
+            let f = e.focus.pointee
+            switch (f.focused != 0, f.direction) {
+            case (_, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED): return try input(.focus(f.focused != 0))
+            case (true, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD): return try input(.focusEntering(.forward))
+            case (true, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD): return try input(.focusEntering(.backward))
+            case (false, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD), (false, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD):
+                throw violation("focus lost with a direction (\(f.direction.rawValue)); a direction goes only with focused")
+            default: throw violation("focus direction \(f.direction.rawValue) is not unspecified, forward or backward")
+            }
         case REMOTEVIEW__ENVELOPE__BODY_REMOTE_CONTROL:
             let command: RemoteCommand
             switch e.remote_control.pointee.command {
@@ -103,6 +111,12 @@ extension CArena {
             f.pointee.focused = focused ? 1 : 0
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_FOCUS
             e.focus = f
+        case .focusEntering(let direction):
+            let f = message(Remoteview__Focus.self, remoteview__focus__init)
+            f.pointee.focused = 1
+            f.pointee.direction = direction.wire
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FOCUS
+            e.focus = f
         case .remoteControl(let command):
             let r = message(Remoteview__RemoteControl.self, remoteview__remote_control__init)
             r.pointee.command = switch command {
@@ -123,6 +137,16 @@ extension CArena {
             t.pointee.font_scale_permille = UInt32(traits.fontScalePermille)
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_TRAITS
             e.traits = t
+        }
+    }
+}
+
+extension FocusDirection {
+    /// The schema's value.
+    var wire: Remoteview__FocusDirection {
+        switch self {
+        case .forward: REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD
+        case .backward: REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD
         }
     }
 }

@@ -1,6 +1,6 @@
 import CProto
 
-/// The surface family (fields 100–106): a service's buffers and frames, the host's size and
+/// The surface family (fields 100–109): a service's buffers and frames, the host's size and
 /// pacing. See `docs/Protocol.md`, "Surfaces".
 extension EnvelopeCodec {
     /// The surface body of `e`, validated; `nil` when `e` carries another family.
@@ -40,6 +40,12 @@ extension EnvelopeCodec {
             return try surface(.restorableState(try state(e.restorable_state.pointee, fds: e.fd_count, in: "restorable_state")))
         case REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE:
             return try surface(.restoreState(try state(e.restore_state.pointee, fds: e.fd_count, in: "restore_state")))
+        case REMOTEVIEW__ENVELOPE__BODY_FOCUS_LEAVE:
+            switch e.focus_leave.pointee.direction {
+            case REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD: return try surface(.focusLeave(.forward))
+            case REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD: return try surface(.focusLeave(.backward))
+            default: throw violation("focus_leave direction \(e.focus_leave.pointee.direction.rawValue) is not forward (1) or backward (2)")
+            }
         default:
             return nil
         }
@@ -135,6 +141,11 @@ extension CArena {
         case .restoreState(let state):
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE
             e.restore_state = encode(state)
+        case .focusLeave(let direction):
+            let f = message(Remoteview__FocusLeave.self, remoteview__focus_leave__init)
+            f.pointee.direction = direction.wire
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_FOCUS_LEAVE
+            e.focus_leave = f
         }
     }
 

@@ -164,6 +164,22 @@ public struct Traits: Sendable, Hashable {
     }
 }
 
+/// Which way the keyboard focus moves through a window's controls: Tab goes forward, Shift-Tab
+/// backward (docs/Protocol.md, "Focus across the boundary").
+public enum FocusDirection: Sendable, Hashable, CaseIterable {
+    /// Tab: to the next control in reading order.
+    case forward
+    /// Shift-Tab: to the previous one.
+    case backward
+}
+
+/// The capability a host and a service announce when they move the keyboard focus across the
+/// boundary between them: the service tells the host when Tab leaves its view
+/// (`focus_leave`), and the host says which way the focus comes back in (`Focus.direction`).
+package enum FocusLeaveCapability {
+    package static let name = "focus-leave"
+}
+
 /// One input message, host → service.
 public enum InputEvent: Sendable, Hashable {
     case pointer(PointerEvent)
@@ -172,6 +188,11 @@ public enum InputEvent: Sendable, Hashable {
     case text(String)
     /// The view gained (`true`) or lost the keyboard focus.
     case focus(Bool)
+    /// The view gains the keyboard focus by Tab (``FocusDirection/forward``: its first control
+    /// takes it) or Shift-Tab (``FocusDirection/backward``: its last) from the host's controls.
+    /// Sent as `focus` with its direction, to a service that announced `focus-leave`; a
+    /// ``RemoteView`` turns it into plain `.focus(true)` for a service that did not.
+    case focusEntering(FocusDirection)
     case remoteControl(RemoteCommand)
     case traits(Traits)
 
@@ -181,7 +202,7 @@ public enum InputEvent: Sendable, Hashable {
         case .pointer: "pointer"
         case .key: "key"
         case .text: "text_input"
-        case .focus: "focus"
+        case .focus, .focusEntering: "focus"
         case .remoteControl: "remote_control"
         case .traits: "traits"
         }
@@ -195,7 +216,7 @@ public enum InputEvent: Sendable, Hashable {
         case .text(let text):
             !(1...InputLimits.maxTextBytes).contains(text.utf8.count) ? "text_input of \(text.utf8.count) bytes; it must be 1…\(InputLimits.maxTextBytes)"
                 : text.utf8.contains(0) ? "text_input contains NUL" : nil
-        case .focus, .remoteControl: nil
+        case .focus, .focusEntering, .remoteControl: nil
         case .traits(let traits): traits.problem
         }
     }

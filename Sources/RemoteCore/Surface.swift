@@ -171,11 +171,14 @@ package enum SurfaceMessage: Sendable, Hashable {
     /// Host → service that announced `restorable-state`, before the first resize: the state
     /// the view had when its last process ended.
     case restoreState(RestorableStateWire)
+    /// Service → host that announced `focus-leave`: Tab (or Shift-Tab) went past the view's
+    /// last (or first) control; the host's controls take the focus.
+    case focusLeave(FocusDirection)
 
     /// Which side may send it.
     package var sender: PeerRole {
         switch self {
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState: .service
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave: .service
         case .releaseBuffer, .frameDone, .resize, .restoreState: .host
         }
     }
@@ -192,6 +195,7 @@ package enum SurfaceMessage: Sendable, Hashable {
         case .preferredSize: "preferred_size"
         case .restorableState: "restorable_state"
         case .restoreState: "restore_state"
+        case .focusLeave: "focus_leave"
         }
     }
 
@@ -213,7 +217,7 @@ package enum SurfaceMessage: Sendable, Hashable {
             return nil
         case .releaseBuffer(let id), .destroyBuffer(let id):
             return id == 0 ? "\(name) of buffer id 0" : nil
-        case .frameDone:
+        case .frameDone, .focusLeave:
             return nil
         case .resize(let size):
             return size.problem

@@ -278,6 +278,8 @@ final class ServiceRuntime: Sendable {
         if viewController != nil, restorableStateLimit > 0, !announced.contains(RestorableStateCapability.name) {
             announced.append(RestorableStateCapability.name)
         }
+        // A view's Tab hands the focus to a host that takes it, and takes it back from either end.
+        if viewController != nil, !announced.contains(FocusLeaveCapability.name) { announced.append(FocusLeaveCapability.name) }
         self.restorableStateLimit = restorableStateLimit
         self.capabilities = announced
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
@@ -371,6 +373,7 @@ final class ServiceRuntime: Sendable {
                 case .resize:
                     // Whether this host keeps the view's state: it announced so in its handshake.
                     surface.hostKeepsState.store(context.peer.capabilities.contains(RestorableStateCapability.name), ordering: .relaxed)
+                    surface.hostTakesFocus.store(context.peer.capabilities.contains(FocusLeaveCapability.name), ordering: .relaxed)
                 default:
                     break
                 }

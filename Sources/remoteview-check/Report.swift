@@ -37,6 +37,7 @@ struct Rule: Sendable {
         Rule(id: "view.resize-in-flight", text: "a resize sent while a frame is in flight is drawn after that frame_done"),
         Rule(id: "view.settle", text: "remoteview.settle is answered with remoteview.settled (or as an unknown request; protocol 1: any failure)"),
         Rule(id: "state.only-if-announced", text: "restorable_state goes only to a host that announced \"restorable-state\", from a service that announced it"),
+        Rule(id: "focus.only-if-announced", text: "focus_leave goes only to a host that announced \"focus-leave\" (to another, Tab wraps around inside the view)"),
         Rule(id: "state.restore", text: "a restore_state before the first resize (bytes the service never wrote) is taken: the view draws its first frame"),
         Rule(id: "state.bounds", text: "a restorable state holds at most limits.restorableStateKiB; over 16 KiB in a memfd sealed against shrinking, growing and writing, of its declared size"),
         Rule(id: "share.cancel", text: "share_cancel is answered with one share_complete within 2 s"),

@@ -86,6 +86,10 @@ final class SurfaceUnderTest: Sendable {
             case .envelope(let envelope):
                 if case .surface(.restorableState(let wire)) = envelope.body {
                     if let rule = received(wire, attachments: envelope.attachments) { return .violation(rule: rule) }
+                } else if case .surface(.focusLeave(let direction)) = envelope.body {
+                    // The checker's clients never announce "focus-leave".
+                    report.fail("focus.only-if-announced", "focus_leave \(direction) on \(peer.name), whose host did not announce \"focus-leave\"")
+                    return .violation(rule: "focus.only-if-announced")
                 } else if case .surface(let message) = envelope.body {
                     do throws(RemoteError) {
                         try compositor.receive(message, attachments: envelope.attachments)
@@ -127,6 +131,9 @@ final class SurfaceUnderTest: Sendable {
 }
 
 extension Checker {
+    /// How many Tabs (then Shift-Tabs) the view client sends: more than a view has controls.
+    static let tabPresses = 24
+
     /// A view: input before a size, the first frame, one frame in flight while a resize waits,
     /// pacing, and settle. A service that did not announce "surfaces" (`announced` false: tried
     /// under protocol 1 only) that answers no resize has no view: the view rules are skipped.
@@ -139,7 +146,7 @@ extension Checker {
         defer {
             if surface.commitCount > 0 {
                 for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules",
-                             "state.only-if-announced"] {
+                             "state.only-if-announced", "focus.only-if-announced"] {
                     report.passUnlessRecorded(rule)
                 }
             }
@@ -166,7 +173,7 @@ extension Checker {
                     report.warn("view.announced", wouldFailUnder: 2, "it draws a view without announcing \"surfaces\" (a version-2 host shows it no view)")
                 }
             case .timeout where !announced:
-                for rule in Rule.all where rule.id.hasPrefix("view.") || rule.id == "input.before-size" || rule.id == "state.only-if-announced" {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || ["input.before-size", "state.only-if-announced", "focus.only-if-announced"].contains(rule.id) {
                     report.skip(rule.id, "no view: no frame answered a resize, and the service does not announce \"surfaces\"")
                 }
                 return
@@ -210,7 +217,22 @@ extension Checker {
                 }
             case .timeout: report.fail("view.settle", "no answer to remoteview.settle within \(Self.wait)")
             case .failed(let reason): report.fail("view.settle", reason)
-            case .violation(let rule): report.stopped("view.settle", by: rule)
+            case .violation(let rule): return report.stopped("view.settle", by: rule)
+            }
+
+            // Tab and Shift-Tab past any number of controls: this client did not announce
+            // "focus-leave", so the focus must wrap around inside the view, never leave it.
+            try await client.send(.input(.focus(true)))
+            for shift in [false, true] {
+                for _ in 0..<Self.tabPresses {
+                    try await client.send(.input(.key(KeyEvent(down: true, keyCode: KeyCode.tab, modifiers: shift ? .shift : []))))
+                    try await client.send(.input(.key(KeyEvent(down: false, keyCode: KeyCode.tab, modifiers: shift ? .shift : []))))
+                }
+            }
+            let settled = try await client.send(.request(type: "remoteview.settle", payload: []))
+            switch await surface.pump(within: Self.wait, present: true, until: { $0.replyTo == settled }) {
+            case .done, .timeout, .failed: break  // judged by view.settle; only a focus_leave matters here
+            case .violation(let rule): return report.stopped("view.settle", by: rule)
             }
         } catch {
             report.fail("view.surface-rules", "cannot send on the view client: \(error.reason)")

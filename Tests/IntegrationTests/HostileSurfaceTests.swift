@@ -142,6 +142,13 @@ struct HostileSurfaceTests {
         }
     }
 
+    @Test("a focus_leave from a service that did not announce \"focus-leave\": ended as a protocol violation that names the capability")
+    func focusLeaveUnannounced() async throws {
+        try await withHostileView("focusUnannounced") { scene in
+            try await Self.expectViolation(scene, ["focus_leave from a service that did not announce the \"focus-leave\" capability"])
+        }
+    }
+
     @Test("a sealed memfd smaller than stride × height: ended as a protocol violation that gives both sizes")
     func memfdSmallerThanDeclared() async throws {
         try await withHostileView("short") { scene in

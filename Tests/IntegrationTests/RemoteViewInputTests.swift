@@ -348,6 +348,35 @@ struct RemoteViewInputTests {
         }
     }
 
+    @Test("the keyboard across the boundary: Tab goes button, field, then out of the view (focusLeaves says forward); the host gives the focus back from the end (the field) and Shift-Tab leaves backward; Return presses the focused button")
+    func keyboardAcrossTheBoundary() async throws {
+        try await Self.withScreen { view, screen in
+            func nextLeave(_ what: String) async throws -> FocusDirection? {
+                try await withDeadline(.seconds(10), what) { await view.focusLeaves.first { _ in true } }
+            }
+            func focused() async throws -> String? { try await screen.state()["focused"] }
+            try await view.send(.focus(true))
+            try await view.press(keyCode: KeyCode.tab)
+            #expect(try await focused() == "button", "the hidden button is skipped; the button is first")
+            try await view.press(keyCode: KeyCode.enter)
+            #expect(try await screen.state()["count"] == "1", "Return pressed the focused button")
+            try await view.press(keyCode: KeyCode.tab)
+            #expect(try await focused() == "field")
+            try await view.press(keyCode: KeyCode.tab)
+            #expect(try await nextLeave("focus leaving forward") == .forward)
+            #expect(try await focused() == "none")
+            // The host's chrome had it; Shift-Tab there brings it back at the view's last control.
+            try await view.send(.focusEntering(.backward))
+            #expect(try await focused() == "field")
+            try await view.press(keyCode: KeyCode.tab, modifiers: .shift)
+            #expect(try await focused() == "button")
+            try await view.press(keyCode: KeyCode.tab, modifiers: .shift)
+            #expect(try await nextLeave("focus leaving backward") == .backward)
+            try await view.send(.focusEntering(.forward))
+            #expect(try await focused() == "button")
+        }
+    }
+
     @Test("text in every script is drawn inside the sandbox: Arabic, Hebrew, kana (IPAGothic, listed under Debian's font alternatives) and a colour emoji all find a font")
     func scriptsInTheSandbox() async throws {
         try await Self.withScreen { view, _ in

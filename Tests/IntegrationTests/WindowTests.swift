@@ -372,4 +372,49 @@ struct WindowTests {
             try await screen.close()
         }
     }
+
+    @Test("the keyboard alone: Tab goes through Notes (the field, Cancel, Save) and out to the bar's Cancel, back in at the field; Shift-Tab leaves backward and comes back at Save, which shows a focus ring; Space presses Save and the note is written")
+    func keyboardOnly() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let output = try TemporaryFolder("remoteview-window-keyboard")
+            defer { output.remove() }
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--output", output.path])
+            do {
+                try await screen.await("window: presenting com.example.demo-share.notes")
+                try await screen.await("window: shown 560x376")
+                let window = try await Self.geometry(screen)
+                func keys(_ names: String...) async throws {
+                    try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id] + names)
+                }
+                // The field has the focus: past it, Cancel and Save, Tab leaves the activity.
+                try await keys("Tab", "Tab", "Tab")
+                try await screen.await("window: focus left the activity forward")
+                try await keys("Tab")
+                try await screen.await("window: focus to the activity forward")
+                // Back at the field, its first control: Shift-Tab leaves at once.
+                try await keys("shift+Tab")
+                try await screen.await("window: focus left the activity backward")
+                try await keys("shift+Tab")
+                try await screen.await("window: focus to the activity backward")
+                // Save, the last control, has the focus: its ring is on screen.
+                let shot = try await Self.settledAndShown(screen, window)
+                // Save's top edge is at y = 320 (SheetLayout): the ring is the two rows 4 and 3 above it.
+                let ring = shot.pixel(x: 415, y: 320 - 3)
+                let (red, blue) = ((ring >> 16) & 0xFF, ring & 0xFF)
+                #expect(blue > red + 100, "a blue focus ring above Save: \(String(ring, radix: 16))")
+                try await screen.keepScreenshot(of: window.id, as: "window-keyboard-focus")
+                try await keys("space")
+                let wrote = try await screen.await("window: wrote")
+                let outcome = try await screen.await("window: outcome")
+                #expect(outcome.hasPrefix("window: outcome completed, returning 1 item(s)"), "\(outcome)")
+                let path = String(wrote.dropFirst("window: wrote ".count))
+                let contents = Syscall.readSmallFile(path, limit: 1 << 16).map { String(decoding: $0, as: UTF8.self) } ?? ""
+                #expect(contents.contains("Look at this sunset!"), "\(contents)")
+            } catch {
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
+        }
+    }
 }

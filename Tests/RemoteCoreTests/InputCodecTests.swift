@@ -22,6 +22,8 @@ struct InputCodecTests {
         .text("héllo 👋 " + String(repeating: "x", count: 100)),
         .focus(true),
         .focus(false),
+        .focusEntering(.forward),
+        .focusEntering(.backward),
         .traits(Traits(style: .dark, tint: Color(argb: 0x80FF_9500), fontScalePermille: 4_000)),
         .traits(.standard),
     ] + RemoteCommand.allCases.map { .remoteControl($0) }
@@ -58,6 +60,8 @@ struct InputCodecTests {
         ("unknown media command", InputField.remoteControl, ProtoWriter().uint(1, 8), ["remote_control command 8"]),
         ("no media command", InputField.remoteControl, ProtoWriter(), ["remote_control command 0"]),
         ("no style", InputField.traits, ProtoWriter().uint(3, 1000), ["traits style 0"]),
+        ("focus lost with a direction", InputField.focus, ProtoWriter().uint(2, 1), ["focus lost with a direction (1)"]),
+        ("focus direction 7", InputField.focus, ProtoWriter().uint(1, 1).uint(2, 7), ["focus direction 7"]),
         ("font scale 0", InputField.traits, ProtoWriter().uint(1, 1), ["font scale 0‰"]),
         ("font scale 5×", InputField.traits, ProtoWriter().uint(1, 2).uint(3, 5_000), ["font scale 5000‰"]),
     ]

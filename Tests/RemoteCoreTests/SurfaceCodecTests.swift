@@ -1,4 +1,4 @@
-// Surface messages (fields 100–108, restorable state included): round trips, every bound checked on the way in and out,
+// Surface messages (fields 100–109, restorable state and focus_leave included): round trips, every bound checked on the way in and out,
 // and the direction rule at the connection (only the side that may send one is believed).
 @testable import RemoteCore
 import RemoteTestSupport
@@ -9,7 +9,7 @@ import Testing
 private enum SurfaceField {
     static let attachBuffer: UInt32 = 100, commit: UInt32 = 101, releaseBuffer: UInt32 = 102
     static let frameDone: UInt32 = 103, destroyBuffer: UInt32 = 104, resize: UInt32 = 105, preferredSize: UInt32 = 106
-    static let restorableState: UInt32 = 107, restoreState: UInt32 = 108
+    static let restorableState: UInt32 = 107, restoreState: UInt32 = 108, focusLeave: UInt32 = 109
 }
 
 private func attachBody(id: UInt64 = 1, width: UInt64 = 64, height: UInt64 = 32, stride: UInt64 = 256, format: UInt64 = 1) -> ProtoWriter {
@@ -52,6 +52,8 @@ struct SurfaceCodecTests {
         .restorableState(.memfd(size: 20_000)),
         .restoreState(.inline(Array("half a note".utf8))),
         .restoreState(.memfd(size: RestorableStateLimits.maxBytes)),
+        .focusLeave(.forward),
+        .focusLeave(.backward),
     ]
 
     @Test("every surface message round-trips", arguments: samples)
@@ -100,6 +102,8 @@ struct SurfaceCodecTests {
          ["restorable_state holds 16385 bytes inline; at most 16384"]),
         ("state declaring a memfd it does not carry", SurfaceField.restoreState, ProtoWriter().uint(2, 40_000),
          ["restore_state declares a memfd of 40000 bytes but carries no fd"]),
+        ("focus_leave without a direction", SurfaceField.focusLeave, ProtoWriter(), ["focus_leave direction 0", "forward (1) or backward (2)"]),
+        ("focus_leave direction 3", SurfaceField.focusLeave, ProtoWriter().uint(1, 3), ["focus_leave direction 3"]),
     ]
 
     /// (a packet with one fd built by hand, words its rejection must contain)

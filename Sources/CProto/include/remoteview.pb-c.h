@@ -37,6 +37,7 @@ typedef struct Remoteview__PointerEvent Remoteview__PointerEvent;
 typedef struct Remoteview__KeyEvent Remoteview__KeyEvent;
 typedef struct Remoteview__TextInput Remoteview__TextInput;
 typedef struct Remoteview__Focus Remoteview__Focus;
+typedef struct Remoteview__FocusLeave Remoteview__FocusLeave;
 typedef struct Remoteview__RemoteControl Remoteview__RemoteControl;
 typedef struct Remoteview__Traits Remoteview__Traits;
 typedef struct Remoteview__ShareItem Remoteview__ShareItem;
@@ -131,6 +132,25 @@ typedef enum _Remoteview__PointerPhase {
   REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_SCROLL = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__POINTER_PHASE)
 } Remoteview__PointerPhase;
+/*
+ * Which way the keyboard focus moves through a window's controls: Tab goes forward, Shift-Tab
+ * backward.
+ */
+typedef enum _Remoteview__FocusDirection {
+  /*
+   * not by Tab (a click, the window's own focus)
+   */
+  REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED = 0,
+  /*
+   * Tab
+   */
+  REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_FORWARD = 1,
+  /*
+   * Shift-Tab
+   */
+  REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__FOCUS_DIRECTION)
+} Remoteview__FocusDirection;
 typedef enum _Remoteview__RemoteCommand {
   /*
    * invalid on the wire
@@ -242,6 +262,7 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_PREFERRED_SIZE = 106,
   REMOTEVIEW__ENVELOPE__BODY_RESTORABLE_STATE = 107,
   REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE = 108,
+  REMOTEVIEW__ENVELOPE__BODY_FOCUS_LEAVE = 109,
   REMOTEVIEW__ENVELOPE__BODY_POINTER = 200,
   REMOTEVIEW__ENVELOPE__BODY_KEY = 201,
   REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT = 202,
@@ -359,6 +380,14 @@ struct  Remoteview__Envelope
      * host -> service, fds: 0 (inline) or 1 (a sealed memfd).
      */
     Remoteview__RestorableState *restore_state;
+    /*
+     * Focus across the boundary (docs/Protocol.md, "Focus across the boundary"): sent only to a
+     * host that announced the capability "focus-leave" in its handshake.
+     */
+    /*
+     * service -> host, fds: 0. Tab left the view's last (or first) control.
+     */
+    Remoteview__FocusLeave *focus_leave;
     /*
      * Input (docs/Protocol.md, "Input"): host -> service, fds: 0, all of them. Coordinates are the view's points.
      */
@@ -770,10 +799,34 @@ struct  Remoteview__Focus
 {
   ProtobufCMessage base;
   protobuf_c_boolean focused;
+  /*
+   * With focused, to a service that announced "focus-leave" only: how the focus came in.
+   * FORWARD: by Tab from the host's controls before the view (its first control takes it);
+   * BACKWARD: by Shift-Tab from after it (its last control takes it). UNSPECIFIED otherwise,
+   * and always when focused is false.
+   */
+  Remoteview__FocusDirection direction;
 };
 #define REMOTEVIEW__FOCUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__focus__descriptor) \
-    , 0 }
+    , 0, REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED }
+
+
+/*
+ * The service's Tab (FORWARD) or Shift-Tab (BACKWARD) went past its last (first) control: the
+ * host's controls take the focus, and the view keeps none until a Focus gives it back.
+ */
+struct  Remoteview__FocusLeave
+{
+  ProtobufCMessage base;
+  /*
+   * FORWARD or BACKWARD (0 is invalid)
+   */
+  Remoteview__FocusDirection direction;
+};
+#define REMOTEVIEW__FOCUS_LEAVE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__focus_leave__descriptor) \
+    , REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED }
 
 
 struct  Remoteview__RemoteControl
@@ -1330,6 +1383,25 @@ Remoteview__Focus *
 void   remoteview__focus__free_unpacked
                      (Remoteview__Focus *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__FocusLeave methods */
+void   remoteview__focus_leave__init
+                     (Remoteview__FocusLeave         *message);
+size_t remoteview__focus_leave__get_packed_size
+                     (const Remoteview__FocusLeave   *message);
+size_t remoteview__focus_leave__pack
+                     (const Remoteview__FocusLeave   *message,
+                      uint8_t             *out);
+size_t remoteview__focus_leave__pack_to_buffer
+                     (const Remoteview__FocusLeave   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__FocusLeave *
+       remoteview__focus_leave__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__focus_leave__free_unpacked
+                     (Remoteview__FocusLeave *message,
+                      ProtobufCAllocator *allocator);
 /* Remoteview__RemoteControl methods */
 void   remoteview__remote_control__init
                      (Remoteview__RemoteControl         *message);
@@ -1531,6 +1603,9 @@ typedef void (*Remoteview__TextInput_Closure)
 typedef void (*Remoteview__Focus_Closure)
                  (const Remoteview__Focus *message,
                   void *closure_data);
+typedef void (*Remoteview__FocusLeave_Closure)
+                 (const Remoteview__FocusLeave *message,
+                  void *closure_data);
 typedef void (*Remoteview__RemoteControl_Closure)
                  (const Remoteview__RemoteControl *message,
                   void *closure_data);
@@ -1562,6 +1637,7 @@ extern const ProtobufCEnumDescriptor    remoteview__peer_role__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__protocol_error_code__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__pixel_format__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__pointer_phase__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__focus_direction__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__remote_command__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__interface_style__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__item_kind__descriptor;
@@ -1589,6 +1665,7 @@ extern const ProtobufCMessageDescriptor remoteview__pointer_event__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__key_event__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__text_input__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__focus__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__focus_leave__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__remote_control__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__traits__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__share_item__descriptor;

@@ -492,9 +492,10 @@ final class ServiceSupervisor: Sendable {
     }
 
     /// What the host announces on a client's channel to a process of `manifest`: that it keeps
-    /// its views' state, unless the manifest turned that off (`limits.restorableStateKiB` 0).
+    /// its views' state, unless the manifest turned that off (`limits.restorableStateKiB` 0);
+    /// and that its views take the keyboard focus when Tab leaves them (``RemoteView/focusLeaves``).
     static func hostCapabilities(for manifest: ServiceManifest) -> [String] {
-        manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : []
+        (manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : []) + [FocusLeaveCapability.name]
     }
 
     /// Opens a channel to `instance` for `client`, tells the listeners, and runs it until it closes.

@@ -23,6 +23,13 @@ import RemoteCore
 /// before its first frame: the half-typed text comes back. A host keeps it for services whose
 /// manifest allows it (`limits.restorableStateKiB`, 64 KiB by default; 0 turns it off).
 ///
+/// **Keyboard focus.** Give the view the focus with `.focus(true)`, or, when Tab (Shift-Tab)
+/// brings it from the host's own controls, with `.focusEntering(.forward)` (`.backward`): its
+/// first (last) control takes it. When Tab goes past its last control (Shift-Tab before its
+/// first), the service says so on ``focusLeaves``: the host's next control takes the focus, and
+/// the view keeps none until it is given back. A service that does not move the focus across
+/// (it did not announce `focus-leave`) gets `.focus(true)` instead, and wraps Tab around.
+///
 /// The view attaches itself to its connection as a listener: the connection tells it when a
 /// channel to a (new) process opens, and the view routes that channel's surface messages to
 /// itself and replays what the process must know. The connection knows nothing of views.
@@ -35,9 +42,15 @@ public final class RemoteView: Sendable {
     /// nothing to keep), in order; only the newest is buffered while nobody reads. For tests
     /// and diagnostics: wait for "state stored" rather than sleep.
     public let restorableStates: AsyncStream<[UInt8]>
+    /// Each time the view's Tab (``FocusDirection/forward``) or Shift-Tab
+    /// (``FocusDirection/backward``) left its last (first) control: the host's next (previous)
+    /// control should take the keyboard focus. The view keeps none until the host gives it back
+    /// (``send(_:)`` with `.focusEntering` or `.focus(true)`).
+    public let focusLeaves: AsyncStream<FocusDirection>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
     private let restorableStateSink: AsyncStream<[UInt8]>.Continuation
+    private let focusLeaveSink: AsyncStream<FocusDirection>.Continuation
     private let state = Mutex(State())
 
     private struct State {
@@ -87,6 +100,7 @@ public final class RemoteView: Sendable {
         self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (focusLeaves, focusLeaveSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
         if let restoringState, !restoringState.isEmpty {
             state.withLock {
                 $0.restorable = restoringState
@@ -99,6 +113,7 @@ public final class RemoteView: Sendable {
     deinit {
         damageSink.finish()
         restorableStateSink.finish()
+        focusLeaveSink.finish()
     }
 
     /// The latest restorable state the service sent for this view (or the one it was made
@@ -164,13 +179,19 @@ public final class RemoteView: Sendable {
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
         try await connection.withChannel { connection throws(RemoteError) in
-            try await Self.requireSurfaces(connection)
-            try await connection.send(event)
+            let peer = try await Self.requireSurfaces(connection)
+            // A direction only to a service that moves the focus across; to another, plain focus.
+            if case .focusEntering = event, !peer.capabilities.contains(FocusLeaveCapability.name) {
+                try await connection.send(InputEvent.focus(true))
+            } else {
+                try await connection.send(event)
+            }
         }
         // Kept for relaunches, like the size.
         switch event {
         case .traits(let traits): state.withLock { $0.traits = traits }
         case .focus(let focused): state.withLock { $0.focused = focused }
+        case .focusEntering: state.withLock { $0.focused = true }
         default: break
         }
     }
@@ -306,6 +327,22 @@ extension RemoteView: ServiceChannelListener {
             }
             if case .restorableState(let wire) = message {
                 return try self.store(wire, attachments: attachments, from: context.peer, limit: limit, on: compositor)
+            }
+            if case .focusLeave(let direction) = message {
+                guard context.connection.configuration.capabilities.contains(FocusLeaveCapability.name) else {
+                    throw RemoteError(.protocolViolation, "focus_leave, but the host did not announce the \"\(FocusLeaveCapability.name)\" capability")
+                }
+                guard context.peer.capabilities.contains(FocusLeaveCapability.name) else {
+                    throw RemoteError(.protocolViolation, "focus_leave from a service that did not announce the \"\(FocusLeaveCapability.name)\" capability")
+                }
+                // From the process the view shows now; a late one from an older process is dropped.
+                let current = self.state.withLock { state in
+                    guard state.compositor === compositor else { return false }
+                    state.focused = false
+                    return true
+                }
+                if current { self.focusLeaveSink.yield(direction) }
+                return
             }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.

@@ -181,8 +181,8 @@ package final class SurfaceCompositor: Sendable {
         case .preferredSize(let width, let height):
             state.withLock { $0.preferredSize = (width, height) }
             return []
-        case .restorableState:
-            // The view's state is the view's to keep (RemoteView), not the image's.
+        case .restorableState, .focusLeave:
+            // The view's state and focus are the view's to keep (RemoteView), not the image's.
             return []
         case .releaseBuffer, .frameDone, .resize, .restoreState:
             throw violation("\(message.name) is the host's to send")

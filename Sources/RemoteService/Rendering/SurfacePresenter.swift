@@ -227,7 +227,7 @@ package final class SurfacePresenter: Sendable {
             waiters.resumeAll(returning: ())
         case .resize(let size):
             try await resize(to: size)
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState:
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave:
             throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
         case .restoreState:
             throw RemoteError(.protocolViolation, "restore_state after the host gave the view a size (it comes before the first resize)")

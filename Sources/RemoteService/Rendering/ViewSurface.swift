@@ -35,6 +35,9 @@ final class ViewSurface {
     private nonisolated let restorableStateLimit: Int
     /// Whether the host announced `restorable-state` (set from its handshake at each resize).
     nonisolated let hostKeepsState = Atomic<Bool>(false)
+    /// Whether the host announced `focus-leave` (set from its handshake at each resize): Tab
+    /// past the last control then hands it the focus instead of wrapping around.
+    nonisolated let hostTakesFocus = Atomic<Bool>(false)
     /// The state the host sent, until the view it is for is made.
     private var pendingRestore: [UInt8]?
     /// Whether the host sent restore_state (at most once, before its first resize).
@@ -333,6 +336,11 @@ final class ViewSurface {
             let width = min(max(Int(size.width.isFinite ? size.width.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             let height = min(max(Int(size.height.isFinite ? size.height.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             Task { try? await send(.preferredSize(width: width, height: height), []) }
+        }
+        root.focusLeaveSink = { [weak self] direction in
+            guard let self, hostTakesFocus.load(ordering: .relaxed) else { return false }
+            Task { try? await send(.focusLeave(direction), []) }
+            return true
         }
         // A share that came before the view: the controller hears of it before its view loads.
         if let context = share?.context { root.controller.beginRequest(with: context) }

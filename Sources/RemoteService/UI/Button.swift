@@ -1,5 +1,10 @@
 /// A tappable button with a title (`UIButton`): highlighted while pressed, its action runs when
 /// the press ends inside it.
+///
+/// From the keyboard: Tab gives an enabled button the focus (a click does not take it from a
+/// text field); then Return presses it, and so does Space (on its release, as GTK's and the
+/// web's buttons do). A ``ViewController`` may name one its ``ViewController/defaultActionButton``
+/// (Return) and one its ``ViewController/cancelActionButton`` (Escape).
 @MainActor
 open class Button: View {
     /// What the button looks like now.
@@ -14,7 +19,14 @@ open class Button: View {
     /// Runs when a press ends inside the button.
     public var action: (@MainActor (Button) -> Void)?
     /// A disabled button is drawn faded and ignores presses (they go nowhere).
-    public var isEnabled = true { didSet { if isEnabled != oldValue { setNeedsDisplay() } } }
+    public var isEnabled = true {
+        didSet {
+            guard isEnabled != oldValue else { return }
+            setNeedsDisplay()
+            // A disabled button cannot keep the focus: it would take keys it ignores.
+            if !isEnabled { resignFirstResponder() }
+        }
+    }
     public private(set) var isHighlighted = false { didSet { if isHighlighted != oldValue { setNeedsDisplay() } } }
     /// Whether a press began on the button and has not ended.
     private var tracking = false
@@ -28,6 +40,52 @@ open class Button: View {
     }
 
     public var state: State { !isEnabled ? .disabled : isHighlighted ? .highlighted : .normal }
+
+    /// An enabled button takes the keyboard focus (by Tab).
+    open override var canBecomeFirstResponder: Bool { isEnabled }
+
+    /// Whether a key may press it now: enabled, and on screen and not hidden (nor anything above it).
+    public var isPressable: Bool {
+        guard isEnabled, serviceRoot != nil else { return false }
+        var view: View? = self
+        while let current = view {
+            if current.isHidden { return false }
+            view = current.superview
+        }
+        return true
+    }
+
+    /// Space pressed on the focused button (it acts on release).
+    private var spaceHeld = false
+
+    open override func keyDown(_ event: KeyEvent) {
+        let plain = event.modifiers.isDisjoint(with: [.control, .alt, .meta])
+        switch event.keyCode {
+        case KeyCode.enter where plain:
+            if !event.isRepeat, isEnabled { sendAction() }
+        case KeyCode.space where plain:
+            guard isEnabled else { return }
+            spaceHeld = true
+            isHighlighted = true
+        default:
+            super.keyDown(event)
+        }
+    }
+
+    open override func keyUp(_ event: KeyEvent) {
+        guard event.keyCode == KeyCode.space, spaceHeld else { return super.keyUp(event) }
+        spaceHeld = false
+        isHighlighted = false
+        if isEnabled { sendAction() }
+    }
+
+    open override func firstResponderChanged() {
+        // Focus moved away with Space held: no press.
+        if !isFirstResponder, spaceHeld {
+            spaceHeld = false
+            isHighlighted = false
+        }
+    }
 
     open override func sizeThatFits(_ size: Size) -> Size {
         let font = self.font.scaled(by: traits.fontScale)

@@ -80,4 +80,6 @@ extension Traits {
     public var secondaryColor: Color { style == .dark ? Color(argb: 0xFF8E_8E93) : Color(argb: 0xFF6C_6C70) }
     /// Tracks and field backgrounds.
     public var fillColor: Color { style == .dark ? Color(argb: 0xFF3A_3A3C) : Color(argb: 0xFFE5_E5EA) }
+    /// The ring around the control that has the keyboard focus: the tint, a little lighter.
+    public var focusRingColor: Color { tint.withAlpha(0.7) }
 }

@@ -25,6 +25,9 @@ final class ServiceRoot: Responder {
     var wake: @MainActor () -> Void = {}
     /// Sends preferred_size to the host.
     var preferredSizeSink: @MainActor (Size) -> Void = { _ in }
+    /// Tells the host that Tab left the view that way (focus_leave), and returns `true`; or
+    /// returns `false` when the host did not announce `focus-leave` (Tab then wraps around).
+    var focusLeaveSink: @MainActor (FocusDirection) -> Bool = { _ in false }
     /// Unhandled events that reached the root, by kind (for diagnostics and tests).
     private(set) var unhandled: [String] = []
 
@@ -96,10 +99,13 @@ final class ServiceRoot: Responder {
         case .remoteControl(let command):
             (firstResponder ?? controller).remoteControlReceived(command)
         case .focus(let focused):
-            guard focused != isFocused else { return }
-            isFocused = focused
-            (firstResponder as? View)?.setNeedsDisplay()
-            controller.focusChanged(focused)
+            setHostFocus(focused)
+        case .focusEntering(let direction):
+            // By Tab from the host's controls: the first (or last) control takes the focus, and
+            // a view with none hands it straight on.
+            setHostFocus(true)
+            if let first = firstResponder { first.resignFirstResponder() }
+            moveFocus(direction)
         case .traits(let traits):
             setTraits(traits)
         }
@@ -119,9 +125,99 @@ final class ServiceRoot: Responder {
     func setFirstResponder(_ responder: Responder?) {
         let previous = firstResponder
         guard previous !== responder else { return }
+        invalidateFocusRing()
         firstResponder = responder
+        invalidateFocusRing()
         previous?.firstResponderChanged()
         responder?.firstResponderChanged()
+    }
+
+    // MARK: Keyboard focus
+
+    /// The host gave the view the keyboard focus, or took it.
+    private func setHostFocus(_ focused: Bool) {
+        guard focused != isFocused else { return }
+        isFocused = focused
+        (firstResponder as? View)?.setNeedsDisplay()
+        invalidateFocusRing()
+        controller.focusChanged(focused)
+    }
+
+    /// The views Tab visits, in order: every visible, interactive view that can become first
+    /// responder (an enabled button, a text field), in reading order. Rows from the top; within
+    /// a row (views whose middle is level with the row's first), from the leading edge: the
+    /// left, or the right in a right-to-left view (``ViewController/layoutDirection``).
+    func tabOrder() -> [View] {
+        controller.view.layoutIfNeeded()
+        var found: [(view: View, rect: Rect)] = []
+        func walk(_ view: View) {
+            guard !view.isHidden, view.isUserInteractionEnabled else { return }
+            if view.canBecomeFirstResponder {
+                let rect = view.convert(view.bounds, to: nil)
+                if !rect.isEmpty { found.append((view, rect)) }
+            }
+            for subview in view.subviews { walk(subview) }
+        }
+        walk(controller.view)
+        // Tree order breaks ties: the sort is stable.
+        let byTop = found.enumerated().sorted { ($0.element.rect.minY, $0.offset) < ($1.element.rect.minY, $1.offset) }.map(\.element)
+        var rows: [[(view: View, rect: Rect)]] = []
+        for item in byTop {
+            if let first = rows.last?.first, item.rect.midY < first.rect.maxY { rows[rows.count - 1].append(item) } else { rows.append([item]) }
+        }
+        let rightToLeft = controller.layoutDirection == .rightToLeft
+        return rows.flatMap { row in
+            row.enumerated().sorted { a, b in
+                let (x, y) = rightToLeft ? (-a.element.rect.maxX, -b.element.rect.maxX) : (a.element.rect.minX, b.element.rect.minX)
+                return (x, a.offset) < (y, b.offset)
+            }.map(\.element.view)
+        }
+    }
+
+    /// Moves the keyboard focus to the next (or previous) view in ``tabOrder()``. Past the last
+    /// (or before the first), the focus leaves the view for the host's controls when the host
+    /// announced `focus-leave` (the view keeps no first responder until the host gives the focus
+    /// back); otherwise it wraps around.
+    func moveFocus(_ direction: FocusDirection) {
+        let order = tabOrder()
+        let current = (firstResponder as? View).flatMap { first in order.firstIndex { $0 === first } }
+        let next: Int?
+        switch (direction, current) {
+        case (.forward, nil): next = order.isEmpty ? nil : 0
+        case (.backward, nil): next = order.isEmpty ? nil : order.count - 1
+        case (.forward, let index?): next = index + 1 < order.count ? index + 1 : nil
+        case (.backward, let index?): next = index > 0 ? index - 1 : nil
+        }
+        if let next {
+            order[next].becomeFirstResponder()
+        } else if focusLeaveSink(direction) {
+            setFirstResponder(nil)
+        } else if let wrapped = direction == .forward ? order.first : order.last {
+            wrapped.becomeFirstResponder()
+        }
+    }
+
+    /// Where the focus ring of `view` is drawn, in root points: around its bounds.
+    static func focusRing(of view: View) -> Rect {
+        let rect = view.convert(view.bounds, to: nil)
+        return Rect(x: rect.minX - focusRingOutset, y: rect.minY - focusRingOutset,
+                    width: rect.width + 2 * focusRingOutset, height: rect.height + 2 * focusRingOutset)
+    }
+
+    /// How far the ring's outer edge is from the control's (points): a 2-point ring after a
+    /// 2-point gap.
+    static let focusRingOutset = 4.0
+
+    /// The view that shows a focus ring now: the first responder, while the view has the host's
+    /// focus.
+    var focusRingView: View? {
+        guard isFocused, let view = firstResponder as? View, view.serviceRoot === self, !view.isHidden else { return nil }
+        return view
+    }
+
+    /// Marks where the focus ring is drawn now (before and after it moves).
+    func invalidateFocusRing() {
+        if let view = focusRingView { invalidate(Self.focusRing(of: view)) }
     }
 
     // MARK: Frames
@@ -184,6 +280,15 @@ final class ServiceRoot: Responder {
         context.scale(by: scale)
         guard !view.isHidden else { return }
         view.render(in: context, dirty: points)
+        // The focus ring, over the tree and clipped by no container: a control flush with its
+        // stack's edge still shows all of it.
+        if let focused = focusRingView {
+            let ring = Self.focusRing(of: focused)
+            if ring.intersects(points) {
+                // The stroke lies inside the rect: a 2-point ring, then a 2-point gap to the control.
+                context.strokeRoundedRect(ring, radius: focused.cornerRadius + Self.focusRingOutset, width: 2, color: traits.focusRingColor)
+            }
+        }
     }
 
     /// Overlapping rects merged into their union, until none overlap.

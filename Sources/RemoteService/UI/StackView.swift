@@ -1,5 +1,6 @@
 /// Lays out its arranged subviews in a row or a column (`UIStackView`): each gets the size it
-/// fits along the axis, and the stack's width (or height) across it, less the insets.
+/// fits along the axis, and the stack's width (or height) across it, less the insets. A row
+/// runs from the leading edge: the right in a right-to-left view (``View/layoutDirection``).
 @MainActor
 open class StackView: View {
     /// The direction the views follow each other in.
@@ -51,6 +52,8 @@ open class StackView: View {
         let gaps = spacing * Double(visible.count - 1)
         var position = axis == .vertical ? content.minY : content.minX
         let end = axis == .vertical ? content.maxY : content.maxX
+        // A right-to-left view's rows start at the right.
+        let mirrored = axis == .horizontal && layoutDirection == .rightToLeft
         for view in visible {
             var length: Double
             switch (axis, distribution) {
@@ -65,7 +68,8 @@ open class StackView: View {
             length = min(length, max(0, end - position))
             view.frame = axis == .vertical
                 ? Rect(x: content.minX, y: position, width: content.width, height: max(0, length))
-                : Rect(x: position, y: content.minY, width: max(0, length), height: content.height)
+                : Rect(x: mirrored ? content.minX + content.maxX - position - max(0, length) : position, y: content.minY,
+                       width: max(0, length), height: content.height)
             position += length + spacing
         }
     }

@@ -13,6 +13,13 @@ open class View: Responder {
             guard frame != oldValue else { return }
             superview?.setNeedsDisplay(oldValue)
             superview?.setNeedsDisplay(frame)
+            // The focus ring reaches outside the frame: where it was, and where it is now.
+            if let root = serviceRoot, root.focusRingView === self, let superview {
+                let outset = ServiceRoot.focusRingOutset
+                root.invalidate(superview.convert(Rect(x: oldValue.minX - outset, y: oldValue.minY - outset,
+                                                       width: oldValue.width + 2 * outset, height: oldValue.height + 2 * outset), to: nil))
+                root.invalidateFocusRing()
+            }
             if frame.size != oldValue.size { setNeedsLayout() }
         }
     }
@@ -102,6 +109,16 @@ open class View: Responder {
 
     /// The host's appearance (standard until the view is on screen).
     public var traits: Traits { serviceRoot?.traits ?? .standard }
+
+    /// Which way the view's controller reads (``ViewController/layoutDirection``; left to right
+    /// until the view is on screen).
+    public var layoutDirection: LayoutDirection { serviceRoot?.controller.layoutDirection ?? .leftToRight }
+
+    /// Lays this view and every view below it out again before the next frame.
+    func setNeedsLayoutThroughout() {
+        setNeedsLayout()
+        for view in subviews { view.setNeedsLayoutThroughout() }
+    }
 
     /// The host's appearance changed: redraws. Override to react; call `super`.
     open func traitsDidChange() {

@@ -22,6 +22,28 @@ open class ViewController: Responder {
 
     public override init() {}
 
+    /// Which way the view's controls read: left to right (the default), or right to left, as
+    /// the interface's language does (Arabic, Hebrew). Tab follows it along a row, and
+    /// horizontal ``StackView``s lay out from the right. Text is not affected: each paragraph
+    /// takes its direction from its own letters (``TextAlignment/natural``).
+    public var layoutDirection: LayoutDirection = .leftToRight {
+        didSet {
+            guard layoutDirection != oldValue, isViewLoaded else { return }
+            view.setNeedsLayoutThroughout()
+            attachedRoot?.invalidateAll()
+        }
+    }
+
+    /// The button Return presses when the focused control does not take the key (a dialog's
+    /// default button, `NSWindow.defaultButtonCell`): a text field without an `onReturn`, a
+    /// view with no focus. Pressed only while enabled and on screen. (Named so, not
+    /// `defaultButton`, to leave that name to subclasses, which often have one.)
+    public weak var defaultActionButton: Button?
+
+    /// The button Escape presses (a dialog's Cancel): whatever has the focus, unless a responder
+    /// before the controller takes the key. Pressed only while enabled and on screen.
+    public weak var cancelActionButton: Button?
+
     /// The root view, made by ``loadView()`` on first use; it always fills the host's size.
     public var view: View {
         get {
@@ -118,7 +140,31 @@ open class ViewController: Responder {
         didSet { if let preferredContentSize, preferredContentSize != oldValue { attachedRoot?.sendPreferredSize(preferredContentSize) } }
     }
 
+    /// The keyboard's part of the controller: Tab and Shift-Tab move the focus between the
+    /// view's controls (``Responder/canBecomeFirstResponder``, in reading order, and out to the
+    /// host's controls past the last one when the host takes the focus); Return presses the
+    /// ``defaultActionButton``; Escape the ``cancelActionButton``. Anything else goes on up the chain.
+    /// Override to take keys first; call `super` for the rest.
+    open override func keyDown(_ event: KeyEvent) {
+        let plain = event.modifiers.isDisjoint(with: [.control, .alt, .meta])
+        switch event.keyCode {
+        case KeyCode.tab where plain:
+            attachedRoot?.moveFocus(event.modifiers.contains(.shift) ? .backward : .forward)
+        case KeyCode.enter where plain && !event.isRepeat && (defaultActionButton?.isPressable ?? false):
+            defaultActionButton?.sendAction()
+        case KeyCode.escape where plain && !event.isRepeat && (cancelActionButton?.isPressable ?? false):
+            cancelActionButton?.sendAction()
+        default:
+            super.keyDown(event)
+        }
+    }
+
     open override var next: Responder? { attachedRoot }
 
     override var serviceRoot: ServiceRoot? { attachedRoot }
+}
+
+/// Which way a view's controls read (``ViewController/layoutDirection``).
+public enum LayoutDirection: Sendable, Hashable {
+    case leftToRight, rightToLeft
 }

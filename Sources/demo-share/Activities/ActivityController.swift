@@ -2,12 +2,16 @@
 import RemoteService
 
 /// A demo activity's controller: its sheet on the traits' background, *ready* once the host
-/// shows it, escape to cancel, and a status line.
+/// shows it, a status line, and the keyboard: Tab through the controls, Escape presses the
+/// sheet's first button (Cancel) and Return its last (Save, Post, Done), when enabled.
 class ActivityController: ViewController {
     let status = Label(text: "", font: .caption, numberOfLines: 2)
 
-    /// Builds the sheet; `content` sits between the heading and `buttons`.
+    /// Builds the sheet; `content` sits between the heading and `buttons`: Cancel first, which
+    /// Escape presses, and the activity's own action last, which Return presses.
     func makeSheet(title: String, content: View, buttons: [Button]) -> SheetView {
+        cancelActionButton = buttons.first
+        defaultActionButton = buttons.count > 1 ? buttons.last : nil
         let sheet = SheetView(title: title, content: content, buttons: buttons)
         sheet.backgroundColor = traits.backgroundColor
         return sheet
@@ -45,10 +49,6 @@ class ActivityController: ViewController {
         status.text = message
         guard isOpen else { return }
         extensionContext?.cancel(error: ActivityFailure(message: message))
-    }
-
-    override func keyDown(_ event: KeyEvent) {
-        if event.keyCode == KeyCode.escape { cancel() } else { super.keyDown(event) }
     }
 
     // MARK: restorable state

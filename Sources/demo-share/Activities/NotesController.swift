@@ -34,7 +34,6 @@ final class NotesController: ActivityController {
         cancelButton.tintColor = Color(argb: 0xFF8E_8E93)
         cancelButton.action = { [unowned self] _ in cancel() }
         saveButton.action = { [unowned self] _ in save() }
-        field.onReturn = { [unowned self] _ in save() }
         field.onChange = { [unowned self] _ in updateSaveButton() }
         updateSaveButton()
     }

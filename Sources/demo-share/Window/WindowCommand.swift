@@ -14,7 +14,9 @@ struct WindowCommand: AsyncParsableCommand {
             With no items, the demo's text and URL are shared (Notes takes them; the sheet says why \
             Post and Markup do not: press W). A click on an activity launches it, sandboxed, and \
             embeds its view below a bar with its title and progress; the mouse, the keyboard, typed \
-            text, focus and media keys go to it. F2 switches light and dark. A service that dies \
+            text, focus and media keys go to it; Tab past its last control (Shift-Tab before its \
+            first) moves to the bar's Cancel, and Tab there goes back in. F2 switches light and \
+            dark. A service that dies \
             leaves its last frame dimmed, the reason and a Relaunch button. Frames are shown at \
             vsync (the view's manual presentation). Each step is printed on standard output \
             ("window: …"), for scripts and tests. Needs a display (DISPLAY; under Xvfb, \
@@ -102,6 +104,8 @@ final class WindowInbox: Sendable {
         var update: ActivityUpdate?
         var outcome: ShareOutcome?
         var settled = false
+        /// Tab (or Shift-Tab) left the activity's controls that way.
+        var focusLeft: FocusDirection?
         /// When the oldest frame in `damage` was composited.
         var arrived: ContinuousClock.Instant?
     }
@@ -158,6 +162,10 @@ final class WindowApp {
         var outcome: String?
         var ended: String?
         var relaunch: PointRect?
+        /// The bar's Cancel, while the share is open.
+        var cancel: PointRect?
+        /// Whether the bar's Cancel has the keyboard focus (Tab left the activity), not the view.
+        var cancelFocused = false
         /// A composited frame is held until it has been shown (manual presentation).
         var framePending = false
         /// Whether a frame was shown yet.
@@ -410,6 +418,9 @@ final class WindowApp {
                 for await update in session.updates { inbox.change { $0.update = update } }
             },
             Task.detached {
+                for await direction in view.focusLeaves { inbox.change { $0.focusLeft = direction } }
+            },
+            Task.detached {
                 // What the view would come back with after a crash (Relaunch), as it is stored.
                 for await state in view.restorableStates {
                     let preview = String(decoding: state.prefix(160), as: UTF8.self).escapedForTerminal()
@@ -449,8 +460,11 @@ final class WindowApp {
         guard let presented else { return }
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(barPixels))
-        presented.relaunch = WindowPainter.bar(into: &canvas, scale: scale, activity: presented.activity, update: presented.update,
-                                               outcome: presented.outcome, ended: presented.ended)
+        let buttons = WindowPainter.bar(into: &canvas, scale: scale, activity: presented.activity, update: presented.update,
+                                        outcome: presented.outcome, ended: presented.ended, cancelFocused: presented.cancelFocused)
+        presented.relaunch = buttons.relaunch
+        presented.cancel = buttons.cancel
+        if buttons.cancel == nil { presented.cancelFocused = false }
         canvas.pixels.withUnsafeBufferPointer { try? window.updateBar($0, width: canvas.width, height: canvas.height) }
         needsRender = true
     }
@@ -492,6 +506,12 @@ final class WindowApp {
             presented.update = update
             barChanged = true
         }
+        if let direction = pending.focusLeft, presented.outcome == nil, presented.ended == nil {
+            // The bar's Cancel is the window's only control: Tab from either end lands there.
+            presented.cancelFocused = true
+            barChanged = true
+            afterRender.append("window: focus left the activity \(direction), to the bar's Cancel")
+        }
         if let outcome = pending.outcome {
             switch outcome {
             case .interrupted(let error):
@@ -518,7 +538,9 @@ final class WindowApp {
             switch UInt32(event.window.event) {
             case SDL_WINDOWEVENT_SIZE_CHANGED.rawValue:
                 if let presented { presented.commands.yield(.resize(viewSize)); drawBar() } else { drawSheet() }
-            case SDL_WINDOWEVENT_FOCUS_GAINED.rawValue: presented?.commands.yield(.input(.focus(true)))
+            case SDL_WINDOWEVENT_FOCUS_GAINED.rawValue:
+                // The view has the focus back unless the bar's Cancel holds it.
+                if let presented, !presented.cancelFocused { presented.commands.yield(.input(.focus(true))) }
             case SDL_WINDOWEVENT_FOCUS_LOST.rawValue: presented?.commands.yield(.input(.focus(false)))
             case SDL_WINDOWEVENT_EXPOSED.rawValue:
                 exposed = true
@@ -547,8 +569,13 @@ final class WindowApp {
                 show(session)
                 return true
             }
+            if let cancel = presented.cancel, down, cancel.contains(x, y) {
+                await cancelShare(presented, by: "a click on the bar's Cancel")
+                return true
+            }
             // A service that ended gets nothing (input would start a new process, without the share).
             guard presented.ended == nil else { return true }
+            if down, y >= WindowPainter.barHeight, presented.cancelFocused { focusView(presented, nil) }
             let button = Int(event.button.button)
             let held = SDL_GetMouseState(nil, nil) & 0xFF
             presented.commands.yield(.input(.pointer(PointerEvent(down ? .down : .up, x: x, y: y - WindowPainter.barHeight,
@@ -584,6 +611,18 @@ final class WindowApp {
                 return true
             }
             guard presented.ended == nil else { return true }
+            if presented.cancelFocused {
+                // The bar's Cancel has the focus: Tab goes back into the activity (at its first
+                // control; Shift-Tab at its last), Return or Space presses Cancel.
+                guard down else { return true }
+                let shift = SDL_GetModState().rawValue & KMOD_SHIFT.rawValue != 0
+                switch scancode {
+                case SDL_SCANCODE_TAB: focusView(presented, shift ? .backward : .forward)
+                case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE: await cancelShare(presented, by: "the keyboard on the bar's Cancel")
+                default: break
+                }
+                return true
+            }
             if let command = Self.remoteCommand(scancode) {
                 if down {
                     presented.commands.yield(.input(.remoteControl(command)))
@@ -596,7 +635,7 @@ final class WindowApp {
             guard (1...65535).contains(code) else { return true }
             presented.commands.yield(.input(.key(KeyEvent(down: down, keyCode: code, modifiers: modifiers(), isRepeat: event.key.repeat != 0))))
         case SDL_TEXTINPUT.rawValue:
-            guard let presented, presented.ended == nil else { return true }
+            guard let presented, presented.ended == nil, !presented.cancelFocused else { return true }
             let text = withUnsafeBytes(of: event.text.text) { bytes in
                 String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
             }
@@ -605,6 +644,22 @@ final class WindowApp {
             if event.type == window.wakeEvent { return true }
         }
         return true
+    }
+
+    /// Gives the keyboard focus back to the view from the bar's Cancel: entering that way (Tab:
+    /// its first control; Shift-Tab: its last), or as it was (`nil`: a click in it).
+    private func focusView(_ presented: Presented, _ direction: FocusDirection?) {
+        presented.cancelFocused = false
+        presented.commands.yield(.input(direction.map { .focusEntering($0) } ?? .focus(true)))
+        drawBar()
+        print("window: focus to the activity\(direction.map { " \($0)" } ?? "")")
+    }
+
+    /// The bar's Cancel: the share is cancelled (the activity is asked to end it).
+    private func cancelShare(_ presented: Presented, by what: String) async {
+        print("window: cancel, by \(what)")
+        let session = presented.session
+        Task.detached { _ = await session.cancel(reason: "the user pressed Cancel on the window's bar") }
     }
 
     /// A click on the sheet: an activity's row presents it; the last row explains the others.

@@ -83,12 +83,22 @@ enum WindowPainter {
         return (rows, whyNot)
     }
 
-    /// The bar above a presented activity: its title, the latest update and a progress bar; or
-    /// the outcome; or, when the service ended, the reason and a Relaunch button (returned).
-    static func bar(into canvas: inout Canvas, scale: Double, activity: ShareActivity, update: ActivityUpdate?,
-                    outcome: String?, ended: String?) -> PointRect? {
-        let width = Double(canvas.width) / scale
+    /// The bar's buttons, where they are (in points), when it shows them.
+    struct BarButtons {
+        /// Relaunch, when the activity's process ended.
         var relaunch: PointRect?
+        /// Cancel, while the share waits for its answer: the host's own control, which takes
+        /// the keyboard focus when Tab leaves the activity.
+        var cancel: PointRect?
+    }
+
+    /// The bar above a presented activity: its title, the latest update and a progress bar, and
+    /// a Cancel button (with a focus ring when `cancelFocused`) while the share is open; or the
+    /// outcome; or, when the service ended, the reason and a Relaunch button.
+    static func bar(into canvas: inout Canvas, scale: Double, activity: ShareActivity, update: ActivityUpdate?,
+                    outcome: String?, ended: String?, cancelFocused: Bool) -> BarButtons {
+        let width = Double(canvas.width) / scale
+        var buttons = BarButtons()
         canvas.draw(scale: scale) { cr in
             fill(cr, PointRect(x: 0, y: 0, width: width, height: barHeight), ended == nil ? 0xE5E5EA : 0x5C1A1A)
             if let ended {
@@ -97,22 +107,38 @@ enum WindowPainter {
                 text(cr, "Relaunch", x: button.x + 12, y: 27, size: 13, bold: true, colour: 0x5C1A1A)
                 text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: width - 128,
                      ellipsized: true)
-                relaunch = button
+                buttons.relaunch = button
                 return
             }
+            // Cancel at the right while the share is open; the title and progress left of it.
+            var textWidth = width - 2 * margin
+            if outcome == nil {
+                let button = PointRect(x: width - 84, y: 8, width: 72, height: 28)
+                if cancelFocused {
+                    colour(cr, 0x0A60FF)
+                    cairo_set_line_width(cr, 2)
+                    cairo_rectangle(cr, button.x - 3, button.y - 3, button.width + 6, button.height + 6)
+                    cairo_stroke(cr)
+                }
+                fill(cr, button, 0xFFFFFF)
+                let label = "Cancel", size = 13.0
+                text(cr, label, x: button.x + (button.width - advance(label, size: size, bold: true)) / 2, y: 27, size: size, bold: true, colour: 0x0A60FF)
+                buttons.cancel = button
+                textWidth -= button.width + 8
+            }
             let title = update.map { "\(activity.title) — \($0.title)" } ?? activity.title
-            text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: 0x1C1C1E, maxWidth: width - 2 * margin)
+            text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: 0x1C1C1E, maxWidth: textWidth)
             if let outcome {
                 text(cr, outcome, x: margin, y: 36, size: 11, colour: 0x3A3A3C, maxWidth: width - 2 * margin)
             } else if let update {
-                let track = PointRect(x: margin, y: 28, width: width - 2 * margin, height: 6)
+                let track = PointRect(x: margin, y: 28, width: textWidth, height: 6)
                 fill(cr, track, 0xC7C7CC)
                 let done = update.progress ?? 0.3  // indeterminate: a part of the track
                 fill(cr, PointRect(x: track.x, y: track.y, width: track.width * done, height: track.height), 0x0A60FF)
                 if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: 0x3A3A3C) }
             }
         }
-        return relaunch
+        return buttons
     }
 
     // MARK: drawing

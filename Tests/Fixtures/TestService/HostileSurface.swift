@@ -46,6 +46,8 @@ enum HostileSurface {
         /// Announces "restorable-state"; a first frame, then a state of 20,000 bytes in a memfd
         /// that is not sealed.
         case stateUnsealed
+        /// A first frame, then a focus_leave without announcing "focus-leave".
+        case focusUnannounced
     }
 
     static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier, capabilities: ["surfaces"])
@@ -219,6 +221,12 @@ enum HostileSurface {
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)
                 return "committed a first frame"
+            case .focusUnannounced:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first))
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                try await send(.focusLeave(.forward), [])
+                return "sent focus_leave"
             case .stateUnannounced, .stateOverLimit, .stateUnsealed:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)

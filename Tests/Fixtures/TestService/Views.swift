@@ -146,6 +146,7 @@ final class ScreenController: ViewController {
                 field: \(field.text)
                 selection: \(field.selection.lowerBound) \(field.selection.upperBound)
                 first: \(field.isFirstResponder)
+                focused: \(field.isFirstResponder ? "field" : button.isFirstResponder ? "button" : "none")
                 restored: \(restored.map(String.init) ?? "none")
                 remote: \(remote.map { "\($0)" }.joined(separator: ","))
                 log: \(log.joined(separator: ","))
