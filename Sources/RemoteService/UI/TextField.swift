@@ -72,7 +72,6 @@ open class TextField: View {
     open override func draw(in context: GraphicsContext) {
         let traits = self.traits, font = scaledFont
         context.fillRoundedRect(bounds, radius: cornerRadius, with: traits.fillColor)
-        if isFirstResponder { context.strokeRoundedRect(bounds, radius: cornerRadius, width: 2, color: traits.tint) }
         let metrics = TextMeasure.lineMetrics(font)
         let top = ((bounds.height - metrics.lineHeight) / 2).rounded()
         let baseline = top + metrics.ascent

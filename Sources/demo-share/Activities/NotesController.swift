@@ -22,7 +22,8 @@ final class NotesController: ActivityController {
         url = items.lazy.compactMap(\.url).first
         field.text = text ?? ""
         field.selection = field.text.count..<field.text.count
-        sharedText.text = text.map { "Shared text: “\($0)”" } ?? "No text shared."
+        // The text alone, so that its own direction sets its alignment: Arabic at the right.
+        sharedText.text = text.map { "“\($0)”" } ?? "No text shared."
         sharedURL.text = url.map { "Link: \($0)" } ?? ""
         sharedURL.isHidden = url == nil
         let content = StackView(axis: .vertical, spacing: 10, arrangedSubviews: [sharedText, sharedURL, field, status])
