@@ -6,7 +6,8 @@
 //   milliseconds: a request still outstanding when remoteview-stress killstorm strikes), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick FPS SECONDS" (repaint everything FPS times a second)
 //   "share.complete" (finishes the view's share, replying when), and it takes shares
-//   view: a solid colour, plus the stream's stamped frames
+//   view: a solid colour, plus the stream's stamped frames; as com.example.bench.text, a form of
+//   text instead (labels in Latin, Arabic, Hebrew, Japanese and emoji, a text field, buttons)
 import Glibc
 import RemoteService
 import Synchronization
@@ -97,7 +98,24 @@ let identifier = CommandLine.arguments.dropFirst().first ?? "com.example.bench"
 
 // Every request but "delay" is answered inline on the connection's loop (the synchronous form);
 // "delay" waits, so it goes to the async handler.
-await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share", viewController: { StreamController() }, onSynchronousRequest: { request, _ in
+/// A view of text, as an activity's: what a present costs when the first frame lays out and draws
+/// text (the same strings and views in every build, whatever draws the text).
+final class TextController: ViewController {
+    override func loadView() {
+        let lines = ["Share 3 items with…", "Look at this sunset — what a view!", "مرحبا بالعالم", "שלום עולם",
+                     "こんにちは世界", "👍🏽 🎉 Grüße, Ελλάδα, Россия"]
+        let labels = lines.map { Label(text: $0) }
+        let field = TextField(text: "A note with مرحبا and こんにちは")
+        let buttons = StackView(axis: .horizontal, spacing: 12, distribution: .fillEqually,
+                                arrangedSubviews: [Button(title: "Cancel"), Button(title: "Save")])
+        let stack = StackView(axis: .vertical, spacing: 6, insets: EdgeInsets(all: 12), arrangedSubviews: labels + [field, buttons])
+        stack.backgroundColor = Color(argb: 0xFFFF_FFFF)
+        view = stack
+    }
+}
+
+await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share",
+                       viewController: { @MainActor @Sendable in identifier.hasSuffix(".text") ? TextController() : StreamController() }, onSynchronousRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)

@@ -195,7 +195,7 @@ struct Bench: Sendable {
         mkdir(folder, 0o755)
         // "shared": one warm process for round trips and frames; "cold": a process per connection.
         // "share": the same service offered for text, shared by every share; "share.cold": one process per share.
-        for (name, instances) in [("bench", "shared"), ("bench.cold", "perConnection"), ("bench.scale", "perConnection"),
+        for (name, instances) in [("bench", "shared"), ("bench.text", "shared"), ("bench.text.cold", "perConnection"), ("bench.cold", "perConnection"), ("bench.scale", "perConnection"),
                                   ("bench.share", "shared"), ("bench.share.cold", "perConnection")] {
             let activation = name.hasPrefix("bench.share") ? #", "activation": { "contentTypes": [{ "type": "text/plain" }] }"# : ""
             let manifest = """
@@ -573,6 +573,27 @@ struct Bench: Sendable {
                                 ratio: (present.cpuPerOperation ?? 0) / max(roundTrip.cpuPerOperation ?? 1, 0.001),
                                 ratioMeaning: "of a round trip's CPU", target: "–", met: nil))
                 await warm.invalidate()
+
+                // The same, of a view that lays out and draws text (six labels in five scripts, a
+                // field, two buttons): what text costs a present once the process has its fonts.
+                log("warm present of a view of text …")
+                let textWarm = launcher.connection(to: "com.example.bench.text")
+                _ = try await textWarm.request(ServiceMessage(type: "echo"))
+                _ = try await startTimes(5, warmUp: 0, of: "com.example.bench.text", on: launcher, until: presentedFirstFrame)
+                let textHost = Cost.ownProcess(), textService = try await usage(of: textWarm)
+                var textPresent = try await startSamples(presents, warmUp: 0, of: "com.example.bench.text", on: launcher, until: presentedFirstFrame)
+                let textSpent = try await usage(of: textWarm) - textService
+                textPresent = textPresent.with(Cost.ownProcess() - textHost + textSpent, over: presents)
+                rows.append(Row(figure: "warm present of a view of text → first frame", value: textPresent,
+                                baseline: "warm present of the solid view (above)", baselineValue: present, ratio: textPresent.median / present.median,
+                                ratioMeaning: "of the solid view's", target: "–", met: nil))
+                rows.append(Row(figure: "↳ cost per warm present of text, host + service", value: textPresent,
+                                summary: String(format: "%.0f µs CPU, %.1f switches (the service: %.0f µs CPU)", textPresent.cpuPerOperation ?? 0,
+                                                textPresent.switchesPerOperation ?? 0, textSpent.cpuMicroseconds / Double(presents)),
+                                baseline: "the solid view's (above)", baselineValue: present, baselineSummary: perPresent,
+                                ratio: (textPresent.cpuPerOperation ?? 0) / max(present.cpuPerOperation ?? 1, 0.001),
+                                ratioMeaning: "of the solid view's CPU", target: "–", met: nil))
+                await textWarm.invalidate()
             }
             return rows
         }
@@ -898,8 +919,11 @@ struct Bench: Sendable {
         for sandboxed in [true, false] {
             let configuration = Launcher.Configuration(hostIdentifier: "com.example.bench-host", sandbox: sandboxed ? .bubblewrap() : .unsandboxed,
                                                        logger: logger)
-            let (cold, reply, phases, versus) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, [Row], Row?) in
+            let (cold, reply, phases, versus, textCold) = try await withLauncher(registry: registry, configuration: configuration) { launcher -> (Stats, Stats, [Row], Row?, Stats) in
                 let frame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.cold", on: launcher, until: presentedFirstFrame)
+                // A view of text, cold: what its first layout costs a fresh process (fontconfig
+                // finding the fonts, Pango's first layout) on top of the solid view's start.
+                let textFrame = try await startSamples(coldStarts, warmUp: 2, of: "com.example.bench.text.cold", on: launcher, until: presentedFirstFrame)
                 // The same start to a first reply instead: what the frame adds is the difference.
                 func replies(_ count: Int) async throws -> [Double] {
                     try await startTimes(count, warmUp: 1, of: "com.example.bench.cold", on: launcher) { connection in
@@ -908,7 +932,7 @@ struct Bench: Sendable {
                 }
                 let phases = try await startPhases(coldStarts, on: launcher, sandboxed: sandboxed, floor: sandboxed ? floors.bubblewrap : floors.plain)
                 // Unsandboxed, Linux's own on-demand peer: D-Bus activating a C service, interleaved.
-                guard !sandboxed, wants("dbus") else { return (frame, Stats(microseconds: try await replies(coldStarts)), phases, nil) }
+                guard !sandboxed, wants("dbus") else { return (frame, Stats(microseconds: try await replies(coldStarts)), phases, nil, textFrame) }
                 log("D-Bus activation …")
                 let bus = try PrivateBus(folder: rawFolder + "/dbus", peer: rawFolder + "/dbus-peer")
                 defer { bus.stop() }
@@ -919,7 +943,7 @@ struct Bench: Sendable {
                                  baseline: "D-Bus activation of a C service → first reply", baselineValue: activation,
                                  ratio: reply.median / activation.median, ratioMeaning: "of D-Bus activation", target: "≤ 1×",
                                  met: reply.median <= activation.median)
-                return (frame, reply, phases, versus)
+                return (frame, reply, phases, versus, textFrame)
             }
             let floor = sandboxed ? floors.bubblewrap : floors.plain
             let mode = sandboxed ? "sandboxed" : "unsandboxed"
@@ -928,6 +952,10 @@ struct Bench: Sendable {
                             baselineValue: floor, ratio: cold.median / floor.median, ratioMeaning: "of the floor",
                             target: sandboxed ? "≤ 1.3× the bubblewrap floor" : "(against D-Bus below)",
                             met: sandboxed ? cold.median <= 1.3 * floor.median : nil))
+            rows.append(Row(figure: "cold start of a view of text → first frame, \(mode)", value: textCold,
+                            baseline: "cold start → first frame of the solid view (above)", baselineValue: cold,
+                            ratio: textCold.median / cold.median, ratioMeaning: "of the solid view's",
+                            target: "(diagnostic: the difference is the first text layout in a fresh process)", met: nil))
             rows.append(Row(figure: "cold start → first reply, \(mode)", value: reply,
                             baseline: sandboxed ? "bubblewrap + static binary, one message on fd 3" : "plain spawn of the same",
                             baselineValue: floor, ratio: reply.median / floor.median, ratioMeaning: "of the floor",
