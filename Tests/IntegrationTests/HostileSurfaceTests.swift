@@ -36,11 +36,12 @@ struct HostileSurfaceTests {
     /// Runs `body` with the fixture in `surface-MODE` shown in a view next to a good service and
     /// a good view.
     func withHostileView(_ mode: String, presentation: RemoteView.Presentation = .immediate, extra: String? = nil,
+                         configuration: Launcher.Configuration = fastLauncherConfiguration(),
                          _ body: @escaping @Sendable (Scene) async throws -> Void) async throws {
         let manifests = ["good.json": ServiceFolder.manifest(identifier: Self.good),
                          "neighbour.json": ServiceFolder.manifest(identifier: Self.neighbour, mode: "view"),
                          "hostile.json": ServiceFolder.manifest(identifier: Self.hostile, mode: "surface-" + mode, extra: extra)]
-        try await withServices(manifests, within: .seconds(30)) { launcher, _ in
+        try await withServices(manifests, within: .seconds(30), configuration: configuration) { launcher, _ in
             let events = launcher.events()
             let good = launcher.connection(to: Self.good)
             let neighbour = RemoteView(connection: launcher.connection(to: Self.neighbour))
@@ -142,10 +143,13 @@ struct HostileSurfaceTests {
         }
     }
 
-    @Test("a focus_leave from a service that did not announce \"focus-leave\": ended as a protocol violation that names the capability")
-    func focusLeaveUnannounced() async throws {
-        try await withHostileView("focusUnannounced") { scene in
-            try await Self.expectViolation(scene, ["focus_leave from a service that did not announce the \"focus-leave\" capability"])
+    @Test("a focus_leave from a service that did not announce \"focus-leave\", or to a host that did not (Launcher.Configuration.takesFocusFromViews off): ended as a protocol violation that names the capability", arguments: [true, false])
+    func focusLeaveUnannounced(_ hostTakesFocus: Bool) async throws {
+        var configuration = fastLauncherConfiguration()
+        configuration.takesFocusFromViews = hostTakesFocus
+        try await withHostileView("focusUnannounced", configuration: configuration) { scene in
+            try await Self.expectViolation(scene, [hostTakesFocus ? "focus_leave from a service that did not announce the \"focus-leave\" capability"
+                                                                  : "focus_leave, but the host did not announce the \"focus-leave\" capability"])
         }
     }
 

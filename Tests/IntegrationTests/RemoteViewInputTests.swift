@@ -15,8 +15,9 @@ struct RemoteViewInputTests {
 
     /// A presented "ui" screen, its first frame drawn.
     static func withScreen(width: Int = width, height: Int = height, mode: String = "ui",
+                           configuration: Launcher.Configuration = fastLauncherConfiguration(),
                            _ body: @escaping @Sendable (RemoteView, Screen) async throws -> Void) async throws {
-        try await withServices(["ui.json": ServiceFolder.manifest(mode: mode)]) { launcher, _ in
+        try await withServices(["ui.json": ServiceFolder.manifest(mode: mode)], configuration: configuration) { launcher, _ in
             let view = RemoteView(connection: launcher.connection(to: "com.example.test"))
             try await view.present(width: width, height: height)
             let screen = Screen(view: view)
@@ -348,11 +349,17 @@ struct RemoteViewInputTests {
         }
     }
 
-    @Test("the keyboard across the boundary: Tab goes button, field, then out of the view (focusLeaves says forward); the host gives the focus back from the end (the field) and Shift-Tab leaves backward; Return presses the focused button")
+    @Test("the keyboard across the boundary (the host takes the focus): Tab goes button, field, then out of the view (focusLeaves says forward); the host gives the focus back from the end (the field) and Shift-Tab leaves backward; Return presses the focused button; a leave while the view does not have the host's focus is dropped")
     func keyboardAcrossTheBoundary() async throws {
-        try await Self.withScreen { view, screen in
+        var configuration = fastLauncherConfiguration()
+        configuration.takesFocusFromViews = true
+        try await Self.withScreen(configuration: configuration) { view, screen in
+            // Every leave the view reports, in order, with none lost while the test is not reading.
+            let (seen, seenSink) = AsyncStream.makeStream(of: FocusDirection.self)
+            let collector = Task { for await direction in view.focusLeaves { seenSink.yield(direction) } }
+            defer { collector.cancel() }
             func nextLeave(_ what: String) async throws -> FocusDirection? {
-                try await withDeadline(.seconds(10), what) { await view.focusLeaves.first { _ in true } }
+                try await withDeadline(.seconds(10), what) { await seen.first { _ in true } }
             }
             func focused() async throws -> String? { try await screen.state()["focused"] }
             try await view.send(.focus(true))
@@ -365,15 +372,34 @@ struct RemoteViewInputTests {
             try await view.press(keyCode: KeyCode.tab)
             #expect(try await nextLeave("focus leaving forward") == .forward)
             #expect(try await focused() == "none")
+            #expect(try await screen.state()["log"]?.hasSuffix("focus false") == true, "leaving is losing the host's focus")
+            // Keys the host still forwards: Tab goes round to the field and leaves again, but the
+            // view does not have the host's focus, so that leave moves nothing (it is dropped).
+            for _ in 0..<3 { try await view.press(keyCode: KeyCode.tab) }
             // The host's chrome had it; Shift-Tab there brings it back at the view's last control.
             try await view.send(.focusEntering(.backward))
             #expect(try await focused() == "field")
             try await view.press(keyCode: KeyCode.tab, modifiers: .shift)
             #expect(try await focused() == "button")
             try await view.press(keyCode: KeyCode.tab, modifiers: .shift)
-            #expect(try await nextLeave("focus leaving backward") == .backward)
+            #expect(try await nextLeave("focus leaving backward") == .backward, "the leave while unfocused was dropped")
             try await view.send(.focusEntering(.forward))
             #expect(try await focused() == "button")
+        }
+    }
+
+    @Test("a host that does not take the focus (the default): Tab wraps around inside the view, and .focusEntering reaches the service as plain focus")
+    func keyboardWithoutTheBoundary() async throws {
+        try await Self.withScreen { view, screen in
+            func focused() async throws -> String? { try await screen.state()["focused"] }
+            try await view.send(.focusEntering(.backward))
+            #expect(try await focused() == "none", "plain focus: nothing is focused by it")
+            var visited: [String] = []
+            for _ in 0..<3 {
+                try await view.press(keyCode: KeyCode.tab)
+                visited.append(try await focused() ?? "?")
+            }
+            #expect(visited == ["button", "field", "button"])
         }
     }
 

@@ -189,7 +189,87 @@ struct KeyboardFocusTests {
         let ring = root.traits.focusRingColor
         let focused = try drawn().pixel(x: x, y: y)
         #expect(focused != 0 && (focused & 0xFF) > ((focused >> 16) & 0xFF), "the ring (the tint, blue) is there: \(String(focused, radix: 16)), ring \(ring)")
+        // The host takes its focus: the ring's rect is damaged (it reaches past the control's
+        // own), and the redraw has no ring.
         root.deliver(.focus(false))
+        let lost = try #require(root.prepareFrame(at: .now))
+        #expect(lost.contains { $0.y <= Int(frame.minY) - 4 && $0.x <= Int(frame.minX) - 4 }, "the old ring's rect is damaged: \(lost)")
         #expect(try drawn().pixel(x: x, y: y) != focused, "no ring without the host's focus")
+    }
+
+    /// The frame's damage covers the ring (root points, scale 1) around `rect`.
+    static func covers(_ damage: [PixelRect]?, ringAround rect: Rect) -> Bool {
+        guard let damage else { return true }
+        let ring = PixelRect(x: Int(rect.minX) - 4, y: Int(rect.minY) - 4, width: Int(rect.width) + 8, height: Int(rect.height) + 8)
+        return damage.contains { $0.x <= ring.x && $0.y <= ring.y && $0.x + $0.width >= ring.x + ring.width && $0.y + $0.height >= ring.y + ring.height }
+    }
+
+    @Test("the ring follows the control: a container that moves, a control hidden (it also gives up the focus), a hidden container; each redraws where the ring was")
+    func ringFollows() throws {
+        let form = Form()
+        let root = present(form)
+        form.save.becomeFirstResponder()
+        _ = root.prepareFrame(at: .now)
+        // The row moves down (its stack laid out again with a taller label).
+        let before = form.save.convert(form.save.bounds, to: nil)
+        form.label.numberOfLines = 2
+        form.label.text = "a longer label\nthat takes two lines"
+        let moved = root.prepareFrame(at: .now)
+        let after = form.save.convert(form.save.bounds, to: nil)
+        #expect(after.minY > before.minY, "the row moved down")
+        #expect(Self.covers(moved, ringAround: before) && Self.covers(moved, ringAround: after), "\(String(describing: moved))")
+        // A hidden container: no ring, and where it was is redrawn.
+        let row = try #require(form.save.superview)
+        row.isHidden = true
+        let hidden = root.prepareFrame(at: .now)
+        #expect(Self.covers(hidden, ringAround: after))
+        #expect(root.focusRingView == nil)
+        #expect(root.firstResponder == nil, "a control hidden (with its row) gives up the focus")
+        row.isHidden = false
+        form.middle.becomeFirstResponder()
+        _ = root.prepareFrame(at: .now)
+        let middle = form.middle.convert(form.middle.bounds, to: nil)
+        form.middle.isHidden = true
+        #expect(root.firstResponder == nil)
+        #expect(Self.covers(root.prepareFrame(at: .now), ringAround: middle))
+    }
+
+    @Test("Space held when the host takes the focus presses nothing; a repeated Space arms nothing; a focused button inside a container with interaction off takes no Return")
+    func spaceAndPressability() {
+        let form = Form()
+        let root = present(form)
+        form.save.becomeFirstResponder()
+        root.deliver(Self.key(KeyCode.space))
+        #expect(form.save.isHighlighted)
+        root.deliver(.focus(false))
+        #expect(!form.save.isHighlighted)
+        root.deliver(Self.key(KeyCode.space, down: false))
+        #expect(form.pressed.isEmpty, "no press: the release came after the focus went")
+        root.deliver(.focus(true))
+        root.deliver(.key(KeyEvent(down: true, keyCode: KeyCode.space, isRepeat: true)))
+        root.deliver(Self.key(KeyCode.space, down: false))
+        #expect(form.pressed.isEmpty, "a repeat of a Space held from elsewhere arms nothing")
+        form.save.superview?.isUserInteractionEnabled = false
+        root.deliver(Self.key(KeyCode.enter))
+        #expect(form.pressed.isEmpty)
+    }
+
+    @Test("leaving is losing the host's focus: no ring, focusChanged(false); keys the host still sends move the view's own focus, wrapping, and send no second focus_leave")
+    func afterLeaving() {
+        let form = Form()
+        let leaves = FocusLog()
+        let root = present(form, leaves: leaves)
+        root.deliver(Self.shiftTab)
+        root.deliver(Self.shiftTab)
+        root.deliver(Self.shiftTab)
+        root.deliver(Self.shiftTab)
+        #expect(Self.focused(root, form) == "field")
+        root.deliver(Self.shiftTab)
+        #expect(leaves.directions == [.backward])
+        #expect(!root.isFocused && root.focusRingView == nil)
+        for _ in 0..<5 { root.deliver(Self.tab) }
+        #expect(leaves.directions == [.backward], "no host focus, nothing to give away: Tab wraps")
+        #expect(Self.focused(root, form) == "field", "five Tabs from nothing: field, Cancel, Undo, Save, field")
+        #expect(root.focusRingView == nil)
     }
 }

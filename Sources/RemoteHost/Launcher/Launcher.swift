@@ -57,6 +57,12 @@ public actor Launcher {
         public var stopGracePeriod: Duration
         /// How long after its idle timeout a service that has not exited by itself is stopped.
         public var idleGracePeriod: Duration
+        /// Whether the host takes the keyboard focus from its views when Tab leaves them
+        /// (`docs/Protocol.md`, "Focus across the boundary"): announced to services as
+        /// `focus-leave`. A host that sets it reads ``RemoteView/focusLeaves`` and moves the focus
+        /// to its own next control, and gives it back with `.focusEntering`. Off by default: a
+        /// host that does not read `focusLeaves` keeps Tab inside each view (it wraps around).
+        public var takesFocusFromViews = false
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
         /// Whether the launcher makes the host process a child subreaper

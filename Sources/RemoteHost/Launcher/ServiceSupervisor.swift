@@ -493,9 +493,11 @@ final class ServiceSupervisor: Sendable {
 
     /// What the host announces on a client's channel to a process of `manifest`: that it keeps
     /// its views' state, unless the manifest turned that off (`limits.restorableStateKiB` 0);
-    /// and that its views take the keyboard focus when Tab leaves them (``RemoteView/focusLeaves``).
-    static func hostCapabilities(for manifest: ServiceManifest) -> [String] {
-        (manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : []) + [FocusLeaveCapability.name]
+    /// and, when `configuration` says so, that it takes the keyboard focus when Tab leaves a view
+    /// (``RemoteView/focusLeaves``).
+    static func hostCapabilities(for manifest: ServiceManifest, configuration: Launcher.Configuration) -> [String] {
+        (manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : [])
+            + (configuration.takesFocusFromViews ? [FocusLeaveCapability.name] : [])
     }
 
     /// Opens a channel to `instance` for `client`, tells the listeners, and runs it until it closes.
@@ -505,7 +507,7 @@ final class ServiceSupervisor: Sendable {
         do throws(ServiceInstance.ChannelFailure) {
             connection = try await instance.openChannel(
                 configuration: Connection.Configuration(role: .host, identifier: environment.configuration.hostIdentifier,
-                                                        capabilities: Self.hostCapabilities(for: instance.manifest)),
+                                                        capabilities: Self.hostCapabilities(for: instance.manifest, configuration: environment.configuration)),
                 onRequest: client.onRequest,
                 onMessage: { [weak instance] message, context in
                     instance?.idleClock.touch()

@@ -25,10 +25,13 @@ import RemoteCore
 ///
 /// **Keyboard focus.** Give the view the focus with `.focus(true)`, or, when Tab (Shift-Tab)
 /// brings it from the host's own controls, with `.focusEntering(.forward)` (`.backward`): its
-/// first (last) control takes it. When Tab goes past its last control (Shift-Tab before its
-/// first), the service says so on ``focusLeaves``: the host's next control takes the focus, and
-/// the view keeps none until it is given back. A service that does not move the focus across
-/// (it did not announce `focus-leave`) gets `.focus(true)` instead, and wraps Tab around.
+/// first (last) control takes it. With `Launcher.Configuration.takesFocusFromViews`, when Tab
+/// goes past the view's last control (Shift-Tab before its first) the service says so on
+/// ``focusLeaves``: the host's next control takes the focus, and the view keeps none until it is
+/// given back. A service that does not move the focus across (it did not announce
+/// `focus-leave`), or a host that did not set it, gets `.focus(true)` instead, and Tab wraps
+/// around inside the view. A relaunched process gets `.focus(true)` if the view had the focus:
+/// it starts with the control its restored state focuses, or none.
 ///
 /// The view attaches itself to its connection as a listener: the connection tells it when a
 /// channel to a (new) process opens, and the view routes that channel's surface messages to
@@ -43,9 +46,11 @@ public final class RemoteView: Sendable {
     /// and diagnostics: wait for "state stored" rather than sleep.
     public let restorableStates: AsyncStream<[UInt8]>
     /// Each time the view's Tab (``FocusDirection/forward``) or Shift-Tab
-    /// (``FocusDirection/backward``) left its last (first) control: the host's next (previous)
-    /// control should take the keyboard focus. The view keeps none until the host gives it back
-    /// (``send(_:)`` with `.focusEntering` or `.focus(true)`).
+    /// (``FocusDirection/backward``) left its last (first) control while it had the focus: the
+    /// host's next (previous) control should take the keyboard focus. The view keeps none until
+    /// the host gives it back (``send(_:)`` with `.focusEntering` or `.focus(true)`). Only with
+    /// `Launcher.Configuration.takesFocusFromViews`; only the newest is buffered while nobody
+    /// reads.
     public let focusLeaves: AsyncStream<FocusDirection>
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
@@ -100,7 +105,7 @@ public final class RemoteView: Sendable {
         self.presentation = presentation
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
-        (focusLeaves, focusLeaveSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
+        (focusLeaves, focusLeaveSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         if let restoringState, !restoringState.isEmpty {
             state.withLock {
                 $0.restorable = restoringState
@@ -178,22 +183,26 @@ public final class RemoteView: Sendable {
     ///   sending on the connection throws.
     public func send(_ event: InputEvent) async throws(RemoteError) {
         if let problem = event.problem { throw RemoteError(.invalidArgument, problem) }
+        // The focus is the view's from now: a focus_leave that answers at once (a view with
+        // nothing to focus) finds it so.
+        switch event {
+        case .focus(let focused): state.withLock { $0.focused = focused }
+        case .focusEntering: state.withLock { $0.focused = true }
+        default: break
+        }
         try await connection.withChannel { connection throws(RemoteError) in
             let peer = try await Self.requireSurfaces(connection)
-            // A direction only to a service that moves the focus across; to another, plain focus.
-            if case .focusEntering = event, !peer.capabilities.contains(FocusLeaveCapability.name) {
+            // A direction only to a service that moves the focus across, on a channel whose host
+            // announced it; to another, plain focus.
+            if case .focusEntering = event, !(peer.capabilities.contains(FocusLeaveCapability.name)
+                                             && connection.configuration.capabilities.contains(FocusLeaveCapability.name)) {
                 try await connection.send(InputEvent.focus(true))
             } else {
                 try await connection.send(event)
             }
         }
         // Kept for relaunches, like the size.
-        switch event {
-        case .traits(let traits): state.withLock { $0.traits = traits }
-        case .focus(let focused): state.withLock { $0.focused = focused }
-        case .focusEntering: state.withLock { $0.focused = true }
-        default: break
-        }
+        if case .traits(let traits) = event { state.withLock { $0.traits = traits } }
     }
 
     /// A primary-button click at (`x`, `y`) points: down, then up.
@@ -335,9 +344,11 @@ extension RemoteView: ServiceChannelListener {
                 guard context.peer.capabilities.contains(FocusLeaveCapability.name) else {
                     throw RemoteError(.protocolViolation, "focus_leave from a service that did not announce the \"\(FocusLeaveCapability.name)\" capability")
                 }
-                // From the process the view shows now; a late one from an older process is dropped.
+                // From the process the view shows now, while the view has the focus; another (a late
+                // one from an older process, or one that crossed the host taking the focus back) is
+                // dropped: it moves nothing of the host's.
                 let current = self.state.withLock { state in
-                    guard state.compositor === compositor else { return false }
+                    guard state.compositor === compositor, state.focused == true else { return false }
                     state.focused = false
                     return true
                 }

@@ -38,6 +38,8 @@ final class ViewSurface {
     /// Whether the host announced `focus-leave` (set from its handshake at each resize): Tab
     /// past the last control then hands it the focus instead of wrapping around.
     nonisolated let hostTakesFocus = Atomic<Bool>(false)
+    /// The focus_leave messages waiting to go, in order (ends when the surface closes).
+    private var focusLeaveSink: AsyncStream<FocusDirection>.Continuation?
     /// The state the host sent, until the view it is for is made.
     private var pendingRestore: [UInt8]?
     /// Whether the host sent restore_state (at most once, before its first resize).
@@ -337,9 +339,16 @@ final class ViewSurface {
             let height = min(max(Int(size.height.isFinite ? size.height.rounded(.up) : 1), 1), SurfaceLimits.maxDimension)
             Task { try? await send(.preferredSize(width: width, height: height), []) }
         }
+        // focus_leave goes out in the order the view left, one after another (two leaves in a
+        // row must not cross: the host would move its focus the wrong way).
+        let (leaves, leaveSink) = AsyncStream.makeStream(of: FocusDirection.self)
+        focusLeaveSink = leaveSink
+        Task {
+            for await direction in leaves { try? await send(.focusLeave(direction), []) }
+        }
         root.focusLeaveSink = { [weak self] direction in
             guard let self, hostTakesFocus.load(ordering: .relaxed) else { return false }
-            Task { try? await send(.focusLeave(direction), []) }
+            leaveSink.yield(direction)
             return true
         }
         // A share that came before the view: the controller hears of it before its view loads.
@@ -439,6 +448,7 @@ final class ViewSurface {
     func close() {
         guard !closed else { return }
         closed = true
+        focusLeaveSink?.finish()
         // What is still queued is dropped (it holds its connection); settles are answered.
         let (sleeper, events, rooms) = inbox.withLock { inbox in
             inbox.closed = true

@@ -1,8 +1,8 @@
 /// A tappable button with a title (`UIButton`): highlighted while pressed, its action runs when
 /// the press ends inside it.
 ///
-/// From the keyboard: Tab gives an enabled button the focus (a click does not take it from a
-/// text field); then Return presses it, and so does Space (on its release, as GTK's and the
+/// From the keyboard: Tab gives an enabled button the focus (a click presses it without giving it
+/// the focus); then Return presses it, and so does Space (on its release, as GTK's and the
 /// web's buttons do). A ``ViewController`` may name one its ``ViewController/defaultActionButton``
 /// (Return) and one its ``ViewController/cancelActionButton`` (Escape).
 @MainActor
@@ -44,15 +44,10 @@ open class Button: View {
     /// An enabled button takes the keyboard focus (by Tab).
     open override var canBecomeFirstResponder: Bool { isEnabled }
 
-    /// Whether a key may press it now: enabled, and on screen and not hidden (nor anything above it).
+    /// Whether a key may press it now: enabled, in a view on screen, and neither it nor a view
+    /// above it hidden or with user interaction off.
     public var isPressable: Bool {
-        guard isEnabled, serviceRoot != nil else { return false }
-        var view: View? = self
-        while let current = view {
-            if current.isHidden { return false }
-            view = current.superview
-        }
-        return true
+        isEnabled && serviceRoot != nil && isVisibleInTree
     }
 
     /// Space pressed on the focused button (it acts on release).
@@ -62,9 +57,10 @@ open class Button: View {
         let plain = event.modifiers.isDisjoint(with: [.control, .alt, .meta])
         switch event.keyCode {
         case KeyCode.enter where plain:
-            if !event.isRepeat, isEnabled { sendAction() }
+            if !event.isRepeat, isPressable { sendAction() }
         case KeyCode.space where plain:
-            guard isEnabled else { return }
+            // A repeat arms nothing: Space was held before the focus came here.
+            guard isPressable, !event.isRepeat else { return }
             spaceHeld = true
             isHighlighted = true
         default:
@@ -76,7 +72,14 @@ open class Button: View {
         guard event.keyCode == KeyCode.space, spaceHeld else { return super.keyUp(event) }
         spaceHeld = false
         isHighlighted = false
-        if isEnabled { sendAction() }
+        if isPressable { sendAction() }
+    }
+
+    /// Space was held when the view lost the host's focus: no release will come, so no press.
+    func cancelKeyPress() {
+        guard spaceHeld else { return }
+        spaceHeld = false
+        isHighlighted = false
     }
 
     open override func firstResponderChanged() {

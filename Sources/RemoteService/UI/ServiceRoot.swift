@@ -125,9 +125,9 @@ final class ServiceRoot: Responder {
     func setFirstResponder(_ responder: Responder?) {
         let previous = firstResponder
         guard previous !== responder else { return }
-        invalidateFocusRing()
         firstResponder = responder
-        invalidateFocusRing()
+        // The ring moves: the next frame compares where it was drawn with where it is now.
+        setNeedsFrame()
         previous?.firstResponderChanged()
         responder?.firstResponderChanged()
     }
@@ -139,7 +139,9 @@ final class ServiceRoot: Responder {
         guard focused != isFocused else { return }
         isFocused = focused
         (firstResponder as? View)?.setNeedsDisplay()
-        invalidateFocusRing()
+        setNeedsFrame()
+        // A key held when the focus went has no release coming.
+        if !focused { (firstResponder as? Button)?.cancelKeyPress() }
         controller.focusChanged(focused)
     }
 
@@ -176,8 +178,9 @@ final class ServiceRoot: Responder {
 
     /// Moves the keyboard focus to the next (or previous) view in ``tabOrder()``. Past the last
     /// (or before the first), the focus leaves the view for the host's controls when the host
-    /// announced `focus-leave` (the view keeps no first responder until the host gives the focus
-    /// back); otherwise it wraps around.
+    /// announced `focus-leave` and the view has the host's focus (it gives away only what it
+    /// has): the view then keeps no first responder and no host focus until the host gives it
+    /// back. Otherwise it wraps around.
     func moveFocus(_ direction: FocusDirection) {
         let order = tabOrder()
         let current = (firstResponder as? View).flatMap { first in order.firstIndex { $0 === first } }
@@ -190,8 +193,11 @@ final class ServiceRoot: Responder {
         }
         if let next {
             order[next].becomeFirstResponder()
-        } else if focusLeaveSink(direction) {
+        } else if isFocused, focusLeaveSink(direction) {
+            // The host's control has the keyboard now: the view is as after focus(false), with
+            // nothing focused, until the host gives the focus back.
             setFirstResponder(nil)
+            setHostFocus(false)
         } else if let wrapped = direction == .forward ? order.first : order.last {
             wrapped.becomeFirstResponder()
         }
@@ -209,16 +215,26 @@ final class ServiceRoot: Responder {
     static let focusRingOutset = 4.0
 
     /// The view that shows a focus ring now: the first responder, while the view has the host's
-    /// focus.
+    /// focus, when it and every view above it are visible.
     var focusRingView: View? {
-        guard isFocused, let view = firstResponder as? View, view.serviceRoot === self, !view.isHidden else { return nil }
+        guard isFocused, let view = firstResponder as? View, view.serviceRoot === self, view.isVisibleInTree else { return nil }
         return view
     }
 
-    /// Marks where the focus ring is drawn now (before and after it moves).
-    func invalidateFocusRing() {
-        if let view = focusRingView { invalidate(Self.focusRing(of: view)) }
+    /// Where the ring is now (root points) and its corners' radius; `nil`: no ring.
+    private var currentRing: FocusRing? {
+        focusRingView.map { FocusRing(rect: Self.focusRing(of: $0), radius: $0.cornerRadius + Self.focusRingOutset) }
     }
+
+    struct FocusRing: Equatable {
+        var rect: Rect
+        var radius: Double
+    }
+
+    /// The ring as the last frame drew it: each frame compares it with where the ring is now,
+    /// and redraws both when they differ, however the ring moved (focus, host focus, the control
+    /// or a container moved, hidden, or rounded differently).
+    private var drawnRing: FocusRing?
 
     // MARK: Frames
 
@@ -260,6 +276,12 @@ final class ServiceRoot: Responder {
             animations.append(animation)
         }
         controller.view.layoutIfNeeded()
+        let ring = currentRing
+        if ring != drawnRing {
+            if let drawnRing { invalidate(drawnRing.rect) }
+            if let ring { invalidate(ring.rect) }
+            drawnRing = ring
+        }
         // Layout may have damaged more; it is part of this frame.
         needsFrame = !animations.isEmpty
         defer { damage = [] }
@@ -282,12 +304,9 @@ final class ServiceRoot: Responder {
         view.render(in: context, dirty: points)
         // The focus ring, over the tree and clipped by no container: a control flush with its
         // stack's edge still shows all of it.
-        if let focused = focusRingView {
-            let ring = Self.focusRing(of: focused)
-            if ring.intersects(points) {
-                // The stroke lies inside the rect: a 2-point ring, then a 2-point gap to the control.
-                context.strokeRoundedRect(ring, radius: focused.cornerRadius + Self.focusRingOutset, width: 2, color: traits.focusRingColor)
-            }
+        if let ring = drawnRing, ring.rect.intersects(points) {
+            // The stroke lies inside the rect: a 2-point ring, then a 2-point gap to the control.
+            context.strokeRoundedRect(ring.rect, radius: ring.radius, width: 2, color: traits.focusRingColor)
         }
     }
 

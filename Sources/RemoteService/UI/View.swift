@@ -13,13 +13,6 @@ open class View: Responder {
             guard frame != oldValue else { return }
             superview?.setNeedsDisplay(oldValue)
             superview?.setNeedsDisplay(frame)
-            // The focus ring reaches outside the frame: where it was, and where it is now.
-            if let root = serviceRoot, root.focusRingView === self, let superview {
-                let outset = ServiceRoot.focusRingOutset
-                root.invalidate(superview.convert(Rect(x: oldValue.minX - outset, y: oldValue.minY - outset,
-                                                       width: oldValue.width + 2 * outset, height: oldValue.height + 2 * outset), to: nil))
-                root.invalidateFocusRing()
-            }
             if frame.size != oldValue.size { setNeedsLayout() }
         }
     }
@@ -35,6 +28,10 @@ open class View: Responder {
     public var isHidden = false {
         didSet {
             guard isHidden != oldValue else { return }
+            // A hidden control cannot keep the keyboard: it would take keys no one sees go.
+            if isHidden, let first = serviceRoot?.firstResponder as? View, first === self || first.isDescendant(of: self) {
+                first.resignFirstResponder()
+            }
             if let superview {
                 superview.setNeedsDisplay(frame)
                 invalidateContainerLayout()
@@ -91,6 +88,17 @@ open class View: Responder {
         superview.subviews.removeAll { $0 === self }
         superview.setNeedsLayout()
         self.superview = nil
+    }
+
+    /// Whether this view and every view above it are shown and take input (`isHidden` false,
+    /// `isUserInteractionEnabled` true), up to the root view.
+    var isVisibleInTree: Bool {
+        var view: View? = self
+        while let current = view {
+            if current.isHidden || !current.isUserInteractionEnabled { return false }
+            view = current.superview
+        }
+        return true
     }
 
     /// Whether `ancestor` is this view or one of its superviews.

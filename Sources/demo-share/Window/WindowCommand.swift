@@ -86,7 +86,10 @@ struct WindowCommand: AsyncParsableCommand {
             }
             return
         }
-        try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
+        // The window takes the focus when Tab leaves an activity (its bar's Cancel).
+        var configuration = options.launcherConfiguration()
+        configuration.takesFocusFromViews = true
+        try await withLauncher(registry: registry, configuration: configuration) { launcher in
             let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(width), height: Int32(height),
                                           scale: scale, output: output, snapshot: snapshot)
             try await app.run(presenting: initial)
@@ -613,12 +616,14 @@ final class WindowApp {
             guard presented.ended == nil else { return true }
             if presented.cancelFocused {
                 // The bar's Cancel has the focus: Tab goes back into the activity (at its first
-                // control; Shift-Tab at its last), Return or Space presses Cancel.
-                guard down else { return true }
-                let shift = SDL_GetModState().rawValue & KMOD_SHIFT.rawValue != 0
+                // control; Shift-Tab at its last); Return, Space or Escape presses Cancel.
+                guard down, event.key.repeat == 0 else { return true }
+                let mod = UInt32(event.key.keysym.mod)
+                let shift = mod & KMOD_SHIFT.rawValue != 0, other = mod & (KMOD_CTRL.rawValue | KMOD_ALT.rawValue | KMOD_GUI.rawValue) != 0
                 switch scancode {
-                case SDL_SCANCODE_TAB: focusView(presented, shift ? .backward : .forward)
-                case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE: await cancelShare(presented, by: "the keyboard on the bar's Cancel")
+                case SDL_SCANCODE_TAB where !other: focusView(presented, shift ? .backward : .forward)
+                case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE, SDL_SCANCODE_ESCAPE:
+                    await cancelShare(presented, by: "the keyboard on the bar's Cancel")
                 default: break
                 }
                 return true
