@@ -1,9 +1,12 @@
 import Glibc
+import Logging
 @testable import RemoteHost
 import RemoteTestSupport
 import Testing
 
-/// The user's fonts for the sandbox: a root host's copy of them.
+/// The user's fonts in the sandbox: fontconfig's configuration, the bubblewrap arguments, a root
+/// host's copy, and the keeper that prepares them (SecurityTests shows a sandboxed service
+/// finding them, as root and as an ordinary user).
 @Suite("User fonts")
 struct UserFontsTests {
     /// A font the system has, to copy.
@@ -26,6 +29,62 @@ struct UserFontsTests {
             removeTree(path + "/" + name)
         }
         rmdir(path)
+    }
+
+    @Test("the standard folders: fontconfig's $XDG_DATA_HOME/fonts, else ~/.local/share/fonts; the cache in $XDG_CACHE_HOME/remoteview, else ~/.cache/remoteview, and /var/lib/remoteview for a root host")
+    func standardFolders() throws {
+        #expect(XDGBaseDirectories.cacheHome(xdgCacheHome: "/x/cache/", home: "/home/u") == "/x/cache")
+        #expect(XDGBaseDirectories.cacheHome(xdgCacheHome: "relative", home: "/home/u") == "/home/u/.cache")
+        #expect(XDGBaseDirectories.cacheHome(xdgCacheHome: nil, home: "/") == "/.cache")
+        #expect(XDGBaseDirectories.cacheHome(xdgCacheHome: nil, home: nil) == nil)
+        let locations = try #require(UserFontsPolicy.standard.locations)
+        #expect(locations.folder == XDGBaseDirectories.dataHome() + "/fonts")
+        #expect(locations.cacheFolder == (getuid() == 0 ? "/var/lib/remoteview" : XDGBaseDirectories.cacheHome() + "/remoteview"))
+        #expect(Launcher.Configuration().userFonts == .standard)
+        #expect(UserFontsPolicy.none.locations == nil)
+    }
+
+    @Test("the sandbox's fontconfig configuration: the system's, the user's fonts remapped from the host path they were scanned at (escaped), the host's cache; a path XML cannot carry is refused")
+    func configuration() throws {
+        let text = try #require(FontconfigFiles.sandboxConfiguration(hostFonts: "/home/a&b/<x> \"y\" 'z'/fonts"))
+        #expect(text.contains("\t<include ignore_missing=\"yes\">/etc/fonts/fonts.conf</include>\n"))
+        #expect(text.contains("\t<remap-dir as-path=\"/home/a&amp;b/&lt;x&gt; &quot;y&quot; &apos;z&apos;/fonts\">/run/remoteview/fonts</remap-dir>\n"), "\(text)")
+        #expect(text.contains("\t<cachedir>/run/remoteview/fontconfig</cachedir>\n"))
+        #expect(!text.contains("a&b"))
+        let cache = try #require(FontconfigFiles.cacheConfiguration(cacheFolder: "/home/a&b/.cache/remoteview/fontconfig"))
+        #expect(cache.contains("\t<cachedir>/home/a&amp;b/.cache/remoteview/fontconfig</cachedir>\n"))
+        #expect(!cache.contains("<dir") && !cache.contains("<include"), "fc-cache on the host reads no other folder: \(cache)")
+        for path in ["/home/a\nb", "/home/a\tb", "/home/a\u{7F}", "/home/\u{FFFD}"] {
+            #expect(FontconfigFiles.sandboxConfiguration(hostFonts: path) == nil, "\(path.debugDescription)")
+        }
+        #expect(FontconfigFiles.escaped("/home/ünïcødé/フォント") == "/home/ünïcødé/フォント")
+    }
+
+    @Test("bubblewrap binds the user's fonts and their fontconfig folder read-only and sets FONTCONFIG_FILE; a root host's service whose uid cannot reach them gets neither, and a note says why")
+    func arguments() throws {
+        let folder = try TemporaryFolder("remoteview-fonts", searchable: true)
+        defer { Self.removeTree(folder.path) }
+        let fonts = folder.path + "/fonts", fontconfig = folder.path + "/fontconfig"
+        #expect(mkdir(fonts, 0o755) == 0 && mkdir(fontconfig, 0o755) == 0)
+        let manifest = try SandboxTests.manifest()
+        let binding = UserFontsBinding(fonts: fonts, fontconfig: fontconfig)
+        let command = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], userFonts: binding)
+        let joined = command.arguments.joined(separator: " ")
+        #expect(joined.contains("--ro-bind-try \(fonts) /run/remoteview/fonts --ro-bind-try \(fontconfig) /run/remoteview/fontconfig"), "\(joined)")
+        #expect(joined.contains("--setenv FONTCONFIG_FILE /run/remoteview/fontconfig/fonts.conf"))
+        #expect(command.notes.isEmpty)
+        // Without them: nothing of it.
+        let without = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:]).arguments.joined(separator: " ")
+        #expect(!without.contains("/run/remoteview") && !without.contains("FONTCONFIG_FILE"))
+        // A uid of the service's own, and the folder closed to it (mode 0700).
+        let identity = ChildProcess.Identity(user: 0x7000_0001, group: 0x7000_0001)
+        let reachable = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], identity: identity, userFonts: binding)
+        #expect(reachable.arguments.contains("/run/remoteview/fonts") && reachable.notes.isEmpty)
+        #expect(chmod(fonts, 0o700) == 0)
+        let closed = try BubblewrapCommand(bubblewrap: "/usr/bin/bwrap", manifest: manifest, environment: [:], identity: identity, userFonts: binding)
+        #expect(!closed.arguments.joined(separator: " ").contains("/run/remoteview") && !closed.arguments.joined(separator: " ").contains("FONTCONFIG_FILE"))
+        #expect(closed.notes.count == 1 && closed.notes[0].contains("the user's fonts are left out of the sandbox of com.example.s") && closed.notes[0].contains(fonts),
+                "\(closed.notes)")
     }
 
     @Test("a root host's copy of the fonts: only font files, read through links that stay inside the folder, none starting with a dot; folders 0755, files 0644 with their times; a second sync copies nothing, a removed font goes, a changed one is copied again; beyond a bound, refused")
@@ -78,5 +137,44 @@ struct UserFontsTests {
         let deep = #expect(throws: FontFolder.Refusal.self) { try FontMirror.sync(from: source, to: mirror, limits: FontFolder.Limits(depth: 1)) }
         #expect(deep?.description == "1/2 is more than 1 folders deep", "\(String(describing: deep))")
         #expect(Set(try listing().keys) == ["a.ttf", "inside.ttf"], "a refused sync changes nothing")
+    }
+
+    @Test("the keeper: nothing without the folder; a folder of the host's user prepared once, bound as itself (or, copied, its copy), with the configuration fontconfig reads; prepared again when a font is added; refused when others may write to it, and then a root host's copies are removed")
+    func keeper() async throws {
+        let folder = try TemporaryFolder("remoteview-keeper", searchable: true)
+        defer { Self.removeTree(folder.path) }
+        let fonts = folder.path + "/fonts", cache = folder.path + "/cache"
+        var logger = Logger(label: "tests")
+        logger.logLevel = .critical
+        for copies in [false, true] {
+            defer { Self.removeTree(fonts); Self.removeTree(cache) }
+            let keeper = try #require(UserFontsKeeper(policy: .folder(fonts, cacheFolder: cache), copies: copies, logger: logger))
+            #expect(keeper.binding() == nil, "no folder yet")
+            #expect(mkdir(fonts, 0o755) == 0)
+            try Self.copyFont(to: fonts + "/a.ttf")
+            let binding = try #require(keeper.binding())
+            let resolvedCache = try Syscall.resolvedPath(cache)
+            #expect(binding == UserFontsBinding(fonts: copies ? resolvedCache + "/fonts" : try Syscall.resolvedPath(fonts), fontconfig: resolvedCache + "/fontconfig"))
+            let configuration = String(decoding: Syscall.readSmallFile(binding.fontconfig + "/fonts.conf", limit: 4096) ?? [], as: UTF8.self)
+            #expect(configuration == FontconfigFiles.sandboxConfiguration(hostFonts: binding.fonts))
+            let hostConfiguration = String(decoding: Syscall.readSmallFile(cache + "/fc-cache.conf", limit: 4096) ?? [], as: UTF8.self)
+            #expect(hostConfiguration == FontconfigFiles.cacheConfiguration(cacheFolder: binding.fontconfig))
+            #expect(try Syscall.status(ofPath: binding.fontconfig).st_mode & 0o7777 == (copies ? 0o755 : 0o700))
+            #expect(keeper.binding() == binding)
+            // A font added: its folder's time changes, and the copy follows.
+            try Self.copyFont(to: fonts + "/b.ttf")
+            #expect(keeper.binding() == binding)
+            if copies { #expect(Syscall.isRegularFile(binding.fonts + "/b.ttf")) }
+            #expect(chmod(fonts, 0o775) == 0)
+            await keeper.cacheBuilt()
+            #expect(keeper.binding() == nil, "others may write to it")
+            // Root's copies are not left readable by every user.
+            #expect(Syscall.isDirectory(binding.fontconfig) == !copies && Syscall.isDirectory(resolvedCache + "/fonts") == false,
+                    "copies \(copies): \((try? Syscall.directoryEntries(cache)) ?? [])")
+            // The cache being built in the background ends with the keeper.
+            await keeper.stop()
+            #expect(keeper.binding() == nil, "nothing after stop")
+        }
+        #expect(UserFontsKeeper(policy: .none, logger: logger) == nil)
     }
 }
