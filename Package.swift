@@ -139,10 +139,17 @@ let package = Package(
             path: "Tests/Fixtures/CHostileCalls",
             cSettings: [.define("_GNU_SOURCE", to: "1")]
         ),
+        // What the fixture service's fontconfig lists, for the security suite's font tests
+        // (Debian: libfontconfig-dev, which libcairo2-dev brings).
+        .target(
+            name: "CFontQuery",
+            path: "Tests/Fixtures/CFontQuery",
+            linkerSettings: [.linkedLibrary("fontconfig")]
+        ),
         // A real service executable the integration tests launch (not shipped).
         .executableTarget(
             name: "remoteview-test-service",
-            dependencies: ["RemoteService", "RawPacket", "CHostileCalls"],
+            dependencies: ["RemoteService", "RawPacket", "CHostileCalls", "CFontQuery"],
             path: "Tests/Fixtures/TestService"
         ),
         // A host process the integration tests kill, to see its services go with it.

@@ -2,8 +2,9 @@ import Glibc
 import RemoteCore
 
 /// The folders of the XDG base directory specification that the host reads or writes: the
-/// user's data folder (the services' data folders, the user's MIME database) and the system's
-/// data folders (the system's MIME databases). Relative paths in the variables are ignored, as
+/// user's data folder (the services' data folders, the user's MIME database, the user's fonts),
+/// the user's cache folder (the fontconfig cache of those fonts) and the system's data folders
+/// (the system's MIME databases). Relative paths in the variables are ignored, as
 /// the specification asks.
 enum XDGBaseDirectories {
     /// `xdgDataHome` when it is an absolute path, else `home/.local/share`; `nil` without either.
@@ -18,6 +19,20 @@ enum XDGBaseDirectories {
     static func dataHome() -> String {
         dataHome(xdgDataHome: variable("XDG_DATA_HOME"), home: variable("HOME") ?? Syscall.userHomeDirectory())
             ?? "/.local/share"
+    }
+
+    /// `xdgCacheHome` when it is an absolute path, else `home/.cache`; `nil` without either.
+    static func cacheHome(xdgCacheHome: String?, home: String?) -> String? {
+        if let xdgCacheHome, xdgCacheHome.hasPrefix("/") { return withoutTrailingSlash(xdgCacheHome) }
+        if let home, home.hasPrefix("/") { return (home == "/" ? "" : withoutTrailingSlash(home)) + "/.cache" }
+        return nil
+    }
+
+    /// This process's cache home: `$XDG_CACHE_HOME`, else `$HOME/.cache`, with the user
+    /// database's home folder when `$HOME` is not set (and `/` when there is none).
+    static func cacheHome() -> String {
+        cacheHome(xdgCacheHome: variable("XDG_CACHE_HOME"), home: variable("HOME") ?? Syscall.userHomeDirectory())
+            ?? "/.cache"
     }
 
     /// The folders of `xdgDataDirectories` (`:`-separated), or `/usr/local/share:/usr/share`

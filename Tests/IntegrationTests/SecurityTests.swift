@@ -1,4 +1,5 @@
 import Glibc
+import Logging
 import RemoteHost
 import RemoteTestSupport
 import Testing
@@ -273,6 +274,117 @@ struct SecurityTests {
                 SecurityTable.record("connect to the host's abstract socket `@\(name.prefix(16))…`\(network ? " with `sandbox.network`" : "")",
                                      outcome.replacing("denied: ", with: "denied, errno ") + (network ? " (Landlock ABI \(Landlock.abi), abstract-socket scope)" : " (its own network namespace)"),
                                      contained: outcome != "allowed")
+            }
+        }
+    }
+
+    /// A user font folder for the font tests, in a fresh folder other users may pass (a root
+    /// host's copy of the fonts is made beside it): a system font copied twice under names no
+    /// system folder has, one in a subfolder, one of mode 0600 (a root host's services, which
+    /// run as uids of their own, can read it only through the launcher's copy), in a folder
+    /// whose name XML must escape.
+    struct UserFontFolder {
+        let root: TemporaryFolder
+        /// The font folder.
+        var fonts: String { root.path + "/fonts & \"quotes\" <x>'s" }
+        /// Where the launcher keeps what it makes of them.
+        var cache: String { root.path + "/cache" }
+        var policy: UserFontsPolicy { .folder(fonts, cacheFolder: cache) }
+        /// The font files, relative to the folder.
+        static let files = ["remoteview-test-font.ttf", "more/remoteview-test-font-2.ttf"]
+        /// The system font copied.
+        static let source = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+
+        init() throws {
+            root = try TemporaryFolder("remoteview-fonts", searchable: true)
+            #expect(mkdir(fonts, 0o755) == 0 && mkdir(fonts + "/more", 0o755) == 0)
+            for file in Self.files {
+                let copied = try runCommands([["cp", Self.source, fonts + "/" + file]])[0]
+                try #require(copied.status == 0, "cp \(Self.source): \(copied.output)")
+            }
+            #expect(chmod(fonts + "/" + Self.files[0], 0o600) == 0)
+        }
+
+        func remove() { LauncherTests.removeTree(root.path) }
+    }
+
+    /// Where a sandbox sees the user's fonts, and their fontconfig configuration and cache.
+    static let fontsMountPoint = "/run/remoteview/fonts", fontconfigMountPoint = "/run/remoteview/fontconfig"
+
+    @Test("the user's fonts are bound read-only at /run/remoteview/fonts (a root host's through its copy, which its services' uids can read), with FONTCONFIG_FILE naming a configuration that adds them to the system's; the host builds their fontconfig cache, which a service's fontconfig then loads instead of scanning them")
+    func userFonts() async throws {
+        let folder = try UserFontFolder()
+        defer { folder.remove() }
+        let records = LogRecords()
+        var configuration = fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })
+        configuration.userFonts = folder.policy
+        let manifests = ["a.json": ServiceFolder.manifest(identifier: "com.example.fonts-a"),
+                         "b.json": ServiceFolder.manifest(identifier: "com.example.fonts-b")]
+        try await withServices(manifests, within: .seconds(30), configuration: configuration) { launcher, _ in
+            let expected = Set(UserFontFolder.files.map { Self.fontsMountPoint + "/" + $0 + " readable" })
+            // The first service starts while the host builds the cache: its fontconfig finds
+            // the fonts either way (scanning them itself when the cache is not there yet).
+            let first = launcher.connection(to: "com.example.fonts-a")
+            let listed = try await first.request(ServiceMessage(type: "fonts", text: Self.fontsMountPoint)).text ?? ""
+            #expect(Set(listed.split(separator: "\n").dropLast().map(String.init)) == expected, "\(listed)")
+            let ready = try await records.first("the cache of the user's fonts") { $0.message.hasPrefix("the fontconfig cache of the user's fonts at") }
+            #expect(ready.message.contains(getuid() == 0 ? folder.cache + "/fonts" : folder.fonts), "\(ready.message)")
+            // A service started after it loads the host's cache, and writes none of its own
+            // (its HOME is /tmp: fontconfig's own cache would be in /tmp/.cache/fontconfig).
+            let second = launcher.connection(to: "com.example.fonts-b")
+            let answer = try await second.request(ServiceMessage(type: "fonts", text: Self.fontsMountPoint)).text ?? ""
+            let lines = answer.split(separator: "\n").map(String.init)
+            #expect(Set(lines.dropLast()) == expected, "\(answer)")
+            #expect(lines.last?.hasPrefix("cache \(Self.fontconfigMountPoint)/") == true && lines.last?.contains(".cache-") == true, "\(answer)")
+            let ownCache = try await second.request(ServiceMessage(type: "stat", text: "/tmp/.cache/fontconfig")).text ?? ""
+            #expect(ownCache.hasPrefix("absent"), "\(ownCache)")
+            let environment = try await second.request(ServiceMessage(type: "environment")).text ?? ""
+            #expect(environment.split(separator: "\n").contains("FONTCONFIG_FILE=\(Self.fontconfigMountPoint)/fonts.conf"), "\(environment)")
+            // Read-only, both.
+            for (mountPoint, words) in [(Self.fontsMountPoint, "the user's fonts"), (Self.fontconfigMountPoint, "the host's fontconfig cache of the user's fonts")] {
+                let options = try await second.request(ServiceMessage(type: "mount-options", text: mountPoint)).text ?? ""
+                #expect(options.split(separator: ",").contains("ro"), "\(mountPoint): \(options)")
+                let path = mountPoint + "/written-by-service"
+                let outcome = try await second.request(ServiceMessage(type: "write-file", text: path)).text ?? ""
+                let written = Syscall.isRegularFile((mountPoint == Self.fontsMountPoint ? folder.fonts : folder.cache + "/fontconfig") + "/written-by-service")
+                #expect(outcome == "denied: EROFS" && !written, "\(path): \(outcome)")
+                SecurityTable.record("create a file in \(words) (`\(mountPoint)`)", outcome.replacing("denied: ", with: "denied, errno "),
+                                     contained: outcome.hasPrefix("denied") && !written)
+            }
+            // A root host's copy: root's, folders 0755 and files 0644, the file of mode 0600 too.
+            if getuid() == 0 {
+                for path in ["", "/more"] + UserFontFolder.files.map({ "/" + $0 }) {
+                    let status = try Syscall.status(ofPath: folder.cache + "/fonts" + path)
+                    #expect(status.st_uid == 0 && status.st_mode & 0o7777 == (path.hasSuffix(".ttf") ? 0o644 : 0o755), "\(path): \(String(status.st_mode, radix: 8))")
+                }
+            }
+        }
+    }
+
+    @Test("the user's fonts are left out, and the service launches all the same: without the folder, nothing is bound and FONTCONFIG_FILE is not set; a folder other users may write to is refused, and the log says why")
+    func userFontsLeftOut() async throws {
+        let folder = try UserFontFolder()
+        defer { folder.remove() }
+        for writable in [false, true] {
+            if writable { #expect(chmod(folder.fonts, 0o777) == 0) }
+            let records = LogRecords()
+            var configuration = fastLauncherConfiguration(Logger(label: "tests") { _ in records.handler() })
+            configuration.userFonts = writable ? folder.policy : .folder(folder.root.path + "/missing", cacheFolder: folder.cache)
+            try await withServices(["test.json": ServiceFolder.manifest()], configuration: configuration) { launcher, _ in
+                let connection = launcher.connection(to: "com.example.test")
+                let seen = try await connection.request(ServiceMessage(type: "stat", text: "/run/remoteview")).text ?? ""
+                #expect(seen.hasPrefix("absent"), "\(seen)")
+                let environment = try await connection.request(ServiceMessage(type: "environment")).text ?? ""
+                #expect(!environment.contains("FONTCONFIG_FILE"), "\(environment)")
+                let told = records.lines.filter { $0.message.contains("are left out of the sandboxes") }.map(\.message)
+                if writable {
+                    #expect(told.count == 1 && told.first?.contains("other users may write to") == true, "\(told)")
+                    SecurityTable.record("plant a font for the services in a user font folder other users may write to (mode 0777)",
+                                         told.count == 1 ? "left out of the sandbox; the launch log says other users may write to it" : "not logged",
+                                         contained: seen.hasPrefix("absent") && told.count == 1)
+                } else {
+                    #expect(told.isEmpty, "a missing folder is not a problem: \(told)")
+                }
             }
         }
     }

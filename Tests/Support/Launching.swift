@@ -149,16 +149,39 @@ public final class LogRecords: Sendable {
         public var metadata: [String: String]
     }
 
-    private let storage = Mutex<[Line]>([])
+    private let storage = Mutex<(lines: [Line], waiters: [Int: AsyncStream<Line>.Continuation], next: Int)>(([], [:], 0))
     public init() {}
 
     /// Every line logged so far.
-    public var lines: [Line] { storage.withLock { $0 } }
+    public var lines: [Line] { storage.withLock { $0.lines } }
 
     /// A log handler that records here.
     public func handler() -> some LogHandler { Handler(records: self) }
 
-    fileprivate func append(_ line: Line) { storage.withLock { $0.append(line) } }
+    /// The first line, logged so far or from now on, that `match` picks, within `deadline`.
+    public func first(_ what: String, within deadline: Duration = .seconds(15),
+                      where match: @escaping @Sendable (Line) -> Bool) async throws -> Line {
+        try await withDeadline(deadline, what) {
+            let (stream, continuation) = AsyncStream.makeStream(of: Line.self)
+            let (id, logged) = self.storage.withLock { storage in
+                defer { storage.next += 1 }
+                storage.waiters[storage.next] = continuation
+                return (storage.next, storage.lines)
+            }
+            defer { _ = self.storage.withLock { $0.waiters.removeValue(forKey: id) } }
+            if let line = logged.first(where: match) { return line }
+            for await line in stream where match(line) { return line }
+            throw StreamEnded(what: what)
+        }
+    }
+
+    fileprivate func append(_ line: Line) {
+        let waiters = storage.withLock { storage in
+            storage.lines.append(line)
+            return Array(storage.waiters.values)
+        }
+        for waiter in waiters { waiter.yield(line) }
+    }
 
     private struct Handler: LogHandler {
         let records: LogRecords

@@ -37,6 +37,11 @@ public actor Launcher {
         /// The uids a root host's sandboxed services run as, one per identifier (like systemd's
         /// `DynamicUser=`). Not used when the host is not root: its services run as its user.
         public var serviceUsers: ServiceUserPool
+        /// The user's own fonts, which sandboxed services see read-only beside the system's.
+        /// Default: ``UserFontsPolicy/standard``, fontconfig's user font folder
+        /// (`$XDG_DATA_HOME/fonts`, else `~/.local/share/fonts`). Not used unsandboxed: such a
+        /// service reads them as the host does.
+        public var userFonts: UserFontsPolicy
         /// The lowest protocol version the host serves (`docs/Protocol.md`, "Versions"): a
         /// service whose highest version is below it is refused at its handshake
         /// (`VERSION_MISMATCH`, naming both), and ends as a protocol violation. Default 1:
@@ -94,9 +99,10 @@ public actor Launcher {
                     idleGracePeriod: Duration = .seconds(2), logger: Logger = Logger(label: "remoteview.launcher"),
                     adoptsOrphans: Bool = true, maxMappedBytesPerService: Int = 1 << 30,
                     maxIncomingRequestsPerService: Int = 1024, serviceUsers: ServiceUserPool = ServiceUserPool(),
-                    minimumProtocolVersion: UInt32 = remoteViewProtocolVersion) {
+                    minimumProtocolVersion: UInt32 = remoteViewProtocolVersion, userFonts: UserFontsPolicy = .standard) {
             self.hostIdentifier = hostIdentifier
             self.serviceUsers = serviceUsers
+            self.userFonts = userFonts
             self.minimumProtocolVersion = minimumProtocolVersion
             self.sandbox = sandbox
             self.dataRoot = dataRoot
@@ -147,6 +153,8 @@ public actor Launcher {
     private static let serial = Atomic<Int>(0)
     /// Whether this launcher holds ``OrphanAdoption`` (until its work is over).
     private nonisolated let adoptingOrphans = Atomic<Bool>(false)
+    /// The user's fonts, as its sandboxes bind them; `nil` unsandboxed or without them.
+    private nonisolated let userFonts: UserFontsKeeper?
 
     public init(registry: ServiceRegistry, configuration: Configuration = Configuration()) {
         precondition((remoteViewProtocolVersion...remoteViewLatestProtocolVersion).contains(configuration.minimumProtocolVersion),
@@ -180,7 +188,10 @@ public actor Launcher {
             configuration.logger.warning("only \(memory ? "limits.memoryMiB" : "limits.processes") is enforced, with \(enforcement): \(resources.explanation)")
         }
         let subscribers = self.subscribers
-        let environment = ServiceSupervisor.Environment(configuration: configuration, resources: resources, broadcast: subscribers.broadcast)
+        let userFonts = configuration.sandbox == .unsandboxed ? nil : UserFontsKeeper(policy: configuration.userFonts, logger: configuration.logger)
+        self.userFonts = userFonts
+        let environment = ServiceSupervisor.Environment(configuration: configuration, resources: resources, userFonts: userFonts,
+                                                        broadcast: subscribers.broadcast)
         supervisors = registry.services.mapValues { ServiceSupervisor(manifest: $0, environment: environment) }
         if configuration.adoptsOrphans {
             if let error = OrphanAdoption.acquire() {
@@ -201,6 +212,7 @@ public actor Launcher {
         // connection would close with a bare goodbye, a stop's steps would be skipped).
         // Cancellation shuts down instead, and this waits for every supervisor to finish.
         let supervisors = Array(self.supervisors.values)
+        let userFonts = self.userFonts
         let group = Task {
             await withDiscardingTaskGroup { group in
                 for supervisor in supervisors { group.addTask { await supervisor.run() } }
@@ -208,6 +220,8 @@ public actor Launcher {
         }
         await withTaskCancellationHandler {
             await group.value
+            // A cache of the user's fonts being built ends too (its fc-cache is reaped).
+            await userFonts?.stop()
             // Every process is reaped: the launcher's control groups are empty, and nothing of
             // its services can come back to the host any more.
             resources.remove()

@@ -16,12 +16,13 @@ public enum SandboxPolicy: Sendable, Hashable {
 /// The filesystem is `/usr` (with the merged-`/usr` symlinks), the few files of `/etc` that
 /// programs need and that hold no secrets (fonts, the loader cache, the time zone), the
 /// executable itself, the folders its `RUNPATH` names that are outside `/usr` (a dynamically
-/// linked Swift program's runtime), the manifest's read-only paths, and with the
-/// `sandbox.dataFolder` entitlement the service's data folder, read-write at `/data`. Nothing of
-/// the host's home, `/etc`, `/tmp` or `/run` is there, and the data folder is the only host
-/// folder the service can write to: `/tmp`, `/run`, `/dev` and the root are the sandbox's own
-/// memory (tmpfs), gone with it; `/proc/sys` is read-only. docs/SECURITY.md lists every
-/// argument with its reason.
+/// linked Swift program's runtime), the manifest's read-only paths, the user's own fonts
+/// read-only at ``UserFontsKeeper/fontsMountPoint`` (with their fontconfig configuration and
+/// cache, ``UserFontsKeeper``), and with the `sandbox.dataFolder` entitlement the service's data
+/// folder, read-write at `/data`. Nothing else of the host's home or `/etc`, nothing of its
+/// `/tmp` or `/run` is there, and the data folder is the only host folder the service can write
+/// to: `/tmp`, `/run`, `/dev` and the root are the sandbox's own memory (tmpfs), gone with it;
+/// `/proc/sys` is read-only. docs/SECURITY.md lists every argument with its reason.
 ///
 /// When the service runs as a uid of its own (a root host, ``ServiceUserPool``), bubblewrap runs
 /// as that uid and reaches what it binds by path, so every folder above a bound path must let
@@ -29,7 +30,9 @@ public enum SandboxPolicy: Sendable, Hashable {
 /// that uid cannot reach (a build under `/root`, mode 0700) is copied into the sandbox
 /// (`--ro-bind-data`, from a descriptor the launcher opens: ``copies``), at the same path.
 /// (bubblewrap 0.8.0's `--ro-bind-fd` does not help there: it resolves the descriptor's
-/// `/proc/self/fd` link back to its path with `realpath`, as that uid.)
+/// `/proc/self/fd` link back to its path with `realpath`, as that uid.) For the same reason a
+/// root host's user fonts are a copy the launcher keeps where every user may read it
+/// (``FontMirror``); when that uid cannot reach them all the same, they are left out (``notes``).
 struct BubblewrapCommand {
     /// bubblewrap's own executable.
     let bubblewrap: String
@@ -38,6 +41,8 @@ struct BubblewrapCommand {
     /// Host files copied into the sandbox, in order: the launcher opens each and passes it as
     /// the child's descriptor ``firstCopyDescriptor`` + its index, which the arguments name.
     let copies: [Copy]
+    /// What the launcher logs about this sandbox: the user's fonts left out, and why.
+    let notes: [String]
 
     /// A file to copy in: opened beneath `folder` (no `..` or symbolic link leading out of it),
     /// and only if it is a regular file whose mode gives every user `mode` (`o+r`, and `o+x`
@@ -84,12 +89,16 @@ struct BubblewrapCommand {
     ///   - sanitizers: In a sanitized build only, the sanitizers' options and their suppression
     ///     files (``SanitizerEnvironment``).
     ///   - identity: The uid and gid the service (and bubblewrap) runs as, when not the host's.
+    ///   - userFonts: The user's fonts (``UserFontsKeeper``), bound read-only at
+    ///     ``UserFontsKeeper/fontsMountPoint`` with their fontconfig configuration and cache at
+    ///     ``UserFontsKeeper/fontconfigMountPoint`` (and `FONTCONFIG_FILE` naming it); left out,
+    ///     with a note, when `identity` cannot reach them.
     /// - Throws: `invalidated` when a path of the manifest's `readOnlyPaths` is refused now
     ///   (``SandboxPaths``: it may have become a link to somewhere else since the manifest was read),
     ///   or a folder the sandbox needs cannot be reached by `identity`.
     init(bubblewrap: String, manifest: ServiceManifest, environment: [String: String], dataFolder: String? = nil,
          dataRoot: String? = nil, seccompDescriptor: Int32? = nil, sanitizers: SanitizerEnvironment? = nil,
-         identity: ChildProcess.Identity? = nil) throws(RemoteError) {
+         identity: ChildProcess.Identity? = nil, userFonts: UserFontsBinding? = nil) throws(RemoteError) {
         self.bubblewrap = bubblewrap
         // bubblewrap runs as the service's uid too.
         if let identity {
@@ -117,11 +126,28 @@ struct BubblewrapCommand {
         for alternative in Self.fontAlternatives { arguments += ["--symlink", alternative.target, alternative.link] }
         var bound: [String] = []
         var copies: [Copy] = []
+        var notes: [String] = []
+        var environment = environment
         /// The first folder above `path` (its links resolved) that the service's own uid cannot
         /// pass, when it has one.
         func unreachable(_ path: String) -> String? {
             guard identity != nil else { return nil }
             return SandboxPaths.unreachableFolder(above: (try? Syscall.resolvedPath(path)) ?? path)
+        }
+        // The user's fonts: the named exception to "nothing at or below /home" (SandboxPaths),
+        // bound by the launcher itself, never through readOnlyPaths. `-try`: a folder removed
+        // since it was prepared leaves the fonts out rather than failing the launch.
+        if let userFonts {
+            // Both folders are resolved paths; the uid must pass them too (a name inside each).
+            let blocked = identity == nil ? nil
+                : SandboxPaths.unreachableFolder(above: userFonts.fonts + "/-") ?? SandboxPaths.unreachableFolder(above: userFonts.fontconfig + "/-")
+            if let blocked {
+                notes.append("the user's fonts are left out of the sandbox of \(manifest.identifier): the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(blocked.escapedForTerminal()) above \(userFonts.fonts.escapedForTerminal()) or \(userFonts.fontconfig.escapedForTerminal()) does not let other users through (mode o+x)")
+            } else {
+                arguments += ["--ro-bind-try", userFonts.fonts, UserFontsKeeper.fontsMountPoint,
+                              "--ro-bind-try", userFonts.fontconfig, UserFontsKeeper.fontconfigMountPoint]
+                environment[UserFontsKeeper.configurationVariable] = UserFontsKeeper.fontconfigMountPoint + "/" + FontconfigFiles.sandboxConfigurationName
+            }
         }
         func refuse(_ what: String, _ path: String, _ folder: String) -> RemoteError {
             RemoteError(.invalidated, "\(manifest.file.escapedForTerminal()): \(what) \(path.escapedForTerminal()) cannot be bound into the sandbox: the service runs as \(identity.map { "\($0)" } ?? "?") (the host is root), and \(folder.escapedForTerminal()) above it does not let other users through (mode o+x)")
@@ -185,12 +211,13 @@ struct BubblewrapCommand {
                 arguments += ["--ro-bind-try", file, file]
             }
         }
-        let environment = environment.merging(sanitizers?.variables ?? [:]) { _, sanitizer in sanitizer }
+        environment.merge(sanitizers?.variables ?? [:]) { _, sanitizer in sanitizer }
         for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["--setenv", key, value] }
         if let seccompDescriptor { arguments += ["--seccomp", String(seccompDescriptor)] }
         arguments += ["--chdir", "/tmp", "--", manifest.executablePath] + manifest.arguments
         self.arguments = arguments
         self.copies = copies
+        self.notes = notes
     }
 
     /// Host folders a RUNPATH can never bring into the sandbox.

@@ -18,6 +18,12 @@ import RemoteCore
 ///
 /// The rule is checked on the path with its symbolic links resolved, when the manifest is read
 /// and again at every launch (a link can change in between); the resolved path is what is bound.
+///
+/// One named exception is not this rule's to make: the user's font folder (fontconfig's,
+/// `$XDG_DATA_HOME/fonts`, at or below `/home` or `/root`), which the launcher binds itself,
+/// read-only, with checks of its own (``UserFontsKeeper``: a folder of the host's user that no
+/// other user may write to; a root host binds its copy instead, ``FontMirror``). A manifest's
+/// `readOnlyPaths` still may not name it: `/home` and `/root` stay refused here.
 enum SandboxPaths {
     /// Host folders never bound, in whole or in part: the kernel's views of the host (`/proc`,
     /// `/sys`, `/dev`), runtime state and sockets (`/run`, `/tmp`), people's files, boot and

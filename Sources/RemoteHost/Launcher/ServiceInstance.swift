@@ -86,10 +86,11 @@ final class ServiceInstance: Sendable {
     /// Starts the service's executable, sandboxed unless `sandbox` is ``SandboxPolicy/unsandboxed``,
     /// with its data folder under `dataRoot` if the manifest is entitled to one.
     static func launch(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
-                       protocolVersions: ClosedRange<UInt32>, hostIdentifier: String,
+                       userFonts: UserFontsKeeper?, protocolVersions: ClosedRange<UInt32>, hostIdentifier: String,
                        resources: ResourceControl, maxMappedBytes: Int, maxIncomingRequests: Int,
                        logger: Logger) async throws(RemoteError) -> ServiceInstance {
-        let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users, resources: resources, logger: logger)
+        let started = try await start(manifest, sandbox: sandbox, dataRoot: dataRoot, users: users, userFonts: userFonts,
+                                      resources: resources, logger: logger)
         let incomingRequests = SharedBudget(limit: maxIncomingRequests)
         var configuration = Connection.Configuration(role: .host, identifier: hostIdentifier, defaultRequestTimeout: nil,
                                                      expectedPeerIdentifier: manifest.identifier)
@@ -153,10 +154,10 @@ final class ServiceInstance: Sendable {
         }
     }
 
-    /// Starts the service's process (see ``launch(_:sandbox:dataRoot:users:protocolVersions:hostIdentifier:resources:maxMappedBytes:maxIncomingRequests:logger:)``)
-    /// and returns it with the host's end of its fd 3.
+    /// Starts the service's process (see ``launch(_:sandbox:dataRoot:users:userFonts:protocolVersions:hostIdentifier:resources:maxMappedBytes:maxIncomingRequests:logger:)``)
+    /// and returns it with the host's end of its fd 3. Sandboxed, it sees `userFonts`, if any.
     static func start(_ manifest: ServiceManifest, sandbox: SandboxPolicy, dataRoot: String, users: ServiceUserPool,
-                      resources: ResourceControl, logger: Logger) async throws(RemoteError) -> Started {
+                      userFonts: UserFontsKeeper? = nil, resources: ResourceControl, logger: Logger) async throws(RemoteError) -> Started {
         var environment = [
             "LISTEN_FDS": "1",
             "LISTEN_FDNAMES": "remoteview",
@@ -185,8 +186,10 @@ final class ServiceInstance: Sendable {
             let command = try BubblewrapCommand(bubblewrap: try BubblewrapCommand.locate(path), manifest: manifest,
                                                 environment: environment, dataFolder: dataFolder, dataRoot: dataRoot,
                                                 seccompDescriptor: Self.seccompDescriptorNumber,
-                                                sanitizers: SanitizerEnvironment.forService(sandboxed: true), identity: identity)
+                                                sanitizers: SanitizerEnvironment.forService(sandboxed: true), identity: identity,
+                                                userFonts: userFonts?.binding())
             (executable, arguments, copies) = (command.bubblewrap, command.arguments, command.copies)
+            for note in command.notes { logger.warning("\(note)") }
             if !copies.isEmpty {
                 logger.info("copying \(copies.map(\.path).joined(separator: ", ").escapedForTerminal()) into the sandbox of \(manifest.identifier): its \(identity.map { "\($0)" } ?? "uid") cannot reach them where they are")
             }

@@ -190,6 +190,8 @@ final class ServiceSupervisor: Sendable {
     struct Environment: Sendable {
         var configuration: Launcher.Configuration
         var resources: ResourceControl
+        /// The user's fonts, for the sandboxes; `nil` without them.
+        var userFonts: UserFontsKeeper?
         var broadcast: @Sendable (LauncherEvent) -> Void
     }
 
@@ -474,7 +476,8 @@ final class ServiceSupervisor: Sendable {
         let instance: ServiceInstance
         do {
             instance = try await ServiceInstance.launch(manifest, sandbox: configuration.sandbox, dataRoot: configuration.dataRoot,
-                                                        users: configuration.serviceUsers, protocolVersions: configuration.protocolVersions,
+                                                        users: configuration.serviceUsers, userFonts: environment.userFonts,
+                                                        protocolVersions: configuration.protocolVersions,
                                                         hostIdentifier: configuration.hostIdentifier,
                                                         resources: environment.resources, maxMappedBytes: configuration.maxMappedBytesPerService,
                                                         maxIncomingRequests: configuration.maxIncomingRequestsPerService,

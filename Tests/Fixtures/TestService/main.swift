@@ -1,5 +1,6 @@
 // A real service executable for the integration tests. argv[1] picks a behaviour; the hostile
 // ones speak raw packets on fd 3 to exercise the host's rejection paths.
+import CFontQuery
 import CHostileCalls
 import Glibc
 import RawPacket
@@ -143,6 +144,18 @@ func serve(_ request: ServiceMessage, _ context: ConnectionContext) async throws
         guard let path = request.text else { throw ServiceFailure(domain: "test", code: 1, message: "stat needs a path") }
         var info = stat()
         return ServiceMessage(type: "stat", text: stat(path, &info) == 0 ? "exists" : "absent: \(String(cString: strerror(errno)))")
+    case "fonts":
+        // The font files fontconfig lists under the folder `text`, one per line, each with
+        // whether this process can read it; then "cache PATH", the cache fontconfig loads for
+        // that folder, or "cache none" (CFontQuery).
+        guard let folder = request.text, let answer = font_query(folder) else {
+            throw ServiceFailure(domain: "test", code: 1, message: "fonts needs a folder, and fontconfig")
+        }
+        defer { free(answer) }
+        let lines = String(cString: answer).split(separator: "\n").map { line in
+            line.hasPrefix("cache ") ? String(line) : line + (access(String(line), R_OK) == 0 ? " readable" : " unreadable")
+        }
+        return ServiceMessage(type: "fonts", text: lines.joined(separator: "\n"))
     case "interfaces":
         // The network interfaces this process can see.
         var names: [String] = []
