@@ -49,8 +49,8 @@ docs:
 # make bench ARGS="--json"
 # Without ARGS, as root with perf: then the counts per round trip, from a second build with the
 # LockCounts trait (Benchmarks/.build-counts), so the figures above are from a build without it.
-# Cairo, protobuf-c and libstdc++ are linked from their archives (Benchmarks/raw/static-link.sh),
-# so a service maps 4 libraries at start, not 25.
+# protobuf-c and libstdc++ are linked from their archives (Benchmarks/raw/static-link.sh); Cairo
+# stays shared, since Pango, loaded at a process's first text, draws with the shared libcairo.
 STATIC_LINK := $(CURDIR)/Benchmarks/.build/static-link
 bench:
 	scripts/bootstrap --bench

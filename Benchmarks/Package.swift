@@ -35,7 +35,8 @@ let package = Package(
         // loader resolving the Swift libraries, which this leaves out of every cold start. And
         // as a position-dependent executable: a PIE with the runtime inside has ~30 000
         // relocations for the loader to apply (and pages to copy) at every start (≈ 1 ms here).
-        // `make bench` also links Cairo, protobuf-c and libstdc++ from their archives (raw/static-link.sh).
+        // `make bench` also links protobuf-c and libstdc++ from their archives (raw/static-link.sh);
+        // Cairo stays shared, as Pango (loaded at the first text) draws with the shared libcairo.
         .executableTarget(
             name: "bench-service",
             dependencies: [.product(name: "RemoteService", package: "RemoteView")],

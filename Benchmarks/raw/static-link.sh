@@ -1,30 +1,25 @@
 #!/usr/bin/env bash
-# Makes the benchmarks link Cairo (with everything it needs), protobuf-c and the C++ library
-# (which the Swift runtime uses) from their static archives, the C library staying shared: a
-# service then maps 4 libraries at start instead of 25, the largest part of its cold start.
+# Makes the benchmarks link protobuf-c and the C++ library (which the Swift runtime uses) from
+# their static archives, the C library staying shared. Cairo stays shared too: Pango, which a
+# process loads at its first text, draws with the shared libcairo.so.2, and a process with a
+# Cairo of its own besides crashes at its first text (CPango refuses that, saying so).
 # Writes into DIR a pkg-config file for libprotobuf-c that puts DIR first on the library path,
-# and linker scripts named libcairo.so, libprotobuf-c.so and libstdc++.so there that name the
-# archives; `PKG_CONFIG_PATH=DIR swift build` uses them.
+# and linker scripts named libprotobuf-c.so and libstdc++.so there that name the archives;
+# `PKG_CONFIG_PATH=DIR swift build` uses them.
 # Where an archive is missing, DIR is emptied and everything links dynamically as before.
 # Usage: Benchmarks/raw/static-link.sh DIR
 set -euo pipefail
 dir=$1
 mkdir -p "$dir"
-libdir=$(pkg-config --variable=libdir cairo)
+libdir=$(pkg-config --variable=libdir libprotobuf-c)
 includedir=$(pkg-config --variable=includedir libprotobuf-c)
-archives=(libcairo.a)
-for flag in $(pkg-config --static --libs-only-l cairo); do
-  case $flag in -lm|-lpthread|-ldl|-lrt|-lc|-lcairo) continue ;; esac
-  archive="lib${flag#-l}.a"
-  [[ " ${archives[*]} " == *" $archive "* ]] || archives+=("$archive")
-done
-for archive in "${archives[@]}" libprotobuf-c.a; do
-  if [[ ! -f $libdir/$archive ]]; then
-    echo "static-link: $libdir/$archive is missing: the benchmarks link Cairo dynamically" >&2
-    rm -f "$dir"/*
-    exit 0
-  fi
-done
+if [[ ! -f $libdir/libprotobuf-c.a ]]; then
+  echo "static-link: $libdir/libprotobuf-c.a is missing: the benchmarks link protobuf-c dynamically" >&2
+  rm -f "$dir"/*
+  exit 0
+fi
+# A linker script of an earlier version that linked Cairo from its archives.
+rm -f "$dir/libcairo.so"
 # Written only when different, so the build sees no change from one run to the next.
 write() {
   if ! cmp -s <(printf '%s\n' "$2") "$dir/$1" 2>/dev/null; then printf '%s\n' "$2" >"$dir/$1"; fi
@@ -32,7 +27,6 @@ write() {
 # The C++ library: optional (without it, it stays shared).
 cxx=$(cc -print-file-name=libstdc++.a 2>/dev/null || true)
 if [[ $cxx == /* && -f $cxx ]]; then write libstdc++.so "INPUT ( $cxx )"; else rm -f "$dir/libstdc++.so"; fi
-write libcairo.so "GROUP ( ${archives[*]} )"
 write libprotobuf-c.so "INPUT ( libprotobuf-c.a )"
 write libprotobuf-c.pc "Name: protobuf-c
 Description: protobuf-c, linked statically (RemoteView benchmarks)
