@@ -6,7 +6,7 @@
 //   milliseconds: a request still outstanding when remoteview-stress killstorm strikes), "stream X Y W H FRAMES" (repaint that region every frame, as fast as frame_done
 //   allows), "tick FPS SECONDS" (repaint everything FPS times a second)
 //   "share.complete" (finishes the view's share, replying when), and it takes shares
-//   view: a solid colour, plus the stream's stamped frames; as com.example.bench.text, a form of
+//   view: a solid colour, plus the stream's stamped frames; as com.example.bench.text (and .text.cold), a form of
 //   text instead (labels in Latin, Arabic, Hebrew, Japanese and emoji, a text field, buttons)
 import Glibc
 import RemoteService
@@ -115,7 +115,7 @@ final class TextController: ViewController {
 }
 
 await ServiceMain.exit(serving: identifier, shareTitle: "Benchmark share",
-                       viewController: { @MainActor @Sendable in identifier.hasSuffix(".text") ? TextController() : StreamController() }, onSynchronousRequest: { request, _ in
+                       viewController: { @MainActor @Sendable in identifier.contains(".text") ? TextController() : StreamController() }, onSynchronousRequest: { request, _ in
     switch request.type {
     case "echo":
         return ServiceMessage(type: "echo", payload: request.payload, attachments: request.attachments)
