@@ -190,8 +190,8 @@ public enum InputEvent: Sendable, Hashable {
     case focus(Bool)
     /// The view gains the keyboard focus by Tab (``FocusDirection/forward``: its first control
     /// takes it) or Shift-Tab (``FocusDirection/backward``: its last) from the host's controls.
-    /// Sent as `focus` with its direction, to a service that announced `focus-leave`; a
-    /// ``RemoteView`` turns it into plain `.focus(true)` for a service that did not.
+    /// Sent as `focus` with its direction, to a service that announced `focus-leave`; the
+    /// host's `RemoteView` turns it into plain `.focus(true)` for a service that did not.
     case focusEntering(FocusDirection)
     case remoteControl(RemoteCommand)
     case traits(Traits)

@@ -45,8 +45,8 @@ public final class RemoteView: Sendable {
     /// nothing to keep), in order; only the newest is buffered while nobody reads. For tests
     /// and diagnostics: wait for "state stored" rather than sleep.
     public let restorableStates: AsyncStream<[UInt8]>
-    /// Each time the view's Tab (``FocusDirection/forward``) or Shift-Tab
-    /// (``FocusDirection/backward``) left its last (first) control while it had the focus: the
+    /// Each time the view's Tab (`FocusDirection.forward`) or Shift-Tab
+    /// (`FocusDirection.backward`) left its last (first) control while it had the focus: the
     /// host's next (previous) control should take the keyboard focus. The view keeps none until
     /// the host gives it back (``send(_:)`` with `.focusEntering` or `.focus(true)`). Only with
     /// `Launcher.Configuration.takesFocusFromViews`; only the newest is buffered while nobody
