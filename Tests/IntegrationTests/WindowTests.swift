@@ -105,6 +105,9 @@ struct WindowTests {
 
         init(_ reader: ReadableDescriptor) { self.reader = reader }
 
+        /// Every line read so far (for a failure's message).
+        var seen: [String] { history.withLock { $0 } }
+
         /// The next line, waiting at most `time`.
         func line(within time: Duration, _ what: String) async throws -> String {
             try await withDeadline(time, what) { [self] in
@@ -391,10 +394,17 @@ struct WindowTests {
                 try await screen.await("window: focus left the activity forward")
                 try await keys("Tab")
                 try await screen.await("window: focus to the activity forward")
-                // Back at the field, its first control: Shift-Tab leaves at once.
-                try await keys("shift+Tab")
+                // Back at the field, its first control: Shift-Tab leaves at once. (Shift down,
+                // then Tab, then up, each its own xdotool run: the window has the shift before
+                // the Tab.)
+                func shiftTab() async throws {
+                    try await screen.run("/usr/bin/xdotool", ["keydown", "--window", window.id, "shift"])
+                    try await keys("Tab")
+                    try await screen.run("/usr/bin/xdotool", ["keyup", "--window", window.id, "shift"])
+                }
+                try await shiftTab()
                 try await screen.await("window: focus left the activity backward")
-                try await keys("shift+Tab")
+                try await shiftTab()
                 try await screen.await("window: focus to the activity backward")
                 // Save, the last control, has the focus: its ring is on screen.
                 let shot = try await Self.settledAndShown(screen, window)
@@ -411,6 +421,8 @@ struct WindowTests {
                 let contents = Syscall.readSmallFile(path, limit: 1 << 16).map { String(decoding: $0, as: UTF8.self) } ?? ""
                 #expect(contents.contains("Look at this sunset!"), "\(contents)")
             } catch {
+                // What the window said, to tell a key that went astray from one that never came.
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
                 try? await screen.close()
                 throw error
             }

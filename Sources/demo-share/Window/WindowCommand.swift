@@ -147,6 +147,9 @@ final class WindowApp {
     private var presented: Presented?
     private var needsRender = true
     private var dark = false
+    /// Whether a shift key is down, from the key events themselves: SDL's modifier state can
+    /// lag a key sent right after the shift (xdotool's shift+Tab).
+    private var shiftHeld = false
     /// Whether the window has been exposed (mapped and drawable) yet.
     private var exposed = false
     private var sheetAnnounced = false
@@ -597,6 +600,7 @@ final class WindowApp {
         case SDL_KEYDOWN.rawValue, SDL_KEYUP.rawValue:
             let down = event.type == SDL_KEYDOWN.rawValue
             let scancode = event.key.keysym.scancode
+            if scancode == SDL_SCANCODE_LSHIFT || scancode == SDL_SCANCODE_RSHIFT { shiftHeld = down }
             if down, scancode == SDL_SCANCODE_F12, snapshotFolder != nil, let presented {
                 // Once the view has drawn what was sent before, and that frame is on screen.
                 presented.commands.yield(.settle)
@@ -619,7 +623,7 @@ final class WindowApp {
                 // control; Shift-Tab at its last); Return, Space or Escape presses Cancel.
                 guard down, event.key.repeat == 0 else { return true }
                 let mod = UInt32(event.key.keysym.mod)
-                let shift = mod & KMOD_SHIFT.rawValue != 0, other = mod & (KMOD_CTRL.rawValue | KMOD_ALT.rawValue | KMOD_GUI.rawValue) != 0
+                let shift = mod & KMOD_SHIFT.rawValue != 0 || shiftHeld, other = mod & (KMOD_CTRL.rawValue | KMOD_ALT.rawValue | KMOD_GUI.rawValue) != 0
                 switch scancode {
                 case SDL_SCANCODE_TAB where !other: focusView(presented, shift ? .backward : .forward)
                 case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE, SDL_SCANCODE_ESCAPE:
@@ -638,7 +642,10 @@ final class WindowApp {
             // SDL scancodes are USB HID keyboard usages already.
             let code = UInt32(scancode.rawValue)
             guard (1...65535).contains(code) else { return true }
-            presented.commands.yield(.input(.key(KeyEvent(down: down, keyCode: code, modifiers: modifiers(), isRepeat: event.key.repeat != 0))))
+            let held = modifiers()
+            // Tab moves the focus: said, for scripts and tests that follow it.
+            if down, scancode == SDL_SCANCODE_TAB { print("window: tab\(held.contains(.shift) ? " with shift" : "") to the activity") }
+            presented.commands.yield(.input(.key(KeyEvent(down: down, keyCode: code, modifiers: held, isRepeat: event.key.repeat != 0))))
         case SDL_TEXTINPUT.rawValue:
             guard let presented, presented.ended == nil, !presented.cancelFocused else { return true }
             let text = withUnsafeBytes(of: event.text.text) { bytes in
@@ -681,7 +688,7 @@ final class WindowApp {
     private func modifiers() -> Modifiers {
         let state = SDL_GetModState().rawValue
         var modifiers: Modifiers = []
-        if state & KMOD_SHIFT.rawValue != 0 { modifiers.insert(.shift) }
+        if state & KMOD_SHIFT.rawValue != 0 || shiftHeld { modifiers.insert(.shift) }
         if state & KMOD_CTRL.rawValue != 0 { modifiers.insert(.control) }
         if state & KMOD_ALT.rawValue != 0 { modifiers.insert(.alt) }
         if state & KMOD_GUI.rawValue != 0 { modifiers.insert(.meta) }
