@@ -105,8 +105,12 @@ package final class IdleClock: Sendable {
                 return false
             case .wait(let due):
                 do {
-                    try await waiter.wait(until: due, onAbandon: { [weak self] in
-                        self?.state.withLock { $0.waiters.remove(waiter) }
+                    // Unowned, not weak: onAbandon runs inside this wait, while this method holds
+                    // the clock; a weak reference would give the clock a side table for good,
+                    // which LeakSanitizer, unable to read the refcount it hides behind, reported
+                    // at a service's exit.
+                    try await waiter.wait(until: due, onAbandon: { [unowned self] in
+                        self.state.withLock { $0.waiters.remove(waiter) }
                     })
                 } catch .deadlinePassed {
                     // Due, unless there was work or traffic meanwhile: look again.
