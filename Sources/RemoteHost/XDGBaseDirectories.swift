@@ -9,9 +9,7 @@ import RemoteCore
 enum XDGBaseDirectories {
     /// `xdgDataHome` when it is an absolute path, else `home/.local/share`; `nil` without either.
     static func dataHome(xdgDataHome: String?, home: String?) -> String? {
-        if let xdgDataHome, xdgDataHome.hasPrefix("/") { return withoutTrailingSlash(xdgDataHome) }
-        if let home, home.hasPrefix("/") { return (home == "/" ? "" : withoutTrailingSlash(home)) + "/.local/share" }
-        return nil
+        baseFolder(xdgDataHome, home: home, default: ".local/share")
     }
 
     /// This process's data home: `$XDG_DATA_HOME`, else `$HOME/.local/share`, with the user
@@ -23,8 +21,13 @@ enum XDGBaseDirectories {
 
     /// `xdgCacheHome` when it is an absolute path, else `home/.cache`; `nil` without either.
     static func cacheHome(xdgCacheHome: String?, home: String?) -> String? {
-        if let xdgCacheHome, xdgCacheHome.hasPrefix("/") { return withoutTrailingSlash(xdgCacheHome) }
-        if let home, home.hasPrefix("/") { return (home == "/" ? "" : withoutTrailingSlash(home)) + "/.cache" }
+        baseFolder(xdgCacheHome, home: home, default: ".cache")
+    }
+
+    /// `variable` when it is an absolute path, else `home/folder`; `nil` without either.
+    private static func baseFolder(_ variable: String?, home: String?, default folder: String) -> String? {
+        if let variable, variable.hasPrefix("/") { return withoutTrailingSlash(variable) }
+        if let home, home.hasPrefix("/") { return (home == "/" ? "" : withoutTrailingSlash(home)) + "/" + folder }
         return nil
     }
 

@@ -345,18 +345,20 @@ struct WindowTests {
         }
     }
 
-    @Test("--activity and --output: Notes presented at once; a click on Save completes the share, and the returned note is written to the folder")
-    func savedItems() async throws {
+    /// `demo-share window --activity notes --output FOLDER`: Notes presented at once; `save`
+    /// gets to its Save and presses it, its own way. Then the note must be written, the share
+    /// completed, and the window stay (a frame still comes after the share). A failure records
+    /// the window's last lines, to tell a key that went astray from one that never came.
+    static func saveNote(in folder: String, _ save: @escaping @Sendable (Screen, (id: String, x: Int, y: Int)) async throws -> Void) async throws {
         try await withoutLeaks(within: .seconds(60)) {
-            let output = try TemporaryFolder("remoteview-window-output")
+            let output = try TemporaryFolder(folder)
             defer { output.remove() }
             let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--output", output.path])
             do {
                 try await screen.await("window: presenting com.example.demo-share.notes")
                 try await screen.await("window: shown 560x376")
                 let window = try await Self.geometry(screen)
-                // Save, at the bottom right of the view (below the 44-point bar).
-                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "415", String(44 + 339), "click", "1"])
+                try await save(screen, window)
                 // The items are written before the outcome is shown.
                 let wrote = try await screen.await("window: wrote")
                 let outcome = try await screen.await("window: outcome")
@@ -369,6 +371,7 @@ struct WindowTests {
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
                 try await screen.await("window: snapshot")
             } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
                 try? await screen.close()
                 throw error
             }
@@ -376,57 +379,45 @@ struct WindowTests {
         }
     }
 
+    @Test("--activity and --output: Notes presented at once; a click on Save completes the share, and the returned note is written to the folder")
+    func savedItems() async throws {
+        try await Self.saveNote(in: "remoteview-window-output") { screen, window in
+            // Save, at the bottom right of the view (below the 44-point bar).
+            try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "415", String(44 + 339), "click", "1"])
+        }
+    }
+
     @Test("the keyboard alone: Tab goes through Notes (the field, Cancel, Save) and out to the bar's Cancel, back in at the field; Shift-Tab leaves backward and comes back at Save, which shows a focus ring; Space presses Save and the note is written")
     func keyboardOnly() async throws {
-        try await withoutLeaks(within: .seconds(60)) {
-            let output = try TemporaryFolder("remoteview-window-keyboard")
-            defer { output.remove() }
-            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--output", output.path])
-            do {
-                try await screen.await("window: presenting com.example.demo-share.notes")
-                try await screen.await("window: shown 560x376")
-                let window = try await Self.geometry(screen)
-                func keys(_ names: String...) async throws {
-                    try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id] + names)
-                }
-                // The field has the focus: past it, Cancel and Save, Tab leaves the activity.
-                try await keys("Tab", "Tab", "Tab")
-                try await screen.await("window: focus left the activity forward")
-                try await keys("Tab")
-                try await screen.await("window: focus to the activity forward")
-                // Back at the field, its first control: Shift-Tab leaves at once. (Shift down,
-                // then Tab, then up, each its own xdotool run: the window has the shift before
-                // the Tab.)
-                func shiftTab() async throws {
-                    try await screen.run("/usr/bin/xdotool", ["keydown", "--window", window.id, "shift"])
-                    try await keys("Tab")
-                    try await screen.run("/usr/bin/xdotool", ["keyup", "--window", window.id, "shift"])
-                }
-                try await shiftTab()
-                try await screen.await("window: focus left the activity backward")
-                try await shiftTab()
-                try await screen.await("window: focus to the activity backward")
-                // Save, the last control, has the focus: its ring is on screen.
-                let shot = try await Self.settledAndShown(screen, window)
-                // Save's top edge is at y = 320 (SheetLayout): the ring is the two rows 4 and 3 above it.
-                let ring = shot.pixel(x: 415, y: 320 - 3)
-                let (red, blue) = ((ring >> 16) & 0xFF, ring & 0xFF)
-                #expect(blue > red + 100, "a blue focus ring above Save: \(String(ring, radix: 16))")
-                try await screen.keepScreenshot(of: window.id, as: "window-keyboard-focus")
-                try await keys("space")
-                let wrote = try await screen.await("window: wrote")
-                let outcome = try await screen.await("window: outcome")
-                #expect(outcome.hasPrefix("window: outcome completed, returning 1 item(s)"), "\(outcome)")
-                let path = String(wrote.dropFirst("window: wrote ".count))
-                let contents = Syscall.readSmallFile(path, limit: 1 << 16).map { String(decoding: $0, as: UTF8.self) } ?? ""
-                #expect(contents.contains("Look at this sunset!"), "\(contents)")
-            } catch {
-                // What the window said, to tell a key that went astray from one that never came.
-                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
-                try? await screen.close()
-                throw error
+        try await Self.saveNote(in: "remoteview-window-keyboard") { screen, window in
+            func keys(_ names: String...) async throws {
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id] + names)
             }
-            try await screen.close()
+            // The field has the focus: past it, Cancel and Save, Tab leaves the activity.
+            try await keys("Tab", "Tab", "Tab")
+            try await screen.await("window: focus left the activity forward")
+            try await keys("Tab")
+            try await screen.await("window: focus to the activity forward")
+            // Back at the field, its first control: Shift-Tab leaves at once. (Shift down,
+            // then Tab, then up, each its own xdotool run: the window has the shift before
+            // the Tab.)
+            func shiftTab() async throws {
+                try await screen.run("/usr/bin/xdotool", ["keydown", "--window", window.id, "shift"])
+                try await keys("Tab")
+                try await screen.run("/usr/bin/xdotool", ["keyup", "--window", window.id, "shift"])
+            }
+            try await shiftTab()
+            try await screen.await("window: focus left the activity backward")
+            try await shiftTab()
+            try await screen.await("window: focus to the activity backward")
+            // Save, the last control, has the focus: its ring is on screen.
+            let shot = try await Self.settledAndShown(screen, window)
+            // Save's top edge is at y = 320 (SheetLayout): the ring is the two rows 4 and 3 above it.
+            let ring = shot.pixel(x: 415, y: 320 - 3)
+            let (red, blue) = ((ring >> 16) & 0xFF, ring & 0xFF)
+            #expect(blue > red + 100, "a blue focus ring above Save: \(String(ring, radix: 16))")
+            try await screen.keepScreenshot(of: window.id, as: "window-keyboard-focus")
+            try await keys("space")
         }
     }
 }

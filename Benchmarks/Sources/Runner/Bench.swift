@@ -550,50 +550,48 @@ struct Bench: Sendable {
             }
 
             if wants("present") {
-                log("warm present …")
-                let warm = launcher.connection(to: "com.example.bench")
-                _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
                 let presents = max(coldStarts * 3, 30)
-                _ = try await startTimes(5, warmUp: 0, of: "com.example.bench", on: launcher, until: presentedFirstFrame)
-                let host = Cost.ownProcess(), service = try await usage(of: warm)
-                var present = try await startSamples(presents, warmUp: 0, of: "com.example.bench", on: launcher, until: presentedFirstFrame)
-                let serviceSpent = try await usage(of: warm) - service
-                present = present.with(Cost.ownProcess() - host + serviceSpent, over: presents)
+                /// `presents` warm presents of `identifier`'s view (its process kept running by a
+                /// connection of its own), with what host and service spent on them; and the
+                /// cost per present as text (CPU and thread hand-offs, each a context switch,
+                /// host and service; the service's alone).
+                func warmPresents(of identifier: String) async throws -> (Stats, String) {
+                    let warm = launcher.connection(to: identifier)
+                    _ = try await warm.request(ServiceMessage(type: "echo"))  // keeps the shared process running
+                    _ = try await startTimes(5, warmUp: 0, of: identifier, on: launcher, until: presentedFirstFrame)
+                    let host = Cost.ownProcess(), service = try await usage(of: warm)
+                    var present = try await startSamples(presents, warmUp: 0, of: identifier, on: launcher, until: presentedFirstFrame)
+                    let serviceSpent = try await usage(of: warm) - service
+                    present = present.with(Cost.ownProcess() - host + serviceSpent, over: presents)
+                    await warm.invalidate()
+                    let cost = String(format: "%.0f µs CPU, %.1f switches (the service: %.0f µs CPU, %.1f switches)",
+                                      present.cpuPerOperation ?? 0, present.switchesPerOperation ?? 0,
+                                      serviceSpent.cpuMicroseconds / Double(presents), serviceSpent.switches / Double(presents))
+                    return (present, cost)
+                }
+                log("warm present …")
+                let (present, perPresent) = try await warmPresents(of: "com.example.bench")
                 rows.append(Row(figure: "warm present (new connection, running service) → first frame", value: present,
                                 baseline: "RemoteView request/reply (above)", baselineValue: roundTrip, ratio: present.median / roundTrip.median,
                                 ratioMeaning: "of the round trip", target: "≤ 5×", met: present.median <= 5 * roundTrip.median))
-                // Where a present's time goes that the clock does not show: CPU, and the thread
-                // hand-offs (each a context switch), host and service; the service's alone.
-                let perPresent = String(format: "%.0f µs CPU, %.1f switches (the service: %.0f µs CPU, %.1f switches)",
-                                        present.cpuPerOperation ?? 0, present.switchesPerOperation ?? 0,
-                                        serviceSpent.cpuMicroseconds / Double(presents), serviceSpent.switches / Double(presents))
+                // Where a present's time goes that the clock does not show.
                 rows.append(Row(figure: "↳ cost per warm present, host + service", value: present, summary: perPresent,
                                 baseline: "one round trip's (above)", baselineValue: roundTrip,
                                 baselineSummary: String(format: "%.1f µs CPU, %.2f switches", roundTrip.cpuPerOperation ?? 0, roundTrip.switchesPerOperation ?? 0),
                                 ratio: (present.cpuPerOperation ?? 0) / max(roundTrip.cpuPerOperation ?? 1, 0.001),
                                 ratioMeaning: "of a round trip's CPU", target: "–", met: nil))
-                await warm.invalidate()
 
                 // The same, of a view that lays out and draws text (six labels in five scripts, a
                 // field, two buttons): what text costs a present once the process has its fonts.
                 log("warm present of a view of text …")
-                let textWarm = launcher.connection(to: "com.example.bench.text")
-                _ = try await textWarm.request(ServiceMessage(type: "echo"))
-                _ = try await startTimes(5, warmUp: 0, of: "com.example.bench.text", on: launcher, until: presentedFirstFrame)
-                let textHost = Cost.ownProcess(), textService = try await usage(of: textWarm)
-                var textPresent = try await startSamples(presents, warmUp: 0, of: "com.example.bench.text", on: launcher, until: presentedFirstFrame)
-                let textSpent = try await usage(of: textWarm) - textService
-                textPresent = textPresent.with(Cost.ownProcess() - textHost + textSpent, over: presents)
+                let (textPresent, perTextPresent) = try await warmPresents(of: "com.example.bench.text")
                 rows.append(Row(figure: "warm present of a view of text → first frame", value: textPresent,
                                 baseline: "warm present of the solid view (above)", baselineValue: present, ratio: textPresent.median / present.median,
                                 ratioMeaning: "of the solid view's", target: "–", met: nil))
-                rows.append(Row(figure: "↳ cost per warm present of text, host + service", value: textPresent,
-                                summary: String(format: "%.0f µs CPU, %.1f switches (the service: %.0f µs CPU)", textPresent.cpuPerOperation ?? 0,
-                                                textPresent.switchesPerOperation ?? 0, textSpent.cpuMicroseconds / Double(presents)),
+                rows.append(Row(figure: "↳ cost per warm present of text, host + service", value: textPresent, summary: perTextPresent,
                                 baseline: "the solid view's (above)", baselineValue: present, baselineSummary: perPresent,
                                 ratio: (textPresent.cpuPerOperation ?? 0) / max(present.cpuPerOperation ?? 1, 0.001),
                                 ratioMeaning: "of the solid view's CPU", target: "–", met: nil))
-                await textWarm.invalidate()
             }
             return rows
         }

@@ -47,10 +47,7 @@ enum FontMirror {
         var removed = 0
         func remove(_ path: String, folder: Bool) throws(FontFolder.Refusal) {
             do throws(SystemCallError) {
-                let parent = try parentFolder(of: path, in: mirrorFolder), name = lastComponent(of: path)
-                guard unlinkat(parent.rawValue, name, folder ? AT_REMOVEDIR : 0) == 0 || errno == ENOENT else {
-                    throw SystemCallError(call: "unlinkat", errno: errno)
-                }
+                try unlink(path, in: mirrorFolder, folder: folder)
             } catch {
                 throw FontFolder.Refusal("cannot remove \(mirror)/\(path): \(error)")
             }
@@ -100,10 +97,7 @@ enum FontMirror {
         let entries = files.sorted(by: >).map { ($0, false) } + present.folders.keys.filter { !$0.isEmpty }.sorted(by: >).map { ($0, true) }
         for (entry, isFolder) in entries {
             do throws(SystemCallError) {
-                let parent = try parentFolder(of: entry, in: folder), name = lastComponent(of: entry)
-                guard unlinkat(parent.rawValue, name, isFolder ? AT_REMOVEDIR : 0) == 0 || errno == ENOENT else {
-                    throw SystemCallError(call: "unlinkat", errno: errno)
-                }
+                try unlink(entry, in: folder, folder: isFolder)
             } catch {
                 throw FontFolder.Refusal("cannot remove \(path)/\(entry): \(error)")
             }
@@ -112,6 +106,15 @@ enum FontMirror {
             throw FontFolder.Refusal("cannot remove \(path): \(SystemCallError(call: "rmdir", errno: errno))")
         }
         return true
+    }
+
+    /// Removes the entry at `path` (relative to `folder`; a folder when `folder` says so, which
+    /// must be empty), reached without following a link; one already gone is no error.
+    private static func unlink(_ path: String, in root: borrowing OwnedFD, folder: Bool) throws(SystemCallError) {
+        let parent = try parentFolder(of: path, in: root), name = lastComponent(of: path)
+        guard unlinkat(parent.rawValue, name, folder ? AT_REMOVEDIR : 0) == 0 || errno == ENOENT else {
+            throw SystemCallError(call: "unlinkat", errno: errno)
+        }
     }
 
     /// The folder `mirror`, made if missing, owned by the host's user, mode 0755.

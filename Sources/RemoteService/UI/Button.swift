@@ -54,7 +54,7 @@ open class Button: View {
     private var spaceHeld = false
 
     open override func keyDown(_ event: KeyEvent) {
-        let plain = event.modifiers.isDisjoint(with: [.control, .alt, .meta])
+        let plain = event.isPlain
         switch event.keyCode {
         case KeyCode.enter where plain:
             if !event.isRepeat, isPressable { sendAction() }

@@ -59,3 +59,9 @@ open class Responder {
     /// This responder became, or stopped being, the first responder.
     open func firstResponderChanged() {}
 }
+
+extension KeyEvent {
+    /// Whether no command modifier (control, alt, meta) is held: Tab, Return and Space with one
+    /// are shortcuts, not the keys themselves.
+    var isPlain: Bool { modifiers.isDisjoint(with: [.control, .alt, .meta]) }
+}

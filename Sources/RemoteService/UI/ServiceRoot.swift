@@ -104,7 +104,7 @@ final class ServiceRoot: Responder {
             // By Tab from the host's controls: the first (or last) control takes the focus, and
             // a view with none hands it straight on.
             setHostFocus(true)
-            if let first = firstResponder { first.resignFirstResponder() }
+            setFirstResponder(nil)
             moveFocus(direction)
         case .traits(let traits):
             setTraits(traits)

@@ -146,7 +146,7 @@ open class ViewController: Responder {
     /// ``defaultActionButton``; Escape the ``cancelActionButton``. Anything else goes on up the chain.
     /// Override to take keys first; call `super` for the rest.
     open override func keyDown(_ event: KeyEvent) {
-        let plain = event.modifiers.isDisjoint(with: [.control, .alt, .meta])
+        let plain = event.isPlain
         switch event.keyCode {
         case KeyCode.tab where plain:
             attachedRoot?.moveFocus(event.modifiers.contains(.shift) ? .backward : .forward)

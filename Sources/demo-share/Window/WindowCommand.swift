@@ -576,7 +576,7 @@ final class WindowApp {
                 return true
             }
             if let cancel = presented.cancel, down, cancel.contains(x, y) {
-                await cancelShare(presented, by: "a click on the bar's Cancel")
+                cancelShare(presented, by: "a click on the bar's Cancel")
                 return true
             }
             // A service that ended gets nothing (input would start a new process, without the share).
@@ -627,7 +627,7 @@ final class WindowApp {
                 switch scancode {
                 case SDL_SCANCODE_TAB where !other: focusView(presented, shift ? .backward : .forward)
                 case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE, SDL_SCANCODE_ESCAPE:
-                    await cancelShare(presented, by: "the keyboard on the bar's Cancel")
+                    cancelShare(presented, by: "the keyboard on the bar's Cancel")
                 default: break
                 }
                 return true
@@ -668,7 +668,7 @@ final class WindowApp {
     }
 
     /// The bar's Cancel: the share is cancelled (the activity is asked to end it).
-    private func cancelShare(_ presented: Presented, by what: String) async {
+    private func cancelShare(_ presented: Presented, by what: String) {
         print("window: cancel, by \(what)")
         let session = presented.session
         Task.detached { _ = await session.cancel(reason: "the user pressed Cancel on the window's bar") }
