@@ -1042,6 +1042,141 @@ void   remoteview__focus_leave__free_unpacked
   assert(message->base.descriptor == &remoteview__focus_leave__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   remoteview__accessibility_node__init
+                     (Remoteview__AccessibilityNode         *message)
+{
+  static const Remoteview__AccessibilityNode init_value = REMOTEVIEW__ACCESSIBILITY_NODE__INIT;
+  *message = init_value;
+}
+size_t remoteview__accessibility_node__get_packed_size
+                     (const Remoteview__AccessibilityNode *message)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_node__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__accessibility_node__pack
+                     (const Remoteview__AccessibilityNode *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_node__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__accessibility_node__pack_to_buffer
+                     (const Remoteview__AccessibilityNode *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_node__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__AccessibilityNode *
+       remoteview__accessibility_node__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__AccessibilityNode *)
+     protobuf_c_message_unpack (&remoteview__accessibility_node__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__accessibility_node__free_unpacked
+                     (Remoteview__AccessibilityNode *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__accessibility_node__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__accessibility_update__init
+                     (Remoteview__AccessibilityUpdate         *message)
+{
+  static const Remoteview__AccessibilityUpdate init_value = REMOTEVIEW__ACCESSIBILITY_UPDATE__INIT;
+  *message = init_value;
+}
+size_t remoteview__accessibility_update__get_packed_size
+                     (const Remoteview__AccessibilityUpdate *message)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_update__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__accessibility_update__pack
+                     (const Remoteview__AccessibilityUpdate *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_update__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__accessibility_update__pack_to_buffer
+                     (const Remoteview__AccessibilityUpdate *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_update__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__AccessibilityUpdate *
+       remoteview__accessibility_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__AccessibilityUpdate *)
+     protobuf_c_message_unpack (&remoteview__accessibility_update__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__accessibility_update__free_unpacked
+                     (Remoteview__AccessibilityUpdate *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__accessibility_update__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   remoteview__accessibility_action__init
+                     (Remoteview__AccessibilityAction         *message)
+{
+  static const Remoteview__AccessibilityAction init_value = REMOTEVIEW__ACCESSIBILITY_ACTION__INIT;
+  *message = init_value;
+}
+size_t remoteview__accessibility_action__get_packed_size
+                     (const Remoteview__AccessibilityAction *message)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_action__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t remoteview__accessibility_action__pack
+                     (const Remoteview__AccessibilityAction *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_action__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t remoteview__accessibility_action__pack_to_buffer
+                     (const Remoteview__AccessibilityAction *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &remoteview__accessibility_action__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Remoteview__AccessibilityAction *
+       remoteview__accessibility_action__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Remoteview__AccessibilityAction *)
+     protobuf_c_message_unpack (&remoteview__accessibility_action__descriptor,
+                                allocator, len, data);
+}
+void   remoteview__accessibility_action__free_unpacked
+                     (Remoteview__AccessibilityAction *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &remoteview__accessibility_action__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   remoteview__remote_control__init
                      (Remoteview__RemoteControl         *message)
 {
@@ -1357,7 +1492,7 @@ void   remoteview__share_complete__free_unpacked
   assert(message->base.descriptor == &remoteview__share_complete__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[33] =
+static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[35] =
 {
   {
     "id",
@@ -1636,6 +1771,30 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[33
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "accessibility_update",
+    110,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, accessibility_update),
+    &remoteview__accessibility_update__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "accessibility_action",
+    111,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__Envelope, body_case),
+    offsetof(Remoteview__Envelope, accessibility_action),
+    &remoteview__accessibility_action__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "pointer",
     200,
     PROTOBUF_C_LABEL_NONE,
@@ -1757,48 +1916,50 @@ static const ProtobufCFieldDescriptor remoteview__envelope__field_descriptors[33
   },
 };
 static const unsigned remoteview__envelope__field_indices_by_name[] = {
-  31,   /* field[31] = activity_update */
+  24,   /* field[24] = accessibility_action */
+  23,   /* field[23] = accessibility_update */
+  33,   /* field[33] = activity_update */
   13,   /* field[13] = attach_buffer */
   12,   /* field[12] = cancel */
   14,   /* field[14] = commit */
   17,   /* field[17] = destroy_buffer */
   11,   /* field[11] = failure */
   2,   /* field[2] = fd_count */
-  26,   /* field[26] = focus */
+  28,   /* field[28] = focus */
   22,   /* field[22] = focus_leave */
   16,   /* field[16] = frame_done */
   4,   /* field[4] = goodbye */
   3,   /* field[3] = handshake */
   0,   /* field[0] = id */
-  24,   /* field[24] = key */
+  26,   /* field[26] = key */
   10,   /* field[10] = message */
   6,   /* field[6] = ping */
-  23,   /* field[23] = pointer */
+  25,   /* field[25] = pointer */
   7,   /* field[7] = pong */
   19,   /* field[19] = preferred_size */
   5,   /* field[5] = protocol_error */
   15,   /* field[15] = release_buffer */
-  27,   /* field[27] = remote_control */
+  29,   /* field[29] = remote_control */
   9,   /* field[9] = reply */
   1,   /* field[1] = reply_to */
   8,   /* field[8] = request */
   18,   /* field[18] = resize */
   20,   /* field[20] = restorable_state */
   21,   /* field[21] = restore_state */
-  30,   /* field[30] = share_cancel */
-  32,   /* field[32] = share_complete */
-  29,   /* field[29] = share_request */
-  25,   /* field[25] = text_input */
-  28,   /* field[28] = traits */
+  32,   /* field[32] = share_cancel */
+  34,   /* field[34] = share_complete */
+  31,   /* field[31] = share_request */
+  27,   /* field[27] = text_input */
+  30,   /* field[30] = traits */
 };
 static const ProtobufCIntRange remoteview__envelope__number_ranges[5 + 1] =
 {
   { 1, 0 },
   { 10, 3 },
   { 100, 13 },
-  { 200, 23 },
-  { 300, 29 },
-  { 0, 33 }
+  { 200, 25 },
+  { 300, 31 },
+  { 0, 35 }
 };
 const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
 {
@@ -1808,7 +1969,7 @@ const ProtobufCMessageDescriptor remoteview__envelope__descriptor =
   "Remoteview__Envelope",
   "remoteview",
   sizeof(Remoteview__Envelope),
-  33,
+  35,
   remoteview__envelope__field_descriptors,
   remoteview__envelope__field_indices_by_name,
   5,  remoteview__envelope__number_ranges,
@@ -3093,6 +3254,393 @@ const ProtobufCMessageDescriptor remoteview__focus_leave__descriptor =
   (ProtobufCMessageInit) remoteview__focus_leave__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor remoteview__accessibility_node__field_descriptors[15] =
+{
+  {
+    "id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "role",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, role),
+    &remoteview__accessibility_role__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "label",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, label),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, value),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "states",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, states),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "actions",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, actions),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "x",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, x),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "y",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, y),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "width",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, width),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "height",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_FLOAT,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, height),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "children",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Remoteview__AccessibilityNode, n_children),
+    offsetof(Remoteview__AccessibilityNode, children),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_range",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, has_range),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "range_min",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_DOUBLE,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, range_min),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "range_max",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_DOUBLE,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, range_max),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "range_value",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_DOUBLE,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityNode, range_value),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__accessibility_node__field_indices_by_name[] = {
+  5,   /* field[5] = actions */
+  10,   /* field[10] = children */
+  11,   /* field[11] = has_range */
+  9,   /* field[9] = height */
+  0,   /* field[0] = id */
+  2,   /* field[2] = label */
+  13,   /* field[13] = range_max */
+  12,   /* field[12] = range_min */
+  14,   /* field[14] = range_value */
+  1,   /* field[1] = role */
+  4,   /* field[4] = states */
+  3,   /* field[3] = value */
+  8,   /* field[8] = width */
+  6,   /* field[6] = x */
+  7,   /* field[7] = y */
+};
+static const ProtobufCIntRange remoteview__accessibility_node__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 15 }
+};
+const ProtobufCMessageDescriptor remoteview__accessibility_node__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.AccessibilityNode",
+  "AccessibilityNode",
+  "Remoteview__AccessibilityNode",
+  "remoteview",
+  sizeof(Remoteview__AccessibilityNode),
+  15,
+  remoteview__accessibility_node__field_descriptors,
+  remoteview__accessibility_node__field_indices_by_name,
+  1,  remoteview__accessibility_node__number_ranges,
+  (ProtobufCMessageInit) remoteview__accessibility_node__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__accessibility_update__field_descriptors[5] =
+{
+  {
+    "nodes",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Remoteview__AccessibilityUpdate, n_nodes),
+    offsetof(Remoteview__AccessibilityUpdate, nodes),
+    &remoteview__accessibility_node__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "root",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityUpdate, root),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "focus",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityUpdate, focus),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "whole",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityUpdate, whole),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "more",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityUpdate, more),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__accessibility_update__field_indices_by_name[] = {
+  2,   /* field[2] = focus */
+  4,   /* field[4] = more */
+  0,   /* field[0] = nodes */
+  1,   /* field[1] = root */
+  3,   /* field[3] = whole */
+};
+static const ProtobufCIntRange remoteview__accessibility_update__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor remoteview__accessibility_update__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.AccessibilityUpdate",
+  "AccessibilityUpdate",
+  "Remoteview__AccessibilityUpdate",
+  "remoteview",
+  sizeof(Remoteview__AccessibilityUpdate),
+  5,
+  remoteview__accessibility_update__field_descriptors,
+  remoteview__accessibility_update__field_indices_by_name,
+  1,  remoteview__accessibility_update__number_ranges,
+  (ProtobufCMessageInit) remoteview__accessibility_update__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor remoteview__accessibility_action__field_descriptors[4] =
+{
+  {
+    "node",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityAction, node),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "action",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityAction, action),
+    &remoteview__accessibility_action_kind__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "text",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityAction, text),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "number",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_DOUBLE,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityAction, number),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned remoteview__accessibility_action__field_indices_by_name[] = {
+  1,   /* field[1] = action */
+  0,   /* field[0] = node */
+  3,   /* field[3] = number */
+  2,   /* field[2] = text */
+};
+static const ProtobufCIntRange remoteview__accessibility_action__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor remoteview__accessibility_action__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "remoteview.AccessibilityAction",
+  "AccessibilityAction",
+  "Remoteview__AccessibilityAction",
+  "remoteview",
+  sizeof(Remoteview__AccessibilityAction),
+  4,
+  remoteview__accessibility_action__field_descriptors,
+  remoteview__accessibility_action__field_indices_by_name,
+  1,  remoteview__accessibility_action__number_ranges,
+  (ProtobufCMessageInit) remoteview__accessibility_action__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor remoteview__remote_control__field_descriptors[1] =
 {
   {
@@ -3673,6 +4221,84 @@ const ProtobufCEnumDescriptor remoteview__focus_direction__descriptor =
   remoteview__focus_direction__enum_values_by_name,
   1,
   remoteview__focus_direction__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__accessibility_role__enum_values_by_number[8] =
+{
+  { "ACCESSIBILITY_ROLE_UNKNOWN", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_UNKNOWN", 0 },
+  { "ACCESSIBILITY_ROLE_GROUP", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_GROUP", 1 },
+  { "ACCESSIBILITY_ROLE_BUTTON", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_BUTTON", 2 },
+  { "ACCESSIBILITY_ROLE_LABEL", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_LABEL", 3 },
+  { "ACCESSIBILITY_ROLE_TEXT_FIELD", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_TEXT_FIELD", 4 },
+  { "ACCESSIBILITY_ROLE_IMAGE", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_IMAGE", 5 },
+  { "ACCESSIBILITY_ROLE_PROGRESS", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_PROGRESS", 6 },
+  { "ACCESSIBILITY_ROLE_CANVAS", "REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_CANVAS", 7 },
+};
+static const ProtobufCIntRange remoteview__accessibility_role__value_ranges[] = {
+{0, 0},{0, 8}
+};
+static const ProtobufCEnumValueIndex remoteview__accessibility_role__enum_values_by_name[8] =
+{
+  { "ACCESSIBILITY_ROLE_BUTTON", 2 },
+  { "ACCESSIBILITY_ROLE_CANVAS", 7 },
+  { "ACCESSIBILITY_ROLE_GROUP", 1 },
+  { "ACCESSIBILITY_ROLE_IMAGE", 5 },
+  { "ACCESSIBILITY_ROLE_LABEL", 3 },
+  { "ACCESSIBILITY_ROLE_PROGRESS", 6 },
+  { "ACCESSIBILITY_ROLE_TEXT_FIELD", 4 },
+  { "ACCESSIBILITY_ROLE_UNKNOWN", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__accessibility_role__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.AccessibilityRole",
+  "AccessibilityRole",
+  "Remoteview__AccessibilityRole",
+  "remoteview",
+  8,
+  remoteview__accessibility_role__enum_values_by_number,
+  8,
+  remoteview__accessibility_role__enum_values_by_name,
+  1,
+  remoteview__accessibility_role__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue remoteview__accessibility_action_kind__enum_values_by_number[7] =
+{
+  { "ACCESSIBILITY_ACTION_UNSPECIFIED", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_UNSPECIFIED", 0 },
+  { "ACCESSIBILITY_ACTION_PRESS", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_PRESS", 1 },
+  { "ACCESSIBILITY_ACTION_FOCUS", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_FOCUS", 2 },
+  { "ACCESSIBILITY_ACTION_SET_VALUE", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE", 3 },
+  { "ACCESSIBILITY_ACTION_INCREMENT", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT", 4 },
+  { "ACCESSIBILITY_ACTION_DECREMENT", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT", 5 },
+  { "ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW", "REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW", 6 },
+};
+static const ProtobufCIntRange remoteview__accessibility_action_kind__value_ranges[] = {
+{0, 0},{0, 7}
+};
+static const ProtobufCEnumValueIndex remoteview__accessibility_action_kind__enum_values_by_name[7] =
+{
+  { "ACCESSIBILITY_ACTION_DECREMENT", 5 },
+  { "ACCESSIBILITY_ACTION_FOCUS", 2 },
+  { "ACCESSIBILITY_ACTION_INCREMENT", 4 },
+  { "ACCESSIBILITY_ACTION_PRESS", 1 },
+  { "ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW", 6 },
+  { "ACCESSIBILITY_ACTION_SET_VALUE", 3 },
+  { "ACCESSIBILITY_ACTION_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor remoteview__accessibility_action_kind__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "remoteview.AccessibilityActionKind",
+  "AccessibilityActionKind",
+  "Remoteview__AccessibilityActionKind",
+  "remoteview",
+  7,
+  remoteview__accessibility_action_kind__enum_values_by_number,
+  7,
+  remoteview__accessibility_action_kind__enum_values_by_name,
+  1,
+  remoteview__accessibility_action_kind__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue remoteview__remote_command__enum_values_by_number[8] =

@@ -46,6 +46,10 @@ extension EnvelopeCodec {
             case REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD: return try surface(.focusLeave(.backward))
             default: throw violation("focus_leave direction \(e.focus_leave.pointee.direction.rawValue) is not forward (1) or backward (2)")
             }
+        case REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_UPDATE:
+            return try surface(.accessibilityUpdate(try accessibilityUpdate(e.accessibility_update.pointee)))
+        case REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_ACTION:
+            return try surface(.accessibilityAction(try accessibilityAction(e.accessibility_action.pointee)))
         default:
             return nil
         }
@@ -65,6 +69,65 @@ extension EnvelopeCodec {
             }
             return .memfd(size: Int(s.size))
         }
+    }
+
+    /// An update's nodes, read within the tree's bounds: the count before any node is read, each
+    /// text's length before it is copied. Unknown roles read as unknown, unknown bits are dropped.
+    private static func accessibilityUpdate(_ u: Remoteview__AccessibilityUpdate) throws(RemoteError) -> AccessibilityUpdateWire {
+        guard u.n_nodes <= AccessibilityLimits.maxNodes else {
+            throw AccessibilityRule.nodeCount.violation("an update of \(u.n_nodes) nodes; a tree has at most \(AccessibilityLimits.maxNodes)")
+        }
+        var nodes: [AccessibilityNodeDescription] = []
+        nodes.reserveCapacity(u.n_nodes)
+        for index in 0..<u.n_nodes {
+            let n = u.nodes[index]!.pointee
+            let limit = AccessibilityLimits.maxTextBytes
+            let label: String, value: String
+            do throws(RemoteError) {
+                label = try string(n.label, "node \(n.id)'s label", max: limit)
+                value = try string(n.value, "node \(n.id)'s value", max: limit)
+            } catch {
+                throw AccessibilityRule.textLength.violation(error.reason)
+            }
+            guard n.n_children <= AccessibilityLimits.maxNodes else {
+                throw AccessibilityRule.nodeCount.violation("node \(n.id) has \(n.n_children) children; a tree has at most \(AccessibilityLimits.maxNodes) nodes")
+            }
+            let children = n.n_children == 0 ? [] : Array(UnsafeBufferPointer(start: n.children, count: n.n_children))
+            let role = AccessibilityRole(rawValue: n.role.rawValue)
+            nodes.append(AccessibilityNodeDescription(
+                id: n.id,
+                role: AccessibilityRole.known.contains(role) ? role : .unknown,
+                label: label, value: value,
+                states: AccessibilityStates(rawValue: n.states).intersection(.wire),
+                actions: AccessibilityActions(rawValue: n.actions).intersection(.wire),
+                frame: AccessibilityFrame(x: Double(n.x), y: Double(n.y), width: Double(n.width), height: Double(n.height)),
+                children: children,
+                range: n.has_range != 0 ? AccessibilityRange(minimum: n.range_min, maximum: n.range_max, value: n.range_value) : nil))
+        }
+        return AccessibilityUpdateWire(nodes: nodes, root: u.root, focus: u.focus, whole: u.whole != 0, more: u.more != 0)
+    }
+
+    private static func accessibilityAction(_ a: Remoteview__AccessibilityAction) throws(RemoteError) -> AccessibilityActionWire {
+        let action: AccessibilityAction
+        switch a.action {
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_PRESS: action = .press
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_FOCUS: action = .focus
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE:
+            let text: String
+            do throws(RemoteError) {
+                text = try string(a.text, "accessibility_action's text", max: AccessibilityLimits.maxTextBytes)
+            } catch {
+                throw AccessibilityRule.textLength.violation(error.reason)
+            }
+            // Text, or else a number: an action sets one of them.
+            action = text.isEmpty && a.number != 0 ? .setNumber(a.number) : .setText(text)
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT: action = .increment
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT: action = .decrement
+        case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW: action = .scrollIntoView
+        default: throw violation("accessibility_action \(a.action.rawValue) is not an action (1…6)")
+        }
+        if case .setText = action, a.number != 0 { throw violation("accessibility_action sets both a text and a number") }
+        return AccessibilityActionWire(node: a.node, action: action)
     }
 
     /// A surface body, once its values are known to be possible.
@@ -146,7 +209,68 @@ extension CArena {
             f.pointee.direction = direction.wire
             e.body_case = REMOTEVIEW__ENVELOPE__BODY_FOCUS_LEAVE
             e.focus_leave = f
+        case .accessibilityUpdate(let update):
+            let u = message(Remoteview__AccessibilityUpdate.self, remoteview__accessibility_update__init)
+            u.pointee.root = update.root
+            u.pointee.focus = update.focus
+            u.pointee.whole = update.whole ? 1 : 0
+            u.pointee.more = update.more ? 1 : 0
+            if !update.nodes.isEmpty {
+                let nodes = allocate(MemoryLayout<UnsafeMutablePointer<Remoteview__AccessibilityNode>?>.stride * update.nodes.count)
+                    .bindMemory(to: UnsafeMutablePointer<Remoteview__AccessibilityNode>?.self, capacity: update.nodes.count)
+                for (index, node) in update.nodes.enumerated() { nodes[index] = encode(node) }
+                u.pointee.n_nodes = update.nodes.count
+                u.pointee.nodes = nodes
+            }
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_UPDATE
+            e.accessibility_update = u
+        case .accessibilityAction(let wire):
+            let a = message(Remoteview__AccessibilityAction.self, remoteview__accessibility_action__init)
+            a.pointee.node = wire.node
+            switch wire.action {
+            case .press: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_PRESS
+            case .focus: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_FOCUS
+            case .setText(let text):
+                a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE
+                if !text.isEmpty { a.pointee.text = string(text) }
+            case .setNumber(let number):
+                a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE
+                a.pointee.number = number
+            case .increment: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT
+            case .decrement: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT
+            case .scrollIntoView: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW
+            }
+            e.body_case = REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_ACTION
+            e.accessibility_action = a
         }
+    }
+
+    /// One node's message (its frame as the wire's floats).
+    private func encode(_ node: AccessibilityNodeDescription) -> UnsafeMutablePointer<Remoteview__AccessibilityNode> {
+        let n = message(Remoteview__AccessibilityNode.self, remoteview__accessibility_node__init)
+        n.pointee.id = node.id
+        n.pointee.role = Remoteview__AccessibilityRole(rawValue: node.role.rawValue)
+        if !node.label.isEmpty { n.pointee.label = string(node.label) }
+        if !node.value.isEmpty { n.pointee.value = string(node.value) }
+        n.pointee.states = node.states.intersection(.wire).rawValue
+        n.pointee.actions = node.actions.intersection(.wire).rawValue
+        n.pointee.x = Float(node.frame.x)
+        n.pointee.y = Float(node.frame.y)
+        n.pointee.width = Float(node.frame.width)
+        n.pointee.height = Float(node.frame.height)
+        if !node.children.isEmpty {
+            let children = allocate(MemoryLayout<UInt32>.stride * node.children.count).bindMemory(to: UInt32.self, capacity: node.children.count)
+            for (index, child) in node.children.enumerated() { children[index] = child }
+            n.pointee.n_children = node.children.count
+            n.pointee.children = children
+        }
+        if let range = node.range {
+            n.pointee.has_range = 1
+            n.pointee.range_min = range.minimum
+            n.pointee.range_max = range.maximum
+            n.pointee.range_value = range.value
+        }
+        return n
     }
 
     /// A state's message: its bytes inline, or its memfd's size.

@@ -174,12 +174,17 @@ package enum SurfaceMessage: Sendable, Hashable {
     /// Service → host that announced `focus-leave`: Tab (or Shift-Tab) went past the view's
     /// last (or first) control; the host's controls take the focus.
     case focusLeave(FocusDirection)
+    /// Service → host that announced `accessibility`: nodes of the view's semantic tree that
+    /// changed, and the focus (one part of an update when it says `more`).
+    case accessibilityUpdate(AccessibilityUpdateWire)
+    /// Host → service that announced `accessibility`: an assistive technology's action on a node.
+    case accessibilityAction(AccessibilityActionWire)
 
     /// Which side may send it.
     package var sender: PeerRole {
         switch self {
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave: .service
-        case .releaseBuffer, .frameDone, .resize, .restoreState: .host
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave, .accessibilityUpdate: .service
+        case .releaseBuffer, .frameDone, .resize, .restoreState, .accessibilityAction: .host
         }
     }
 
@@ -196,6 +201,8 @@ package enum SurfaceMessage: Sendable, Hashable {
         case .restorableState: "restorable_state"
         case .restoreState: "restore_state"
         case .focusLeave: "focus_leave"
+        case .accessibilityUpdate: "accessibility_update"
+        case .accessibilityAction: "accessibility_action"
         }
     }
 
@@ -225,6 +232,10 @@ package enum SurfaceMessage: Sendable, Hashable {
             return SurfaceSize(width: width, height: height).problem
         case .restorableState(let state), .restoreState(let state):
             return state.problem(in: name)
+        case .accessibilityUpdate(let update):
+            return update.problem?.reason
+        case .accessibilityAction(let action):
+            return action.problem
         }
     }
 }

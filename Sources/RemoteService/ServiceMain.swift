@@ -280,6 +280,8 @@ final class ServiceRuntime: Sendable {
         }
         // A view's Tab hands the focus to a host that takes it, and takes it back from either end.
         if viewController != nil, !announced.contains(FocusLeaveCapability.name) { announced.append(FocusLeaveCapability.name) }
+        // A view describes its semantic tree to a host that reads it, and takes its actions.
+        if viewController != nil, !announced.contains(AccessibilityCapability.name) { announced.append(AccessibilityCapability.name) }
         self.restorableStateLimit = restorableStateLimit
         self.capabilities = announced
         idleClock = idleTimeout.map { IdleClock(timeout: $0) }
@@ -374,6 +376,7 @@ final class ServiceRuntime: Sendable {
                     // Whether this host keeps the view's state: it announced so in its handshake.
                     surface.hostKeepsState.store(context.peer.capabilities.contains(RestorableStateCapability.name), ordering: .relaxed)
                     surface.hostTakesFocus.store(context.peer.capabilities.contains(FocusLeaveCapability.name), ordering: .relaxed)
+                    surface.hostReadsAccessibility.store(context.peer.capabilities.contains(AccessibilityCapability.name), ordering: .relaxed)
                 default:
                     break
                 }

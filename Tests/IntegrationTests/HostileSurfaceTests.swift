@@ -347,3 +347,39 @@ struct HostileSurfaceTests {
         }
     }
 }
+
+/// Hostile semantic trees (the fixture's "surface-tree…" modes): each breaks one rule of
+/// docs/Protocol.md, "Accessibility", and is ended with the rule's name; a child laid out past
+/// a small view's edge is not one of them.
+extension HostileSurfaceTests {
+    @Test("a hostile tree is ended as a protocol violation that names its rule", arguments: [
+        ("treeNodeCount", "accessibility.node-count"), ("treeDepth", "accessibility.depth"),
+        ("treeTextLength", "accessibility.text-length"), ("treeFrame", "accessibility.frame"),
+        ("treeFrameNaN", "accessibility.frame"), ("treeStructure", "accessibility.structure"),
+        ("treeNotWhole", "accessibility.structure"), ("treeFocus", "accessibility.focus"),
+        ("treeUnannounced", "accessibility.unannounced"),
+    ])
+    func hostileTree(_ mode: String, _ rule: String) async throws {
+        try await withHostileView(mode) { scene in
+            try await Self.expectViolation(scene, [rule])
+            #expect(scene.hostile.accessibility.tree.isEmpty, "nothing of a broken tree is published")
+        }
+    }
+
+    @Test("a button laid out past the view's right edge is clipped to the view, not a violation; a later update of that node alone changes only it")
+    func treeClipped() async throws {
+        try await withHostileView("treeClipped") { scene in
+            let view = scene.hostile
+            let wide = try await view.accessibility.node(role: .button, label: "Wide")
+            #expect(wide.frame == AccessibilityFrame(x: Double(Self.width - 10), y: 4, width: 10, height: 20), "\(wide)")
+            #expect(wide.states.contains(.focused))
+            let changes = view.accessibility.changes()
+            _ = try await view.connection.request(ServiceMessage(type: "next"))
+            let change = try await withDeadline(.seconds(10), "the renamed button") { await changes.first { _ in true } }
+            #expect(change?.changed == [wide.id] && change?.isWhole == false)
+            #expect(change?.tree[wide.id]?.label == "Narrow" && change?.tree.count == 2)
+            let status = try #require(await scene.launcher.status().first { $0.identifier == Self.hostile })
+            #expect(status.crashes == 0, "\(status)")
+        }
+    }
+}

@@ -44,6 +44,13 @@ struct ProtoWriter {
         return copy
     }
 
+    func double(_ field: UInt32, _ value: Double) -> ProtoWriter {
+        var copy = self
+        copy.appendTag(field, wireType: 1)
+        withUnsafeBytes(of: value.bitPattern.littleEndian) { copy.bytes += $0 }
+        return copy
+    }
+
     func message(_ field: UInt32, _ value: ProtoWriter = ProtoWriter()) -> ProtoWriter {
         bytes(field, value.bytes)
     }

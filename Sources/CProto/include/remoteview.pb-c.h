@@ -38,6 +38,9 @@ typedef struct Remoteview__KeyEvent Remoteview__KeyEvent;
 typedef struct Remoteview__TextInput Remoteview__TextInput;
 typedef struct Remoteview__Focus Remoteview__Focus;
 typedef struct Remoteview__FocusLeave Remoteview__FocusLeave;
+typedef struct Remoteview__AccessibilityNode Remoteview__AccessibilityNode;
+typedef struct Remoteview__AccessibilityUpdate Remoteview__AccessibilityUpdate;
+typedef struct Remoteview__AccessibilityAction Remoteview__AccessibilityAction;
 typedef struct Remoteview__RemoteControl Remoteview__RemoteControl;
 typedef struct Remoteview__Traits Remoteview__Traits;
 typedef struct Remoteview__ShareItem Remoteview__ShareItem;
@@ -151,6 +154,61 @@ typedef enum _Remoteview__FocusDirection {
   REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_BACKWARD = 2
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__FOCUS_DIRECTION)
 } Remoteview__FocusDirection;
+/*
+ * What a node of the semantic tree is. A value this version does not know (a newer peer's) is
+ * read as UNKNOWN: a plain element, not a violation.
+ */
+typedef enum _Remoteview__AccessibilityRole {
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_UNKNOWN = 0,
+  /*
+   * a container (a stack, the root view)
+   */
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_GROUP = 1,
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_BUTTON = 2,
+  /*
+   * static text
+   */
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_LABEL = 3,
+  /*
+   * editable text
+   */
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_TEXT_FIELD = 4,
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_IMAGE = 5,
+  /*
+   * a progress indicator (range_* say how far)
+   */
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_PROGRESS = 6,
+  /*
+   * drawn content the service does not describe further
+   */
+  REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_CANVAS = 7
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ACCESSIBILITY_ROLE)
+} Remoteview__AccessibilityRole;
+/*
+ * Action bits a node supports (AccessibilityActionKind n is bit 1 << (n - 1)). Others are ignored.
+ */
+typedef enum _Remoteview__AccessibilityActionKind {
+  /*
+   * invalid on the wire
+   */
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_UNSPECIFIED = 0,
+  /*
+   * as a click or Space on it
+   */
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_PRESS = 1,
+  /*
+   * make it the keyboard focus
+   */
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_FOCUS = 2,
+  /*
+   * text: the new text; a range: the new number
+   */
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE = 3,
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT = 4,
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT = 5,
+  REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW = 6
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(REMOTEVIEW__ACCESSIBILITY_ACTION_KIND)
+} Remoteview__AccessibilityActionKind;
 typedef enum _Remoteview__RemoteCommand {
   /*
    * invalid on the wire
@@ -263,6 +321,8 @@ typedef enum {
   REMOTEVIEW__ENVELOPE__BODY_RESTORABLE_STATE = 107,
   REMOTEVIEW__ENVELOPE__BODY_RESTORE_STATE = 108,
   REMOTEVIEW__ENVELOPE__BODY_FOCUS_LEAVE = 109,
+  REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_UPDATE = 110,
+  REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_ACTION = 111,
   REMOTEVIEW__ENVELOPE__BODY_POINTER = 200,
   REMOTEVIEW__ENVELOPE__BODY_KEY = 201,
   REMOTEVIEW__ENVELOPE__BODY_TEXT_INPUT = 202,
@@ -388,6 +448,19 @@ struct  Remoteview__Envelope
      * service -> host, fds: 0. Tab left the view's last (or first) control.
      */
     Remoteview__FocusLeave *focus_leave;
+    /*
+     * Accessibility (docs/Protocol.md, "Accessibility"): the view's semantic tree beside its
+     * pixels. accessibility_update goes only to a host that announced the capability
+     * "accessibility"; accessibility_action only to a service that announced it.
+     */
+    /*
+     * service -> host, fds: 0. Changed nodes and the focus.
+     */
+    Remoteview__AccessibilityUpdate *accessibility_update;
+    /*
+     * host -> service, fds: 0. An assistive technology's action on a node.
+     */
+    Remoteview__AccessibilityAction *accessibility_action;
     /*
      * Input (docs/Protocol.md, "Input"): host -> service, fds: 0, all of them. Coordinates are the view's points.
      */
@@ -827,6 +900,124 @@ struct  Remoteview__FocusLeave
 #define REMOTEVIEW__FOCUS_LEAVE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__focus_leave__descriptor) \
     , REMOTEVIEW__FOCUS_DIRECTION__FOCUS_DIRECTION_UNSPECIFIED }
+
+
+/*
+ * One node, whole: an update replaces everything the host knew of it.
+ */
+struct  Remoteview__AccessibilityNode
+{
+  ProtobufCMessage base;
+  /*
+   * the service's, non-zero, stable while the node exists
+   */
+  uint32_t id;
+  Remoteview__AccessibilityRole role;
+  /*
+   * 0..1024 bytes of UTF-8: what it is called ("Save")
+   */
+  char *label;
+  /*
+   * 0..1024 bytes of UTF-8: what it holds (a text field's text)
+   */
+  char *value;
+  /*
+   * state bits, above
+   */
+  uint32_t states;
+  /*
+   * action bits, above
+   */
+  uint32_t actions;
+  /*
+   * Its frame in the view's points (from the view's top left); finite. A frame partly or wholly
+   * outside the view is clipped by the host; one beyond 16 times the view's size is a violation.
+   */
+  float x;
+  float y;
+  /*
+   * >= 0
+   */
+  float width;
+  /*
+   * >= 0
+   */
+  float height;
+  /*
+   * their ids, in reading order; each node has at most one parent
+   */
+  size_t n_children;
+  uint32_t *children;
+  /*
+   * A range (a progress): has_range, then min <= value <= max, all finite.
+   */
+  protobuf_c_boolean has_range;
+  double range_min;
+  double range_max;
+  double range_value;
+};
+#define REMOTEVIEW__ACCESSIBILITY_NODE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__accessibility_node__descriptor) \
+    , 0, REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_UNKNOWN, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0, 0,NULL, 0, 0, 0, 0 }
+
+
+/*
+ * The nodes that changed since the last update, and the focus. Sent after the frame that
+ * changed them. The first update on a connection has `whole` set: the whole tree, from `root`.
+ * A node no longer reachable from the root is gone. An update larger than one packet is split:
+ * each part but the last has `more` set, and the host applies the whole update after the last.
+ */
+struct  Remoteview__AccessibilityUpdate
+{
+  ProtobufCMessage base;
+  size_t n_nodes;
+  Remoteview__AccessibilityNode **nodes;
+  /*
+   * with whole: the root node's id (in nodes); otherwise 0
+   */
+  uint32_t root;
+  /*
+   * the node with the keyboard focus; 0: none
+   */
+  uint32_t focus;
+  /*
+   * forget every node known before: this is the whole tree
+   */
+  protobuf_c_boolean whole;
+  /*
+   * the next accessibility_update continues this one
+   */
+  protobuf_c_boolean more;
+};
+#define REMOTEVIEW__ACCESSIBILITY_UPDATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__accessibility_update__descriptor) \
+    , 0,NULL, 0, 0, 0, 0 }
+
+
+/*
+ * An assistive technology acts on a node, as the user would: it goes to the node's view and up
+ * its responder chain. An action on a node that is gone, or that does not take it, is ignored.
+ */
+struct  Remoteview__AccessibilityAction
+{
+  ProtobufCMessage base;
+  /*
+   * non-zero
+   */
+  uint32_t node;
+  Remoteview__AccessibilityActionKind action;
+  /*
+   * SET_VALUE on text: the new text, 0..1024 bytes
+   */
+  char *text;
+  /*
+   * SET_VALUE on a range: the new value, finite
+   */
+  double number;
+};
+#define REMOTEVIEW__ACCESSIBILITY_ACTION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&remoteview__accessibility_action__descriptor) \
+    , 0, REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Remoteview__RemoteControl
@@ -1402,6 +1593,63 @@ Remoteview__FocusLeave *
 void   remoteview__focus_leave__free_unpacked
                      (Remoteview__FocusLeave *message,
                       ProtobufCAllocator *allocator);
+/* Remoteview__AccessibilityNode methods */
+void   remoteview__accessibility_node__init
+                     (Remoteview__AccessibilityNode         *message);
+size_t remoteview__accessibility_node__get_packed_size
+                     (const Remoteview__AccessibilityNode   *message);
+size_t remoteview__accessibility_node__pack
+                     (const Remoteview__AccessibilityNode   *message,
+                      uint8_t             *out);
+size_t remoteview__accessibility_node__pack_to_buffer
+                     (const Remoteview__AccessibilityNode   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__AccessibilityNode *
+       remoteview__accessibility_node__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__accessibility_node__free_unpacked
+                     (Remoteview__AccessibilityNode *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__AccessibilityUpdate methods */
+void   remoteview__accessibility_update__init
+                     (Remoteview__AccessibilityUpdate         *message);
+size_t remoteview__accessibility_update__get_packed_size
+                     (const Remoteview__AccessibilityUpdate   *message);
+size_t remoteview__accessibility_update__pack
+                     (const Remoteview__AccessibilityUpdate   *message,
+                      uint8_t             *out);
+size_t remoteview__accessibility_update__pack_to_buffer
+                     (const Remoteview__AccessibilityUpdate   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__AccessibilityUpdate *
+       remoteview__accessibility_update__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__accessibility_update__free_unpacked
+                     (Remoteview__AccessibilityUpdate *message,
+                      ProtobufCAllocator *allocator);
+/* Remoteview__AccessibilityAction methods */
+void   remoteview__accessibility_action__init
+                     (Remoteview__AccessibilityAction         *message);
+size_t remoteview__accessibility_action__get_packed_size
+                     (const Remoteview__AccessibilityAction   *message);
+size_t remoteview__accessibility_action__pack
+                     (const Remoteview__AccessibilityAction   *message,
+                      uint8_t             *out);
+size_t remoteview__accessibility_action__pack_to_buffer
+                     (const Remoteview__AccessibilityAction   *message,
+                      ProtobufCBuffer     *buffer);
+Remoteview__AccessibilityAction *
+       remoteview__accessibility_action__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   remoteview__accessibility_action__free_unpacked
+                     (Remoteview__AccessibilityAction *message,
+                      ProtobufCAllocator *allocator);
 /* Remoteview__RemoteControl methods */
 void   remoteview__remote_control__init
                      (Remoteview__RemoteControl         *message);
@@ -1606,6 +1854,15 @@ typedef void (*Remoteview__Focus_Closure)
 typedef void (*Remoteview__FocusLeave_Closure)
                  (const Remoteview__FocusLeave *message,
                   void *closure_data);
+typedef void (*Remoteview__AccessibilityNode_Closure)
+                 (const Remoteview__AccessibilityNode *message,
+                  void *closure_data);
+typedef void (*Remoteview__AccessibilityUpdate_Closure)
+                 (const Remoteview__AccessibilityUpdate *message,
+                  void *closure_data);
+typedef void (*Remoteview__AccessibilityAction_Closure)
+                 (const Remoteview__AccessibilityAction *message,
+                  void *closure_data);
 typedef void (*Remoteview__RemoteControl_Closure)
                  (const Remoteview__RemoteControl *message,
                   void *closure_data);
@@ -1638,6 +1895,8 @@ extern const ProtobufCEnumDescriptor    remoteview__protocol_error_code__descrip
 extern const ProtobufCEnumDescriptor    remoteview__pixel_format__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__pointer_phase__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__focus_direction__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__accessibility_role__descriptor;
+extern const ProtobufCEnumDescriptor    remoteview__accessibility_action_kind__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__remote_command__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__interface_style__descriptor;
 extern const ProtobufCEnumDescriptor    remoteview__item_kind__descriptor;
@@ -1666,6 +1925,9 @@ extern const ProtobufCMessageDescriptor remoteview__key_event__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__text_input__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__focus__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__focus_leave__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__accessibility_node__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__accessibility_update__descriptor;
+extern const ProtobufCMessageDescriptor remoteview__accessibility_action__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__remote_control__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__traits__descriptor;
 extern const ProtobufCMessageDescriptor remoteview__share_item__descriptor;

@@ -68,6 +68,11 @@ public actor Launcher {
         /// to its own next control, and gives it back with `.focusEntering`. Off by default: a
         /// host that does not read `focusLeaves` keeps Tab inside each view (it wraps around).
         public var takesFocusFromViews = false
+        /// Whether the host reads its views' semantic trees (``RemoteView/accessibility``): it
+        /// announces the capability `accessibility`, and services that draw views send their
+        /// trees after the frames that change them. On by default; a host that never reads the
+        /// tree (a headless renderer) turns it off and spares each service the work.
+        public var readsAccessibility = true
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
         /// Whether the launcher makes the host process a child subreaper

@@ -497,10 +497,12 @@ final class ServiceSupervisor: Sendable {
     /// What the host announces on a client's channel to a process of `manifest`: that it keeps
     /// its views' state, unless the manifest turned that off (`limits.restorableStateKiB` 0);
     /// and, when `configuration` says so, that it takes the keyboard focus when Tab leaves a view
-    /// (``RemoteView/focusLeaves``).
+    /// (``RemoteView/focusLeaves``); and, unless it says not to, that it reads the views' semantic
+    /// trees (``RemoteView/accessibility``).
     static func hostCapabilities(for manifest: ServiceManifest, configuration: Launcher.Configuration) -> [String] {
         (manifest.limits.restorableStateKiB > 0 ? [RestorableStateCapability.name] : [])
             + (configuration.takesFocusFromViews ? [FocusLeaveCapability.name] : [])
+            + (configuration.readsAccessibility ? [AccessibilityCapability.name] : [])
     }
 
     /// Opens a channel to `instance` for `client`, tells the listeners, and runs it until it closes.

@@ -52,6 +52,11 @@ public final class RemoteView: Sendable {
     /// `Launcher.Configuration.takesFocusFromViews`; only the newest is buffered while nobody
     /// reads.
     public let focusLeaves: AsyncStream<FocusDirection>
+    /// The view's semantic tree: what each control is, is called and holds, where it is (in the
+    /// host's pixels), what the focus is on; a stream of its changes; actions sent back to the
+    /// service (docs/Protocol.md, "Accessibility"). Empty until the service sends a tree (it does
+    /// to a host whose launcher reads them: `Launcher.Configuration.readsAccessibility`).
+    public let accessibility: RemoteAccessibility
 
     private let damageSink: AsyncStream<[PixelRect]>.Continuation
     private let restorableStateSink: AsyncStream<[UInt8]>.Continuation
@@ -75,6 +80,10 @@ public final class RemoteView: Sendable {
         var restorePending = false
         /// The most state the current channel's service may hold (its manifest's limit).
         var stateLimit = 0
+        /// The semantic tree the current channel's process sent.
+        var accessibility = AccessibilityTreeState()
+        /// The size given before ``size``: a tree that followed a frame of that size still fits.
+        var previousSize: SurfaceSize?
     }
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
@@ -106,6 +115,7 @@ public final class RemoteView: Sendable {
         (damage, damageSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
         (restorableStates, restorableStateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (focusLeaves, focusLeaveSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        accessibility = RemoteAccessibility(connection: connection)
         if let restoringState, !restoringState.isEmpty {
             state.withLock {
                 $0.restorable = restoringState
@@ -146,7 +156,11 @@ public final class RemoteView: Sendable {
             try await connection.send(.resize(size))
         }
         // Kept for relaunches (after the send, so a first launch does not send it twice).
-        state.withLock { $0.size = size }
+        state.withLock { state in
+            if state.size != size { state.previousSize = state.size }
+            state.size = size
+        }
+        accessibility.resized(to: (Double(width), Double(height)), scale: Double(scalePermille) / 1000)
     }
 
     /// Throws unless the peer on `connection` has a view: it announced the `surfaces`
@@ -322,6 +336,8 @@ extension RemoteView: ServiceChannelListener {
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
             state.frames = channel.connection
             state.stateLimit = channel.restorableStateLimit
+            // The new process sends its whole tree; the old one's stays published until then.
+            state.accessibility = AccessibilityTreeState()
             return state.compositor
         }
         let limit = channel.restorableStateLimit
@@ -354,6 +370,9 @@ extension RemoteView: ServiceChannelListener {
                 }
                 if current { self.focusLeaveSink.yield(direction) }
                 return
+            }
+            if case .accessibilityUpdate(let part) = message {
+                return try self.receiveAccessibility(part, on: compositor, context: context)
             }
             // A broken surface rule (thrown) ends the connection as a violation, before anything
             // the service sent after it is read (a settle's reply, say), and the service with it.
@@ -394,6 +413,34 @@ extension RemoteView: ServiceChannelListener {
             return true
         }
         if current { restorableStateSink.yield(bytes) }
+    }
+
+    /// Applies one `accessibility_update` (or part) from `compositor`'s channel to its tree, once
+    /// both sides are known to have announced `accessibility`, and publishes what changed. A
+    /// broken rule throws (the service ends with the rule's name); an update from a process the
+    /// view has left for a newer one is dropped.
+    private func receiveAccessibility(_ part: AccessibilityUpdateWire, on compositor: SurfaceCompositor, context: ConnectionContext) throws(RemoteError) {
+        guard context.connection.configuration.capabilities.contains(AccessibilityCapability.name) else {
+            throw AccessibilityRule.unannounced.violation("accessibility_update, but the host did not announce the \"\(AccessibilityCapability.name)\" capability")
+        }
+        guard context.peer.capabilities.contains(AccessibilityCapability.name) else {
+            throw AccessibilityRule.unannounced.violation("accessibility_update from a service that did not announce the \"\(AccessibilityCapability.name)\" capability")
+        }
+        let result = try state.withLock { state throws(RemoteError) -> (AccessibilityTree, AccessibilityTreeState.Applied)? in
+            guard state.compositor === compositor else { return nil }
+            // The largest of the sizes given lately: a tree that followed a frame of the size
+            // before a resize still fits (the view is judged in points).
+            let sizes = [state.size, state.previousSize].compactMap { $0 }
+            let viewSize = (width: Double(sizes.map(\.width).max() ?? SurfaceLimits.maxDimension),
+                            height: Double(sizes.map(\.height).max() ?? SurfaceLimits.maxDimension))
+            guard let applied = try state.accessibility.receive(part, viewSize: viewSize) else { return nil }
+            let current = state.size.map { (width: Double($0.width), height: Double($0.height)) } ?? viewSize
+            let scale = Double(state.size?.scalePermille ?? 1000) / 1000
+            let tree = state.accessibility
+            return (AccessibilityTree(descriptions: tree.nodes, root: tree.root, focus: tree.focus, viewSize: current, scale: scale), applied)
+        }
+        guard let (tree, applied) = result else { return }
+        accessibility.publish(tree, whole: applied.whole, changed: applied.changed, removed: applied.removed, focusChanged: applied.focusChanged)
     }
 
     /// The damage, in pixels, above which a commit is copied off the loop thread: below it, the

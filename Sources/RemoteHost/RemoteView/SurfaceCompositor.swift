@@ -181,10 +181,10 @@ package final class SurfaceCompositor: Sendable {
         case .preferredSize(let width, let height):
             state.withLock { $0.preferredSize = (width, height) }
             return []
-        case .restorableState, .focusLeave:
-            // The view's state and focus are the view's to keep (RemoteView), not the image's.
+        case .restorableState, .focusLeave, .accessibilityUpdate:
+            // The view's state, focus and tree are the view's to keep (RemoteView), not the image's.
             return []
-        case .releaseBuffer, .frameDone, .resize, .restoreState:
+        case .releaseBuffer, .frameDone, .resize, .restoreState, .accessibilityAction:
             throw violation("\(message.name) is the host's to send")
         }
     }

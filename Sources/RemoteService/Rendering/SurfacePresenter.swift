@@ -227,8 +227,10 @@ package final class SurfacePresenter: Sendable {
             waiters.resumeAll(returning: ())
         case .resize(let size):
             try await resize(to: size)
-        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave:
+        case .attachBuffer, .commit, .destroyBuffer, .preferredSize, .restorableState, .focusLeave, .accessibilityUpdate:
             throw RemoteError(.protocolViolation, "\(message.name) is the service's to send")
+        case .accessibilityAction:
+            break  // the view tree's (ViewSurface), not the presenter's
         case .restoreState:
             throw RemoteError(.protocolViolation, "restore_state after the host gave the view a size (it comes before the first resize)")
         }

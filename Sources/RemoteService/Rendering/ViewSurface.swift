@@ -38,6 +38,13 @@ final class ViewSurface {
     /// Whether the host announced `focus-leave` (set from its handshake at each resize): Tab
     /// past the last control then hands it the focus instead of wrapping around.
     nonisolated let hostTakesFocus = Atomic<Bool>(false)
+    /// Whether the host announced `accessibility` (set from its handshake at each resize): the
+    /// view's semantic tree goes to it after the frames that change it.
+    nonisolated let hostReadsAccessibility = Atomic<Bool>(false)
+    /// The tree as last sent to the host, by node id (`nil`: none yet, so the next is whole),
+    /// and the focus sent with it.
+    private var sentAccessibility: [UInt32: AccessibilityNodeDescription]?
+    private var sentAccessibilityFocus: UInt32 = 0
     /// The focus_leave messages waiting to go, in order (ends when the surface closes).
     private var focusLeaveSink: AsyncStream<FocusDirection>.Continuation?
     /// The state the host sent, until the view it is for is made.
@@ -264,6 +271,12 @@ final class ViewSurface {
             }
             guard !closed else { return }
             ensureRoot(on: connection).resize(to: Size(width: Double(size.width), height: Double(size.height)), scale: scale)
+        case .accessibilityAction(let wire):
+            // An action on a node of a tree the host was sent; one that is gone is dropped.
+            guard let root, presenter != nil else {
+                throw RemoteError(.protocolViolation, "accessibility_action before the host gave the view a size")
+            }
+            root.performAccessibilityAction(wire.action, onNode: wire.node)
         default:
             guard let presenter else {
                 throw RemoteError(.protocolViolation, "\(message.name) before the host gave the view a size")
@@ -272,6 +285,31 @@ final class ViewSurface {
             // A frame the host has shown: time to look at the state again (at most every 250 ms).
             if case .frameDone = message, stateDue == nil, restorableStateLimit > 0, hostKeepsState.load(ordering: .relaxed) {
                 stateDue = lastStateAsked.map { max(arrival, $0.advanced(by: Self.stateInterval)) } ?? arrival
+            }
+        }
+    }
+
+    /// Sends the host what changed in the view's semantic tree since the last update: the nodes
+    /// that differ (all of them, whole, the first time on this connection) and the focus, split
+    /// into packets as needed. Nothing to a host that did not announce `accessibility`.
+    private func sendAccessibility(of root: ServiceRoot) async {
+        root.accessibilityDescribed()
+        guard hostReadsAccessibility.load(ordering: .relaxed), let connection = root.connection else { return }
+        let snapshot = root.describeAccessibility()
+        let whole = sentAccessibility == nil
+        let changed = whole ? snapshot.nodes : snapshot.nodes.filter { sentAccessibility?[$0.id] != $0 }
+        guard whole || !changed.isEmpty || snapshot.focus != sentAccessibilityFocus else { return }
+        var sent: [UInt32: AccessibilityNodeDescription] = [:]
+        sent.reserveCapacity(snapshot.nodes.count)
+        for node in snapshot.nodes { sent[node.id] = node }
+        sentAccessibility = sent
+        sentAccessibilityFocus = snapshot.focus
+        let parts = AccessibilityUpdateWire.split(nodes: changed, root: whole ? snapshot.root : 0, focus: snapshot.focus, whole: whole)
+        for part in parts {
+            do {
+                try await connection.send(.accessibilityUpdate(part))
+            } catch {
+                return  // the connection is closing
             }
         }
     }
@@ -383,7 +421,8 @@ final class ViewSurface {
             if closed { break }
             if let due = stateDue, due <= .now { await sendState() }
             guard let root, let presenter, root.needsFrame else {
-                // Everything pending is committed.
+                // Everything pending is committed, and the tree that goes with it sent.
+                if let root, root.accessibilityNeedsUpdate { await sendAccessibility(of: root) }
                 resumeSettled()
                 await sleep(until: stateDue)
                 continue
@@ -412,6 +451,8 @@ final class ViewSurface {
             } catch {
                 break
             }
+            // The nodes the frame changed follow it.
+            if root.accessibilityNeedsUpdate { await sendAccessibility(of: root) }
             if !appeared {
                 appeared = true
                 root.controller.viewDidAppear()

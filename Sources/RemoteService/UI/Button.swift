@@ -132,4 +132,23 @@ open class Button: View {
 
     /// Runs the action as a press would.
     public func sendAction() { action?(self) }
+
+    /// A button called by its title (give one without a title an ``View/accessibilityLabel``),
+    /// pressable while enabled.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .button
+        node.label = title
+        if isEnabled { node.actions.insert(.press) } else { node.states.insert(.disabled) }
+    }
+
+    /// Press runs the action, as a click does, while the button is enabled and shown.
+    open override func performAccessibilityAction(_ action: AccessibilityAction) -> Bool {
+        if case .press = action {
+            guard isEnabled, isVisibleInTree else { return false }
+            sendAction()
+            return true
+        }
+        return super.performAccessibilityAction(action)
+    }
 }

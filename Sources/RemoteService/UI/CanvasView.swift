@@ -16,6 +16,13 @@ open class CanvasView: View {
 
     open override func draw(in context: GraphicsContext) { drawHandler(context, bounds) }
 
+    /// Drawn content: a canvas, unless ``View/accessibilityRole`` says what it is (an image, say)
+    /// and ``View/accessibilityLabel`` what it shows.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .canvas
+    }
+
     open override func sizeThatFits(_ size: Size) -> Size {
         Size(width: size.width, height: preferredHeight ?? frame.height)
     }

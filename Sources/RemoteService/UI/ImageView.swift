@@ -40,6 +40,12 @@ open class ImageView: View {
         if let image, let rect = imageRect { context.draw(image, in: rect) }
     }
 
+    /// An image; give it an ``View/accessibilityLabel`` that says what it shows.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .image
+    }
+
     open override func sizeThatFits(_ size: Size) -> Size {
         guard let image else { return Size(width: size.width, height: 0) }
         guard image.width > 0 else { return .zero }

@@ -20,6 +20,14 @@ open class Label: View {
         super.init()
     }
 
+    /// A label, called by its text.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .label
+        node.label = text
+        if numberOfLines != 1 { node.states.insert(.multiLine) }
+    }
+
     /// The font as drawn: the author's, times the host's font scale.
     public var scaledFont: Font { font.scaled(by: traits.fontScale) }
 

@@ -39,6 +39,14 @@ open class ProgressView: View {
 
     open override func sizeThatFits(_ size: Size) -> Size { Size(width: size.width, height: 6) }
 
+    /// A progress from 0 to 1 at the value set (not the one drawn mid-animation), and its percent.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .progress
+        node.range = AccessibilityRange(minimum: 0, maximum: 1, value: progress)
+        node.value = "\(Int((progress * 100).rounded())) %"
+    }
+
     open override func draw(in context: GraphicsContext) {
         context.fillRoundedRect(bounds, radius: cornerRadius, with: trackTintColor ?? traits.fillColor)
         let width = (bounds.width * displayedProgress).rounded()

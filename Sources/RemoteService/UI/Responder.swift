@@ -37,6 +37,14 @@ open class Responder {
     /// A media command (play, pause, next, …) arrived.
     open func remoteControlReceived(_ command: RemoteCommand) { next?.remoteControlReceived(command) }
 
+    /// An assistive technology (a screen reader, a test script) acts on this responder's node
+    /// of the semantic tree, as a user would: press it, focus it, set its value… Returns whether
+    /// it was done. The default passes it up the chain (``next``), so a container can act for
+    /// the views inside it; what reaches the end of the chain is dropped.
+    open func performAccessibilityAction(_ action: AccessibilityAction) -> Bool {
+        next?.performAccessibilityAction(action) ?? false
+    }
+
     /// The service root this responder belongs to, if it is on screen.
     var serviceRoot: ServiceRoot? { next?.serviceRoot }
 

@@ -29,7 +29,11 @@ final class ServiceRoot: Responder {
     /// returns `false` when the host did not announce `focus-leave` (Tab then wraps around).
     var focusLeaveSink: @MainActor (FocusDirection) -> Bool = { _ in false }
     /// Unhandled events that reached the root, by kind (for diagnostics and tests).
-    private(set) var unhandled: [String] = []
+    var unhandled: [String] = []
+    /// Something the semantic tree shows may have changed since it was last described.
+    private(set) var accessibilityNeedsUpdate = true
+    /// The views of the tree last described, by node id, for the host's actions.
+    var accessibilityViews: [UInt32: WeakView] = [:]
 
     /// The connection's share, when the service runs shares.
     let share: ShareEndpoint?
@@ -121,11 +125,28 @@ final class ServiceRoot: Responder {
     override func keyUp(_ event: KeyEvent) {}
     override func insertText(_ text: String) { unhandled.append("text") }
     override func remoteControlReceived(_ command: RemoteCommand) { unhandled.append("remote control \(command)") }
+    /// Scroll into view is done: the view shows all of itself. Any other action is dropped.
+    override func performAccessibilityAction(_ action: AccessibilityAction) -> Bool {
+        if case .scrollIntoView = action { return true }
+        unhandled.append("accessibility \(action)")
+        return false
+    }
+
+    /// The tree is to be described again after the next frame (or now, when no frame comes).
+    func setAccessibilityNeedsUpdate() {
+        guard !accessibilityNeedsUpdate else { return }
+        accessibilityNeedsUpdate = true
+        wake()
+    }
+
+    /// The tree was described: nothing is pending until the next change.
+    func accessibilityDescribed() { accessibilityNeedsUpdate = false }
 
     func setFirstResponder(_ responder: Responder?) {
         let previous = firstResponder
         guard previous !== responder else { return }
         firstResponder = responder
+        accessibilityNeedsUpdate = true
         // The ring moves: the next frame compares where it was drawn with where it is now.
         setNeedsFrame()
         previous?.firstResponderChanged()
@@ -241,11 +262,13 @@ final class ServiceRoot: Responder {
     /// Marks `rect` (root points) for the next frame.
     func invalidate(_ rect: Rect) {
         guard !rect.isEmpty else { return }
+        accessibilityNeedsUpdate = true
         if damage != nil { damage!.append(rect) }
         setNeedsFrame()
     }
 
     func invalidateAll() {
+        accessibilityNeedsUpdate = true
         damage = nil
         setNeedsFrame()
     }

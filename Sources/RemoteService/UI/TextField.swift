@@ -38,6 +38,35 @@ open class TextField: View {
 
     open override var canBecomeFirstResponder: Bool { true }
 
+    /// A text field, called by its placeholder (give it an ``View/accessibilityLabel`` when it has
+    /// none), holding its text; its value can be set.
+    open override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.role = .textField
+        node.label = placeholder
+        node.value = text
+        node.states.insert(.editable)
+        node.actions.insert(.setValue)
+    }
+
+    /// Set value replaces the text (the caret goes to its end), as typing it would: ``onChange``
+    /// hears of it. Press focuses the field.
+    open override func performAccessibilityAction(_ action: AccessibilityAction) -> Bool {
+        switch action {
+        case .setText(let newText):
+            guard isVisibleInTree else { return false }
+            text = newText
+            anchor = text.count
+            selection = text.count..<text.count
+            onChange?(self)
+            return true
+        case .press:
+            return isVisibleInTree && becomeFirstResponder()
+        default:
+            return super.performAccessibilityAction(action)
+        }
+    }
+
     open override func firstResponderChanged() { setNeedsDisplay() }
 
     private var scaledFont: Font { font.scaled(by: traits.fontScale) }

@@ -64,6 +64,59 @@ open class View: Responder {
 
     public init(frame: Rect = .zero) {
         self.frame = frame
+        accessibilityNodeID = Self.nextAccessibilityNodeID()
+    }
+
+    // MARK: Accessibility
+
+    /// The view's node in the semantic tree (docs/Protocol.md, "Accessibility"): unique in the
+    /// process, never 0, the same for the view's whole life.
+    public let accessibilityNodeID: UInt32
+    private static var lastAccessibilityNodeID: UInt32 = 0
+    private static func nextAccessibilityNodeID() -> UInt32 {
+        lastAccessibilityNodeID = lastAccessibilityNodeID == .max ? 1 : lastAccessibilityNodeID + 1
+        return lastAccessibilityNodeID
+    }
+
+    /// What the view is to a screen reader and a script; `nil`: what its class says (a
+    /// ``Button`` is a button, a ``Label`` a label, a plain view a group).
+    public var accessibilityRole: AccessibilityRole? { didSet { if accessibilityRole != oldValue { accessibilityChanged() } } }
+    /// What the view is called ("Save"); `nil`: what its class says (a label's text, a button's
+    /// title, a text field's placeholder). Give every button without a title one.
+    public var accessibilityLabel: String? { didSet { if accessibilityLabel != oldValue { accessibilityChanged() } } }
+    /// What the view holds; `nil`: what its class says (a text field's text, a progress's percent).
+    public var accessibilityValue: String? { didSet { if accessibilityValue != oldValue { accessibilityChanged() } } }
+    /// Leaves the view, and every view inside it, out of the tree (decoration a screen reader
+    /// should skip). Hidden views are left out anyway.
+    public var isAccessibilityHidden = false { didSet { if isAccessibilityHidden != oldValue { accessibilityChanged() } } }
+    /// Marks the view's node selected (a chosen item).
+    public var isAccessibilitySelected = false { didSet { if isAccessibilitySelected != oldValue { accessibilityChanged() } } }
+
+    /// Describes the view's node as its class sees it: role, label, value, states and actions
+    /// (the tree fills in its id, frame and children, and applies ``accessibilityRole``,
+    /// ``accessibilityLabel`` and ``accessibilityValue`` over what this says). A custom view
+    /// overrides it to describe itself: call `super`, then set what differs.
+    open func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        node.role = .group
+        if canBecomeFirstResponder {
+            node.states.insert(.focusable)
+            node.actions.insert(.focus)
+        }
+        node.actions.insert(.scrollIntoView)
+    }
+
+    /// Something the tree shows of the view changed without a redraw (a property a custom
+    /// ``describeAccessibility(_:)`` reads): the tree is looked at again after the next frame.
+    public func accessibilityChanged() {
+        serviceRoot?.setAccessibilityNeedsUpdate()
+    }
+
+    /// Focus takes the keyboard focus when the view can; the rest goes up the chain.
+    open override func performAccessibilityAction(_ action: AccessibilityAction) -> Bool {
+        if case .focus = action, canBecomeFirstResponder, isVisibleInTree {
+            return becomeFirstResponder()
+        }
+        return super.performAccessibilityAction(action)
     }
 
     // MARK: Hierarchy

@@ -48,6 +48,33 @@ enum HostileSurface {
         case stateUnsealed
         /// A first frame, then a focus_leave without announcing "focus-leave".
         case focusUnannounced
+        // Hostile semantic trees (HostileSurfaceTests' tree tests): each announces
+        // "accessibility" (but treeUnannounced), draws a first frame, then sends its tree.
+        /// A whole tree of 5104 nodes (a root, three groups of 1700 labels) in parts of 1000 that
+        /// each say more: over 4096 across them, though no part is.
+        case treeNodeCount
+        /// A chain 70 nodes deep.
+        case treeDepth
+        /// A label of 2000 bytes: a raw packet, since the codec refuses to encode it.
+        case treeTextLength
+        /// A child 17 times the view's width to the right.
+        case treeFrame
+        /// A frame of NaN width: a raw packet.
+        case treeFrameNaN
+        /// A node that is the child of two parents.
+        case treeStructure
+        /// A first update that is not whole.
+        case treeNotWhole
+        /// A focus on a node that is not in the tree.
+        case treeFocus
+        /// A good tree, without announcing "accessibility".
+        case treeUnannounced
+        /// A good tree whose button reaches past the view's right edge (clipped, not a violation),
+        /// then, on "next", its label changed alone.
+        case treeClipped
+
+        /// Whether the mode announces "accessibility".
+        var announcesAccessibility: Bool { rawValue.hasPrefix("tree") && self != .treeUnannounced }
     }
 
     static let configuration = Connection.Configuration(role: .service, identifier: serviceIdentifier, capabilities: ["surfaces"])
@@ -86,12 +113,13 @@ enum HostileSurface {
               let socket = message.attachments[0].take() else { return }
         // A second descriptor of the socket, for the packet the codec will not encode.
         var raw: RawSocket?
-        if mode == .stride, let copy = try? socket.duplicate() { raw = RawSocket(copy) }
+        if mode == .stride || mode == .treeTextLength || mode == .treeFrameNaN, let copy = try? socket.duplicate() { raw = RawSocket(copy) }
         let client = Client(mode: mode, raw: raw)
         var configuration = configuration
         if mode == .unannounced || mode == .unannouncedVersion1 { configuration.capabilities = [] }
         if mode == .stateOverLimit || mode == .stateUnsealed { configuration.capabilities = ["surfaces", "restorable-state"] }
         if mode == .unannouncedVersion1 { configuration.protocolVersions = 1...1 }
+        if mode.announcesAccessibility { configuration.capabilities = ["surfaces", "accessibility"] }
         guard let connection = try? Connection(socket: socket, configuration: configuration,
                                                onRequest: { request, _ in try await client.serve(request) }) else { return }
         connection.route(surface: { message, _, context in client.receive(message, on: context.connection) })
@@ -227,6 +255,12 @@ enum HostileSurface {
                 guard await frameDone(1) else { return "no frame_done for frame 1" }
                 try await send(.focusLeave(.forward), [])
                 return "sent focus_leave"
+            case .treeNodeCount, .treeDepth, .treeTextLength, .treeFrame, .treeFrameNaN, .treeStructure, .treeNotWhole, .treeFocus,
+                 .treeUnannounced, .treeClipped:
+                try await attach(Buffer(id: 1, width: width, height: height, colour: first))
+                try await commit(1, [], frame: 1)
+                guard await frameDone(1) else { return "no frame_done for frame 1" }
+                return try await sendTree(width: Double(width), height: Double(height))
             case .stateUnannounced, .stateOverLimit, .stateUnsealed:
                 try await attach(Buffer(id: 1, width: width, height: height, colour: first))
                 try await commit(1, [], frame: 1)
@@ -281,6 +315,65 @@ enum HostileSurface {
                 try await commit(1, [whole], frame: 2)
                 guard await frameDone(2) else { return "no frame_done for frame 2" }
                 return "after attach: \(afterAttach); after frame 1: \(afterFrame); size \(try buffer.file.size)"
+            }
+        }
+
+        /// The mode's tree for a view of `width` × `height` points.
+        private func sendTree(width: Double, height: Double) async throws -> String {
+            typealias Node = AccessibilityNodeDescription
+            let full = AccessibilityFrame(x: 0, y: 0, width: width, height: height)
+            func update(_ nodes: [Node], focus: UInt32 = 0, whole: Bool = true, more: Bool = false) -> SurfaceMessage {
+                .accessibilityUpdate(AccessibilityUpdateWire(nodes: nodes, root: whole ? 1 : 0, focus: focus, whole: whole, more: more))
+            }
+            switch mode {
+            case .treeNodeCount:
+                let groups: [UInt32] = [2, 3, 4]
+                var nodes = [Node(id: 1, role: .group, frame: full, children: groups)]
+                for (index, group) in groups.enumerated() {
+                    let labels = (0..<1_700).map { UInt32(10 + index * 1_700 + $0) }
+                    nodes.append(Node(id: group, role: .group, frame: full, children: labels))
+                    nodes += labels.map { Node(id: $0, role: .label, frame: full) }
+                }
+                for chunk in stride(from: 0, to: nodes.count, by: 1_000) {
+                    try await send(update(Array(nodes[chunk..<min(chunk + 1_000, nodes.count)]), more: chunk + 1_000 < nodes.count), [])
+                }
+                return "sent a tree of \(nodes.count) nodes"
+            case .treeDepth:
+                let nodes = (1...70).map { Node(id: UInt32($0), role: .group, frame: full, children: $0 < 70 ? [UInt32($0 + 1)] : []) }
+                try await send(update(nodes), [])
+                return "sent a chain 70 deep"
+            case .treeTextLength, .treeFrameNaN:
+                guard let socket = raw?.socket.rawValue else { return "no socket to send on" }
+                let packet = mode == .treeTextLength ? HostileSurface.treePacket(label: [UInt8](repeating: 0x61, count: 2_000), width: 10)
+                    : HostileSurface.treePacket(label: Array("Save".utf8), width: .nan)
+                try rawSend(socket, packet, fds: [])
+                return "sent a raw tree"
+            case .treeFrame:
+                try await send(update([Node(id: 1, role: .group, frame: full, children: [2]),
+                                       Node(id: 2, role: .button, label: "Far", frame: AccessibilityFrame(x: 17 * width, y: 0, width: 10, height: 10))]), [])
+                return "sent a frame 17 times away"
+            case .treeStructure:
+                try await send(update([Node(id: 1, role: .group, frame: full, children: [2, 3]),
+                                       Node(id: 2, role: .group, frame: full, children: [3]),
+                                       Node(id: 3, role: .label, label: "twice", frame: full)]), [])
+                return "sent a node with two parents"
+            case .treeNotWhole:
+                try await send(update([Node(id: 1, role: .group, frame: full)], whole: false), [])
+                return "sent a first update that is not whole"
+            case .treeFocus:
+                try await send(update([Node(id: 1, role: .group, frame: full)], focus: 9), [])
+                return "sent a focus on node 9"
+            default:
+                let button = Node(id: 2, role: .button, label: "Wide", actions: [.press],
+                                  frame: AccessibilityFrame(x: width - 10, y: 4, width: 40, height: 20))
+                try await send(update([Node(id: 1, role: .group, frame: full, children: [2]), button], focus: 2), [])
+                guard mode == .treeClipped else { return "sent a tree" }
+                var iterator = proceed.makeAsyncIterator()
+                guard await iterator.next() != nil else { return "never told to go on" }
+                var renamed = button
+                renamed.label = "Narrow"
+                try await send(update([renamed], focus: 2, whole: false), [])
+                return "sent a tree, then one node"
             }
         }
 
@@ -340,6 +433,29 @@ enum HostileSurface {
     }
 
     // MARK: raw packets
+
+    /// A whole accessibility_update of one node (id 1, a group, root and the whole tree) with
+    /// `label` and `width`, encoded by hand, because the codec refuses an overlong label or a
+    /// NaN frame.
+    static func treePacket(label: [UInt8], width: Float) -> [UInt8] {
+        func varint(_ value: UInt64) -> [UInt8] {
+            var value = value, bytes: [UInt8] = []
+            while value >= 0x80 {
+                bytes.append(UInt8(value & 0x7F) | 0x80)
+                value >>= 7
+            }
+            return bytes + [UInt8(value)]
+        }
+        func field(_ number: UInt64, _ value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
+        func field(_ number: UInt64, bytes: [UInt8]) -> [UInt8] { varint(number << 3 | 2) + varint(UInt64(bytes.count)) + bytes }
+        func field(_ number: UInt64, float: Float) -> [UInt8] {
+            let bits = float.bitPattern
+            return varint(number << 3 | 5) + [UInt8(bits & 0xFF), UInt8(bits >> 8 & 0xFF), UInt8(bits >> 16 & 0xFF), UInt8(bits >> 24)]
+        }
+        let node = field(1, 1) + field(2, 1) + field(3, bytes: label) + field(9, float: width) + field(10, float: 10)
+        let update = field(1, bytes: node) + field(2, 1) + field(4, 1)
+        return field(1, 1 << 40) + field(110, bytes: update)
+    }
 
     /// An attach_buffer envelope for `layout`, encoded by hand (protobuf wire format), because
     /// the codec refuses to encode an impossible layout. Declares one fd.

@@ -1,0 +1,88 @@
+/// The view tree described as a semantic tree (docs/Protocol.md, "Accessibility"): one node per
+/// view that shows, in the order views are drawn, and the actions the host sends back.
+
+/// A view held without keeping it alive (the tree's map from node ids to views).
+struct WeakView {
+    weak var view: View?
+}
+
+/// The tree at one moment, as the service describes it.
+struct AccessibilitySnapshot {
+    /// Every node, parents before children, in reading order.
+    var nodes: [AccessibilityNodeDescription]
+    var root: UInt32
+    /// The first responder's node; 0: none.
+    var focus: UInt32
+}
+
+extension ServiceRoot {
+    /// Describes the tree now: each view that shows (not hidden, not ``View/isAccessibilityHidden``)
+    /// is a node, its frame in the root's points, its children its subviews in order. Texts are
+    /// cut to ``AccessibilityLimits/maxTextBytes``, frames kept within
+    /// ``AccessibilityLimits/frameFactor`` times the view's size, the tree within its depth and
+    /// node count: what the SDK sends never breaks a rule. Remembers the views for actions.
+    func describeAccessibility() -> AccessibilitySnapshot {
+        controller.view.layoutIfNeeded()
+        var nodes: [AccessibilityNodeDescription] = []
+        var views: [UInt32: WeakView] = [:]
+        let reachX = AccessibilityLimits.frameFactor * max(size.width, 1)
+        let reachY = AccessibilityLimits.frameFactor * max(size.height, 1)
+        func clamp(_ value: Double, _ reach: Double) -> Double { min(max(value, -reach), reach) }
+        /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a plain view
+        /// that says nothing (an empty, unnamed group: an overlay, a spacer), left out.
+        func describe(_ view: View, depth: Int) -> UInt32? {
+            var node = AccessibilityNodeDescription(id: view.accessibilityNodeID, role: .group)
+            view.describeAccessibility(&node)
+            if let role = view.accessibilityRole { node.role = role }
+            if let label = view.accessibilityLabel { node.label = label }
+            if let value = view.accessibilityValue { node.value = value }
+            if view.isAccessibilitySelected { node.states.insert(.selected) }
+            node.label = node.label.truncated(toUTF8Bytes: AccessibilityLimits.maxTextBytes, marker: "…")
+            node.value = node.value.truncated(toUTF8Bytes: AccessibilityLimits.maxTextBytes, marker: "…")
+            let rect = view.convert(view.bounds, to: nil)
+            let left = clamp(rect.minX, reachX), top = clamp(rect.minY, reachY)
+            node.frame = AccessibilityFrame(x: left, y: top, width: clamp(rect.maxX, reachX) - left, height: clamp(rect.maxY, reachY) - top)
+            if let range = node.range, range.problem != nil { node.range = nil }
+            let index = nodes.count
+            nodes.append(node)
+            views[node.id] = WeakView(view: view)
+            if depth < AccessibilityLimits.maxDepth {
+                var children: [UInt32] = []
+                for subview in view.subviews where !subview.isHidden && !subview.isAccessibilityHidden {
+                    guard nodes.count < AccessibilityLimits.maxNodes else { break }
+                    if let child = describe(subview, depth: depth + 1) { children.append(child) }
+                }
+                nodes[index].children = children
+            }
+            let said = nodes[index]
+            if depth > 1, said.role == .group, said.label.isEmpty, said.value.isEmpty, said.children.isEmpty, !said.states.contains(.focusable) {
+                nodes.removeLast()
+                views[said.id] = nil
+                return nil
+            }
+            return node.id
+        }
+        let rootView = controller.view
+        let root = describe(rootView, depth: 1)!
+        accessibilityViews = views
+        let focus = (focusableFirstResponder).flatMap { views[$0.accessibilityNodeID] != nil ? $0.accessibilityNodeID : nil } ?? 0
+        return AccessibilitySnapshot(nodes: nodes, root: root, focus: focus)
+    }
+
+    /// The first responder when it is a view of this tree.
+    private var focusableFirstResponder: View? {
+        guard let view = firstResponder as? View, view.serviceRoot === self else { return nil }
+        return view
+    }
+
+    /// The host's action on node `id`: its view, and up the view's responder chain, takes it.
+    /// Returns whether it was done; an action on a node that is gone is dropped.
+    @discardableResult
+    func performAccessibilityAction(_ action: AccessibilityAction, onNode id: UInt32) -> Bool {
+        guard let view = accessibilityViews[id]?.view, view.serviceRoot === self else {
+            unhandled.append("accessibility \(action) on a node that is gone")
+            return false
+        }
+        return view.performAccessibilityAction(action)
+    }
+}
