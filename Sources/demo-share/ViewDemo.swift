@@ -27,14 +27,12 @@ struct ViewDemo: AsyncParsableCommand {
 
     /// The steps, for a `width` × `height` view that turns to `height` × `width` midway.
     static func script(width: Int, height: Int) -> ShareScript {
-        let turned = Size(width: Double(height), height: Double(width))
-        let save = SheetLayout.buttonCenter(1, of: 2, in: turned)
         let lines = [
             "wait ready", "snapshot 0-presented",
-            "key backspace", "type  — what a view!", "snapshot 1-typed",
+            "key backspace", "type into \"Note\"  — what a view!", "snapshot 1-typed",
             "resize \(height)x\(width)", "snapshot 2-resized",
             "style dark", "snapshot 3-dark",
-            "click \(Int(save.x.rounded())) \(Int(save.y.rounded()))", "wait outcome", "snapshot 4-saved",
+            "click button \"Save\"", "wait outcome", "snapshot 4-saved",
         ]
         return try! ShareScript(parsing: lines.joined(separator: "\n"), source: "the view demo's script")
     }

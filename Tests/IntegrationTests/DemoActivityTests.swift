@@ -62,6 +62,17 @@ struct DemoActivityTests {
         return (16 + (buttonWidth + 12) * Double(index) + buttonWidth / 2, Double(height) - 16 - 20)
     }
 
+    /// Clicks the button named `name` at its middle, found in the view's semantic tree (as the
+    /// demo's scripts do: `click button "Save"`), and checks that the tree puts it where the
+    /// sheet's layout draws it.
+    static func click(_ view: RemoteView, _ name: String, expectedAt centre: (x: Double, y: Double),
+                      sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let node = try await view.accessibility.node(role: .button, label: name)
+        let (x, y) = node.frameInPoints.center
+        #expect(abs(x - centre.x) < 1 && abs(y - centre.y) < 1, "\(node) is where the layout draws \(name)", sourceLocation: sourceLocation)
+        try await view.click(x: x, y: y)
+    }
+
     /// The colour of a button's face, left of its title.
     static func buttonColour(_ image: RemoteImage, _ index: Int, of count: Int) -> UInt32 {
         let centre = button(index, of: count)
@@ -129,7 +140,7 @@ struct DemoActivityTests {
             let changed = try #require(Self.changedRect(before, typed), "typing changed nothing")
             #expect(changed.y > 16 + 28 && changed.y + changed.height < Self.height - 56, "only the field changed, between the heading and the buttons: \(changed)")
 
-            try await session.view.click(x: Self.button(1, of: 2).x, y: Self.button(1, of: 2).y)
+            try await Self.click(session.view, "Save", expectedAt: Self.button(1, of: 2))
             guard case .completed(let items) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             #expect(items.count == 1)
             #expect(items.first?.contentType == "text/plain")
@@ -145,7 +156,7 @@ struct DemoActivityTests {
     func notesCancelled() async throws {
         try await Self.withDemo { launcher, registry, _ in
             let (session, _) = try await Self.start("com.example.demo-share.notes", [try .text("never mind")], registry: registry, launcher: launcher)
-            try await session.view.click(x: Self.button(0, of: 2).x, y: Self.button(0, of: 2).y)
+            try await Self.click(session.view, "Cancel", expectedAt: Self.button(0, of: 2))
             guard case .cancelled = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             await session.close()
 
@@ -203,7 +214,7 @@ struct DemoActivityTests {
             #expect(wide.y > 16 + 28 && wide.y + wide.height < Self.height - 56)
             #expect(Self.buttonColour(shown, 1, of: 2) == Self.tint, "Post, bottom right")
 
-            try await session.view.click(x: Self.button(1, of: 2).x, y: Self.button(1, of: 2).y)
+            try await Self.click(session.view, "Post", expectedAt: Self.button(1, of: 2))
             guard case .completed(let returned) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             let json = try #require(returned.first)
             #expect(returned.count == 1 && json.fileName == "post.json" && json.contentType == "application/json", "\(returned)")
@@ -265,13 +276,13 @@ struct DemoActivityTests {
             #expect(drawn.pixel(x: 180, y: 198) == Self.red && drawn.pixel(x: 300, y: 110) == Self.red, "the second")
             #expect(Self.buttonColour(drawn, 1, of: 3) == Self.orange, "Undo, enabled")
 
-            try await session.view.click(x: Self.button(1, of: 3).x, y: Self.button(1, of: 3).y)
+            try await Self.click(session.view, "Undo", expectedAt: Self.button(1, of: 3))
             try await session.view.settle()
             let afterUndo = session.view.image
             #expect(Self.near(afterUndo.pixel(x: 180, y: 198), blue) && Self.near(afterUndo.pixel(x: 300, y: 110), blue), "the second stroke is gone")
             #expect(afterUndo.pixel(x: 235, y: 145) == Self.red, "the first stays")
 
-            try await session.view.click(x: Self.button(2, of: 3).x, y: Self.button(2, of: 3).y)
+            try await Self.click(session.view, "Done", expectedAt: Self.button(2, of: 3))
             guard case .completed(let returned) = await session.outcome else { Issue.record("outcome \(await session.outcome)"); return }
             let item = try #require(returned.first)
             #expect(returned.count == 1 && item.fileName == "photo-markup.png" && item.contentType == "image/png", "\(returned)")

@@ -209,7 +209,7 @@ public final class RemoteAccessibility: Sendable {
     /// Waits until the tree has a node of `role` named `label` (see
     /// ``AccessibilityTree/nodes(role:label:)``) and returns it, or throws `timeout`.
     public func node(role: AccessibilityRole? = nil, label: String? = nil, timeout: Duration = .seconds(10)) async throws(RemoteError) -> AccessibilityNode {
-        try await node(timeout: timeout, describedAs: "a \(role.map { "\($0)" } ?? "node")\(label.map { " named \"\($0.escapedForTerminal())\"" } ?? "")") {
+        try await node(timeout: timeout, describedAs: "\(role.map { "\($0)" } ?? "node")\(label.map { " named \"\($0.escapedForTerminal())\"" } ?? "")") {
             $0.first(role: role, label: label)
         }
     }

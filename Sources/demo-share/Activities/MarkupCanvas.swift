@@ -16,6 +16,14 @@ final class MarkupCanvas: ImageView {
     /// Runs when a stroke ends or is undone.
     var onChange: (@MainActor () -> Void)?
 
+    /// An image a screen reader names: the picture to draw on, and how many strokes it has.
+    override func describeAccessibility(_ node: inout AccessibilityNodeDescription) {
+        super.describeAccessibility(&node)
+        node.label = image == nil ? "No picture to draw on" : "Picture to draw on"
+        let finished = drawing ? strokes.count - 1 : strokes.count
+        node.value = "\(finished) stroke\(finished == 1 ? "" : "s")"
+    }
+
     override func draw(in context: GraphicsContext) {
         super.draw(in: context)
         guard let rect = imageRect else { return }

@@ -36,6 +36,7 @@ final class NotesController: ActivityController {
         cancelButton.action = { [unowned self] _ in cancel() }
         saveButton.action = { [unowned self] _ in save() }
         field.onChange = { [unowned self] _ in updateSaveButton() }
+        field.accessibilityLabel = "Note"
         updateSaveButton()
     }
 

@@ -46,6 +46,7 @@ final class PostController: ActivityController {
         cancelButton.tintColor = Color(argb: 0xFF8E_8E93)
         cancelButton.action = { [unowned self] _ in cancel() }
         postButton.action = { [unowned self] _ in post() }
+        field.accessibilityLabel = "Caption"
         if isOpen { extensionContext?.update(title: Self.title, subtitle: "\(images.count) image\(images.count == 1 ? "" : "s")") }
     }
 

@@ -49,12 +49,12 @@ enum DemoScenario: String, CaseIterable, Sendable {
         snapshot("1-presented")
         switch self {
         case .notes:
-            lines += ["# The note field has the keyboard and holds the shared text.", "key backspace", "type  — what a view!"]
+            lines += ["# The note field has the keyboard and holds the shared text.", "key backspace", "type into \"Note\"  — what a view!"]
             snapshot("2-typed")
-            lines += ["click \(button(1, of: 2))  # Save", "wait outcome"]
+            lines += ["click button \"Save\"", "wait outcome"]
             snapshot("3-saved")
         case .post:
-            lines += ["click \(button(1, of: 2))  # Post", "wait working", "wait done"]
+            lines += ["click button \"Post\"", "wait working", "wait done"]
             snapshot("2-posted")
             lines.append("wait outcome")
         case .markup:
@@ -63,9 +63,9 @@ enum DemoScenario: String, CaseIterable, Sendable {
             func on(_ x: Double, _ y: Double) -> String { at(Point(x: image.minX + image.width * x, y: image.minY + image.height * y)) }
             lines += ["drag \(on(0.2, 0.25)) \(on(0.8, 0.75)) 12", "drag \(on(0.2, 0.75)) \(on(0.8, 0.25)) 12"]
             snapshot("2-drawn")
-            lines += ["click \(button(1, of: 3))  # Undo"]
+            lines += ["click button \"Undo\""]
             snapshot("3-undone")
-            lines += ["click \(button(2, of: 3))  # Done", "wait outcome"]
+            lines += ["click button \"Done\"", "wait outcome"]
             snapshot("4-done")
         }
         // Built from the lines above, which are valid by construction.

@@ -42,6 +42,18 @@ struct ShareDriver {
         switch command {
         case .click(let point):
             try await view.click(x: point.x, y: point.y)
+        case .clickControl(let control):
+            let node = try await view.accessibility.node(role: control.role, label: control.name, timeout: timeout)
+            let (x, y) = node.frameInPoints.center
+            reporter.note("  \(control) at \(Int(x.rounded())) \(Int(y.rounded()))")
+            try await view.click(x: x, y: y)
+        case .press(let control):
+            let node = try await view.accessibility.node(role: control.role, label: control.name, timeout: timeout)
+            try await view.accessibility.perform(.press, on: node.id)
+        case .typeInto(let field, let text):
+            let node = try await view.accessibility.node(role: .textField, label: field, timeout: timeout)
+            try await view.accessibility.perform(.focus, on: node.id)
+            try await view.type(text)
         case .type(let text):
             try await view.type(text)
         case .key(let code, let modifiers):

@@ -10,11 +10,24 @@ struct ShareScript: Sendable {
         var y: Double
     }
 
+    /// A control named in the view's semantic tree: its role and its label.
+    struct Control: Sendable, Hashable, CustomStringConvertible {
+        var role: AccessibilityRole
+        var name: String
+        var description: String { "\(role) \"\(name.escapedForTerminal())\"" }
+    }
+
     enum Command: Sendable, Hashable {
         /// A primary-button press and release at the position.
         case click(Position)
+        /// A click at the middle of the control (found in the view's tree, waited for).
+        case clickControl(Control)
+        /// The control's press action, through the tree (no pointer).
+        case press(Control)
         /// Text, as an input method delivers it.
         case type(String)
+        /// The text field named so takes the focus (through the tree), then the text is typed.
+        case typeInto(field: String, text: String)
         /// A key press (down, then up) with the modifiers held.
         case key(code: UInt32, modifiers: Modifiers)
         /// Press at `from`, `steps` moves to `to`, release there.
@@ -53,9 +66,14 @@ struct ShareScript: Sendable {
 
     static let usage = """
         A script has one command per line; points are the view's, from its top left; # starts a \
-        comment (except in type's text).
+        comment (except in type's text). Controls are found by role and name in the view's \
+        semantic tree (a role: button, label, text field, image, progress, canvas, group).
           click X Y          press and release the primary button at X Y
+          click ROLE "NAME"  click the middle of that control (click button "Save")
+          press ROLE "NAME"  the control's press action, as a screen reader does it
           type TEXT          type the rest of the line (after one space)
+          type into "NAME" TEXT
+                             focus the text field NAME, then type TEXT
           key KEY            press a key: return, escape, backspace, tab, space,
                              delete, home, end, left, right, up, down, a…z, 0…9,
                              or a USB HID usage (2+ digits); ctrl+, shift+, alt+
@@ -120,9 +138,19 @@ struct ShareScript: Sendable {
             return values
         }
         switch name {
+        case "click" where arguments.first.map({ Double($0) == nil }) ?? false:
+            return .clickControl(try control(line.dropFirst(words[0].count), usage: "click ROLE \"NAME\""))
         case "click":
-            let values = try numbers(2...2, "X Y")
+            let values = try numbers(2...2, "X Y, or ROLE \"NAME\"")
             return .click(Position(x: values[0], y: values[1]))
+        case "press":
+            return .press(try control(line.dropFirst(words[0].count), usage: "press ROLE \"NAME\""))
+        case "type" where arguments.first == "into" && line.dropFirst(words[0].count).drop(while: \.isWhitespace).dropFirst(4).first(where: { !$0.isWhitespace }) == "\"":
+            let rest = line.dropFirst(words[0].count).drop(while: \.isWhitespace).dropFirst(4).drop(while: \.isWhitespace)
+            let (field, after) = try quoted(rest, usage: "type into \"NAME\" TEXT")
+            // The text after the one space that ends the name.
+            guard after.first == " ", after.count > 1 else { throw fail("type into \"\(field)\" needs the text to type after the name") }
+            return .typeInto(field: field, text: String(after.dropFirst()))
         case "type":
             // The rest of the line, as written after the one space that ends "type".
             let text = line.dropFirst(words[0].count + 1)
@@ -166,8 +194,42 @@ struct ShareScript: Sendable {
             default: throw fail("style takes light or dark")
             }
         default:
-            throw fail("unknown command \"\(words[0])\" (click, type, key, drag, wait, snapshot, cancel, resize, style)")
+            throw fail("unknown command \"\(words[0])\" (click, press, type, key, drag, wait, snapshot, cancel, resize, style)")
         }
+    }
+
+    /// `ROLE "NAME"`: a role the tree knows, then a name in double quotes (nothing after it).
+    private static func control(_ text: Substring, usage: String) throws(Problem) -> Control {
+        let text = text.drop(while: \.isWhitespace)
+        guard let quote = text.firstIndex(of: "\"") else { throw Problem(source: "", line: 0, message: "expected \(usage): the name in double quotes") }
+        let roleName = trimmed(text[..<quote])
+        guard let role = AccessibilityRole(name: roleName) else {
+            throw Problem(source: "", line: 0, message: "\"\(roleName)\" is not a role (button, label, text field, image, progress, canvas, group) in \(usage)")
+        }
+        let (name, rest) = try quoted(text[quote...], usage: usage)
+        guard rest.allSatisfy(\.isWhitespace) else { throw Problem(source: "", line: 0, message: "nothing may follow the name in \(usage)") }
+        return Control(role: role, name: name)
+    }
+
+    /// A name in double quotes at the start of `text` (`\"` inside it is a quote), and what follows.
+    private static func quoted(_ text: Substring, usage: String) throws(Problem) -> (String, Substring) {
+        guard text.first == "\"" else { throw Problem(source: "", line: 0, message: "expected \(usage): the name in double quotes") }
+        var name = "", index = text.index(after: text.startIndex)
+        while index < text.endIndex {
+            let character = text[index]
+            if character == "\\", text.index(after: index) < text.endIndex, text[text.index(after: index)] == "\"" {
+                name.append("\"")
+                index = text.index(index, offsetBy: 2)
+                continue
+            }
+            if character == "\"" {
+                guard !name.isEmpty else { throw Problem(source: "", line: 0, message: "the name in \(usage) is empty") }
+                return (name, text[text.index(after: index)...])
+            }
+            name.append(character)
+            index = text.index(after: index)
+        }
+        throw Problem(source: "", line: 0, message: "the name in \(usage) has no closing quote")
     }
 
     /// The USB HID usages of the keys a script names (the codes `KeyEvent` carries).
