@@ -84,7 +84,7 @@ struct Checker: Sendable {
                 // tried; one that answers is served, with a warning for version 2.
                 await checkView(control, share: peer.capabilities.contains("share"), announced: false)
             } else {
-                for rule in Rule.all where rule.id.hasPrefix("view.") || ["input.before-size", "state.only-if-announced", "focus.only-if-announced"].contains(rule.id) {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || ["input.before-size", "state.only-if-announced", "focus.only-if-announced", "tree.only-if-announced"].contains(rule.id) {
                     report.skip(rule.id, "the service does not announce \"surfaces\"")
                 }
             }
@@ -93,6 +93,13 @@ struct Checker: Sendable {
             } else {
                 let why = peer.capabilities.contains("restorable-state") ? "the service does not announce \"surfaces\"" : "the service does not announce \"restorable-state\""
                 for rule in ["state.restore", "state.bounds"] { report.skip(rule, why) }
+            }
+            if peer.capabilities.contains("surfaces"), peer.capabilities.contains(AccessibilityCapability.name) {
+                await checkAccessibility(control, share: peer.capabilities.contains("share"))
+            } else {
+                let why = peer.capabilities.contains("surfaces") ? "the service does not announce \"accessibility\" (its view has no semantic tree: a screen reader sees nothing of it)"
+                    : "the service does not announce \"surfaces\""
+                for rule in Rule.all where rule.id.hasPrefix("tree.") && rule.id != "tree.only-if-announced" { report.skip(rule.id, why) }
             }
             if peer.capabilities.contains("share") {
                 await checkShare(control, view: peer.capabilities.contains("surfaces"))

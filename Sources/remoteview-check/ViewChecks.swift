@@ -16,12 +16,39 @@ final class SurfaceUnderTest: Sendable {
     let serviceKeepsState: Bool
     /// The sizes of the restorable states it sent, in order.
     private let states = Mutex<[Int]>([])
+    /// Whether this client announced `accessibility`: only then may a tree come.
+    let readsAccessibility: Bool
+    /// The view's tree as its updates built it (through the host's own state machine), and the
+    /// size last given in points (what frames are judged against).
+    private let tree = Mutex(AccessibilityTreeState())
+    private let pointsSize = Mutex<(width: Double, height: Double)>((64, 48))
 
-    init(peer: Peer, report: Report, stateLimit: Int? = nil, serviceKeepsState: Bool = false) {
+    init(peer: Peer, report: Report, stateLimit: Int? = nil, serviceKeepsState: Bool = false, readsAccessibility: Bool = false) {
         self.peer = peer
         self.report = report
         self.stateLimit = stateLimit
         self.serviceKeepsState = serviceKeepsState
+        self.readsAccessibility = readsAccessibility
+    }
+
+    /// The tree as of the last complete update.
+    var accessibility: AccessibilityTreeState { tree.withLock { $0 } }
+
+    /// Checks a tree update as the Swift host does; returns the rule it broke, if any.
+    private func received(_ part: AccessibilityUpdateWire) -> String? {
+        guard readsAccessibility else {
+            report.fail("tree.only-if-announced", "accessibility_update on \(peer.name), whose host did not announce \"accessibility\"")
+            return "tree.only-if-announced"
+        }
+        let size = pointsSize.withLock { $0 }
+        do throws(RemoteError) {
+            _ = try tree.withLock { tree throws(RemoteError) in try tree.receive(part, viewSize: size) }
+            return nil
+        } catch {
+            let rule = error.reason.hasPrefix(AccessibilityRule.focus.rawValue) ? "tree.focus-exists" : "tree.bounds"
+            report.fail(rule, error.reason)
+            return rule
+        }
     }
 
     /// The sizes of the restorable states the view sent.
@@ -57,6 +84,7 @@ final class SurfaceUnderTest: Sendable {
     /// Gives the view a size (the compositor takes commits of it from now on).
     func resize(_ size: SurfaceSize) async throws(RemoteError) {
         compositor.sizeGiven(size)
+        pointsSize.withLock { $0 = (Double(size.width), Double(size.height)) }
         try await peer.send(.surface(.resize(size)))
     }
 
@@ -86,6 +114,8 @@ final class SurfaceUnderTest: Sendable {
             case .envelope(let envelope):
                 if case .surface(.restorableState(let wire)) = envelope.body {
                     if let rule = received(wire, attachments: envelope.attachments) { return .violation(rule: rule) }
+                } else if case .surface(.accessibilityUpdate(let part)) = envelope.body {
+                    if let rule = received(part) { return .violation(rule: rule) }
                 } else if case .surface(.focusLeave(let direction)) = envelope.body {
                     // The checker's clients never announce "focus-leave".
                     report.fail("focus.only-if-announced", "focus_leave \(direction) on \(peer.name), whose host did not announce \"focus-leave\"")
@@ -146,7 +176,7 @@ extension Checker {
         defer {
             if surface.commitCount > 0 {
                 for rule in ["view.buffer", "view.buffer-size", "view.one-frame-in-flight", "view.frames-increase", "view.damage", "view.surface-rules",
-                             "state.only-if-announced", "focus.only-if-announced"] {
+                             "state.only-if-announced", "focus.only-if-announced", "tree.only-if-announced"] {
                     report.passUnlessRecorded(rule)
                 }
             }
@@ -173,7 +203,7 @@ extension Checker {
                     report.warn("view.announced", wouldFailUnder: 2, "it draws a view without announcing \"surfaces\" (a version-2 host shows it no view)")
                 }
             case .timeout where !announced:
-                for rule in Rule.all where rule.id.hasPrefix("view.") || ["input.before-size", "state.only-if-announced", "focus.only-if-announced"].contains(rule.id) {
+                for rule in Rule.all where rule.id.hasPrefix("view.") || ["input.before-size", "state.only-if-announced", "focus.only-if-announced", "tree.only-if-announced"].contains(rule.id) {
                     report.skip(rule.id, "no view: no frame answered a resize, and the service does not announce \"surfaces\"")
                 }
                 return
@@ -236,6 +266,65 @@ extension Checker {
             }
         } catch {
             report.fail("view.surface-rules", "cannot send on the view client: \(error.reason)")
+        }
+    }
+
+    /// The semantic tree, on a client that announces `accessibility` to a service that does too,
+    /// at 480 × 360 points (a size a layout fits): a whole tree after the first frame, within its
+    /// bounds (the host's own checks), every button labelled, every frame inside the view; then
+    /// the focus and Tab, and the focus each update names must be a node of the tree.
+    func checkAccessibility(_ control: Peer, share: Bool) async {
+        let (width, height) = (480.0, 360.0)
+        guard let (client, _) = await connect(control, name: "tree client", capabilities: [AccessibilityCapability.name]) else {
+            return report.fail("tree.arrives", "no client: remoteview.connect failed (see connect)")
+        }
+        defer { client.close() }
+        let surface = SurfaceUnderTest(peer: client, report: report, readsAccessibility: true)
+        func isTree(_ envelope: Envelope) -> Bool {
+            if case .surface(.accessibilityUpdate(let part)) = envelope.body { !part.more } else { false }
+        }
+        do throws(RemoteError) {
+            if share {
+                let (items, attachments) = try Self.shareItems()
+                try await client.send(.share(.request(items: items)), attachments: attachments)
+            }
+            try await surface.resize(SurfaceSize(width: Int(width), height: Int(height)))
+            switch await surface.pump(within: Self.wait, present: true, until: isTree) {
+            case .done:
+                let tree = surface.accessibility
+                report.pass("tree.arrives", "\(tree.nodes.count) node\(tree.nodes.count == 1 ? "" : "s")")
+            case .timeout: return report.fail("tree.arrives", "no accessibility_update within \(Self.wait) of a resize to 480×360")
+            case .failed(let reason): return report.fail("tree.arrives", reason)
+            case .violation(let rule): return report.stopped("tree.arrives", by: rule)
+            }
+            let nodes = surface.accessibility.nodes.values.sorted { $0.id < $1.id }
+            let unlabelled = nodes.filter { $0.role == .button && $0.label.allSatisfy(\.isWhitespace) }
+            report.record("tree.buttons-labelled", unlabelled.isEmpty ? nil
+                          : "button\(unlabelled.count == 1 ? "" : "s") without a label: node\(unlabelled.count == 1 ? "" : "s") \(unlabelled.prefix(5).map { "\($0.id) (\($0.frame))" }.joined(separator: ", "))")
+            let outside = nodes.filter { node in
+                let f = node.frame
+                return f.x < -0.5 || f.y < -0.5 || f.x + f.width > width + 0.5 || f.y + f.height > height + 0.5
+            }
+            report.record("tree.frames-inside", outside.isEmpty ? nil
+                          : "outside the 480×360 view: \(outside.prefix(5).map { "node \($0.id) (\($0.role) \"\($0.label.escapedForTerminal())\") at \($0.frame)" }.joined(separator: ", "))")
+            // The focus, then Tab: whatever the updates name must be in the tree (checked on each).
+            try await client.send(.input(.focus(true)))
+            try await client.send(.input(.key(KeyEvent(down: true, keyCode: KeyCode.tab))))
+            try await client.send(.input(.key(KeyEvent(down: false, keyCode: KeyCode.tab))))
+            let settled = try await client.send(.request(type: "remoteview.settle", payload: []))
+            switch await surface.pump(within: Self.wait, present: true, until: { $0.replyTo == settled }) {
+            case .done, .timeout, .failed:
+                let tree = surface.accessibility
+                if let focus = tree.focus, let node = tree.nodes[focus] {
+                    report.pass("tree.focus-exists", "after Tab: node \(focus) (\(node.role) \"\(node.label.escapedForTerminal())\")")
+                } else {
+                    report.pass("tree.focus-exists", "after Tab the tree names no focus")
+                }
+            case .violation(let rule): return report.stopped("tree.focus-exists", by: rule)
+            }
+            report.passUnlessRecorded("tree.bounds")
+        } catch {
+            report.fail("tree.arrives", "cannot send on the tree client: \(error.reason)")
         }
     }
 

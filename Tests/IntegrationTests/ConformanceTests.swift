@@ -84,12 +84,15 @@ struct ConformanceTests {
             // Restorable state: tried on a view that announces "restorable-state" (every Swift
             // one; not the C activity); "only if announced" on every view.
             let stateRules: Set = ["state.restore", "state.bounds"]
+            // The semantic tree: tried on every view that announces "accessibility".
+            let treeRules = Set(rows.map(\.rule).filter { $0.hasPrefix("tree.") })
             switch service {
             case .share, .notes, .post, .markup: #expect(skipped.isEmpty, "\(service.testDescription): \(skipped)")
             case .c: #expect(skipped == stateRules, "\(service.testDescription): \(skipped)")
             case .view, .animation: #expect(skipped == shareRules, "\(service.testDescription): \(skipped)")
             case .plain, .echo, .clock:
-                #expect(skipped == viewRules.union(shareRules).union(stateRules).union(["state.only-if-announced", "focus.only-if-announced"]), "\(service.testDescription): \(skipped)")
+                #expect(skipped == viewRules.union(shareRules).union(stateRules).union(treeRules)
+                    .union(["state.only-if-announced", "focus.only-if-announced"]), "\(service.testDescription): \(skipped)")
             }
         }
         #expect(childProcesses().isEmpty, "the checkers and their services are gone")
@@ -127,7 +130,7 @@ struct ConformanceTests {
         // The table as a person reads it.
         let table = runs[1].1.split(separator: "\n").map(String.init)
         #expect(table.dropFirst().first == "protocol: the service speaks up to version 1, the checker offered up to 2: checked under protocol 1", "\(runs[1].1)")
-        #expect(table.contains("29 passed, 2 warnings, 0 failed, 4 skipped"), "\(runs[1].1)")
+        #expect(table.contains("30 passed, 2 warnings, 0 failed, 9 skipped"), "\(runs[1].1)")
     }
 
     @Test("the checker judges only what it saw: a service that exits 1 before any packet fails the handshake and nothing passes (not even the id rule, with no packet to check); an activity that crashes on its second share item fails the share rule naming SIGILL and its fatal error; each table ends with how the process ended and what it wrote to stderr")
@@ -176,6 +179,19 @@ struct ConformanceTests {
         #expect(childProcesses().isEmpty, "the checkers and their services are gone")
     }
 
+    @Test("a view whose tree keeps the protocol's bounds but names no button and lays a label out of sight fails tree.buttons-labelled and tree.frames-inside, and only them")
+    func sloppyTree() async throws {
+        let folder = try Self.fixture("tree-sloppy")
+        defer { folder.remove() }
+        let (status, rows) = try Self.rows([folder.path + "/service.json"])[0]
+        #expect(status == 1)
+        let failed = rows.filter { $0.result == "failed" }
+        #expect(failed.map(\.rule) == ["tree.buttons-labelled", "tree.frames-inside"], "\(failed.map { "\($0.rule): \($0.seen)" })")
+        #expect(failed.first?.seen.contains("button without a label: node") == true, "\(failed)")
+        #expect(failed.last?.seen.contains("(label \"Out of sight\") at 100×20 at (600, 10)") == true, "\(failed)")
+        #expect(rows.first { $0.rule == "tree.arrives" }?.result == "passed")
+    }
+
     @Test("the table names the service, each rule with its result and what was seen, and the counts; a bad manifest exits 2 naming the problem")
     func table() async throws {
         let folder = try Self.fixture("serve")
@@ -186,7 +202,7 @@ struct ConformanceTests {
         #expect(lines.first == "com.example.test (\(folder.path)/service.json)", "\(output)")
         #expect(lines.contains { $0.hasPrefix("request.unknown") && $0.contains("passed") && $0.contains("handles no request of type") }, "\(output)")
         #expect(lines.dropFirst().first == "protocol: the service speaks up to version 2, the checker offered up to 2: checked under protocol 2", "\(output)")
-        #expect(lines.contains("18 passed, 0 warnings, 0 failed, 17 skipped"), "\(output)")
+        #expect(lines.contains("18 passed, 0 warnings, 0 failed, 23 skipped"), "\(output)")
         // It ends with how each run's process ended.
         // (The SDK exits 1 when its host vanishes without a goodbye, as fd 3 closing is here.)
         #expect(lines.contains { $0.hasPrefix("process (conversation run): exited: exited with code 1; stderr: ") }

@@ -4,12 +4,12 @@ import RemoteCore
 /// part of one) is an event, validated against every rule of docs/Protocol.md, "Accessibility",
 /// and applied whole or not at all. No I/O, lock or clock: ``RemoteView`` holds one per channel
 /// under its lock, feeds it what the channel delivers, and publishes what it returns.
-struct AccessibilityTreeState {
+package struct AccessibilityTreeState {
     /// The tree as its service described it (frames in the view's points), every node reachable
     /// from ``root``.
-    private(set) var nodes: [UInt32: AccessibilityNodeDescription] = [:]
-    private(set) var root: UInt32?
-    private(set) var focus: UInt32?
+    package private(set) var nodes: [UInt32: AccessibilityNodeDescription] = [:]
+    package private(set) var root: UInt32?
+    package private(set) var focus: UInt32?
 
     private enum Phase {
         /// Nothing yet on this channel: the first update must be whole.
@@ -22,15 +22,17 @@ struct AccessibilityTreeState {
     private var pending: AccessibilityUpdateWire?
 
     /// What one complete update changed.
-    struct Applied: Sendable, Equatable {
+    package struct Applied: Sendable, Equatable {
         /// The update was whole: every node before it is replaced.
-        var whole: Bool
+        package var whole: Bool
         /// Nodes the update described (all of them when whole), in the update's order.
-        var changed: [UInt32]
+        package var changed: [UInt32]
         /// Nodes no longer in the tree.
-        var removed: [UInt32]
-        var focusChanged: Bool
+        package var removed: [UInt32]
+        package var focusChanged: Bool
     }
+
+    package init() {}
 
     /// One `accessibility_update` arrived, for a view of `viewSize` points (the largest of the
     /// sizes the host gave it lately: a tree drawn at the size before a resize still fits).
@@ -39,7 +41,7 @@ struct AccessibilityTreeState {
     ///   follows.
     /// - Throws: `protocolViolation` whose reason begins with the broken rule's name
     ///   (``AccessibilityRule``); the tree is left as it was.
-    mutating func receive(_ part: AccessibilityUpdateWire, viewSize: (width: Double, height: Double)) throws(RemoteError) -> Applied? {
+    package mutating func receive(_ part: AccessibilityUpdateWire, viewSize: (width: Double, height: Double)) throws(RemoteError) -> Applied? {
         if let problem = part.problem { throw problem }
         var update = part
         if let earlier = pending {

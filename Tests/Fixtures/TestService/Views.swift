@@ -176,3 +176,20 @@ final class ScreenController: ViewController {
         }
     }
 }
+
+/// A screen a screen reader reads badly (remoteview-check's tree rules): an unnamed button and a
+/// label out of sight past the right edge.
+final class SloppyTreeController: ViewController {
+    override func loadView() {
+        let root = View()
+        root.backgroundColor = Color(argb: 0xFFFF_FFFF)
+        let unnamed = Button(title: "")
+        unnamed.frame = Rect(x: 10, y: 10, width: 40, height: 30)
+        let far = Label(text: "Out of sight")
+        far.frame = Rect(x: 600, y: 10, width: 100, height: 20)
+        root.clipsToBounds = true
+        root.addSubview(unnamed)
+        root.addSubview(far)
+        view = root
+    }
+}

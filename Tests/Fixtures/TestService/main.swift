@@ -250,6 +250,10 @@ case "serve":
 case "view":
     // A view: a blue background and the rects "paint" requests add.
     await ServiceMain.exit(serving: serviceIdentifier, viewController: { PaintController() }, onRequest: serve)
+case "tree-sloppy":
+    // A view whose tree keeps the protocol's bounds but not two of remoteview-check's rules: a
+    // button with no title and no label, and a label laid out past the right edge.
+    await ServiceMain.exit(serving: serviceIdentifier, viewController: { SloppyTreeController() }, onRequest: serve)
 case "ui", "ui-loop":
     // A toolkit screen: label, button, text field, progress, and a log of what reached it.
     // "ui-loop": the tasks serving connections prefer the event loop's executor, the frame
