@@ -74,7 +74,7 @@ public struct AccessibilityRole: RawRepresentable, Sendable, Hashable, CustomStr
     /// Editable text.
     public static let textField = AccessibilityRole(rawValue: 4)
     public static let image = AccessibilityRole(rawValue: 5)
-    /// A progress indicator: its ``AccessibilityNode/range`` says how far.
+    /// A progress indicator: its node's range says how far.
     public static let progress = AccessibilityRole(rawValue: 6)
     /// Drawn content that describes itself no further.
     public static let canvas = AccessibilityRole(rawValue: 7)

@@ -40,7 +40,7 @@ package struct AccessibilityTreeState {
     /// - Returns: What changed once an update is complete; `nil` for a part that says more
     ///   follows.
     /// - Throws: `protocolViolation` whose reason begins with the broken rule's name
-    ///   (``AccessibilityRule``); the tree is left as it was.
+    ///   (`AccessibilityRule`); the tree is left as it was.
     package mutating func receive(_ part: AccessibilityUpdateWire, viewSize: (width: Double, height: Double)) throws(RemoteError) -> Applied? {
         if let problem = part.problem { throw problem }
         var update = part

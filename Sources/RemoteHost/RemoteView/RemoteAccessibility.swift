@@ -11,7 +11,7 @@ public struct AccessibilityNode: Sendable, Hashable, Identifiable, CustomStringC
     public let label: String
     /// What it holds (a text field's text); empty: nothing. Escape it as ``label``.
     public let value: String
-    /// Its states; ``AccessibilityStates/focused`` on the tree's focus.
+    /// Its states; `focused` on the tree's focus.
     public let states: AccessibilityStates
     /// What ``RemoteAccessibility/perform(_:on:)`` may do to it.
     public let actions: AccessibilityActions
