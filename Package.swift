@@ -59,6 +59,19 @@ let package = Package(
             name: "CPango",
             cSettings: [.define("_GNU_SOURCE", to: "1")]
         ),
+        // The demo window's export to AT-SPI2: its tree mirrored as ATK objects on a thread of
+        // their own, published by atk-bridge (Debian: libatk1.0-dev and libatk-bridge2.0-dev for
+        // the headers; at run time at-spi2-core). ATK, atk-bridge and GLib are loaded with dlopen
+        // when the window starts it, so the demo's services (the same executable) map none of
+        // them; only their headers are needed to build, hence the include paths.
+        .target(
+            name: "CAccessibilityBridge",
+            cSettings: [
+                .define("_GNU_SOURCE", to: "1"),
+                .unsafeFlags(["-I/usr/include/atk-1.0", "-I/usr/include/glib-2.0",
+                              "-I/usr/lib/x86_64-linux-gnu/glib-2.0/include", "-I/usr/lib/aarch64-linux-gnu/glib-2.0/include"]),
+            ]
+        ),
         // The launcher's process start (vfork + execve), in C because it runs where Swift cannot;
         // called only through RemoteCore/System's Syscall.spawn.
         .target(
@@ -111,6 +124,7 @@ let package = Package(
                 "RemoteService",
                 "CSDL2",
                 "CCairo",
+                "CAccessibilityBridge",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -20,7 +20,7 @@
 
 /* Deliberately broken builds, for the conformance checker's own tests: `--break=RULE` as the
  * first argument breaks exactly one rule (ids, idle-goodbye, commit-early, buffer-size,
- * fd3-exit, identifier); without it, nothing is broken. */
+ * fd3-exit, identifier, tree-depth); without it, nothing is broken. */
 int rv_breaks(const char *rule);
 
 /* ---------- wire.c: transport, validation ---------- */
@@ -101,5 +101,41 @@ buffer *view_find(view *vw, uint32_t id);
 void view_unlink_free(view *vw, buffer *b);
 void view_free_all(view *vw);
 int button_contains(const view *vw, double x, double y);
+/* The button's rect and the text's band, in the view's points (before any clipping). */
+void button_rect(const view *vw, double *x, double *y, double *w, double *h);
+void text_rect(const view *vw, int show_button, double *x, double *y, double *w, double *h);
+
+/* ---------- tree.c: the semantic tree (Protocol.md, "Accessibility") ---------- */
+
+#define TREE_MAX_LABEL 1024         /* a label's bytes of UTF-8 */
+#define TREE_MAX_NODES 72           /* 3, or 71 with --break=tree-depth */
+#define TREE_MAX_CHILDREN 2
+#define NODE_ROOT 1
+#define NODE_TEXT 2
+#define NODE_BUTTON 3
+
+typedef struct tnode {
+    uint32_t id;
+    int role;                       /* Remoteview__AccessibilityRole */
+    char *label;                    /* malloc'd; at most TREE_MAX_LABEL bytes */
+    uint32_t states, actions;
+    float x, y, width, height;      /* the view's points, clipped to the view */
+    uint32_t children[TREE_MAX_CHILDREN];
+    size_t n_children;
+} tnode;
+
+typedef struct tree {
+    tnode nodes[TREE_MAX_NODES];    /* the root first */
+    size_t n;
+} tree;
+
+/* The tree of what the view shows now. Returns 0 when out of memory. */
+int tree_build(tree *t, const view *vw, const scene *sc);
+void tree_free(tree *t);
+const tnode *tree_find(const tree *t, uint32_t id);
+int tnode_equal(const tnode *a, const tnode *b);
+/* Copies s (len bytes of UTF-8) into out (max + 1 bytes): all of it when it fits in max bytes,
+ * else its longest prefix on a character boundary followed by "…", within max. */
+size_t label_cut(char *out, const char *s, size_t len, size_t max);
 
 #endif

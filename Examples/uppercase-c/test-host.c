@@ -32,7 +32,13 @@
 #define STATE(x) REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_##x
 #define RESULT(x) REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_##x
 #define PCODE(x) REMOTEVIEW__PROTOCOL_ERROR_CODE__PROTOCOL_ERROR_CODE_##x
+#define ROLE(x) REMOTEVIEW__ACCESSIBILITY_ROLE__ACCESSIBILITY_ROLE_##x
+#define ACTION(x) REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_##x
 #define MAX_PACKET 65536
+
+/* The button in a 320 x 200 view, in points (scale 1: pixels too): what the pixel checks, the
+ * click and the tree's node 3 use. */
+static const float button_frame[4] = { 16, 144, 160, 40 };
 
 static const char *service;
 static int use_valgrind;
@@ -64,6 +70,8 @@ typedef struct peer {
     int fd;
     uint64_t next_id, last_in;
     const char *name;
+    int a11y;                   /* announces "accessibility" */
+    uint32_t max_packet;        /* announces this max_packet_size (0: MAX_PACKET) */
 } peer;
 
 static void send_raw(int fd, const void *buf, size_t len, const int *fds, int nfds)
@@ -132,11 +140,14 @@ static Remoteview__Envelope *recv_env(peer *p, int ms, int *fd_out)
         }
     if (n == 0 && nfds == 0) return NULL;
     CHECK(!(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)), "%s: truncated packet", p->name);
+    CHECK(!p->max_packet || (size_t)n <= p->max_packet, "%s: a %zd-byte packet, over the %u this host announced", p->name, n, p->max_packet);
     Remoteview__Envelope *e = remoteview__envelope__unpack(NULL, (size_t)n, buf);
     CHECK(e != NULL, "%s: a packet that does not decode (%zd bytes)", p->name, n);
     CHECK(e->id > p->last_in, "%s: envelope id %llu not increasing", p->name, (unsigned long long)e->id);
     p->last_in = e->id;
     CHECK(e->fd_count == (uint32_t)nfds, "%s: fd_count %u but %d fds", p->name, e->fd_count, nfds);
+    CHECK(e->body_case != BODY(ACCESSIBILITY_UPDATE) || p->a11y,
+          "%s: accessibility_update to a host that did not announce \"accessibility\"", p->name);
     if (fd_out) *fd_out = nfds ? fds[0] : -1;
     else for (int i = 0; i < nfds; i++) close(fds[i]);
     if (fd_out) for (int i = 1; i < nfds; i++) close(fds[i]);
@@ -157,6 +168,7 @@ static const char *body_name(int b)
     case BODY(DESTROY_BUFFER): return "destroy_buffer";
     case BODY(ACTIVITY_UPDATE): return "activity_update";
     case BODY(SHARE_COMPLETE): return "share_complete";
+    case BODY(ACCESSIBILITY_UPDATE): return "accessibility_update";
     default: return "other";
     }
 }
@@ -185,9 +197,14 @@ static void send_handshake(peer *p)
     Remoteview__Handshake h = REMOTEVIEW__HANDSHAKE__INIT;
     h.protocol_version = 1;
     h.role = REMOTEVIEW__PEER_ROLE__PEER_ROLE_HOST;
+    char *caps[] = { "accessibility" };
     h.identifier = "com.example.test-host";
-    h.max_packet_size = MAX_PACKET;
+    h.max_packet_size = p->max_packet ? p->max_packet : MAX_PACKET;
     h.max_protocol_version = 2;
+    if (p->a11y) {
+        h.n_capabilities = 1;
+        h.capabilities = caps;
+    }
     e.body_case = BODY(HANDSHAKE);
     e.handshake = &h;
     send_env(p, &e);
@@ -202,9 +219,13 @@ static void check_service_handshake(peer *p)
     CHECK(strcmp(h->identifier, "com.example.uppercase-c") == 0, "handshake identifier %s", h->identifier);
     CHECK(h->max_packet_size == MAX_PACKET, "max_packet_size %u", h->max_packet_size);
     CHECK(h->max_protocol_version == 2, "max_protocol_version %u", h->max_protocol_version);
-    int share = 0;
-    for (size_t i = 0; i < h->n_capabilities; i++) share |= strcmp(h->capabilities[i], "share") == 0;
+    int share = 0, a11y = 0;
+    for (size_t i = 0; i < h->n_capabilities; i++) {
+        share |= strcmp(h->capabilities[i], "share") == 0;
+        a11y |= strcmp(h->capabilities[i], "accessibility") == 0;
+    }
     CHECK(share, "no share capability");
+    CHECK(a11y, "no accessibility capability");
     remoteview__envelope__free_unpacked(e, NULL);
 }
 
@@ -282,8 +303,9 @@ static void ping(peer *p, uint64_t nonce)
     remoteview__envelope__free_unpacked(r, NULL);
 }
 
-/* A new client: a socket pair whose service end rides on remoteview.connect over fd 3. */
-static peer open_client(peer *main, const char *name, int handshake)
+/* A new client: a socket pair whose service end rides on remoteview.connect over fd 3. With
+ * a11y, it announces "accessibility" and max_packet_size max_packet (0: 64 KiB). */
+static peer open_client_with(peer *main, const char *name, int handshake, int a11y, uint32_t max_packet)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) fail("socketpair");
@@ -294,12 +316,172 @@ static peer open_client(peer *main, const char *name, int handshake)
     e.message = &m;
     send_env_fds(main, &e, &sv[1], 1, -1);
     close(sv[1]);
-    peer p = { .fd = sv[0], .name = name };
+    peer p = { .fd = sv[0], .name = name, .a11y = a11y, .max_packet = max_packet };
     if (handshake) {
         send_handshake(&p);
         check_service_handshake(&p);
     }
     return p;
+}
+
+static peer open_client(peer *main, const char *name, int handshake)
+{
+    return open_client_with(main, name, handshake, 0, 0);
+}
+
+/* ---------- the semantic tree, host side (Protocol.md, "Accessibility") ---------- */
+
+#define HT_MAX 80               /* this host's own limit, for this service's small trees */
+#define HT_CHILDREN 8
+
+typedef struct hnode {
+    uint32_t id;
+    int role;
+    char label[1025];
+    uint32_t states, actions;
+    float x, y, w, h;
+    uint32_t children[HT_CHILDREN];
+    size_t n_children;
+} hnode;
+
+typedef struct htree {
+    hnode nodes[HT_MAX];
+    int n;
+    uint32_t root, focus;
+    int updates;                /* complete updates applied */
+    int last_whole, last_parts;
+    uint32_t changed[HT_MAX];   /* the last update's nodes, in its order */
+    int n_changed;
+    int commits_at_update;      /* commits seen when the last update began */
+    hnode pending[HT_MAX];      /* parts so far of an update that said more */
+    int n_pending, parts;
+    int pend_whole;
+    uint32_t pend_root, pend_focus;
+} htree;
+
+static int utf8_ok(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        int n = *s < 0x80 ? 0 : (*s >= 0xC2 && *s <= 0xDF) ? 1 : (*s >= 0xE0 && *s <= 0xEF) ? 2 : (*s >= 0xF0 && *s <= 0xF4) ? 3 : -1;
+        if (n < 0) return 0;
+        uint32_t cp = n == 0 ? *s : *s & (0x3F >> n);
+        for (int k = 1; k <= n; k++) {
+            if ((s[k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[k] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        s += n + 1;
+    }
+    return 1;
+}
+
+static hnode *htree_find(hnode *nodes, int n, uint32_t id)
+{
+    for (int i = 0; i < n; i++)
+        if (nodes[i].id == id) return &nodes[i];
+    return NULL;
+}
+
+static hnode *tree_node(htree *t, uint32_t id) { return htree_find(t->nodes, t->n, id); }
+
+/* One accessibility_update (or part of one), checked against every rule a host enforces:
+ * view_w x view_h points is the largest size this host gave the view. */
+static void tree_part(htree *t, const Remoteview__AccessibilityUpdate *u, float view_w, float view_h, int commits)
+{
+    if (t->parts == 0) {
+        CHECK(commits > t->commits_at_update, "an accessibility_update with no commit since the last one");
+        t->commits_at_update = commits;
+        t->pend_whole = u->whole;
+        t->pend_root = u->root;
+        t->pend_focus = u->focus;
+    }
+    CHECK(!!u->whole == t->pend_whole && u->root == t->pend_root && u->focus == t->pend_focus,
+          "the parts of one update disagree on whole, root or focus");
+    CHECK(t->n_pending + (int)u->n_nodes <= HT_MAX, "an update of more than %d nodes", HT_MAX);
+    for (size_t i = 0; i < u->n_nodes; i++) {
+        const Remoteview__AccessibilityNode *a = u->nodes[i];
+        CHECK(a->id != 0, "accessibility.structure: node id 0");
+        CHECK(!htree_find(t->pending, t->n_pending, a->id), "accessibility.structure: node %u twice in one update", a->id);
+        CHECK(strlen(a->label) <= 1024 && utf8_ok(a->label) && strlen(a->value) <= 1024 && utf8_ok(a->value),
+              "accessibility.text-length: node %u", a->id);
+        CHECK(isfinite(a->x) && isfinite(a->y) && isfinite(a->width) && isfinite(a->height) && a->width >= 0 && a->height >= 0,
+              "accessibility.frame: node %u (%g, %g, %g, %g)", a->id, a->x, a->y, a->width, a->height);
+        float rx = 16 * fmaxf(view_w, 1), ry = 16 * fmaxf(view_h, 1);
+        CHECK(fabsf(a->x) <= rx && fabsf(a->x + a->width) <= rx && fabsf(a->y) <= ry && fabsf(a->y + a->height) <= ry,
+              "accessibility.frame: node %u beyond 16 times the view", a->id);
+        CHECK(a->n_children <= HT_CHILDREN, "node %u: %zu children, this host takes %d", a->id, a->n_children, HT_CHILDREN);
+        hnode *h = &t->pending[t->n_pending++];
+        *h = (hnode){ .id = a->id, .role = a->role, .states = a->states, .actions = a->actions,
+                      .x = a->x, .y = a->y, .w = a->width, .h = a->height, .n_children = a->n_children };
+        snprintf(h->label, sizeof h->label, "%s", a->label);
+        memcpy(h->children, a->children, a->n_children * sizeof a->children[0]);
+    }
+    t->parts++;
+    if (u->more) return;
+
+    /* The whole update: apply it to a copy, then check the tree's shape. */
+    static hnode next[HT_MAX];
+    int n = 0;
+    CHECK(t->updates > 0 || t->pend_whole, "accessibility.structure: the first update is not whole");
+    if (!t->pend_whole) {
+        CHECK(t->pend_root == 0, "a partial update with root %u", t->pend_root);
+        memcpy(next, t->nodes, sizeof next[0] * (size_t)t->n);
+        n = t->n;
+    }
+    for (int i = 0; i < t->n_pending; i++) {
+        hnode *old = htree_find(next, n, t->pending[i].id);
+        if (old) *old = t->pending[i];
+        else {
+            CHECK(n < HT_MAX, "more than %d nodes", HT_MAX);
+            next[n++] = t->pending[i];
+        }
+    }
+    uint32_t root = t->pend_whole ? t->pend_root : t->root;
+    CHECK(root != 0 && htree_find(next, n, root), "accessibility.structure: root %u is not in the tree", root);
+    /* reachable from the root, each node once, depth <= 64 */
+    uint32_t stack[HT_MAX], seen[HT_MAX];
+    int depth[HT_MAX], sp = 0, nseen = 0;
+    stack[sp] = root;
+    depth[sp++] = 1;
+    seen[nseen++] = root;
+    while (sp > 0) {
+        sp--;
+        uint32_t id = stack[sp];
+        int d = depth[sp];
+        CHECK(d <= 64, "accessibility.depth: node %u at depth %d", id, d);
+        hnode *h = htree_find(next, n, id);
+        for (size_t c = 0; c < h->n_children; c++) {
+            uint32_t ch = h->children[c];
+            CHECK(htree_find(next, n, ch), "accessibility.structure: node %u's child %u does not exist", id, ch);
+            for (int k = 0; k < nseen; k++)
+                CHECK(seen[k] != ch, "accessibility.structure: node %u has two parents", ch);
+            seen[nseen++] = ch;
+            stack[sp] = ch;
+            depth[sp++] = d + 1;
+        }
+    }
+    int found = t->pend_focus == 0;
+    for (int k = 0; k < nseen && !found; k++) found = seen[k] == t->pend_focus;
+    CHECK(found, "accessibility.focus: node %u is not in the tree", t->pend_focus);
+    /* nodes no longer reachable are gone */
+    t->n = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < nseen; k++)
+            if (seen[k] == next[i].id) {
+                t->nodes[t->n++] = next[i];
+                break;
+            }
+    t->root = root;
+    t->focus = t->pend_focus;
+    t->last_whole = t->pend_whole;
+    t->last_parts = t->parts;
+    t->n_changed = t->n_pending;
+    for (int i = 0; i < t->n_pending; i++) t->changed[i] = t->pending[i].id;
+    t->updates++;
+    t->n_pending = 0;
+    t->parts = 0;
 }
 
 /* ---------- the view, host side ---------- */
@@ -319,6 +501,8 @@ typedef struct hview {
     int commits, destroys;
     uint32_t last_destroyed;
     int auto_release;           /* answer each commit with release_buffer + frame_done */
+    float pt_w, pt_h;           /* the largest size in points given to the view */
+    htree tree;
 } hview;
 
 static hbuf *hview_find(hview *v, uint32_t id)
@@ -382,6 +566,10 @@ static int surface_body(peer *p, hview *v, Remoteview__Envelope *e, int fd)
         v->shown = c->buffer_id;
         v->commits++;
         if (v->auto_release) release_and_done(p, c->buffer_id, c->frame);
+        return 1;
+    }
+    if (e->body_case == BODY(ACCESSIBILITY_UPDATE)) {
+        tree_part(&v->tree, e->accessibility_update, v->pt_w, v->pt_h, v->commits);
         return 1;
     }
     if (e->body_case == BODY(DESTROY_BUFFER)) {
@@ -454,8 +642,12 @@ static void share_text(peer *p, const char *text)
     send_share_request(p, items, 1, NULL, 0);
 }
 
-static void resize(peer *p, uint32_t w, uint32_t h, uint32_t scale)
+static void resize(peer *p, hview *v, uint32_t w, uint32_t h, uint32_t scale)
 {
+    if (v) {
+        v->pt_w = fmaxf(v->pt_w, (float)w);
+        v->pt_h = fmaxf(v->pt_h, (float)h);
+    }
     Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
     Remoteview__Resize r = REMOTEVIEW__RESIZE__INIT;
     r.width = w;
@@ -528,16 +720,55 @@ static void close_view(hview *v)
     v->n = 0;
 }
 
+static void a11y_action(peer *p, uint32_t node, int action, const char *text)
+{
+    Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
+    Remoteview__AccessibilityAction a = REMOTEVIEW__ACCESSIBILITY_ACTION__INIT;
+    a.node = node;
+    a.action = action;
+    if (text) a.text = (char *)text;
+    e.body_case = BODY(ACCESSIBILITY_ACTION);
+    e.accessibility_action = &a;
+    send_env(p, &e);
+}
+
+static hnode *expect_node(htree *t, uint32_t id, int role, const char *label)
+{
+    hnode *n = tree_node(t, id);
+    CHECK(n, "no node %u in the tree", id);
+    CHECK(n->role == role, "node %u: role %d, expected %d", id, n->role, role);
+    if (label) CHECK(strcmp(n->label, label) == 0, "node %u: label \"%s\", expected \"%s\"", id, n->label, label);
+    return n;
+}
+
+/* One update since `before`, not whole, of exactly these nodes (in any order), focus 0. */
+static void expect_changed(htree *t, int before, const uint32_t *ids, int n, const char *what)
+{
+    CHECK(t->updates == before + 1, "%s: %d accessibility updates, expected 1", what, t->updates - before);
+    CHECK(!t->last_whole && t->focus == 0, "%s: whole %d, focus %u", what, t->last_whole, t->focus);
+    CHECK(t->n_changed == n, "%s: an update of %d nodes, expected %d", what, t->n_changed, n);
+    for (int i = 0; i < n; i++) {
+        int found = 0;
+        for (int k = 0; k < t->n_changed; k++) found |= t->changed[k] == ids[i];
+        CHECK(found, "%s: node %u not in the update", what, ids[i]);
+    }
+}
+
+static int frame_is(const hnode *n, float x, float y, float w, float h)
+{
+    return n->x == x && n->y == y && n->w == w && n->h == h;
+}
+
 /* ---------- the runs ---------- */
 
 static void run_complete(peer *main)
 {
-    step("run 1: share \"hello\", type \" world\", click UPPERCASE");
-    peer p = open_client(main, "client 1", 1);
+    step("run 1: share \"hello\", type \" world\", click UPPERCASE (the host announces \"accessibility\")");
+    peer p = open_client_with(main, "client 1", 1, 1, 0);
     hview v = { 0 };
     share_text(&p, "hello");
     expect_activity(&p, &v, STATE(PREPARING), 0, 1, "hello");
-    resize(&p, 320, 200, 1000);
+    resize(&p, &v, 320, 200, 1000);
 
     int fd;
     Remoteview__Envelope *e = expect(&p, BODY(ATTACH_BUFFER), &fd);
@@ -554,9 +785,11 @@ static void run_complete(peer *main)
     hbuf *b = hview_find(&v, first);
     CHECK(pixel(b, 300, 10) == 0xFFFFFFFFu, "background at (300, 10) is %08x, not white", pixel(b, 300, 10));
     CHECK(pixel(b, 310, 190) == 0xFFFFFFFFu, "background at (310, 190) is %08x", pixel(b, 310, 190));
-    CHECK(pixel(b, 20, 148) == 0xFF2F6FEDu, "button at (20, 148) is %08x, not #2F6FED", pixel(b, 20, 148));
-    CHECK(pixel(b, 172, 181) == 0xFF2F6FEDu, "button at (172, 181) is %08x", pixel(b, 172, 181));
-    CHECK(pixel(b, 15, 150) == 0xFFFFFFFFu && pixel(b, 177, 150) == 0xFFFFFFFFu, "button wider than 160 points");
+    int bx = (int)button_frame[0], by = (int)button_frame[1], bw = (int)button_frame[2], bh = (int)button_frame[3];
+    CHECK(pixel(b, bx + 4, by + 4) == 0xFF2F6FEDu, "button at (%d, %d) is %08x, not #2F6FED", bx + 4, by + 4, pixel(b, bx + 4, by + 4));
+    CHECK(pixel(b, bx + bw - 4, by + bh - 3) == 0xFF2F6FEDu, "button at (%d, %d) is %08x", bx + bw - 4, by + bh - 3,
+          pixel(b, bx + bw - 4, by + bh - 3));
+    CHECK(pixel(b, bx - 1, by + 6) == 0xFFFFFFFFu && pixel(b, bx + bw + 1, by + 6) == 0xFFFFFFFFu, "button wider than %d points", bw);
     int dark = 0, white_in_button = 0;
     for (int y = 16; y < 40; y++)
         for (int x = 16; x < 80; x++) dark += (pixel(b, x, y) & 0xFF) < 0x40;
@@ -569,6 +802,26 @@ static void run_complete(peer *main)
     expect_activity(&p, &v, STATE(READY), 0, 0, "hello");
     release_and_done(&p, first, frame);
     v.auto_release = 1;
+
+    /* the first frame's tree: whole, three nodes */
+    htree *tr = &v.tree;
+    CHECK(tr->updates == 1 && tr->last_whole && tr->root == 1 && tr->focus == 0 && tr->n == 3 && tr->n_changed == 3,
+          "first tree: %d updates, whole %d, root %u, focus %u, %d nodes", tr->updates, tr->last_whole, tr->root, tr->focus, tr->n);
+    hnode *root = expect_node(tr, 1, ROLE(GROUP), NULL);
+    hnode *label = expect_node(tr, 2, ROLE(LABEL), "hello");
+    hnode *button = expect_node(tr, 3, ROLE(BUTTON), "UPPERCASE");
+    CHECK(root->n_children == 2 && root->children[0] == 2 && root->children[1] == 3 && !label->n_children && !button->n_children,
+          "the root's children (%zu)", root->n_children);
+    CHECK(frame_is(root, 0, 0, 320, 200), "root frame (%g, %g, %g, %g)", root->x, root->y, root->w, root->h);
+    CHECK(frame_is(label, 16, 16, 304, 124), "label frame (%g, %g, %g, %g)", label->x, label->y, label->w, label->h);
+    CHECK(frame_is(button, button_frame[0], button_frame[1], button_frame[2], button_frame[3]),
+          "button frame (%g, %g, %g, %g), not the drawn (%g, %g, %g, %g)", button->x, button->y, button->w, button->h,
+          button_frame[0], button_frame[1], button_frame[2], button_frame[3]);
+    CHECK(button->states == 1 && button->actions == 3 && label->states == 0 && label->actions == 0 && root->actions == 0,
+          "button states %u actions %u", button->states, button->actions);
+    fprintf(stderr, "test-host:   tree after the first frame: whole, root 1 GROUP [2, 3] (0, 0, 320, 200), 2 LABEL \"%s\" "
+            "(16, 16, 304, 124), 3 BUTTON \"%s\" (%g, %g, %g, %g) states 1 actions PRESS|FOCUS, focus 0\n",
+            label->label, button->label, button->x, button->y, button->w, button->h);
 
     ping(&p, 42);
     settle(&p, &v);
@@ -584,16 +837,22 @@ static void run_complete(peer *main)
     ti.text = " world";
     t.body_case = BODY(TEXT_INPUT);
     t.text_input = &ti;
+    int updates = v.tree.updates;
     send_env(&p, &t);
     settle(&p, &v);
     CHECK(v.commits == commits + 1, "typing made %d commits", v.commits - commits);
+    expect_changed(&v.tree, updates, (const uint32_t[]){ 2 }, 1, "typing");
+    expect_node(&v.tree, 2, ROLE(LABEL), "hello world");
+    fprintf(stderr, "test-host:   typing: an update of node 2 alone, label \"%s\"\n", tree_node(&v.tree, 2)->label);
 
     /* a press outside the button does nothing; one inside completes */
     pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN, 250, 20, 1, 1);
     pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP, 250, 20, 1, 0);
     settle(&p, &v);
-    pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN, 96, 164, 1, 1);
-    pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP, 96, 164, 1, 0);
+    CHECK(v.tree.updates == updates + 1, "a press outside the button changed the tree");
+    float cx = button_frame[0] + button_frame[2] / 2, cy = button_frame[1] + button_frame[3] / 2; /* (96, 164) */
+    pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_DOWN, cx, cy, 1, 1);
+    pointer(&p, REMOTEVIEW__POINTER_PHASE__POINTER_PHASE_UP, cx, cy, 1, 0);
     expect_activity(&p, &v, STATE(WORKING), 0.5f, 0, NULL);
     expect_activity(&p, &v, STATE(DONE), 1.0f, 0, NULL);
     e = next_share_body(&p, &v);
@@ -607,8 +866,11 @@ static void run_complete(peer *main)
     fprintf(stderr, "test-host:   share_complete COMPLETED \"%s\"\n", sc->items[0]->text);
     remoteview__envelope__free_unpacked(e, NULL);
     commits = v.commits;
+    updates = v.tree.updates;
     settle(&p, &v);
     CHECK(v.commits == commits + 1, "no redraw after completing (%d commits)", v.commits - commits);
+    expect_changed(&v.tree, updates, (const uint32_t[]){ 2 }, 1, "completing");
+    expect_node(&v.tree, 2, ROLE(LABEL), "HELLO WORLD");
     snapshot(hview_find(&v, v.shown), "2-completed");
 
     /* Return after completion does nothing (anything of the family after share_complete
@@ -620,8 +882,57 @@ static void run_complete(peer *main)
     k.body_case = BODY(KEY);
     k.key = &key;
     send_env(&p, &k);
+    updates = v.tree.updates;
     settle(&p, &v);
+    CHECK(v.tree.updates == updates, "Return after completion changed the tree");
 
+    goodbye(&p, "done");
+    expect_eof(&p);
+    close(p.fd);
+    close_view(&v);
+}
+
+static void run_action(peer *main)
+{
+    step("run 2: accessibility_action PRESS on the button completes the share");
+    peer p = open_client_with(main, "client 2", 1, 1, 0);
+    hview v = { .auto_release = 1 };
+    share_text(&p, "hello");
+    resize(&p, &v, 320, 200, 1000);
+    expect_activity(&p, &v, STATE(PREPARING), 0, 1, "hello");
+    expect_activity(&p, &v, STATE(READY), 0, 0, "hello");
+    CHECK(v.tree.updates == 1 && v.tree.n == 3, "no whole tree before READY");
+    /* ignored: a node that does not take the action, nodes that are not there, an action the
+       button does not take; FOCUS changes nothing (the focus stays 0) */
+    int updates = v.tree.updates, commits = v.commits;
+    a11y_action(&p, 2, ACTION(PRESS), NULL);
+    a11y_action(&p, 1, ACTION(PRESS), NULL);
+    a11y_action(&p, 99, ACTION(PRESS), NULL);
+    a11y_action(&p, 2, ACTION(SET_VALUE), "replaced");
+    a11y_action(&p, 3, ACTION(SET_VALUE), "replaced");
+    a11y_action(&p, 3, ACTION(INCREMENT), NULL);
+    a11y_action(&p, 3, ACTION(SCROLL_INTO_VIEW), NULL);
+    a11y_action(&p, 3, ACTION(FOCUS), NULL);
+    settle(&p, &v);
+    CHECK(v.tree.updates == updates && v.commits == commits && v.tree.focus == 0, "ignored actions changed the view or its tree");
+    fprintf(stderr, "test-host:   PRESS on nodes 1, 2 and 99, SET_VALUE, INCREMENT, SCROLL_INTO_VIEW, FOCUS: ignored\n");
+    a11y_action(&p, 3, ACTION(PRESS), NULL);
+    expect_activity(&p, &v, STATE(WORKING), 0.5f, 0, NULL);
+    expect_activity(&p, &v, STATE(DONE), 1.0f, 0, NULL);
+    Remoteview__Envelope *e = next_share_body(&p, &v);
+    CHECK(e->body_case == BODY(SHARE_COMPLETE) && e->share_complete->result == RESULT(COMPLETED) &&
+          e->share_complete->n_items == 1 && strcmp(e->share_complete->items[0]->text, "HELLO") == 0,
+          "PRESS: got %s", body_name(e->body_case));
+    fprintf(stderr, "test-host:   PRESS on node 3: share_complete COMPLETED \"%s\"\n", e->share_complete->items[0]->text);
+    remoteview__envelope__free_unpacked(e, NULL);
+    settle(&p, &v);
+    expect_changed(&v.tree, updates, (const uint32_t[]){ 2 }, 1, "PRESS");
+    expect_node(&v.tree, 2, ROLE(LABEL), "HELLO");
+    /* a second PRESS: the share is complete, nothing happens */
+    updates = v.tree.updates;
+    a11y_action(&p, 3, ACTION(PRESS), NULL);
+    settle(&p, &v);
+    CHECK(v.tree.updates == updates, "a PRESS after completion changed the tree");
     goodbye(&p, "done");
     expect_eof(&p);
     close(p.fd);
@@ -630,10 +941,11 @@ static void run_complete(peer *main)
 
 static void run_key_and_cancel(peer *main)
 {
-    step("run 2: multi-byte text, scale 2, resize, share_cancel");
-    peer p = open_client(main, "client 2", 1);
+    step("run 3: multi-byte text over 1024 bytes, packets of 1024 bytes, scale 2, resize, share_cancel");
+    peer p = open_client_with(main, "client 3", 1, 1, 1024);
     hview v = { .auto_release = 1 };
-    const char *text = "ünïcödé ünïcödé ünïcödé ünïcödé ünïcödé ünïcödé";
+    char text[1300] = "";
+    while (strlen(text) + 12 < 1200) strcat(text, "ünïcödé "); /* 12 bytes each: 1188 bytes */
     share_text(&p, text);
     Remoteview__Envelope *e = next_share_body(&p, &v);
     CHECK(e->body_case == BODY(ACTIVITY_UPDATE), "expected PREPARING");
@@ -643,16 +955,40 @@ static void run_key_and_cancel(peer *main)
     CHECK(cps == 40 && strncmp(s, text, strlen(s)) == 0, "subtitle \"%s\" has %zu characters, not the first 40", s, cps);
     remoteview__envelope__free_unpacked(e, NULL);
 
-    resize(&p, 200, 150, 2000);
+    resize(&p, &v, 200, 150, 2000);
     expect_activity(&p, &v, STATE(READY), 0, 0, NULL);
     CHECK(v.n == 1 && v.bufs[0].w == 400 && v.bufs[0].h == 300, "scale 2: buffer %dx%d", v.bufs[0].w, v.bufs[0].h);
+    /* the label: cut on a character boundary, with "…", within 1024 bytes, and further so that
+       its node fits in a 1024-byte packet; the update in parts (recv_env checks each size) */
+    htree *tr = &v.tree;
+    CHECK(tr->updates == 1 && tr->last_whole && tr->n == 3, "no whole tree");
+    CHECK(tr->last_parts >= 2, "a whole tree with a long label in %d part(s) of at most 1024 bytes", tr->last_parts);
+    const char *label = expect_node(tr, 2, ROLE(LABEL), NULL)->label;
+    size_t ll = strlen(label);
+    CHECK(ll <= 1024 && ll > 3 && strcmp(label + ll - 3, "…") == 0 && strncmp(label, text, ll - 3) == 0 && utf8_ok(label),
+          "label of %zu bytes: not a prefix of the text ending with …", ll);
+    fprintf(stderr, "test-host:   a %zu-byte text: the label is its first %zu bytes and \"…\", the whole tree came in %d parts\n",
+            strlen(text), ll - 3, tr->last_parts);
     uint32_t old = v.bufs[0].id;
-    resize(&p, 100, 81, 1500); /* 150 x 121.5 -> 150 x 122 */
+    int updates = tr->updates;
+    resize(&p, &v, 100, 81, 1500); /* 150 x 121.5 -> 150 x 122 */
     settle(&p, &v);
+    expect_changed(tr, updates, (const uint32_t[]){ 1, 2, 3 }, 3, "resize");
+    hnode *button = tree_node(tr, 3);
+    CHECK(frame_is(tree_node(tr, 1), 0, 0, 100, 81) && frame_is(button, 16, 25, 84, 40),
+          "after the resize: button (%g, %g, %g, %g), clipped to the view", button->x, button->y, button->w, button->h);
+    fprintf(stderr, "test-host:   resize to 100x81: an update of nodes 1, 2 and 3; the button (%g, %g, %g, %g), clipped to the view\n",
+            button->x, button->y, button->w, button->h);
     CHECK(v.destroys == 1 && v.last_destroyed == old, "old buffer not destroyed (%d destroys)", v.destroys);
     CHECK(v.n == 1 && v.bufs[0].w == 150 && v.bufs[0].h == 122, "scale 1.5: buffer %dx%d", v.bufs[0].w, v.bufs[0].h);
     CHECK(v.shown == v.bufs[0].id, "the new buffer was not committed");
     snapshot(&v.bufs[0], "3-scale-1.5");
+    /* the same size at another scale: a new frame, the same tree */
+    updates = tr->updates;
+    int commits = v.commits;
+    resize(&p, &v, 100, 81, 1000);
+    settle(&p, &v);
+    CHECK(v.commits > commits && tr->updates == updates, "a new scale: %d commits, %d updates", v.commits - commits, tr->updates - updates);
 
     Remoteview__Envelope c = REMOTEVIEW__ENVELOPE__INIT;
     Remoteview__ShareCancel sc = REMOTEVIEW__SHARE_CANCEL__INIT;
@@ -671,8 +1007,8 @@ static void run_key_and_cancel(peer *main)
 
 static void run_refusals(peer *main)
 {
-    step("run 3: shapes it refuses");
-    peer p = open_client(main, "client 3", 1);
+    step("run 4: shapes it refuses (the host does not announce \"accessibility\")");
+    peer p = open_client(main, "client 4", 1);
     hview v = { .auto_release = 1 };
     Remoteview__ShareItem a = REMOTEVIEW__SHARE_ITEM__INIT, b = REMOTEVIEW__SHARE_ITEM__INIT;
     Remoteview__ShareItem *items[2] = { &a, &b };
@@ -686,15 +1022,17 @@ static void run_refusals(peer *main)
           strcmp(e->share_complete->message, "takes exactly one text/plain item, got 2") == 0,
           "two items: %s \"%s\"", body_name(e->body_case), e->body_case == BODY(SHARE_COMPLETE) ? e->share_complete->message : "");
     remoteview__envelope__free_unpacked(e, NULL);
-    resize(&p, 300, 100, 1000); /* the view still shows (why it failed) */
+    resize(&p, &v, 300, 100, 1000); /* the view still shows (why it failed) */
     settle(&p, &v);
     CHECK(v.commits == 1, "refused share: %d commits", v.commits);
+    CHECK(v.tree.updates == 0 && v.tree.parts == 0, "an accessibility_update to a host that did not announce it");
+    fprintf(stderr, "test-host:   a view and its commit, and no accessibility_update to a host that did not announce \"accessibility\"\n");
     goodbye(&p, "done");
     expect_eof(&p);
     close(p.fd);
     close_view(&v);
 
-    p = open_client(main, "client 3b", 1);
+    p = open_client(main, "client 4b", 1);
     a.kind = REMOTEVIEW__ITEM_KIND__ITEM_KIND_URL;
     a.content_type = "text/uri-list";
     a.text = "https://example.com/x";
@@ -707,7 +1045,7 @@ static void run_refusals(peer *main)
     close(p.fd);
 
     /* a FILE item (sealed properly) is refused as well, and its fd closed */
-    p = open_client(main, "client 3c", 1);
+    p = open_client(main, "client 4c", 1);
     int mfd = memfd_create("item", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (mfd < 0 || write(mfd, "abc", 3) != 3 ||
         fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
@@ -739,7 +1077,7 @@ static void expect_violation(peer *p, int code, const char *what)
 
 static void run_violations(peer *main)
 {
-    step("run 4: violations end the connection, not the service");
+    step("run 5: violations end the connection, not the service");
     peer p = open_client(main, "garbage", 1);
     send_raw(p.fd, "\xff\xff\xff\xff", 4, NULL, 0);
     expect_violation(&p, PCODE(MALFORMED), "garbage");
@@ -772,12 +1110,12 @@ static void run_violations(peer *main)
     expect_violation(&p, PCODE(UNEXPECTED), "a ping before the handshake");
 
     p = open_client(main, "resize first", 1);
-    resize(&p, 100, 100, 1000);
+    resize(&p, NULL, 100, 100, 1000);
     expect_violation(&p, PCODE(UNEXPECTED), "resize before share_request");
 
     p = open_client(main, "bad resize", 1);
     share_text(&p, "x");
-    resize(&p, 100, 100, 9000);
+    resize(&p, NULL, 100, 100, 9000);
     Remoteview__Envelope *r = recv_env(&p, 5000, NULL); /* PREPARING */
     remoteview__envelope__free_unpacked(r, NULL);
     expect_violation(&p, PCODE(MALFORMED), "scale_permille 9000");
@@ -818,11 +1156,49 @@ static void run_violations(peer *main)
     send_env(&p, &e);
     expect_violation(&p, PCODE(UNEXPECTED), "activity_update from the host");
 
+    p = open_client_with(main, "action on node 0", 1, 1, 0);
+    a11y_action(&p, 0, ACTION(PRESS), NULL);
+    expect_violation(&p, PCODE(MALFORMED), "accessibility_action on node 0");
+
+    p = open_client_with(main, "action 7", 1, 1, 0);
+    a11y_action(&p, 3, 7, NULL);
+    expect_violation(&p, PCODE(MALFORMED), "accessibility_action 7");
+
+    p = open_client_with(main, "action unspecified", 1, 1, 0);
+    a11y_action(&p, 3, ACTION(UNSPECIFIED), NULL);
+    expect_violation(&p, PCODE(MALFORMED), "accessibility_action 0");
+
+    p = open_client_with(main, "long action text", 1, 1, 0);
+    static char long_text[1026];
+    memset(long_text, 'a', 1025);
+    a11y_action(&p, 2, ACTION(SET_VALUE), long_text);
+    expect_violation(&p, PCODE(MALFORMED), "SET_VALUE with 1025 bytes of text");
+
+    p = open_client_with(main, "text and number", 1, 1, 0);
+    Remoteview__AccessibilityAction both = REMOTEVIEW__ACCESSIBILITY_ACTION__INIT;
+    both.node = 3;
+    both.action = ACTION(SET_VALUE);
+    both.text = "x";
+    both.number = 1;
+    e = (Remoteview__Envelope)REMOTEVIEW__ENVELOPE__INIT;
+    e.body_case = BODY(ACCESSIBILITY_ACTION);
+    e.accessibility_action = &both;
+    send_env(&p, &e);
+    expect_violation(&p, PCODE(MALFORMED), "SET_VALUE with both a text and a number");
+
+    p = open_client_with(main, "update from the host", 1, 1, 0);
+    Remoteview__AccessibilityUpdate upd = REMOTEVIEW__ACCESSIBILITY_UPDATE__INIT;
+    e = (Remoteview__Envelope)REMOTEVIEW__ENVELOPE__INIT;
+    e.body_case = BODY(ACCESSIBILITY_UPDATE);
+    e.accessibility_update = &upd;
+    send_env(&p, &e);
+    expect_violation(&p, PCODE(UNEXPECTED), "accessibility_update from the host");
+
     /* A host that breaks a surface rule: the service says goodbye with the reason. */
     p = open_client(main, "bad release", 1);
     hview v = { 0 };
     share_text(&p, "x");
-    resize(&p, 64, 64, 1000);
+    resize(&p, &v, 64, 64, 1000);
     expect_activity(&p, &v, STATE(PREPARING), 0, 1, "x");
     expect_activity(&p, &v, STATE(READY), 0, 0, "x");
     Remoteview__Envelope rb = REMOTEVIEW__ENVELOPE__INIT;
@@ -852,9 +1228,9 @@ static size_t pack_into(Remoteview__Envelope *e, uint64_t id, uint8_t *buf)
 
 static void run_fuzz(peer *main)
 {
-    step("run 5: 300 connections of mutated packets");
-    static uint8_t templates[8][1024];
-    size_t lens[8];
+    step("run 6: 300 connections of mutated packets");
+    static uint8_t templates[9][1024];
+    size_t lens[9];
     int nt = 0;
     {
         Remoteview__ShareItem it = REMOTEVIEW__SHARE_ITEM__INIT;
@@ -903,11 +1279,16 @@ static void run_fuzz(peer *main)
         e = (Remoteview__Envelope)REMOTEVIEW__ENVELOPE__INIT;
         e.body_case = BODY(SHARE_CANCEL); e.share_cancel = &sc;
         lens[nt] = pack_into(&e, 9, templates[nt]); nt++;
+        Remoteview__AccessibilityAction aa = REMOTEVIEW__ACCESSIBILITY_ACTION__INIT;
+        aa.node = 3; aa.action = ACTION(SET_VALUE); aa.text = "set";
+        e = (Remoteview__Envelope)REMOTEVIEW__ENVELOPE__INIT;
+        e.body_case = BODY(ACCESSIBILITY_ACTION); e.accessibility_action = &aa;
+        lens[nt] = pack_into(&e, 10, templates[nt]); nt++;
     }
     srandom(12345);
     int iterations = use_valgrind ? 60 : 300;
     for (int it = 0; it < iterations; it++) {
-        peer p = open_client(main, "fuzz", 1);
+        peer p = open_client_with(main, "fuzz", 1, it % 2, it % 4 == 1 ? 1024 : 0); /* half of them read the tree */
         for (int k = 0; k < nt; k++) {
             uint8_t buf[1100];
             size_t len = lens[k];
@@ -1020,6 +1401,7 @@ int main(int argc, char **argv)
     list_fds(baseline, sizeof baseline, NULL);
 
     run_complete(&main_peer);
+    run_action(&main_peer);
     run_key_and_cancel(&main_peer);
     run_refusals(&main_peer);
     run_violations(&main_peer);
@@ -1063,7 +1445,7 @@ int main(int argc, char **argv)
     check_service_handshake(&l);
     hview v = { .auto_release = 1 };
     share_text(&l, "abc");
-    resize(&l, 200, 100, 1000);
+    resize(&l, &v, 200, 100, 1000);
     Remoteview__Envelope k = REMOTEVIEW__ENVELOPE__INIT;
     Remoteview__KeyEvent key = REMOTEVIEW__KEY_EVENT__INIT;
     key.down = 1;

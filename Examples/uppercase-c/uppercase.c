@@ -1,8 +1,9 @@
 /* uppercase-share: a RemoteView share activity in C.
  *
  * Written from docs/Protocol.md, docs/Manifest.md and Sources/CProto/remoteview.proto only. It
- * takes one text item, shows it with an UPPERCASE button, and on a click (or Return) answers the
- * share with the text upper-cased. See README.md for what the documents left open. */
+ * takes one text item, shows it with an UPPERCASE button, and on a click (or Return, or an
+ * accessibility PRESS) answers the share with the text upper-cased. To a host that reads it, it
+ * describes the view as a semantic tree. See README.md for what the documents left open. */
 #include "rv.h"
 
 #include <pango/pangocairo.h>
@@ -26,6 +27,7 @@
 #define STATE(x) REMOTEVIEW__ACTIVITY_STATE__ACTIVITY_STATE_##x
 #define RESULT(x) REMOTEVIEW__SHARE_RESULT__SHARE_RESULT_##x
 #define HID_RETURN 40
+#define ACTION(x) REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_##x
 #define CLOSE_FLUSH_MS 1000
 
 enum share_state { SHARE_NONE, SHARE_ACTIVE, SHARE_FINISHED };
@@ -39,6 +41,7 @@ typedef struct conn {
     int64_t handshake_deadline;
     uint64_t next_id, last_in_id;
     uint32_t peer_max_packet;
+    int peer_accessibility;         /* the host announced "accessibility" */
     outpkt *out_head, *out_tail;
 
     enum share_state share;
@@ -49,6 +52,8 @@ typedef struct conn {
 
     view vw;
     int down_in_button;
+    int tree_sent;                  /* a whole tree went to the host */
+    tree sent;                      /* the tree as the host knows it */
 
     uint64_t settles[MAX_OUTSTANDING_REQUESTS];
     size_t n_settles;
@@ -163,11 +168,11 @@ static void send_handshake(conn *c)
 {
     Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
     Remoteview__Handshake h = REMOTEVIEW__HANDSHAKE__INIT;
-    char *caps[] = { "surfaces", "share" };
+    char *caps[] = { "surfaces", "share", "accessibility" };
     h.protocol_version = 1;
     h.role = REMOTEVIEW__PEER_ROLE__PEER_ROLE_SERVICE;
     h.identifier = rv_breaks("identifier") ? "com.example.someone-else" : SERVICE_IDENTIFIER;
-    h.n_capabilities = 2;
+    h.n_capabilities = 3;
     h.capabilities = caps;
     h.max_packet_size = MAX_PACKET;
     /* Protocol.md, "Versions": this activity keeps version 2's rules (it announces "surfaces"
@@ -188,6 +193,7 @@ static void conn_free(conn *c)
         free(p);
     }
     view_free_all(&c->vw);
+    tree_free(&c->sent);
     free(c->text);
     close(c->fd);
     free(c);
@@ -433,6 +439,105 @@ static void reply_settled(conn *c)
     c->n_settles = 0;
 }
 
+/* ---------- the semantic tree ---------- */
+
+static size_t update_size(Remoteview__AccessibilityNode **nodes, size_t n, int whole)
+{
+    Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
+    Remoteview__AccessibilityUpdate u = REMOTEVIEW__ACCESSIBILITY_UPDATE__INIT;
+    u.nodes = nodes;
+    u.n_nodes = n;
+    u.root = whole ? NODE_ROOT : 0;
+    u.whole = whole;
+    u.more = 1;
+    e.id = UINT64_MAX; /* the longest id: a part never outgrows its estimate */
+    e.body_case = BODY(ACCESSIBILITY_UPDATE);
+    e.accessibility_update = &u;
+    return remoteview__envelope__get_packed_size(&e);
+}
+
+/* After a commit: the nodes that changed since the last update (every node, whole, the first
+ * time), in parts that each fit the host's max_packet_size. The focus is always 0: the view has
+ * no keyboard focus model (Return presses the button wherever the focus is). */
+static void send_tree(conn *c)
+{
+    tree now;
+    scene sc = { .text = c->text ? c->text : "", .text_len = c->text_len, .show_button = c->show_button };
+    if (!tree_build(&now, &c->vw, &sc)) {
+        logf_("out of memory for the semantic tree");
+        return;
+    }
+    int whole = !c->tree_sent;
+    Remoteview__AccessibilityNode wire[TREE_MAX_NODES];
+    Remoteview__AccessibilityNode *nodes[TREE_MAX_NODES];
+    char *shortened[TREE_MAX_NODES];
+    size_t n = 0;
+    for (size_t i = 0; i < now.n; i++) {
+        const tnode *t = &now.nodes[i], *old = whole ? NULL : tree_find(&c->sent, t->id);
+        if (old && tnode_equal(old, t)) continue;
+        Remoteview__AccessibilityNode *w = &wire[n];
+        remoteview__accessibility_node__init(w);
+        w->id = t->id;
+        w->role = t->role;
+        w->label = t->label;
+        w->states = t->states;
+        w->actions = t->actions;
+        w->x = t->x;
+        w->y = t->y;
+        w->width = t->width;
+        w->height = t->height;
+        w->n_children = t->n_children;
+        w->children = (uint32_t *)t->children;
+        nodes[n] = w;
+        shortened[n] = NULL;
+        /* A label may be 1024 bytes, and a host's packets as small as 1024: a node that does not
+           fit in a part alone has its label cut further. */
+        size_t size, len = strlen(t->label);
+        while ((size = update_size(&nodes[n], 1, whole)) > c->peer_max_packet && len > 0) {
+            if (!shortened[n] && !(shortened[n] = malloc(TREE_MAX_LABEL + 1))) break;
+            size_t max = size - c->peer_max_packet < len ? len - (size - c->peer_max_packet) : 0;
+            len = label_cut(shortened[n], t->label, strlen(t->label), max);
+            w->label = shortened[n];
+        }
+        n++;
+    }
+    if (n == 0) { /* nothing changed (and the focus never does): no update */
+        tree_free(&now);
+        return;
+    }
+    for (size_t start = 0, end; start < n; start = end) {
+        end = start + 1;
+        while (end < n && update_size(&nodes[start], end + 1 - start, whole) <= c->peer_max_packet) end++;
+        Remoteview__Envelope e = REMOTEVIEW__ENVELOPE__INIT;
+        Remoteview__AccessibilityUpdate u = REMOTEVIEW__ACCESSIBILITY_UPDATE__INIT;
+        u.nodes = &nodes[start];
+        u.n_nodes = end - start;
+        u.root = whole ? NODE_ROOT : 0;
+        u.focus = 0;
+        u.whole = whole;
+        u.more = end < n;
+        e.body_case = BODY(ACCESSIBILITY_UPDATE);
+        e.accessibility_update = &u;
+        if (send_env(c, &e, -1) != 0) {
+            logf_("a part of the semantic tree does not fit in %u bytes", c->peer_max_packet);
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(shortened[i]);
+    tree_free(&c->sent);
+    c->sent = now;
+    c->tree_sent = 1;
+}
+
+/* Protocol.md, "Accessibility" 4: an action on a node that is gone, or that the node does not
+ * take, is ignored. Only the button takes actions: PRESS, as a click on it, and FOCUS, which
+ * changes nothing (no focus model). The nodes are those of what the view shows now. */
+static void on_accessibility_action(conn *c, const Remoteview__AccessibilityAction *a)
+{
+    if (a->node != NODE_BUTTON || !c->vw.has_size || !c->show_button) return;
+    if (a->action == ACTION(PRESS)) complete_share(c);
+}
+
 /* Draws and commits what is pending, as far as the host lets it; destroys buffers of an old
  * size once the host has let go of them; answers settles when nothing is left to commit. */
 static void pump(conn *c)
@@ -493,6 +598,8 @@ static void pump(conn *c)
             vw->in_flight = 1;
             vw->in_flight_frame = vw->frame;
             vw->dirty_full = vw->dirty_text = 0;
+            /* the tree this frame shows, to a host that reads it (Accessibility 1 and 2) */
+            if (c->peer_accessibility) send_tree(c);
             if (!vw->committed_once) {
                 vw->committed_once = 1;
                 if (c->share == SHARE_ACTIVE) send_activity(c, STATE(READY), 0, 0);
@@ -579,6 +686,7 @@ static const char *body_name(int b)
     case BODY(PREFERRED_SIZE): return "preferred_size";
     case BODY(ACTIVITY_UPDATE): return "activity_update";
     case BODY(SHARE_COMPLETE): return "share_complete";
+    case BODY(ACCESSIBILITY_UPDATE): return "accessibility_update";
     default: return "?";
     }
 }
@@ -677,7 +785,9 @@ static void on_packet(conn *c, size_t len, int *fds, int nfds, int truncated, in
             goto fail;
         }
         c->got_handshake = 1;
-        c->peer_max_packet = e->handshake->max_packet_size;
+        c->peer_max_packet = e->handshake->max_packet_size < MAX_PACKET ? e->handshake->max_packet_size : MAX_PACKET;
+        for (size_t i = 0; i < e->handshake->n_capabilities; i++)
+            if (strcmp(e->handshake->capabilities[i], "accessibility") == 0) c->peer_accessibility = 1;
         goto done;
     }
 
@@ -737,6 +847,9 @@ static void on_packet(conn *c, size_t len, int *fds, int nfds, int truncated, in
         goto done;
     case BODY(SHARE_CANCEL):
         if (!on_share_cancel(c, &v)) goto fail;
+        goto done;
+    case BODY(ACCESSIBILITY_ACTION):
+        on_accessibility_action(c, e->accessibility_action);
         goto done;
     default:
         violation_set(&v, CODE(UNEXPECTED), "%s comes from the service, not the host", body_name(e->body_case));

@@ -136,6 +136,23 @@ int button_contains(const view *vw, double x, double y)
     return x >= BUTTON_X && x < BUTTON_X + BUTTON_W && y >= top && y < top + BUTTON_H;
 }
 
+void button_rect(const view *vw, double *x, double *y, double *w, double *h)
+{
+    *x = BUTTON_X;
+    *y = vw->pt_h - BUTTON_FROM_BOTTOM;
+    *w = BUTTON_W;
+    *h = BUTTON_H;
+}
+
+/* Where the text is drawn: from its origin to the edges of its clip (view_draw). */
+void text_rect(const view *vw, int show_button, double *x, double *y, double *w, double *h)
+{
+    *x = MARGIN;
+    *y = MARGIN;
+    *w = vw->pt_w - MARGIN;
+    *h = (show_button ? text_bottom(vw) : vw->pt_h) - MARGIN;
+}
+
 void view_damage_rect(const view *vw, Remoteview__Rect *r)
 {
     r->x = 0;

@@ -431,6 +431,30 @@ static int body_bounds_ok(const Remoteview__Envelope *e, violation *v)
             return 0;
         }
         return 1;
+    case REMOTEVIEW__ENVELOPE__BODY_ACCESSIBILITY_ACTION: {
+        const Remoteview__AccessibilityAction *a = e->accessibility_action;
+        if (a->node == 0) {
+            violation_set(v, CODE(MALFORMED), "accessibility.structure: accessibility_action on node 0");
+            return 0;
+        }
+        if (a->action < 1 || a->action > 6) {
+            violation_set(v, CODE(MALFORMED), "accessibility_action %d is not an action (1...6)", (int)a->action);
+            return 0;
+        }
+        if (!str_ok(a->text, 0, 1024)) {
+            violation_set(v, CODE(MALFORMED), "accessibility.text-length: accessibility_action text over 1024 bytes or not UTF-8");
+            return 0;
+        }
+        if (!isfinite(a->number)) {
+            violation_set(v, CODE(MALFORMED), "accessibility_action number is not finite");
+            return 0;
+        }
+        if (a->action == REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE && a->text[0] && a->number != 0) {
+            violation_set(v, CODE(MALFORMED), "accessibility_action SET_VALUE with both a text and a number");
+            return 0;
+        }
+        return 1;
+    }
     default:
         /* ping, pong, frame_done, focus: nothing to bound. The service's own bodies
          * (attach_buffer, commit, ...) are refused by direction in the caller. */

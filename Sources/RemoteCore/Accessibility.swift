@@ -20,6 +20,14 @@ public enum AccessibilityLimits {
     /// width (height) of its origin, either way. A frame partly outside the view is normal (the
     /// host clips it); one beyond this is absurd, and a violation.
     public static let frameFactor = 16.0
+    /// The smallest side a view is judged by for ``frameFactor``: a control of a usual size in a
+    /// view a few points wide is not absurd (so a frame may always reach 1024 points either way).
+    public static let frameFloor = 64.0
+
+    /// How far a frame may reach from the view's origin along a side of `points`.
+    public static func frameReach(_ points: Double) -> Double {
+        frameFactor * max(points, frameFloor)
+    }
 }
 
 /// The rules a tree must keep, by name: a violation's reason begins with its rule's name, so a

@@ -162,7 +162,8 @@ struct ConformanceTests {
     func brokenServices() async throws {
         try #require(Syscall.isRegularFile(Self.cActivity), "build the C activity first: make -C Examples/uppercase-c (make test does)")
         let broken = [("ids", "ids.increase"), ("idle-goodbye", "idle.goodbye"), ("commit-early", "view.one-frame-in-flight"),
-                      ("buffer-size", "view.buffer-size"), ("fd3-exit", "exit.fd3"), ("identifier", "handshake.identifier")]
+                      ("buffer-size", "view.buffer-size"), ("fd3-exit", "exit.fd3"), ("identifier", "handshake.identifier"),
+                      ("tree-depth", "tree.bounds")]
         let folder = try TemporaryFolder("remoteview-check")
         defer { folder.remove() }
         let manifests = try broken.map { breaking, _ in

@@ -16,17 +16,22 @@ struct WindowTests {
         let lines: LineReader
         let folder: TemporaryFolder
 
-        init(arguments: [String], snapshots: Bool = true) async throws {
-            folder = try TemporaryFolder("remoteview-window")
+        /// Starts an X server (Xvfb) on a free display; returns it and its display (":N").
+        static func startServer() async throws -> (ChildProcess, String) {
             // Xvfb picks a free display and writes its number on the fd -displayfd names.
             let number = try Syscall.pipe()
             var serverOptions = ChildProcess.Options()
             serverOptions.pass(number.second, as: 3)
-            server = try await ChildProcess.launch(executable: "/usr/bin/Xvfb",
-                                            arguments: ["-displayfd", "3", "-screen", "0", "1400x900x24", "-nolisten", "tcp"],
-                                            options: serverOptions)
+            let server = try await ChildProcess.launch(executable: "/usr/bin/Xvfb",
+                                                       arguments: ["-displayfd", "3", "-screen", "0", "1400x900x24", "-nolisten", "tcp"],
+                                                       options: serverOptions)
             let numberReader = LineReader(try ReadableDescriptor(number.first))
-            display = ":" + (try await numberReader.line(within: .seconds(10), "Xvfb's display number")).filter(\.isNumber)
+            return (server, ":" + (try await numberReader.line(within: .seconds(10), "Xvfb's display number")).filter(\.isNumber))
+        }
+
+        init(arguments: [String], snapshots: Bool = true) async throws {
+            folder = try TemporaryFolder("remoteview-window")
+            (server, display) = try await Self.startServer()
             let output = try Syscall.pipe()
             let writeEnd = output.second
             var options = ChildProcess.Options()
@@ -419,5 +424,52 @@ struct WindowTests {
             try await screen.keepScreenshot(of: window.id, as: "window-keyboard-focus")
             try await keys("space")
         }
+    }
+}
+
+/// The window as a screen reader uses it: `Tests/Accessibility/atspi-share.py`, a pyatspi client
+/// (Debian's `python3-pyatspi`, so Debian's `/usr/bin/python3`), in a private session bus
+/// (`dbus-run-session`, which starts at-spi2-core's accessibility bus and registry on demand) on
+/// its own Xvfb, shares with Notes through AT-SPI alone.
+extension WindowTests {
+    @Test("a screen reader's share through AT-SPI: the sheet's entries by name, Notes pressed (Action), the activity's field read (Text) and set (EditableText), a focus event when Tab moves between its controls, Save found by role and name and pressed: the share completes and the note holds the text")
+    func screenReader() async throws {
+        #expect(access("/usr/bin/python3", X_OK) == 0 && access("/usr/bin/dbus-run-session", X_OK) == 0
+                && access("/usr/libexec/at-spi-bus-launcher", X_OK) == 0,
+                "scripts/bootstrap installs at-spi2-core, python3-pyatspi, gir1.2-atspi-2.0 and dbus")
+        let folder = try TemporaryFolder("remoteview-atspi")
+        defer { folder.remove() }
+        // The accessibility bus's socket goes under XDG_RUNTIME_DIR: a folder of this run's own.
+        let runtime = folder.path + "/runtime", output = folder.path + "/output"
+        #expect(mkdir(runtime, 0o700) == 0 && mkdir(output, 0o755) == 0)
+        let (server, display) = try await Screen.startServer()
+        let pipe = try Syscall.pipe()
+        let writeEnd = pipe.second
+        var options = ChildProcess.Options()
+        options.pass(writeEnd, as: 1)
+        options.pass(try writeEnd.duplicate(), as: 2)
+        options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path, "XDG_RUNTIME_DIR": runtime,
+                               "SDL_RENDER_DRIVER": "software"]
+        let demo = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+        let script = UppercaseShareTests.repository + "/Tests/Accessibility/atspi-share.py"
+        let client = try await ChildProcess.launch(executable: "/usr/bin/dbus-run-session",
+                                                   arguments: ["--", "/usr/bin/python3", script, demo, output], options: options)
+        _ = consume writeEnd
+        let lines = LineReader(try ReadableDescriptor(pipe.first))
+        let text = try await lines.all(within: .seconds(120), "the pyatspi client's output")
+        let termination = try await client.waitForExit()
+        server.send(signal: SIGTERM)
+        _ = try await server.waitForExit()
+        let failed = text.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
+        #expect(termination == .exited(0) && failed.isEmpty, "\(termination): \(failed)\n\(text)")
+        for check in ["PASS the sheet's entry \"Notes\" (a list item)", "PASS pressing Notes presents it",
+                      "PASS setTextContents reaches the activity and comes back in its tree",
+                      "PASS Tab: the field loses the focus and the next control gains it (object:state-changed:focused)",
+                      "PASS pressing Save completes the share",
+                      "PASS the note holds the text set through AT-SPI: 'Written through AT-SPI\\nhttps://example.com/sunset'"] {
+            #expect(text.contains(check), "\(check)\n\(text)")
+        }
+        // The session's daemons (the bus, at-spi-bus-launcher, the registry) are gone with it.
+        #expect(childProcesses().isEmpty, "\(childProcesses())")
     }
 }

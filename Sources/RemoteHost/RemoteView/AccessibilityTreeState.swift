@@ -66,8 +66,7 @@ package struct AccessibilityTreeState {
             throw AccessibilityRule.structure.violation("the first update from a process must be whole (the whole tree, with its root)")
         }
         // Frames: finite (checked on decoding) and within frameFactor times the view's size.
-        let reachX = AccessibilityLimits.frameFactor * max(viewSize.width, 1)
-        let reachY = AccessibilityLimits.frameFactor * max(viewSize.height, 1)
+        let reachX = AccessibilityLimits.frameReach(viewSize.width), reachY = AccessibilityLimits.frameReach(viewSize.height)
         for node in update.nodes {
             let f = node.frame
             guard abs(f.x) <= reachX, abs(f.x + f.width) <= reachX, abs(f.y) <= reachY, abs(f.y + f.height) <= reachY else {

@@ -25,8 +25,7 @@ extension ServiceRoot {
         controller.view.layoutIfNeeded()
         var nodes: [AccessibilityNodeDescription] = []
         var views: [UInt32: WeakView] = [:]
-        let reachX = AccessibilityLimits.frameFactor * max(size.width, 1)
-        let reachY = AccessibilityLimits.frameFactor * max(size.height, 1)
+        let reachX = AccessibilityLimits.frameReach(size.width), reachY = AccessibilityLimits.frameReach(size.height)
         func clamp(_ value: Double, _ reach: Double) -> Double { min(max(value, -reach), reach) }
         /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a plain view
         /// that says nothing (an empty, unnamed group: an overlay, a spacer), left out.

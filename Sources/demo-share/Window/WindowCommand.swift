@@ -1,6 +1,7 @@
 // `demo-share window`: the share sheet in a real window (SDL2), an activity's remote view
 // embedded in it and driven by the mouse and keyboard, presented at the display's pace.
 import ArgumentParser
+import CAccessibilityBridge
 import CCairo
 import CSDL2
 import Foundation
@@ -109,6 +110,8 @@ final class WindowInbox: Sendable {
         var settled = false
         /// Tab (or Shift-Tab) left the activity's controls that way.
         var focusLeft: FocusDirection?
+        /// The activity's semantic tree changed.
+        var treeChanged = false
         /// When the oldest frame in `damage` was composited.
         var arrived: ContinuousClock.Instant?
     }
@@ -156,6 +159,14 @@ final class WindowApp {
     /// Lines that describe what the next render shows, printed once it has returned (a test
     /// that reads one may look at the screen at once).
     private var afterRender: [String] = []
+    /// The window's export to AT-SPI (nil: the bridge could not start; the window works on).
+    private var accessibility: WindowAccessibility?
+    /// What the export shows may have changed.
+    private var accessibilityDirty = true
+    /// The export's ids of the presented activity's nodes, and back.
+    private var exportIDs: [UInt32: UInt32] = [:]
+    private var activityIDs: [UInt32: UInt32] = [:]
+    private var nextExportID: UInt32 = WindowIDs.firstActivityNode
 
     /// One activity on screen.
     private final class Presented {
@@ -217,6 +228,8 @@ final class WindowApp {
 
     func run(presenting initial: String?) async throws {
         defer { window.close() }
+        accessibility = WindowAccessibility.start(name: "demo-share", wakeEvent: window.wakeEvent)
+        defer { accessibility?.stop() }
         drawSheet()
         if let initial, let activity = sheet.activity(initial) { await present(activity) }
         var running = true
@@ -226,6 +239,12 @@ final class WindowApp {
                 while running, let event = window.pollEvent() { running = await handle(event) }
             }
             let settled = await applyPending()
+            await performAccessibilityRequests()
+            if accessibilityDirty, let accessibility {
+                accessibilityDirty = false
+                let (nodes, focus) = accessibleNodes()
+                accessibility.publish(nodes, focus: focus)
+            }
             if needsRender {
                 needsRender = false
                 window.render(barHeight: presented == nil ? 0 : barPixels, dimmed: presented?.ended != nil)
@@ -379,6 +398,7 @@ final class WindowApp {
         (rows, whyNot) = WindowPainter.sheet(into: &canvas, scale: scale, items: sheet.items, sheet: sheet, explain: explain)
         canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
         needsRender = true
+        accessibilityDirty = true
     }
 
     // MARK: an activity
@@ -427,6 +447,9 @@ final class WindowApp {
                 for await direction in view.focusLeaves { inbox.change { $0.focusLeft = direction } }
             },
             Task.detached {
+                for await _ in view.accessibility.changes() { inbox.change { $0.treeChanged = true } }
+            },
+            Task.detached {
                 // What the view would come back with after a crash (Relaunch), as it is stored.
                 for await state in view.restorableStates {
                     let preview = String(decoding: state.prefix(160), as: UTF8.self).escapedForTerminal()
@@ -456,6 +479,7 @@ final class WindowApp {
     private func dismiss() async {
         guard let presented else { return }
         self.presented = nil
+        accessibilityDirty = true
         presented.commands.finish()
         if presented.session.currentOutcome == nil { _ = await presented.session.cancel(reason: "the window closed") }
         await presented.session.close()
@@ -473,6 +497,7 @@ final class WindowApp {
         if buttons.cancel == nil { presented.cancelFocused = false }
         canvas.pixels.withUnsafeBufferPointer { try? window.updateBar($0, width: canvas.width, height: canvas.height) }
         needsRender = true
+        accessibilityDirty = true
     }
 
     /// Writes the image on screen (what was last uploaded) to the snapshot folder.
@@ -508,6 +533,7 @@ final class WindowApp {
             needsRender = true
         }
         var barChanged = false
+        if pending.treeChanged { accessibilityDirty = true }
         if let update = pending.update {
             presented.update = update
             barChanged = true
@@ -551,6 +577,8 @@ final class WindowApp {
             case SDL_WINDOWEVENT_EXPOSED.rawValue:
                 exposed = true
                 needsRender = true
+            case SDL_WINDOWEVENT_MOVED.rawValue:
+                accessibilityDirty = true  // the extents are on the screen
             default: break
             }
         case SDL_MOUSEBUTTONDOWN.rawValue, SDL_MOUSEBUTTONUP.rawValue:
@@ -561,18 +589,7 @@ final class WindowApp {
                 return true
             }
             if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
-                // The ended share's view launches nothing: Relaunch retries the share, with the
-                // same items and the state the view last stored.
-                print("window: relaunch \(presented.activity.identifier): retrying the share\(presented.session.view.restorableState.map { " with its \($0.count)-byte state" } ?? "")")
-                let session: ShareSession
-                do {
-                    session = try await presented.session.retry()
-                } catch {
-                    print("window: cannot relaunch \(presented.activity.identifier): \(error)")
-                    return true
-                }
-                await dismiss()
-                show(session)
+                await relaunchShare(presented)
                 return true
             }
             if let cancel = presented.cancel, down, cancel.contains(x, y) {
@@ -658,12 +675,28 @@ final class WindowApp {
         return true
     }
 
+    /// The ended share's view launches nothing: Relaunch retries the share, with the same items
+    /// and the state the view last stored.
+    private func relaunchShare(_ presented: Presented) async {
+        print("window: relaunch \(presented.activity.identifier): retrying the share\(presented.session.view.restorableState.map { " with its \($0.count)-byte state" } ?? "")")
+        let session: ShareSession
+        do {
+            session = try await presented.session.retry()
+        } catch {
+            print("window: cannot relaunch \(presented.activity.identifier): \(error)")
+            return
+        }
+        await dismiss()
+        show(session)
+    }
+
     /// Gives the keyboard focus back to the view from the bar's Cancel: entering that way (Tab:
     /// its first control; Shift-Tab: its last), or as it was (`nil`: a click in it).
     private func focusView(_ presented: Presented, _ direction: FocusDirection?) {
         presented.cancelFocused = false
         presented.commands.yield(.input(direction.map { .focusEntering($0) } ?? .focus(true)))
         drawBar()
+        accessibilityDirty = true
         print("window: focus to the activity\(direction.map { " \($0)" } ?? "")")
     }
 
@@ -672,6 +705,141 @@ final class WindowApp {
         print("window: cancel, by \(what)")
         let session = presented.session
         Task.detached { _ = await session.cancel(reason: "the user pressed Cancel on the window's bar") }
+    }
+
+    // MARK: accessibility
+
+    /// The window's tree: the frame; in it the sheet's entries, or the bar (title, status,
+    /// progress, Cancel or Relaunch) and the embedded activity's own tree; and the focus (the
+    /// activity's focused control, or the bar's Cancel when it has the keyboard). Extents are on
+    /// the screen, in points (SDL's window coordinates).
+    private func accessibleNodes() -> ([WindowAccessibility.Node], UInt32) {
+        typealias Node = WindowAccessibility.Node
+        var left: Int32 = 0, top: Int32 = 0
+        SDL_GetWindowPosition(window.window, &left, &top)
+        let size = window.pointSize
+        let (ox, oy, width, height) = (Int(left), Int(top), Int(size.width), Int(size.height))
+        func node(_ id: UInt32, _ parent: UInt32, _ role: rv_a11y_role, _ name: String, _ rect: PointRect, actions: UInt32 = 0,
+                  states: UInt32 = 0, dy: Double = 0) -> Node {
+            Node(id: id, parent: parent, role: role, name: name, states: states, actions: actions,
+                 x: ox + Int(rect.x.rounded()), y: oy + Int((rect.y + dy).rounded()), width: Int(rect.width.rounded()), height: Int(rect.height.rounded()))
+        }
+        var frame = Node(id: WindowIDs.frame, parent: 0, role: RV_A11Y_ROLE_FRAME, name: "demo-share", x: ox, y: oy, width: width, height: height)
+        let press = UInt32(RV_A11Y_ACTION_PRESS), focusable = UInt32(RV_A11Y_STATE_FOCUSABLE)
+        guard let presented else {
+            frame.name = "Share — demo-share"
+            var list = node(WindowIDs.sheet, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Share with", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
+            var nodes: [Node] = []
+            for (index, activity) in sheet.activities.enumerated() where index < rows.count {
+                let id = WindowIDs.firstSheetRow + UInt32(index)
+                nodes.append(node(id, WindowIDs.sheet, RV_A11Y_ROLE_LIST_ITEM, activity.title, rows[index], actions: press))
+                list.children.append(id)
+            }
+            frame.children = [WindowIDs.sheet]
+            let others = sheet.explanations.count
+            if whyNot.width > 0, others > 0 {
+                // The reasons, when shown, are the button's value: what a screen reader reads next.
+                var button = node(WindowIDs.whyNot, WindowIDs.frame, RV_A11Y_ROLE_BUTTON, "Why not the other \(others)?", whyNot, actions: press)
+                if explain { button.value = sheet.explanations.map { "\($0.activity.title): \($0.reason)" }.joined(separator: "; ") }
+                nodes.append(button)
+                frame.children.append(WindowIDs.whyNot)
+            }
+            return ([frame, list] + nodes, 0)
+        }
+        frame.name = "\(presented.activity.title) — demo-share"
+        let bar = PointRect(x: 0, y: 0, width: Double(width), height: WindowPainter.barHeight)
+        var barGroup = node(WindowIDs.bar, WindowIDs.frame, RV_A11Y_ROLE_GROUP, "Share bar", bar)
+        var nodes: [Node] = []
+        // The status: how the share ended, or the activity's state and what it says it does.
+        let status = presented.ended.map { "\(presented.activity.title) ended: \($0)" } ?? presented.outcome
+            ?? presented.update.map { update in ([update.state.description] + (update.subtitle.map { [$0] } ?? [])).joined(separator: ": ") } ?? "starting"
+        nodes.append(node(WindowIDs.barTitle, WindowIDs.bar, RV_A11Y_ROLE_LABEL, presented.update?.title ?? presented.activity.title, bar))
+        nodes.append(node(WindowIDs.barStatus, WindowIDs.bar, RV_A11Y_ROLE_LABEL, status, bar))
+        barGroup.children = [WindowIDs.barTitle, WindowIDs.barStatus]
+        if presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress != nil || update.state == .working {
+            var progress = node(WindowIDs.barProgress, WindowIDs.bar, RV_A11Y_ROLE_PROGRESS, "Progress", bar)
+            // Indeterminate progress has no value to report: its text says so.
+            if let done = update.progress { progress.range = AccessibilityRange(minimum: 0, maximum: 1, value: done) }
+            progress.value = update.progress.map { "\(Int(($0 * 100).rounded())) %" } ?? "in progress"
+            nodes.append(progress)
+            barGroup.children.append(WindowIDs.barProgress)
+        }
+        if let cancel = presented.cancel {
+            nodes.append(node(WindowIDs.cancel, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Cancel", cancel, actions: press, states: focusable))
+            barGroup.children.append(WindowIDs.cancel)
+        }
+        if let relaunch = presented.relaunch {
+            nodes.append(node(WindowIDs.relaunch, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Relaunch", relaunch, actions: press))
+            barGroup.children.append(WindowIDs.relaunch)
+        }
+        // The activity: its tree below the bar, each node's frame in the view's points.
+        let tree = presented.session.view.accessibility.tree
+        var embedded = node(WindowIDs.activity, WindowIDs.frame, RV_A11Y_ROLE_EMBEDDED, presented.activity.title,
+                            PointRect(x: 0, y: WindowPainter.barHeight, width: Double(width), height: Double(height) - WindowPainter.barHeight))
+        let ids = tree.nodesInOrder.map(\.node.id)
+        exportIDs = exportIDs.filter { tree[$0.key] != nil }
+        activityIDs = activityIDs.filter { exportIDs[$0.value] != nil }
+        for id in ids where exportIDs[id] == nil {
+            exportIDs[id] = nextExportID
+            activityIDs[nextExportID] = id
+            nextExportID = nextExportID == .max - 1 ? WindowIDs.firstActivityNode : nextExportID + 1
+        }
+        for (_, activityNode) in tree.nodesInOrder {
+            let frame = activityNode.frameInPoints
+            var exported = node(exportIDs[activityNode.id]!, activityNode.parent.flatMap { exportIDs[$0] } ?? WindowIDs.activity,
+                                Node.role(activityNode.role), activityNode.label,
+                                PointRect(x: frame.x, y: frame.y, width: frame.width, height: frame.height),
+                                actions: Node.actions(activityNode.actions), states: Node.states(activityNode.states),
+                                dy: WindowPainter.barHeight)
+            exported.value = activityNode.value
+            exported.range = activityNode.range
+            exported.children = activityNode.children.compactMap { exportIDs[$0] }
+            nodes.append(exported)
+        }
+        embedded.children = tree.root.flatMap { exportIDs[$0] }.map { [$0] } ?? []
+        frame.children = [WindowIDs.bar, WindowIDs.activity]
+        let focus: UInt32 = presented.cancelFocused ? WindowIDs.cancel : tree.focus.flatMap { exportIDs[$0] } ?? 0
+        return ([frame, barGroup] + nodes + [embedded], focus)
+    }
+
+    /// What assistive technologies asked since the last turn: the window's own controls act as a
+    /// click on them; the activity's nodes are the activity's, sent back through its view.
+    private func performAccessibilityRequests() async {
+        guard let accessibility else { return }
+        for request in accessibility.takeRequests() {
+            print("window: accessibility \(request.action) on node \(request.id)")
+            switch (request.id, request.action) {
+            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .press) where presented == nil:
+                let index = Int(request.id - WindowIDs.firstSheetRow)
+                if index < sheet.activities.count { await present(sheet.activities[index]) }
+            case (WindowIDs.whyNot, .press) where presented == nil:
+                explain.toggle()
+                drawSheet()
+            case (WindowIDs.cancel, .press):
+                if let presented, presented.cancel != nil { cancelShare(presented, by: "an assistive technology") }
+            case (WindowIDs.cancel, .focus):
+                if let presented, presented.cancel != nil, !presented.cancelFocused {
+                    presented.cancelFocused = true
+                    presented.commands.yield(.input(.focus(false)))
+                    drawBar()
+                }
+            case (WindowIDs.relaunch, .press):
+                if let presented, presented.relaunch != nil { await relaunchShare(presented) }
+            default:
+                guard let presented, presented.ended == nil, let id = activityIDs[request.id] else { continue }
+                // The activity's control takes the keyboard back from the bar's Cancel.
+                if case .focus = request.action, presented.cancelFocused { focusView(presented, nil) }
+                let view = presented.session.view
+                let action = request.action
+                Task.detached {
+                    do throws(RemoteError) {
+                        try await view.accessibility.perform(action, on: id)
+                    } catch {
+                        print("window: accessibility \(action) on the activity's node \(id): \(error.reason.escapedForTerminal())")
+                    }
+                }
+            }
+        }
     }
 
     /// A click on the sheet: an activity's row presents it; the last row explains the others.
@@ -729,4 +897,14 @@ extension WindowCommand {
         }
         return "\(reason): \(fatal[range.upperBound...])"
     }
+}
+
+
+/// The ids of the window's own accessible nodes; the activity's nodes are numbered from
+/// `firstActivityNode`, anew for each node the activity describes.
+enum WindowIDs {
+    static let frame: UInt32 = 1, sheet: UInt32 = 2, bar: UInt32 = 3, barTitle: UInt32 = 4, barStatus: UInt32 = 5
+    static let barProgress: UInt32 = 6, cancel: UInt32 = 7, relaunch: UInt32 = 8, whyNot: UInt32 = 9, activity: UInt32 = 20
+    static let firstSheetRow: UInt32 = 100
+    static let firstActivityNode: UInt32 = 1_000
 }

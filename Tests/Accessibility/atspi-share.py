@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+# A screen reader's share, through AT-SPI2 alone: starts `demo-share window`, finds the sheet's
+# entries by name, presses Notes, reads and sets the activity's text field through Text and
+# EditableText, moves the focus with Tab and waits for the focus events, presses "Save" through
+# the Action interface, and checks that the share completed and the note was written.
+#
+#   dbus-run-session -- /usr/bin/python3 atspi-share.py DEMO_SHARE OUTPUT_DIR
+#
+# Needs DISPLAY (Xvfb), a session bus (dbus-run-session), at-spi2-core and python3-pyatspi, which
+# imports only under Debian's own Python: run it as /usr/bin/python3. Prints the window's tree
+# (twice: on the sheet, and during the share), one PASS or FAIL line per check, and exits 0 when
+# every check passed. Every wait has a deadline.
+import os, subprocess, sys, threading, time
+
+import pyatspi
+from gi.repository import GLib
+
+demo_share, output = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+context = GLib.MainContext.default()
+
+
+def pump(seconds, until=lambda: False):
+    """Runs the main context (AT-SPI events) until `until()` holds or the deadline passes."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        while context.pending():
+            context.iteration(False)
+        try:
+            if until():
+                return True
+        except Exception:
+            pass  # a node that went away between two looks: look again
+        time.sleep(0.02)
+    try:
+        return bool(until())
+    except Exception:
+        return False
+
+
+events = []
+
+
+def on_event(event):
+    try:
+        name, role = event.source.name, event.source.getRoleName()
+    except Exception:
+        name, role = "(gone)", ""
+    events.append((event.type, role, name, event.detail1))
+
+
+pyatspi.Registry.registerEventListener(on_event, "object:state-changed:focused", "focus:")
+
+# The window, its lines read as they come.
+window = subprocess.Popen([demo_share, "window", "--output", output], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1)
+lines = []
+
+
+def read_lines():
+    for line in window.stdout:
+        lines.append(line.rstrip("\n"))
+
+
+threading.Thread(target=read_lines, daemon=True).start()
+
+
+def finish(code):
+    window.terminate()
+    try:
+        window.wait(10)
+    except subprocess.TimeoutExpired:
+        window.kill()
+        window.wait()
+    print("--- the window's output")
+    print("\n".join(lines), flush=True)
+    sys.exit(code)
+
+
+def line_seen(prefix):
+    return any(line.startswith(prefix) for line in lines)
+
+
+check(pump(20, lambda: line_seen("window: sheet")), "the window shows its sheet")
+desktop = pyatspi.Registry.getDesktop(0)
+app = None
+
+
+def find_app():
+    global app
+    app = next((a for a in desktop if a is not None and a.name == "demo-share"), None)
+    return app is not None
+
+
+if not check(pump(20, find_app), "the application demo-share on the AT-SPI desktop"):
+    finish(1)
+
+
+def walk(node):
+    yield node
+    for child in node:
+        if child is not None:
+            yield from walk(child)
+
+
+def find(role, name):
+    return next((n for n in walk(app) if n.getRole() == role and n.name == name), None)
+
+
+def dump(title):
+    print("--- " + title, flush=True)
+    for node, depth in ((n, d) for n, d in depth_walk(app, 0)):
+        states = sorted(pyatspi.stateToString(s) for s in node.getState().getStates())
+        line = "%s%s %r" % ("  " * depth, node.getRoleName(), node.name)
+        interfaces = node.get_interfaces()
+        if "Text" in interfaces:
+            text = node.queryText().getText(0, -1)
+            if text != node.name:
+                line += " text=%r" % text
+        if "Value" in interfaces:
+            value = node.queryValue()
+            line += " value=%s of %s…%s" % (value.currentValue, value.minimumValue, value.maximumValue)
+        if "Component" in interfaces:
+            line += " %s" % (tuple(node.queryComponent().getExtents(pyatspi.WINDOW_COORDS)),)
+        line += " [%s] {%s}" % (" ".join(s for s in states if s not in ("enabled", "sensitive", "showing", "visible")),
+                                ",".join(sorted(i for i in interfaces if i not in ("Accessible", "Collection"))))
+        print(line, flush=True)
+
+
+def depth_walk(node, depth):
+    yield node, depth
+    for child in node:
+        if child is not None:
+            yield from depth_walk(child, depth + 1)
+
+
+# The sheet: its entries by name; Notes, pressed through the Action interface.
+notes = None
+check(pump(10, lambda: find(pyatspi.ROLE_LIST_ITEM, "Notes") is not None), "the sheet's entry \"Notes\" (a list item)")
+dump("the window's tree: the sheet")
+notes = find(pyatspi.ROLE_LIST_ITEM, "Notes")
+if notes is None:
+    finish(1)
+check("Action" in notes.get_interfaces() and notes.queryAction().getName(0) == "click", "Notes can be clicked (Action)")
+notes.queryAction().doAction(0)
+check(pump(20, lambda: line_seen("window: presenting com.example.demo-share.notes")), "pressing Notes presents it")
+
+# The activity's text field, found by role and name inside the embedded activity.
+field = None
+
+
+def field_ready():
+    global field
+    field = find(pyatspi.ROLE_ENTRY, "Note")
+    return field is not None and field.queryText().getText(0, -1).startswith("Look at this sunset!")
+
+
+if not check(pump(20, field_ready), "the activity's text field \"Note\", holding the shared text (Text)"):
+    dump("the window's tree when the field was not found")
+    finish(1)
+embedded = field
+while embedded is not None and embedded.getRole() != pyatspi.ROLE_EMBEDDED:
+    embedded = embedded.parent
+check(embedded is not None and embedded.name == "Notes", "the field is inside the embedded activity \"Notes\"")
+check(field.getState().contains(pyatspi.STATE_EDITABLE) and "EditableText" in field.get_interfaces(), "the field is editable (EditableText)")
+check(pump(10, lambda: field.getState().contains(pyatspi.STATE_FOCUSED)), "the field has the focus when Notes appears")
+field.queryEditableText().setTextContents("Written through AT-SPI")
+check(pump(10, lambda: field.queryText().getText(0, -1) == "Written through AT-SPI"), "setTextContents reaches the activity and comes back in its tree")
+
+# Tab moves the focus between the activity's controls: focus events arrive.
+del events[:]
+subprocess.run(["/usr/bin/xdotool", "search", "--sync", "--name", "^demo-share$", "windowfocus", "--sync", "key", "Tab"], check=True,
+               timeout=20)
+
+
+def focus_moved():
+    gained = [e for e in events if e[0] == "object:state-changed:focused" and e[3] == 1]
+    lost = [e for e in events if e[0] == "object:state-changed:focused" and e[3] == 0 and e[2] == "Note"]
+    return gained and lost
+
+
+check(pump(10, focus_moved), "Tab: the field loses the focus and the next control gains it (object:state-changed:focused)")
+gained = [e for e in events if e[0] == "object:state-changed:focused" and e[3] == 1]
+print("focus events: %s" % events, flush=True)
+check(any(e[0] == "focus:" for e in events), "a focus: event")
+dump("the window's tree: Notes, after the text was set and Tab")
+
+# Save, found by role and name, pressed through the Action interface: the share completes.
+save = find(pyatspi.ROLE_PUSH_BUTTON, "Save")
+if not check(save is not None and "Action" in save.get_interfaces(), "the activity's button \"Save\" (Action)"):
+    finish(1)
+save.queryAction().doAction(0)
+check(pump(20, lambda: line_seen("window: outcome completed")), "pressing Save completes the share")
+check(pump(10, lambda: line_seen("window: wrote ")), "the note is written")
+written = [line[len("window: wrote "):].split(" ")[0] for line in lines if line.startswith("window: wrote ")]
+if written:
+    with open(written[0], encoding="utf-8") as note:
+        content = note.read()
+    check(content == "Written through AT-SPI\nhttps://example.com/sunset", "the note holds the text set through AT-SPI: %r" % content)
+check(pump(10, lambda: find(pyatspi.ROLE_PUSH_BUTTON, "Cancel") is None or True), "the tree follows the outcome")
+finish(1 if failures else 0)
