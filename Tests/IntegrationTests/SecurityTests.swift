@@ -278,6 +278,38 @@ struct SecurityTests {
         }
     }
 
+    @Test("the accessibility bus: a socket where at-spi2-core puts it (XDG_RUNTIME_DIR/at-spi/) is out of every service's reach, with the network or without; a service's tree reaches the desktop only through its host")
+    func accessibilityBus() async throws {
+        // The host's runtime folder as at-spi-bus-launcher uses it (a temporary one, mode 0700,
+        // when the host has none), with a listening socket where the bus's would be.
+        let runtime = getenv("XDG_RUNTIME_DIR").map { String(cString: $0) }
+        let scratch = runtime == nil ? try TemporaryFolder("remoteview-runtime") : nil
+        defer { scratch?.remove() }
+        let folder = (runtime ?? scratch!.path) + "/at-spi"
+        _ = mkdir(folder, 0o700)
+        let path = folder + "/bus_remoteview-probe-\(getpid())"
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener); unlink(path) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { bytes in
+            for (index, byte) in path.utf8.enumerated() { bytes[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        try #require(bound == 0 && listen(listener, 4) == 0, "the host's listener at \(path)")
+        for network in [true, false] {
+            let extra = network ? #""sandbox": {"network": true}"# : nil
+            try await withServices(["test.json": ServiceFolder.manifest(extra: extra)]) { launcher, _ in
+                let outcome = try await launcher.connection(to: "com.example.test").request(ServiceMessage(type: "attack", text: "connect-path:" + path)).text ?? ""
+                #expect(outcome == "denied: ENOENT", "network \(network): \(outcome)")
+                SecurityTable.record("connect to the accessibility bus's socket (`$XDG_RUNTIME_DIR/at-spi/bus…`)\(network ? " with `sandbox.network`" : "")",
+                                     outcome.replacing("denied: ", with: "denied, errno ") + " (the host's runtime folder is not in the sandbox)",
+                                     contained: outcome != "allowed")
+            }
+        }
+    }
+
     /// A user font folder for the font tests, in a fresh folder other users may pass (a root
     /// host's copy of the fonts is made beside it): a system font copied twice under names no
     /// system folder has, one in a subfolder, one of mode 0600 (a root host's services, which

@@ -155,6 +155,17 @@ public struct AccessibilityChange: Sendable {
     public let removed: [UInt32]
     /// The focus moved (or the tree was replaced).
     public let focusChanged: Bool
+
+    /// The bytes this change's `accessibility_update` packets take on the wire, as the codec
+    /// encodes them (each in an envelope with a one-byte id: a real one's id may take up to 9
+    /// bytes more). Computed when asked (it encodes the update again), for measuring.
+    public var wireBytes: Int {
+        let nodes = changed.compactMap { tree.descriptions[$0] }
+        let parts = AccessibilityUpdateWire.split(nodes: nodes, root: isWhole ? tree.root ?? 0 : 0, focus: tree.focus ?? 0, whole: isWhole)
+        return parts.reduce(0) { total, part in
+            total + ((try? EnvelopeCodec.encode(Envelope(id: 1, body: .surface(.accessibilityUpdate(part)))).count) ?? 0)
+        }
+    }
 }
 
 /// An embedded view's semantic tree (``RemoteView/accessibility``): the current tree, a stream

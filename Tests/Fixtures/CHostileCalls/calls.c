@@ -126,10 +126,25 @@ static int connect_abstract(const char *name) {
     return rc;
 }
 
+// Connects to the Unix socket at `path` (the host's accessibility bus listens on such, under its
+// XDG_RUNTIME_DIR).
+static int connect_path(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    size_t length = strlen(path);
+    if (length + 1 > sizeof address.sun_path) { close(fd); return ENAMETOOLONG; }
+    memcpy(address.sun_path, path, length + 1);
+    int rc = result(connect(fd, (struct sockaddr *)&address, (socklen_t)sizeof address));
+    close(fd);
+    return rc;
+}
+
 int hostile_call(const char *name) {
 #define IS(n) (strcmp(name, (n)) == 0)
-    static const char abstract_prefix[] = "connect-abstract:";
+    static const char abstract_prefix[] = "connect-abstract:", path_prefix[] = "connect-path:";
     if (strncmp(name, abstract_prefix, sizeof abstract_prefix - 1) == 0) return connect_abstract(name + sizeof abstract_prefix - 1);
+    if (strncmp(name, path_prefix, sizeof path_prefix - 1) == 0) return connect_path(name + sizeof path_prefix - 1);
     if (IS("write-core-pattern")) return open_for_writing("/proc/sys/kernel/core_pattern");
     if (IS("write-randomize-va-space")) return open_for_writing("/proc/sys/kernel/randomize_va_space");
     if (IS("write-perf-event-paranoid")) return open_for_writing("/proc/sys/kernel/perf_event_paranoid");
