@@ -453,7 +453,7 @@ struct Bench: Sendable {
     }
 
     /// The figure groups `--only` takes.
-    static let groups = ["oneway", "fd", "frames", "present", "cold", "scale", "grpc", "dbus", "pinned", "share", "window"]
+    static let groups = ["oneway", "fd", "frames", "present", "typing", "cold", "scale", "grpc", "dbus", "pinned", "share", "window"]
 
     func wants(_ group: String) -> Bool { only.isEmpty || only.contains(group) }
 
@@ -594,6 +594,11 @@ struct Bench: Sendable {
                                 ratioMeaning: "of the solid view's CPU", target: "–", met: nil))
             }
             return rows
+        }
+
+        if wants("typing") {
+            log("typing: keystrokes into a view of text, the host reading its tree and not …")
+            rows += try await typingRows(registry: registry, logger: logger)
         }
 
         if wants("cold") {
@@ -898,6 +903,162 @@ struct Bench: Sendable {
             await connection.invalidate()
         }
         return samples
+    }
+
+    /// A view of text (`com.example.bench.text`) with its field focused, for typing into, and
+    /// when each of its frames and tree updates reached the host (monotonic µs, in order).
+    /// Each keystroke's cost counts one settle round trip too (before it, so that nothing of
+    /// the keystroke before is still coming), with the tree and without.
+    final class TypingView: Sendable {
+        let view: RemoteView
+        let service: ServiceConnection
+        let frames = Arrivals(), trees = Arrivals()
+        let readers: [Task<Void, Never>]
+        /// Whether its host reads the tree.
+        let readsTree: Bool
+
+        init(view: RemoteView, service: ServiceConnection, tree: Bool) {
+            self.view = view
+            self.service = service
+            readsTree = tree
+            let frames = self.frames, trees = self.trees
+            readers = [Task { for await _ in view.damage { frames.arrived() } }]
+                + (tree ? [Task { for await change in view.accessibility.changes() { trees.arrived(change) } }] : [])
+        }
+
+        deinit { readers.forEach { $0.cancel() } }
+    }
+
+    /// Arrivals of one kind: their times and sizes, and a wait for one by its number.
+    final class Arrivals: Sendable {
+        private struct State {
+            var times: [Double] = []
+            /// The changes (the tree's), whose bytes are counted after the timing.
+            var changes: [AccessibilityChange?] = []
+            /// Who waits, for which arrival.
+            var waiter: (index: Int, continuation: CheckedContinuation<Void, Never>)?
+        }
+        private let state = Mutex(State())
+
+        func arrived(_ change: AccessibilityChange? = nil) {
+            let now = nowMicroseconds()
+            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                state.times.append(now)
+                state.changes.append(change)
+                guard let waiter = state.waiter, state.times.count > waiter.index else { return nil }
+                state.waiter = nil
+                return waiter.continuation
+            }
+            waiter?.resume()
+        }
+
+        var count: Int { state.withLock { $0.times.count } }
+
+        /// The time of arrival number `index` (from 0) and what came, once it has come.
+        func arrival(_ index: Int) async -> (Double, AccessibilityChange?) {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { state in
+                    if state.times.count > index { return true }
+                    state.waiter = (index, continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+            return state.withLock { ($0.times[index], $0.changes[index]) }
+        }
+    }
+
+    /// What each keystroke costs, the host reading the view's semantic tree (its launcher
+    /// announces `accessibility`, so the service describes the tree after each frame and sends
+    /// the changed node) and not (the same view, a launcher with `readsAccessibility` off): a
+    /// typed "x" and a Backspace, alternately, each timed from the send to its frame composited
+    /// on the host and, when read, to the tree update that follows it; the update's bytes; both
+    /// processes' CPU time and context switches per keystroke. The two alternate in chunks, so
+    /// both see the same machine.
+    func typingRows(registry: ServiceRegistry, logger: Logger) async throws -> [Row] {
+        let reading = Launcher.Configuration(hostIdentifier: "com.example.bench-host", logger: logger)  // reads trees (the default)
+        var blindConfiguration = reading
+        blindConfiguration.readsAccessibility = false
+        let blind = blindConfiguration
+        let keystrokes = max(roundTrips / 10, 100), chunks = 5
+        return try await withLauncher(registry: registry, configuration: reading) { readingLauncher in
+            try await withLauncher(registry: registry, configuration: blind) { blindLauncher in
+                func open(_ launcher: Launcher, tree: Bool) async throws -> TypingView {
+                    let service = launcher.connection(to: "com.example.bench.text")
+                    let typing = TypingView(view: RemoteView(connection: service), service: service, tree: tree)
+                    try await typing.view.present(width: 320, height: 240)
+                    // The field is the first control Tab reaches (the labels take no focus).
+                    try await typing.view.send(.focus(true))
+                    try await typing.view.press(keyCode: KeyCode.tab)
+                    try await typing.view.settle()
+                    if tree {
+                        _ = try await typing.view.accessibility.node(timeout: .seconds(10), describedAs: "the focused field") {
+                            $0.focusedNode?.role == .textField ? $0.focusedNode : nil
+                        }
+                    }
+                    return typing
+                }
+                /// `count` keystrokes: frame latencies, tree-after-frame latencies, bytes, cost.
+                func type(_ typing: TypingView, _ count: Int) async throws -> ([Double], [Double], [Double], Cost) {
+                    var frames: [Double] = [], trees: [Double] = [], changes: [AccessibilityChange] = []
+                    let host = Cost.ownProcess(), service = try await usage(of: typing.service)
+                    for index in 0..<count {
+                        // Settled: no frame or update of an earlier keystroke is still coming.
+                        try await typing.view.settle()
+                        let frame = typing.frames.count, tree = typing.trees.count
+                        let start = nowMicroseconds()
+                        if index % 2 == 0 { try await typing.view.type("x") } else { try await typing.view.press(keyCode: KeyCode.backspace) }
+                        let (framed, _) = await typing.frames.arrival(frame)
+                        frames.append(framed - start)
+                        if typing.readsTree {
+                            let (published, change) = await typing.trees.arrival(tree)
+                            trees.append(published - framed)
+                            if let change { changes.append(change) }
+                        }
+                    }
+                    let spent = Cost.ownProcess() - host + (try await usage(of: typing.service) - service)
+                    // Counted now, outside what was measured (it encodes each update again).
+                    return (frames, trees, changes.map { Double($0.wireBytes) }, spent)
+                }
+                let withTree = try await open(readingLauncher, tree: true)
+                let without = try await open(blindLauncher, tree: false)
+                var framesWith: [Double] = [], treesWith: [Double] = [], bytesWith: [Double] = [], costWith = Cost()
+                var framesWithout: [Double] = [], costWithout = Cost()
+                _ = try await type(withTree, 20)
+                _ = try await type(without, 20)
+                for _ in 0..<chunks {
+                    let a = try await type(withTree, keystrokes / chunks)
+                    framesWith += a.0; treesWith += a.1; bytesWith += a.2; costWith = costWith + a.3
+                    let b = try await type(without, keystrokes / chunks)
+                    framesWithout += b.0; costWithout = costWithout + b.3
+                }
+                await withTree.service.invalidate()
+                await without.service.invalidate()
+                let total = keystrokes / chunks * chunks
+                let frameWith = Stats(microseconds: framesWith).with(costWith, over: total)
+                let frameWithout = Stats(microseconds: framesWithout).with(costWithout, over: total)
+                let tree = Stats(microseconds: treesWith)
+                let sizes = Stats(microseconds: bytesWith)
+                func cost(_ stats: Stats) -> String {
+                    String(format: "%.0f µs CPU, %.1f switches", stats.cpuPerOperation ?? 0, stats.switchesPerOperation ?? 0)
+                }
+                return [
+                    Row(figure: "keystroke → its frame composited, the host reading the tree", value: frameWith,
+                        baseline: "the same, the host not reading it", baselineValue: frameWithout, ratio: frameWith.median / frameWithout.median,
+                        ratioMeaning: "of not reading (median)", target: "–", met: nil),
+                    Row(figure: "↳ the tree update after its frame (frame composited → tree published)", value: tree,
+                        baseline: "the keystroke's frame (above)", baselineValue: frameWith, ratio: tree.median / frameWith.median,
+                        ratioMeaning: "of the frame's latency", target: "–", met: nil),
+                    Row(figure: "↳ bytes of the tree update per keystroke", value: sizes,
+                        summary: String(format: "%.0f B (%.0f–%.0f)", sizes.median, sizes.min, sizes.max),
+                        baseline: "–", baselineValue: sizes, ratio: 1, ratioMeaning: "", target: "–", met: nil),
+                    Row(figure: "↳ cost per keystroke, host + service, reading the tree", value: frameWith, summary: cost(frameWith),
+                        baseline: "not reading it", baselineValue: frameWithout, baselineSummary: cost(frameWithout),
+                        ratio: (frameWith.cpuPerOperation ?? 0) / max(frameWithout.cpuPerOperation ?? 1, 0.001),
+                        ratioMeaning: "of not reading's CPU", target: "–", met: nil),
+                ]
+            }
+        }
     }
 
     /// Presents a 320×240 view of the connection's service and waits for its first frame.
