@@ -1180,6 +1180,7 @@ static void run_violations(peer *main)
     both.action = ACTION(SET_VALUE);
     both.text = "x";
     both.number = 1;
+    both.has_number = 1;
     e = (Remoteview__Envelope)REMOTEVIEW__ENVELOPE__INIT;
     e.body_case = BODY(ACCESSIBILITY_ACTION);
     e.accessibility_action = &both;

@@ -449,7 +449,7 @@ static int body_bounds_ok(const Remoteview__Envelope *e, violation *v)
             violation_set(v, CODE(MALFORMED), "accessibility_action number is not finite");
             return 0;
         }
-        if (a->action == REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE && a->text[0] && a->number != 0) {
+        if (a->action == REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE && a->text[0] && a->has_number) {
             violation_set(v, CODE(MALFORMED), "accessibility_action SET_VALUE with both a text and a number");
             return 0;
         }

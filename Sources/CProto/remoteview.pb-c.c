@@ -3564,7 +3564,7 @@ const ProtobufCMessageDescriptor remoteview__accessibility_update__descriptor =
   (ProtobufCMessageInit) remoteview__accessibility_update__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor remoteview__accessibility_action__field_descriptors[4] =
+static const ProtobufCFieldDescriptor remoteview__accessibility_action__field_descriptors[5] =
 {
   {
     "node",
@@ -3614,9 +3614,22 @@ static const ProtobufCFieldDescriptor remoteview__accessibility_action__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "has_number",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Remoteview__AccessibilityAction, has_number),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned remoteview__accessibility_action__field_indices_by_name[] = {
   1,   /* field[1] = action */
+  4,   /* field[4] = has_number */
   0,   /* field[0] = node */
   3,   /* field[3] = number */
   2,   /* field[2] = text */
@@ -3624,7 +3637,7 @@ static const unsigned remoteview__accessibility_action__field_indices_by_name[] 
 static const ProtobufCIntRange remoteview__accessibility_action__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor remoteview__accessibility_action__descriptor =
 {
@@ -3634,7 +3647,7 @@ const ProtobufCMessageDescriptor remoteview__accessibility_action__descriptor =
   "Remoteview__AccessibilityAction",
   "remoteview",
   sizeof(Remoteview__AccessibilityAction),
-  4,
+  5,
   remoteview__accessibility_action__field_descriptors,
   remoteview__accessibility_action__field_indices_by_name,
   1,  remoteview__accessibility_action__number_ranges,

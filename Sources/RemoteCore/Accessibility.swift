@@ -69,18 +69,23 @@ package enum AccessibilityCapability {
 /// What a node is. A value from a newer peer that this version does not know reads as
 /// ``unknown``: a plain element.
 public struct AccessibilityRole: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+    /// The role's number on the wire (`AccessibilityRole` in remoteview.proto).
     public let rawValue: UInt32
+    /// The role numbered `rawValue` (one this version does not know is not ``unknown`` by itself:
+    /// the decoder maps those).
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// A role this version does not know (a newer peer's), or none given.
     public static let unknown = AccessibilityRole(rawValue: 0)
     /// A container: a stack, the root view.
     public static let group = AccessibilityRole(rawValue: 1)
+    /// Something to press.
     public static let button = AccessibilityRole(rawValue: 2)
     /// Static text.
     public static let label = AccessibilityRole(rawValue: 3)
     /// Editable text.
     public static let textField = AccessibilityRole(rawValue: 4)
+    /// A picture; its label says what it shows.
     public static let image = AccessibilityRole(rawValue: 5)
     /// A progress indicator: its node's range says how far.
     public static let progress = AccessibilityRole(rawValue: 6)
@@ -123,13 +128,16 @@ public struct AccessibilityRole: RawRepresentable, Sendable, Hashable, CustomStr
 /// States of a node. ``focused`` is the host's: it marks the node the update's focus names, and
 /// never goes on the wire (the focus is one node, not a bit each node could claim).
 public struct AccessibilityStates: OptionSet, Sendable, Hashable {
+    /// The bits (the wire's below 1 << 16).
     public let rawValue: UInt32
+    /// The states of `rawValue`'s bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// It can take the keyboard focus.
     public static let focusable = AccessibilityStates(rawValue: 1)
     /// It is shown but takes no input.
     public static let disabled = AccessibilityStates(rawValue: 2)
+    /// It is chosen (an item of a list).
     public static let selected = AccessibilityStates(rawValue: 4)
     /// Its value can be edited (a text field).
     public static let editable = AccessibilityStates(rawValue: 8)
@@ -144,7 +152,9 @@ public struct AccessibilityStates: OptionSet, Sendable, Hashable {
 
 /// What can be done to a node, as a user would.
 public struct AccessibilityActions: OptionSet, Sendable, Hashable {
+    /// The bits: action n of the wire is bit 1 << (n − 1).
     public let rawValue: UInt32
+    /// The actions of `rawValue`'s bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// As a click, or Space on it.
@@ -153,7 +163,9 @@ public struct AccessibilityActions: OptionSet, Sendable, Hashable {
     public static let focus = AccessibilityActions(rawValue: 1 << 1)
     /// Set its value: a text field's text, a range's number.
     public static let setValue = AccessibilityActions(rawValue: 1 << 2)
+    /// Step its value up (a slider, a stepper).
     public static let increment = AccessibilityActions(rawValue: 1 << 3)
+    /// Step its value down.
     public static let decrement = AccessibilityActions(rawValue: 1 << 4)
     /// Scroll whatever contains it until it shows.
     public static let scrollIntoView = AccessibilityActions(rawValue: 1 << 5)
@@ -164,14 +176,19 @@ public struct AccessibilityActions: OptionSet, Sendable, Hashable {
 
 /// One action on a node, with what it needs.
 public enum AccessibilityAction: Sendable, Hashable, CustomStringConvertible {
+    /// As a click, or Space on it.
     case press
+    /// Make it the keyboard focus.
     case focus
     /// A text field's new text (at most ``AccessibilityLimits/maxTextBytes`` bytes).
     case setText(String)
     /// A range's new value (finite).
     case setNumber(Double)
+    /// Step its value up.
     case increment
+    /// Step its value down.
     case decrement
+    /// Scroll whatever contains it until it shows.
     case scrollIntoView
 
     /// The capability bit a node must have for it.
@@ -186,6 +203,7 @@ public enum AccessibilityAction: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The action as a log line names it (a text set is not quoted: it is the peer's or the user's).
     public var description: String {
         switch self {
         case .press: "press"
@@ -213,11 +231,14 @@ public enum AccessibilityAction: Sendable, Hashable, CustomStringConvertible {
 /// A rectangle of a node, in points (on the wire and in the service) or, in a host's tree, in the
 /// host's pixels.
 public struct AccessibilityFrame: Sendable, Hashable, CustomStringConvertible {
+    /// The left edge.
     public var x: Double
+    /// The top edge.
     public var y: Double
     public var width: Double
     public var height: Double
 
+    /// A frame at (`x`, `y`), `width` × `height`.
     public init(x: Double, y: Double, width: Double, height: Double) {
         self.x = x
         self.y = y
@@ -225,11 +246,13 @@ public struct AccessibilityFrame: Sendable, Hashable, CustomStringConvertible {
         self.height = height
     }
 
+    /// An empty frame at the origin.
     public static let zero = AccessibilityFrame(x: 0, y: 0, width: 0, height: 0)
 
     /// The middle, where a click on it lands.
     public var center: (x: Double, y: Double) { (x + width / 2, y + height / 2) }
 
+    /// "W×H at (X, Y)".
     public var description: String { "\(Self.format(width))×\(Self.format(height)) at (\(Self.format(x)), \(Self.format(y)))" }
 
     private static func format(_ value: Double) -> String {
@@ -239,10 +262,14 @@ public struct AccessibilityFrame: Sendable, Hashable, CustomStringConvertible {
 
 /// A range's bounds and where its value is in them (a progress).
 public struct AccessibilityRange: Sendable, Hashable {
+    /// The lowest value.
     public var minimum: Double
+    /// The highest value.
     public var maximum: Double
+    /// Where it is: `minimum` ≤ `value` ≤ `maximum`.
     public var value: Double
 
+    /// A range from `minimum` to `maximum`, at `value`.
     public init(minimum: Double, maximum: Double, value: Double) {
         self.minimum = minimum
         self.maximum = maximum
@@ -262,19 +289,24 @@ public struct AccessibilityRange: Sendable, Hashable {
 public struct AccessibilityNodeDescription: Sendable, Hashable {
     /// The service's id for it: non-zero, stable while the node exists.
     public var id: UInt32
+    /// What it is.
     public var role: AccessibilityRole
     /// What it is called ("Save"); empty: nothing.
     public var label: String
     /// What it holds (a text field's text, a progress's "30 %"); empty: nothing.
     public var value: String
+    /// Its states (``AccessibilityStates/focused`` is the host's, never sent).
     public var states: AccessibilityStates
+    /// What can be done to it.
     public var actions: AccessibilityActions
     /// Its frame in the view's points, from the view's top left.
     public var frame: AccessibilityFrame
     /// Its children's ids, in reading order.
     public var children: [UInt32]
+    /// A progress's bounds and value; `nil` for anything else.
     public var range: AccessibilityRange?
 
+    /// A node `id` of `role`, with what else it says.
     public init(id: UInt32, role: AccessibilityRole, label: String = "", value: String = "", states: AccessibilityStates = [],
                 actions: AccessibilityActions = [], frame: AccessibilityFrame = .zero, children: [UInt32] = [], range: AccessibilityRange? = nil) {
         self.id = id
@@ -334,6 +366,11 @@ package struct AccessibilityUpdateWire: Sendable, Hashable {
         }
         guard whole || root == 0 else { return AccessibilityRule.structure.violation("root \(root) set on an update that is not whole") }
         for node in nodes { if let problem = node.problem { return problem } }
+        // Each node is the child of one parent at most: a tree lists fewer children than nodes.
+        let children = nodes.reduce(0) { $0 + $1.children.count }
+        guard children <= AccessibilityLimits.maxNodes else {
+            return AccessibilityRule.nodeCount.violation("an update lists \(children) children; a tree has at most \(AccessibilityLimits.maxNodes) nodes, each the child of one")
+        }
         return nil
     }
 

@@ -79,6 +79,7 @@ extension EnvelopeCodec {
         }
         var nodes: [AccessibilityNodeDescription] = []
         nodes.reserveCapacity(u.n_nodes)
+        var children = 0
         for index in 0..<u.n_nodes {
             let n = u.nodes[index]!.pointee
             let limit = AccessibilityLimits.maxTextBytes
@@ -89,8 +90,9 @@ extension EnvelopeCodec {
             } catch {
                 throw AccessibilityRule.textLength.violation(error.reason)
             }
-            guard n.n_children <= AccessibilityLimits.maxNodes else {
-                throw AccessibilityRule.nodeCount.violation("node \(n.id) has \(n.n_children) children; a tree has at most \(AccessibilityLimits.maxNodes) nodes")
+            children += n.n_children
+            guard children <= AccessibilityLimits.maxNodes else {
+                throw AccessibilityRule.nodeCount.violation("an update lists \(children) children or more; a tree has at most \(AccessibilityLimits.maxNodes) nodes, each the child of one")
             }
             let children = n.n_children == 0 ? [] : Array(UnsafeBufferPointer(start: n.children, count: n.n_children))
             let role = AccessibilityRole(rawValue: n.role.rawValue)
@@ -119,14 +121,15 @@ extension EnvelopeCodec {
             } catch {
                 throw AccessibilityRule.textLength.violation(error.reason)
             }
-            // Text, or else a number: an action sets one of them.
-            action = text.isEmpty && a.number != 0 ? .setNumber(a.number) : .setText(text)
+            // A number (has_number), or else a text: an action sets one of them.
+            guard a.has_number == 0 || text.isEmpty else { throw violation("accessibility_action sets both a text and a number") }
+            action = a.has_number != 0 ? .setNumber(a.number) : .setText(text)
         case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT: action = .increment
         case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT: action = .decrement
         case REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW: action = .scrollIntoView
         default: throw violation("accessibility_action \(a.action.rawValue) is not an action (1…6)")
         }
-        if case .setText = action, a.number != 0 { throw violation("accessibility_action sets both a text and a number") }
+        guard a.has_number != 0 || a.number == 0 else { throw violation("accessibility_action carries a number without has_number") }
         return AccessibilityActionWire(node: a.node, action: action)
     }
 
@@ -236,6 +239,7 @@ extension CArena {
             case .setNumber(let number):
                 a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SET_VALUE
                 a.pointee.number = number
+                a.pointee.has_number = 1
             case .increment: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_INCREMENT
             case .decrement: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_DECREMENT
             case .scrollIntoView: a.pointee.action = REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_SCROLL_INTO_VIEW

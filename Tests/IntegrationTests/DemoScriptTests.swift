@@ -36,7 +36,7 @@ struct DemoScriptTests {
     func pressByName() throws {
         let (status, output) = try Self.share("""
             wait ready
-            press button "save"
+            press button "save"  # a "# comment" after the name
             wait outcome
             """)
         #expect(status == 0 && output.contains("outcome: completed"), "\(output)")

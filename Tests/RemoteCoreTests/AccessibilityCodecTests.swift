@@ -47,6 +47,7 @@ struct AccessibilityCodecTests {
         .accessibilityAction(AccessibilityActionWire(node: 3, action: .setText("hello"))),
         .accessibilityAction(AccessibilityActionWire(node: 3, action: .setText(""))),
         .accessibilityAction(AccessibilityActionWire(node: 4, action: .setNumber(0.75))),
+        .accessibilityAction(AccessibilityActionWire(node: 4, action: .setNumber(0))),
         .accessibilityAction(AccessibilityActionWire(node: 4, action: .increment)),
         .accessibilityAction(AccessibilityActionWire(node: 4, action: .decrement)),
         .accessibilityAction(AccessibilityActionWire(node: 4, action: .scrollIntoView)),
@@ -85,9 +86,10 @@ struct AccessibilityCodecTests {
         ("an action on node 0", TreeField.action, ProtoWriter().uint(2, 1), ["accessibility.structure", "node 0"]),
         ("an action's text of 1025 bytes", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).bytes(3, [UInt8](repeating: 0x61, count: 1_025)),
          ["accessibility.text-length"]),
-        ("an action that sets a text and a number", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).bytes(3, Array("a".utf8)).double(4, 1),
+        ("an action that sets a text and a number", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).bytes(3, Array("a".utf8)).double(4, 1).uint(5, 1),
          ["both a text and a number"]),
-        ("an action's infinite number", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).double(4, .infinity), ["accessibility.range", "not finite"]),
+        ("an action's number without has_number", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).double(4, 1), ["a number without has_number"]),
+        ("an action's infinite number", TreeField.action, ProtoWriter().uint(1, 3).uint(2, 3).double(4, .infinity).uint(5, 1), ["accessibility.range", "not finite"]),
     ]
 
     @Test("impossible trees and actions are protocol violations that name their rule", arguments: 0..<hostile.count)

@@ -64,13 +64,9 @@ struct AccessibilityTreeStateTests {
     func rules() throws {
         var state = AccessibilityTreeState()
         Self.expectRefused(&state, Self.change([Self.node(1)]), .structure, "must be whole")
-        // 1 + 3 groups + 3 × 1400 labels = 4204 nodes, in parts of at most 4096.
-        var nodes = [Self.node(1, [2, 3, 4])]
-        for group in UInt32(2)...4 {
-            let labels = (0..<1_400).map { UInt32(group) * 10_000 + UInt32($0) }
-            nodes.append(Self.node(group, labels))
-            nodes += labels.map { Self.node($0) }
-        }
+        // 4101 nodes in two parts (each under the bound; the nodes the root does not reach count
+        // too while the update is read).
+        let nodes = [Self.node(1)] + (UInt32(2)...4_101).map { Self.node($0) }
         _ = try state.receive(AccessibilityUpdateWire(nodes: Array(nodes[..<3_000]), root: 1, whole: true, more: true), viewSize: Self.view)
         Self.expectRefused(&state, AccessibilityUpdateWire(nodes: Array(nodes[3_000...]), root: 1, whole: true), .nodeCount, "across its parts")
         state = AccessibilityTreeState()
@@ -92,6 +88,20 @@ struct AccessibilityTreeStateTests {
                            .frame, "100×50 points")
         _ = try state.receive(Self.whole([Self.node(1, [2]), Self.node(2, frame: AccessibilityFrame(x: 0, y: -1_000, width: 10, height: 10))]), viewSize: Self.view)
         #expect(state.nodes.count == 2, "within 16 × 64 points of a small view's origin: not absurd")
+    }
+
+    @Test("parts are bounded by what they hold: an empty part that says more is refused, and so are more than 4096 children listed across the parts")
+    func partsBounded() throws {
+        var state = AccessibilityTreeState()
+        Self.expectRefused(&state, AccessibilityUpdateWire(nodes: [], root: 1, whole: true, more: true), .structure, "holds no node")
+        // Three parts of 1400 children each (no single part over the bound).
+        let groups: [Node] = (UInt32(1)...3).map { group in
+            let children: [UInt32] = (0..<UInt32(1_400)).map { group * 10_000 + $0 }
+            return Self.node(group, children)
+        }
+        _ = try state.receive(AccessibilityUpdateWire(nodes: [groups[0]], root: 1, whole: true, more: true), viewSize: Self.view)
+        _ = try state.receive(AccessibilityUpdateWire(nodes: [groups[1]], root: 1, whole: true, more: true), viewSize: Self.view)
+        Self.expectRefused(&state, AccessibilityUpdateWire(nodes: [groups[2]], root: 1, whole: true, more: true), .nodeCount, "4200 children across its parts")
     }
 
     @Test("a frame partly or wholly outside the view, within 16 times its size, is kept and clipped when published")

@@ -1011,13 +1011,17 @@ struct  Remoteview__AccessibilityAction
    */
   char *text;
   /*
-   * SET_VALUE on a range: the new value, finite
+   * SET_VALUE on a range (with has_number): the new value, finite
    */
   double number;
+  /*
+   * SET_VALUE sets `number`, not `text` (which is then empty)
+   */
+  protobuf_c_boolean has_number;
 };
 #define REMOTEVIEW__ACCESSIBILITY_ACTION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&remoteview__accessibility_action__descriptor) \
-    , 0, REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+    , 0, REMOTEVIEW__ACCESSIBILITY_ACTION_KIND__ACCESSIBILITY_ACTION_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 struct  Remoteview__RemoteControl

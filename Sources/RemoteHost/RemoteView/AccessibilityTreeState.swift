@@ -18,8 +18,9 @@ package struct AccessibilityTreeState {
         case live
     }
     private var phase = Phase.awaitingWhole
-    /// The parts of an update that said `more`, until its last part.
+    /// The parts of an update that said `more`, until its last part, and the children they list.
     private var pending: AccessibilityUpdateWire?
+    private var pendingChildren = 0
 
     /// What one complete update changed.
     package struct Applied: Sendable, Equatable {
@@ -43,21 +44,35 @@ package struct AccessibilityTreeState {
     ///   (`AccessibilityRule`); the tree is left as it was.
     package mutating func receive(_ part: AccessibilityUpdateWire, viewSize: (width: Double, height: Double)) throws(RemoteError) -> Applied? {
         if let problem = part.problem { throw problem }
-        var update = part
-        if let earlier = pending {
+        // A part that says more must carry something: parts are bounded by the nodes they hold.
+        guard !part.more || !part.nodes.isEmpty else {
+            throw AccessibilityRule.structure.violation("a part of an update that says more follows holds no node")
+        }
+        var update: AccessibilityUpdateWire
+        if var earlier = pending.take() {
             guard earlier.whole == part.whole, earlier.root == part.root, earlier.focus == part.focus else {
                 throw AccessibilityRule.structure.violation("the parts of one update disagree on whole, root or focus (\(earlier.whole)/\(earlier.root)/\(earlier.focus), then \(part.whole)/\(part.root)/\(part.focus))")
             }
             guard earlier.nodes.count + part.nodes.count <= AccessibilityLimits.maxNodes else {
                 throw AccessibilityRule.nodeCount.violation("an update of more than \(AccessibilityLimits.maxNodes) nodes across its parts")
             }
-            update.nodes = earlier.nodes + part.nodes
+            let children = pendingChildren + part.nodes.reduce(0) { $0 + $1.children.count }
+            guard children <= AccessibilityLimits.maxNodes else {
+                throw AccessibilityRule.nodeCount.violation("an update lists \(children) children across its parts; a tree has at most \(AccessibilityLimits.maxNodes) nodes, each the child of one")
+            }
+            // In place: the parts so far are not copied again for each one.
+            earlier.nodes.append(contentsOf: part.nodes)
+            earlier.more = part.more
+            update = earlier
+            pendingChildren = children
+        } else {
+            update = part
+            pendingChildren = part.nodes.reduce(0) { $0 + $1.children.count }
         }
         if update.more {
             pending = update
             return nil
         }
-        pending = nil
         return try apply(update, viewSize: viewSize)
     }
 

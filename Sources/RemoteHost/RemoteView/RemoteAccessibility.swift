@@ -5,6 +5,7 @@ import RemoteCore
 public struct AccessibilityNode: Sendable, Hashable, Identifiable, CustomStringConvertible {
     /// The service's id for it, stable while the node exists.
     public let id: UInt32
+    /// What it is.
     public let role: AccessibilityRole
     /// What it is called ("Save"); empty: nothing. A peer wrote it: escape it
     /// (`escapedForTerminal()`) before it reaches a terminal or a log.
@@ -183,14 +184,21 @@ public final class RemoteAccessibility: Sendable {
 
     private struct Published {
         var tree = AccessibilityTree()
+        /// The view's size in points and its scale: the frames of every tree published.
+        var viewSize: (width: Double, height: Double) = (0, 0)
+        var scale = 1.0
+        /// Whether the tree is the current process's: false from a relaunch until the new
+        /// process's whole tree arrives (its node ids are its own).
+        var current = true
         var sequence: UInt64 = 0
         var readers: [UInt64: AsyncStream<AccessibilityChange>.Continuation] = [:]
         var nextReader: UInt64 = 0
         var watchers: [(match: @Sendable (AccessibilityTree) -> AccessibilityNode?, waiter: Waiter<AccessibilityNode>)] = []
     }
 
-    /// How many changes a reader of ``changes()`` may fall behind before it loses the oldest.
-    public static let changeBuffer = 256
+    /// How many changes a reader of ``changes()`` may fall behind before it loses the oldest
+    /// (each holds the whole tree after it, so a reader that fell behind reads that).
+    public static let changeBuffer = 32
 
     init(connection: ServiceConnection) {
         self.connection = connection
@@ -226,7 +234,8 @@ public final class RemoteAccessibility: Sendable {
     }
 
     /// Waits until `match` finds a node in the tree and returns it, or throws `timeout` (whose
-    /// reason names `what`).
+    /// reason names `what`). `match` is given each new tree under this object's lock: it must
+    /// look only at the tree it is given (reading ``tree`` in it would wait for itself).
     public func node(timeout: Duration = .seconds(10), describedAs what: String = "a matching node",
                      _ match: @escaping @Sendable (AccessibilityTree) -> AccessibilityNode?) async throws(RemoteError) -> AccessibilityNode {
         let waiter = Waiter<AccessibilityNode>()
@@ -254,6 +263,11 @@ public final class RemoteAccessibility: Sendable {
     ///   the service did not announce `accessibility`; what sending throws.
     public func perform(_ action: AccessibilityAction, on id: UInt32) async throws(RemoteError) {
         if let problem = action.problem { throw RemoteError(.invalidArgument, problem) }
+        let (tree, current) = state.withLock { ($0.tree, $0.current) }
+        // A relaunched process numbers its nodes anew: an id of the old tree may be another control.
+        guard current else {
+            throw RemoteError(.invalidArgument, "the service's process changed, and its new tree has not arrived yet: node \(id) is the old process's")
+        }
         guard let node = tree[id] else { throw RemoteError(.invalidArgument, "the view's tree has no node \(id)") }
         guard node.actions.contains(action.requirement) else {
             throw RemoteError(.invalidArgument, "node \(id) (\(node.role) \"\(node.label.escapedForTerminal())\") does not take \(action)")
@@ -268,36 +282,62 @@ public final class RemoteAccessibility: Sendable {
         }
     }
 
-    /// Publishes `tree` after a change: to every reader, and to waits it satisfies.
-    func publish(_ tree: AccessibilityTree, whole: Bool, changed: [UInt32], removed: [UInt32], focusChanged: Bool) {
-        let (readers, found) = state.withLock { state -> ([AsyncStream<AccessibilityChange>.Continuation], [(Waiter<AccessibilityNode>, AccessibilityNode)]) in
-            let before = state.tree
-            state.tree = tree
-            state.sequence += 1
-            var removed = removed
-            if whole { removed = before.descriptions.keys.filter { tree.descriptions[$0] == nil }.sorted() }
-            let change = AccessibilityChange(tree: tree, sequence: state.sequence, isWhole: whole, changed: changed,
-                                             removed: removed, focusChanged: focusChanged || before.focus != tree.focus)
-            var found: [(Waiter<AccessibilityNode>, AccessibilityNode)] = []
-            state.watchers.removeAll { watcher in
-                guard let node = watcher.match(tree) else { return false }
-                found.append((watcher.waiter, node))
-                return true
-            }
-            let readers = Array(state.readers.values)
-            for reader in readers { reader.yield(change) }
-            return (readers, found)
-        }
-        _ = readers
-        for (waiter, node) in found { waiter.resume(returning: node) }
+    /// A new process serves the view: until its whole tree arrives, the old one stays published
+    /// but takes no action.
+    func processChanged() {
+        state.withLock { state in if !state.tree.isEmpty { state.current = false } }
     }
 
-    /// The view's size or scale changed: the same tree, every frame anew.
+    /// Publishes the current process's tree after a change (its frames at the view's size and
+    /// scale now): to every reader, and to waits it satisfies.
+    func publish(_ descriptions: [UInt32: AccessibilityNodeDescription], root: UInt32?, focus: UInt32?, whole: Bool,
+                 changed: [UInt32], removed: [UInt32], focusChanged: Bool) {
+        state.withLock { state in
+            let tree = AccessibilityTree(descriptions: descriptions, root: root, focus: focus, viewSize: state.viewSize, scale: state.scale)
+            if whole { state.current = true }
+            return Self.publish(tree, in: &state, whole: whole, changed: changed, removed: removed, focusChanged: focusChanged)
+        }.resume()
+    }
+
+    /// What publishing leaves to do outside the lock: the waits it satisfied.
+    private struct Found {
+        var waits: [(Waiter<AccessibilityNode>, AccessibilityNode)] = []
+        func resume() { for (waiter, node) in waits { waiter.resume(returning: node) } }
+    }
+
+    private static func publish(_ tree: AccessibilityTree, in state: inout Published, whole: Bool, changed: [UInt32], removed: [UInt32],
+                                focusChanged: Bool) -> Found {
+        let before = state.tree
+        state.tree = tree
+        state.sequence += 1
+        var removed = removed
+        if whole { removed = before.descriptions.keys.filter { tree.descriptions[$0] == nil }.sorted() }
+        let change = AccessibilityChange(tree: tree, sequence: state.sequence, isWhole: whole, changed: changed,
+                                         removed: removed, focusChanged: focusChanged || before.focus != tree.focus)
+        var found: [(Waiter<AccessibilityNode>, AccessibilityNode)] = []
+        state.watchers.removeAll { watcher in
+            guard let node = watcher.match(tree) else { return false }
+            found.append((watcher.waiter, node))
+            return true
+        }
+        // Each reader's stream buffers it (yield does not wait), under the lock, so that the
+        // changes reach every reader in the order they were published.
+        for reader in state.readers.values { reader.yield(change) }
+        return Found(waits: found)
+    }
+
+    /// The view's size or scale changed: the frames of every tree from now on, and of this one
+    /// (published anew, whole), follow it.
     func resized(to size: (width: Double, height: Double), scale: Double) {
-        let tree = self.tree
-        guard !tree.isEmpty, tree.viewSize != size || tree.scale != scale else { return }
-        publish(AccessibilityTree(descriptions: tree.descriptions, root: tree.root, focus: tree.focus, viewSize: size, scale: scale),
-                whole: true, changed: tree.nodesInOrder.map(\.node.id), removed: [], focusChanged: false)
+        state.withLock { state -> Found in
+            guard state.viewSize != size || state.scale != scale else { return Found() }
+            state.viewSize = size
+            state.scale = scale
+            let tree = state.tree
+            guard !tree.isEmpty else { return Found() }
+            return Self.publish(AccessibilityTree(descriptions: tree.descriptions, root: tree.root, focus: tree.focus, viewSize: size, scale: scale),
+                                in: &state, whole: true, changed: tree.nodesInOrder.map(\.node.id), removed: [], focusChanged: false)
+        }.resume()
     }
 }
 

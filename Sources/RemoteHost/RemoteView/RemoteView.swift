@@ -84,6 +84,8 @@ public final class RemoteView: Sendable {
         var accessibility = AccessibilityTreeState()
         /// The size given before ``size``: a tree that followed a frame of that size still fits.
         var previousSize: SurfaceSize?
+        /// A size being sent (before ``size`` takes it): a tree of it may come before the send returns.
+        var sizeSending: SurfaceSize?
     }
 
     /// When the host shows a committed frame, which hands its buffer back and allows the next.
@@ -152,15 +154,21 @@ public final class RemoteView: Sendable {
                 return (state.restorePending ? state.restorable : nil, state.stateLimit)
             }
             if let restore { try await Self.restore(restore, to: peer, on: connection, limit: limit) }
-            state.withLock { $0.compositor }.sizeGiven(size)
+            let compositor = state.withLock { state in
+                state.sizeSending = size
+                return state.compositor
+            }
+            compositor.sizeGiven(size)
+            // The tree's frames follow the size from now: the first tree may come before the send returns.
+            accessibility.resized(to: (Double(width), Double(height)), scale: Double(scalePermille) / 1000)
             try await connection.send(.resize(size))
         }
         // Kept for relaunches (after the send, so a first launch does not send it twice).
         state.withLock { state in
             if state.size != size { state.previousSize = state.size }
             state.size = size
+            state.sizeSending = nil
         }
-        accessibility.resized(to: (Double(width), Double(height)), scale: Double(scalePermille) / 1000)
     }
 
     /// Throws unless the peer on `connection` has a view: it announced the `surfaces`
@@ -340,6 +348,7 @@ extension RemoteView: ServiceChannelListener {
             state.accessibility = AccessibilityTreeState()
             return state.compositor
         }
+        accessibility.processChanged()
         let limit = channel.restorableStateLimit
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
             // The host let go of the view while the service still drew for it: what was in
@@ -426,21 +435,19 @@ extension RemoteView: ServiceChannelListener {
         guard context.peer.capabilities.contains(AccessibilityCapability.name) else {
             throw AccessibilityRule.unannounced.violation("accessibility_update from a service that did not announce the \"\(AccessibilityCapability.name)\" capability")
         }
-        let result = try state.withLock { state throws(RemoteError) -> (AccessibilityTree, AccessibilityTreeState.Applied)? in
+        let result = try state.withLock { state throws(RemoteError) -> (AccessibilityTreeState, AccessibilityTreeState.Applied)? in
             guard state.compositor === compositor else { return nil }
             // The largest of the sizes given lately: a tree that followed a frame of the size
             // before a resize still fits (the view is judged in points).
-            let sizes = [state.size, state.previousSize].compactMap { $0 }
+            let sizes = [state.size, state.previousSize, state.sizeSending].compactMap { $0 }
             let viewSize = (width: Double(sizes.map(\.width).max() ?? SurfaceLimits.maxDimension),
                             height: Double(sizes.map(\.height).max() ?? SurfaceLimits.maxDimension))
             guard let applied = try state.accessibility.receive(part, viewSize: viewSize) else { return nil }
-            let current = state.size.map { (width: Double($0.width), height: Double($0.height)) } ?? viewSize
-            let scale = Double(state.size?.scalePermille ?? 1000) / 1000
-            let tree = state.accessibility
-            return (AccessibilityTree(descriptions: tree.nodes, root: tree.root, focus: tree.focus, viewSize: current, scale: scale), applied)
+            return (state.accessibility, applied)
         }
         guard let (tree, applied) = result else { return }
-        accessibility.publish(tree, whole: applied.whole, changed: applied.changed, removed: applied.removed, focusChanged: applied.focusChanged)
+        accessibility.publish(tree.nodes, root: tree.root, focus: tree.focus, whole: applied.whole, changed: applied.changed,
+                              removed: applied.removed, focusChanged: applied.focusChanged)
     }
 
     /// The damage, in pixels, above which a commit is copied off the loop thread: below it, the

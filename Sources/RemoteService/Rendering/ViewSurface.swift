@@ -45,6 +45,10 @@ final class ViewSurface {
     /// and the focus sent with it.
     private var sentAccessibility: [UInt32: AccessibilityNodeDescription]?
     private var sentAccessibilityFocus: UInt32 = 0
+    /// A committed frame changed the tree: its update goes once the host has taken that frame
+    /// (its frame_done), so that describing and sending it never delays the frame itself; or at
+    /// once when a settle waits (a settle is answered after the tree).
+    private var treeAfterFrame = false
     /// The focus_leave messages waiting to go, in order (ends when the surface closes).
     private var focusLeaveSink: AsyncStream<FocusDirection>.Continuation?
     /// The state the host sent, until the view it is for is made.
@@ -224,7 +228,9 @@ final class ViewSurface {
             case .input(let event, let connection):
                 deliver(event, on: connection)
             case .settle(let waiter):
-                if closed || root == nil || root?.needsFrame == false {
+                // Answered at once only when nothing is to be drawn and no tree is to be sent.
+                let treeOwed = treeAfterFrame || (root?.accessibilityNeedsUpdate == true && hostReadsAccessibility.load(ordering: .relaxed))
+                if closed || root == nil || (root?.needsFrame == false && !treeOwed) {
                     waiter.resume(returning: ())
                 } else {
                     settleWaiters.append(waiter)
@@ -309,7 +315,10 @@ final class ViewSurface {
             do {
                 try await connection.send(.accessibilityUpdate(part))
             } catch {
-                return  // the connection is closing
+                // Half an update would leave the host's tree and this one apart: the connection
+                // ends (it is closing already, unless a part could not be encoded).
+                if error.code == .invalidArgument { await connection.close(reason: "surface: the tree's update could not be sent: \(error.reason)") }
+                return
             }
         }
     }
@@ -419,10 +428,20 @@ final class ViewSurface {
         while !closed && !Task.isCancelled {
             await drainInbox()
             if closed { break }
+            // The tree of the frame the host has taken, unless the view changed since (then it
+            // goes after the next frame, which shows the change: never before its frame).
+            if treeAfterFrame, let root, let presenter, presenter.isReadyForFrame, !root.needsFrame {
+                treeAfterFrame = false
+                await sendAccessibility(of: root)
+            }
             if let due = stateDue, due <= .now { await sendState() }
             guard let root, let presenter, root.needsFrame else {
-                // Everything pending is committed, and the tree that goes with it sent.
-                if let root, root.accessibilityNeedsUpdate { await sendAccessibility(of: root) }
+                // Everything pending is committed. The tree goes now if it changed without a frame,
+                // or if a settle waits for the tree of a frame the host has not taken yet.
+                if let root, root.accessibilityNeedsUpdate, !treeAfterFrame || !settleWaiters.isEmpty {
+                    treeAfterFrame = false
+                    await sendAccessibility(of: root)
+                }
                 resumeSettled()
                 await sleep(until: stateDue)
                 continue
@@ -433,6 +452,8 @@ final class ViewSurface {
                 await sleep(until: stateDue)
                 continue
             }
+            // A tree still owed for the last frame goes right after this one, which shows more.
+            let owed = treeAfterFrame
             let size = presenter.size
             let damage = root.prepareFrame(at: .now, clippedTo: PixelRect(x: 0, y: 0, width: size.width, height: size.height))
             if let damage, damage.isEmpty {
@@ -451,8 +472,14 @@ final class ViewSurface {
             } catch {
                 break
             }
-            // The nodes the frame changed follow it.
-            if root.accessibilityNeedsUpdate { await sendAccessibility(of: root) }
+            // The nodes the frame changed follow it, once the host has taken it (at once when an
+            // earlier frame's were owed already: the view changes faster than the host shows).
+            if owed {
+                treeAfterFrame = false
+                await sendAccessibility(of: root)
+            } else if root.accessibilityNeedsUpdate, hostReadsAccessibility.load(ordering: .relaxed) {
+                treeAfterFrame = true
+            }
             if !appeared {
                 appeared = true
                 root.controller.viewDidAppear()

@@ -26,12 +26,16 @@ extension ServiceRoot {
         var nodes: [AccessibilityNodeDescription] = []
         var views: [UInt32: WeakView] = [:]
         let reachX = AccessibilityLimits.frameReach(size.width), reachY = AccessibilityLimits.frameReach(size.height)
-        func clamp(_ value: Double, _ reach: Double) -> Double { min(max(value, -reach), reach) }
+        // Not a number (a layout's division by zero) is 0; anything else within the reach.
+        func clamp(_ value: Double, _ reach: Double) -> Double { value.isNaN ? 0 : min(max(value, -reach), reach) }
         /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a plain view
         /// that says nothing (an empty, unnamed group: an overlay, a spacer), left out.
         func describe(_ view: View, depth: Int) -> UInt32? {
             var node = AccessibilityNodeDescription(id: view.accessibilityNodeID, role: .group)
             view.describeAccessibility(&node)
+            // The tree's own, whatever an override wrote: the view's id, its subviews' nodes.
+            node.id = view.accessibilityNodeID
+            node.children = []
             if let role = view.accessibilityRole { node.role = role }
             if let label = view.accessibilityLabel { node.label = label }
             if let value = view.accessibilityValue { node.value = value }
@@ -40,7 +44,8 @@ extension ServiceRoot {
             node.value = node.value.truncated(toUTF8Bytes: AccessibilityLimits.maxTextBytes, marker: "…")
             let rect = view.convert(view.bounds, to: nil)
             let left = clamp(rect.minX, reachX), top = clamp(rect.minY, reachY)
-            node.frame = AccessibilityFrame(x: left, y: top, width: clamp(rect.maxX, reachX) - left, height: clamp(rect.maxY, reachY) - top)
+            // A frame of negative size (a view's frame may have one) is empty.
+            node.frame = AccessibilityFrame(x: left, y: top, width: max(0, clamp(rect.maxX, reachX) - left), height: max(0, clamp(rect.maxY, reachY) - top))
             if let range = node.range, range.problem != nil { node.range = nil }
             let index = nodes.count
             nodes.append(node)

@@ -28,8 +28,8 @@ final class ServiceRoot: Responder {
     /// Tells the host that Tab left the view that way (focus_leave), and returns `true`; or
     /// returns `false` when the host did not announce `focus-leave` (Tab then wraps around).
     var focusLeaveSink: @MainActor (FocusDirection) -> Bool = { _ in false }
-    /// Unhandled events that reached the root, by kind (for diagnostics and tests).
-    var unhandled: [String] = []
+    /// Unhandled events that reached the root, by kind (for diagnostics and tests): the last 64.
+    var unhandled: [String] = [] { didSet { if unhandled.count > 64 { unhandled.removeFirst(unhandled.count - 64) } } }
     /// Something the semantic tree shows may have changed since it was last described.
     private(set) var accessibilityNeedsUpdate = true
     /// The views of the tree last described, by node id, for the host's actions.

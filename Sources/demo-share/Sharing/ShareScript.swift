@@ -98,9 +98,9 @@ struct ShareScript: Sendable {
         for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             var line = Self.trimmed(raw)
             guard !line.isEmpty, !line.hasPrefix("#") else { continue }
-            // A comment may end any line but type's (whose text may hold a #).
-            if !line.lowercased().hasPrefix("type"), let comment = line.firstRange(of: " #") ?? line.firstRange(of: "\t#") {
-                line = Self.trimmed(line[..<comment.lowerBound])
+            // A comment may end any line but type's (whose text may hold a #), outside a quoted name.
+            if !line.lowercased().hasPrefix("type"), let comment = Self.commentStart(in: line) {
+                line = Self.trimmed(line[..<comment])
             }
             do throws(Problem) {
                 lines.append(Line(number: index + 1, text: line, command: try Self.command(line)))
@@ -109,6 +109,18 @@ struct ShareScript: Sendable {
             }
         }
         self.lines = lines
+    }
+
+    /// Where a comment begins in `line`: a # after a space or tab, outside double quotes.
+    private static func commentStart(in line: String) -> String.Index? {
+        var quoted = false, previous: Character = " "
+        for index in line.indices {
+            let character = line[index]
+            if character == "\"", previous != "\\" { quoted.toggle() }
+            if character == "#", !quoted, previous == " " || previous == "\t" { return line.index(before: index) }
+            previous = character
+        }
+        return nil
     }
 
     private static func trimmed(_ text: Substring) -> String {

@@ -40,14 +40,17 @@ final class WindowAccessibility {
     }
 
     private let inbox: Inbox
+    /// The bridge's context: the inbox, retained until ``stop()``.
+    private let context: Unmanaged<Inbox>
     /// What the bridge has now, by id, and the focus it was given.
     private var exported: [UInt32: Node] = [:]
     private var exportedFocus: UInt32 = 0
     /// Nodes and bytes sent to the bridge so far (for the window's log and the tests).
     private(set) var sentNodes = 0
 
-    private init(inbox: Inbox) {
+    private init(inbox: Inbox, context: Unmanaged<Inbox>) {
         self.inbox = inbox
+        self.context = context
     }
 
     /// Starts the bridge (registers the application `name` on the accessibility bus), or says
@@ -55,20 +58,21 @@ final class WindowAccessibility {
     static func start(name: String, wakeEvent: UInt32) -> WindowAccessibility? {
         let inbox = Inbox(wakeEvent: wakeEvent)
         var error = [CChar](repeating: 0, count: 512)
-        let context = Unmanaged.passRetained(inbox).toOpaque()
-        let status = rv_a11y_start(name, accessibilityRequest, context, &error, error.count)
+        let context = Unmanaged.passRetained(inbox)
+        let status = rv_a11y_start(name, accessibilityRequest, context.toOpaque(), &error, error.count)
         guard status == 0 else {
-            Unmanaged<Inbox>.fromOpaque(context).release()
+            context.release()
             let reason = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             print("window: accessibility off: \(reason.escapedForTerminal())")
             return nil
         }
-        return WindowAccessibility(inbox: inbox)
+        return WindowAccessibility(inbox: inbox, context: context)
     }
 
-    /// Unregisters the window from the accessibility bus.
+    /// Unregisters the window from the accessibility bus (the bridge calls back no more).
     func stop() {
         rv_a11y_stop()
+        context.release()
     }
 
     /// The requests made since the last call, in order.

@@ -204,6 +204,8 @@ final class WindowApp {
         case resize(SurfaceSize)
         /// Waits until the view has drawn everything sent before, then says so (F12).
         case settle
+        /// An assistive technology's action on the activity's node (in order with the input).
+        case accessibility(AccessibilityAction, node: UInt32)
     }
 
     init(sheet: ShareSheet, launcher: Launcher, width: Int32, height: Int32, scale: Int?, output: String?, snapshot: String?) throws {
@@ -421,6 +423,10 @@ final class WindowApp {
         let (commands, sink) = AsyncStream.makeStream(of: Command.self)
         let presented = Presented(activity: activity, session: session, commands: sink, inbox: inbox)
         self.presented = presented
+        // Another activity, or another process: its nodes are numbered anew in the export.
+        exportIDs = [:]
+        activityIDs = [:]
+        accessibilityDirty = true
         let view = session.view
         let output = self.output
         presented.tasks = [
@@ -434,6 +440,12 @@ final class WindowApp {
                         // through the damage task: applyPending uploads the whole image).
                         try? await view.settle()
                         inbox.change { $0.settled = true }
+                    case .accessibility(let action, let node):
+                        do throws(RemoteError) {
+                            try await view.accessibility.perform(action, on: node)
+                        } catch {
+                            print("window: accessibility \(action) on the activity's node \(node): \(error.reason.escapedForTerminal())")
+                        }
                     }
                 }
             },
@@ -829,15 +841,7 @@ final class WindowApp {
                 guard let presented, presented.ended == nil, let id = activityIDs[request.id] else { continue }
                 // The activity's control takes the keyboard back from the bar's Cancel.
                 if case .focus = request.action, presented.cancelFocused { focusView(presented, nil) }
-                let view = presented.session.view
-                let action = request.action
-                Task.detached {
-                    do throws(RemoteError) {
-                        try await view.accessibility.perform(action, on: id)
-                    } catch {
-                        print("window: accessibility \(action) on the activity's node \(id): \(error.reason.escapedForTerminal())")
-                    }
-                }
+                presented.commands.yield(.accessibility(request.action, node: id))
             }
         }
     }
