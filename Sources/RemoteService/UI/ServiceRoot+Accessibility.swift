@@ -28,8 +28,9 @@ extension ServiceRoot {
         let reachX = AccessibilityLimits.frameReach(size.width), reachY = AccessibilityLimits.frameReach(size.height)
         // Not a number (a layout's division by zero) is 0; anything else within the reach.
         func clamp(_ value: Double, _ reach: Double) -> Double { value.isNaN ? 0 : min(max(value, -reach), reach) }
-        /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a plain view
-        /// that says nothing (an empty, unnamed group: an overlay, a spacer), left out.
+        /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a view that
+        /// says nothing (an empty, unnamed group: an overlay, a spacer; a label with no text),
+        /// left out.
         func describe(_ view: View, depth: Int) -> UInt32? {
             var node = AccessibilityNodeDescription(id: view.accessibilityNodeID, role: .group)
             view.describeAccessibility(&node)
@@ -59,7 +60,8 @@ extension ServiceRoot {
                 nodes[index].children = children
             }
             let said = nodes[index]
-            if depth > 1, said.role == .group, said.label.isEmpty, said.value.isEmpty, said.children.isEmpty, !said.states.contains(.focusable) {
+            if depth > 1, said.role == .group || said.role == .label, said.label.isEmpty, said.value.isEmpty, said.children.isEmpty,
+               !said.states.contains(.focusable) {
                 nodes.removeLast()
                 views[said.id] = nil
                 return nil

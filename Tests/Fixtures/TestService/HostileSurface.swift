@@ -434,45 +434,39 @@ enum HostileSurface {
 
     // MARK: raw packets
 
+    /// Protobuf's wire format by hand, for packets the codec refuses to encode.
+    enum Wire {
+        static func varint(_ value: UInt64) -> [UInt8] {
+            var value = value, bytes: [UInt8] = []
+            while value >= 0x80 {
+                bytes.append(UInt8(value & 0x7F) | 0x80)
+                value >>= 7
+            }
+            return bytes + [UInt8(value)]
+        }
+        static func field(_ number: UInt64, _ value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
+        static func field(_ number: UInt64, bytes: [UInt8]) -> [UInt8] { varint(number << 3 | 2) + varint(UInt64(bytes.count)) + bytes }
+        static func field(_ number: UInt64, float: Float) -> [UInt8] {
+            let bits = float.bitPattern
+            return varint(number << 3 | 5) + [UInt8(bits & 0xFF), UInt8(bits >> 8 & 0xFF), UInt8(bits >> 16 & 0xFF), UInt8(bits >> 24)]
+        }
+    }
+
     /// A whole accessibility_update of one node (id 1, a group, root and the whole tree) with
     /// `label` and `width`, encoded by hand, because the codec refuses an overlong label or a
     /// NaN frame.
     static func treePacket(label: [UInt8], width: Float) -> [UInt8] {
-        func varint(_ value: UInt64) -> [UInt8] {
-            var value = value, bytes: [UInt8] = []
-            while value >= 0x80 {
-                bytes.append(UInt8(value & 0x7F) | 0x80)
-                value >>= 7
-            }
-            return bytes + [UInt8(value)]
-        }
-        func field(_ number: UInt64, _ value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
-        func field(_ number: UInt64, bytes: [UInt8]) -> [UInt8] { varint(number << 3 | 2) + varint(UInt64(bytes.count)) + bytes }
-        func field(_ number: UInt64, float: Float) -> [UInt8] {
-            let bits = float.bitPattern
-            return varint(number << 3 | 5) + [UInt8(bits & 0xFF), UInt8(bits >> 8 & 0xFF), UInt8(bits >> 16 & 0xFF), UInt8(bits >> 24)]
-        }
-        let node = field(1, 1) + field(2, 1) + field(3, bytes: label) + field(9, float: width) + field(10, float: 10)
-        let update = field(1, bytes: node) + field(2, 1) + field(4, 1)
-        return field(1, 1 << 40) + field(110, bytes: update)
+        let node = Wire.field(1, 1) + Wire.field(2, 1) + Wire.field(3, bytes: label) + Wire.field(9, float: width) + Wire.field(10, float: 10)
+        let update = Wire.field(1, bytes: node) + Wire.field(2, 1) + Wire.field(4, 1)
+        return Wire.field(1, 1 << 40) + Wire.field(110, bytes: update)
     }
 
-    /// An attach_buffer envelope for `layout`, encoded by hand (protobuf wire format), because
-    /// the codec refuses to encode an impossible layout. Declares one fd.
+    /// An attach_buffer envelope for `layout`, encoded by hand, because the codec refuses to
+    /// encode an impossible layout. Declares one fd.
     static func attachBufferPacket(_ layout: BufferDescription) -> [UInt8] {
-        func varint(_ value: UInt64) -> [UInt8] {
-            var value = value, bytes: [UInt8] = []
-            while value >= 0x80 {
-                bytes.append(UInt8(value & 0x7F) | 0x80)
-                value >>= 7
-            }
-            return bytes + [UInt8(value)]
-        }
-        func field(_ number: UInt64, _ value: UInt64) -> [UInt8] { varint(number << 3) + varint(value) }
-        func field(_ number: UInt64, message: [UInt8]) -> [UInt8] { varint(number << 3 | 2) + varint(UInt64(message.count)) + message }
-        let body = field(1, UInt64(layout.id)) + field(2, UInt64(layout.width)) + field(3, UInt64(layout.height))
-            + field(4, UInt64(layout.stride)) + field(5, 1)  // ARGB8888_PREMULTIPLIED
+        let body = Wire.field(1, UInt64(layout.id)) + Wire.field(2, UInt64(layout.width)) + Wire.field(3, UInt64(layout.height))
+            + Wire.field(4, UInt64(layout.stride)) + Wire.field(5, 1)  // ARGB8888_PREMULTIPLIED
         // A large id: above any the connection has used.
-        return field(1, 1 << 40) + field(3, 1) + field(100, message: body)
+        return Wire.field(1, 1 << 40) + Wire.field(3, 1) + Wire.field(100, bytes: body)
     }
 }
