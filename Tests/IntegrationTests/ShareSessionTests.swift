@@ -230,3 +230,61 @@ struct ShareSessionTests {
         }
     }
 }
+
+/// The host API a first host gets right (issue "A share sheet people would copy", item 4):
+/// waits with a timeout for a state and for the outcome, each tried on its timeout path, and
+/// several readers of `updates`, each with every update from the start.
+extension ShareSessionTests {
+    @Test("wait(for:timeout:) returns the first update in a state (at once when it came already), throws timeout while none comes, and shareEnded when the share ends without one; outcome(timeout:) throws timeout while the share runs, then returns it")
+    func waitsWithTimeouts() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("wait for it")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 20, height: 20)
+            let ready = try await session.wait(for: .ready, timeout: .seconds(10))
+            #expect(ready.state == .ready)
+            #expect(try await session.wait(for: .preparing, timeout: .zero).state == .preparing, "one that came already: at once")
+            let working = await #expect(throws: RemoteError.self) { try await session.wait(for: .working, timeout: .milliseconds(200)) }
+            #expect(working?.code == .timeout && working?.reason.contains("no update in state working") == true, "\(String(describing: working))")
+            let running = await #expect(throws: RemoteError.self) { try await session.outcome(timeout: .milliseconds(200)) }
+            #expect(running?.code == .timeout && running?.reason.contains("has not ended after") == true, "\(String(describing: running))")
+            // The share goes on after a timeout: it completes, and both waits see it.
+            _ = try await session.connection.request(ServiceMessage(type: "share.progress", text: "0.5"))
+            #expect(try await session.wait(for: .working, timeout: .seconds(10)).progress == 0.5)
+            _ = try await session.connection.request(ServiceMessage(type: "share.complete"))
+            guard case .completed = try await session.outcome(timeout: .seconds(10)) else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(try await session.wait(for: .done, timeout: .zero).progress == 1)
+            await session.close()
+
+            // A share that ends (cancelled) without ever working.
+            let other = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await other.view.present(width: 20, height: 20)
+            try await other.wait(for: .ready, timeout: .seconds(10))
+            let waiting = Task { () async throws(RemoteError) -> ActivityUpdate in try await other.wait(for: .working, timeout: .seconds(10)) }
+            _ = await other.cancel()
+            let ended = await #expect(throws: RemoteError.self) { try await waiting.value }
+            #expect(ended?.code == .shareEnded && ended?.reason.contains("without an update in state working") == true, "\(String(describing: ended))")
+            await other.close()
+        }
+    }
+
+    @Test("several readers of updates each get every update from the session's start, a late one by replay, and each stream ends with the outcome")
+    func severalReaders() async throws {
+        try await withServices(Self.manifests()) { launcher, folder in
+            let sheet = ShareSheet(registry: ServiceRegistry(scanning: [folder.path]), items: [try .text("twice")])
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            let early = ShareUpdates(session), alsoEarly = ShareUpdates(session)
+            try await session.view.present(width: 20, height: 20)
+            try await session.wait(for: .ready, timeout: .seconds(10))
+            _ = try await session.connection.request(ServiceMessage(type: "share.progress", text: "0.25"))
+            _ = try await session.connection.request(ServiceMessage(type: "share.complete"))
+            _ = try await session.outcome(timeout: .seconds(10))
+            // Started after the end: the whole history, then the end.
+            let late = ShareUpdates(session)
+            let (a, b, c) = (await early.all, await alsoEarly.all, await late.all)
+            #expect(a.map(\.state) == [.preparing, .preparing, .ready, .working, .done], "\(a)")
+            #expect(b == a && c == a, "every reader sees every update: \(b), \(c)")
+            await session.close()
+        }
+    }
+}

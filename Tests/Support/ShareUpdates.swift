@@ -10,7 +10,7 @@ public final class ShareUpdates: Sendable {
     private let stream: AsyncStream<ActivityUpdate>
     private let collector: Task<Void, Never>
 
-    /// Starts collecting `session`'s updates (be the only reader of `session.updates`).
+    /// Starts collecting `session`'s updates (from its start: each reader of `session.updates` gets them all).
     public init(_ session: ShareSession) {
         let (stream, sink) = AsyncStream<ActivityUpdate>.makeStream()
         self.stream = stream

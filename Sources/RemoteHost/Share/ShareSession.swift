@@ -7,7 +7,7 @@ import RemoteCore
 /// let session = try await sheet.perform(activity, launcher: launcher)
 /// try await session.view.present(width: 480, height: 320)
 /// for await update in session.updates { progressBar.value = update.progress }
-/// switch await session.outcome {
+/// switch try await session.outcome(timeout: .seconds(60)) {
 /// case .completed(let items): save(items)
 /// case .cancelled, .failed, .interrupted: break
 /// }
@@ -41,15 +41,45 @@ public final class ShareSession: Sendable {
     public let connection: ServiceConnection
     /// The activity's view.
     public let view: RemoteView
-    /// The activity's updates, in order; finishes when the outcome is known.
-    public let updates: AsyncStream<ActivityUpdate>
+    /// The activity's updates, in order, for one reader: each access is a stream of its own,
+    /// which gets every update from the session's start (the last ``keptUpdates`` of them), then
+    /// each new one, and finishes when the outcome is known. Several readers each get them all.
+    public var updates: AsyncStream<ActivityUpdate> {
+        let (stream, continuation) = AsyncStream.makeStream(of: ActivityUpdate.self, bufferingPolicy: .unbounded)
+        let id = history.withLock { history -> UInt64? in
+            // Replayed under the lock, so that no update falls between the replay and the live ones.
+            for update in history.updates { continuation.yield(update) }
+            guard !history.finished else { return nil }
+            defer { history.nextReader += 1 }
+            history.readers[history.nextReader] = continuation
+            return history.nextReader
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.history.withLock { $0.readers.removeValue(forKey: id) } }
+        return stream
+    }
+
+    /// How many updates a session keeps for readers that start late (the oldest go first).
+    public static let keptUpdates = 256
     /// How long the service has to answer ``cancel(reason:)`` before it is stopped.
     public let cancelGrace: Duration
 
     /// The default ``cancelGrace``: 2 s.
     public static let defaultCancelGrace: Duration = .seconds(2)
 
-    private let updateSink: AsyncStream<ActivityUpdate>.Continuation
+    /// The updates so far, the readers of ``updates``, and waits for a state.
+    private struct History {
+        var updates: [ActivityUpdate] = []
+        var readers: [UInt64: AsyncStream<ActivityUpdate>.Continuation] = [:]
+        var nextReader: UInt64 = 0
+        var waits: [(state: ActivityState, waiter: Waiter<ActivityUpdate?>)] = []
+        /// The outcome is known: no update comes any more.
+        var finished = false
+    }
+    private let history = Mutex(History())
     private let ended = Latch<ShareOutcome>()
     /// The items, until they are let go after the share ended.
     private let retained: Mutex<[ShareItem]>
@@ -68,7 +98,6 @@ public final class ShareSession: Sendable {
         self.retryRetention = retryRetention
         connection = launcher.connection(to: activity.identifier)
         self.cancelGrace = cancelGrace
-        (updates, updateSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
         view = RemoteView(connection: connection, presentation: presentation, restoringState: restoringState)
         connection.addListener(self)
         // The view and the connection are the share's: its activity runs once, for its items.
@@ -94,7 +123,9 @@ public final class ShareSession: Sendable {
     }
 
     deinit {
-        updateSink.finish()
+        let (readers, waits) = history.withLock { (Array($0.readers.values), $0.waits) }
+        readers.forEach { $0.finish() }
+        waits.forEach { $0.waiter.resume(returning: nil) }
         release.withLock { $0?.cancel() }
     }
 
@@ -177,6 +208,55 @@ public final class ShareSession: Sendable {
         ended.value
     }
 
+    /// How the share ended, waiting for it at most `timeout`.
+    ///
+    /// - Throws: `RemoteError` `timeout` when the share is still running after `timeout` (it
+    ///   goes on: cancel it, or wait again), `cancelled` when the waiting task is.
+    public func outcome(timeout: Duration) async throws(RemoteError) -> ShareOutcome {
+        do {
+            return try await ended.wait(until: .now.advanced(by: timeout))
+        } catch .deadlinePassed {
+            throw RemoteError(.timeout, "the share with \(activity.identifier) has not ended after \(Self.describe(timeout))\(latestUpdate.map { " (its last update: \($0))" } ?? "")")
+        } catch {
+            throw RemoteError(.cancelled, "cancelled while waiting for the outcome of the share with \(activity.identifier)")
+        }
+    }
+
+    /// The first update in `state` since the session started (at once if one came already),
+    /// waiting for it at most `timeout`.
+    ///
+    /// - Throws: `RemoteError` `timeout` when none came within `timeout`; `shareEnded` when the
+    ///   share ended without one (naming how); `cancelled` when the waiting task is.
+    @discardableResult
+    public func wait(for state: ActivityState, timeout: Duration) async throws(RemoteError) -> ActivityUpdate {
+        let waiter = Waiter<ActivityUpdate?>()
+        let found = history.withLock { history -> ActivityUpdate?? in
+            if let update = history.updates.first(where: { $0.state == state }) { return .some(update) }
+            if history.finished { return .some(nil) }
+            history.waits.append((state, waiter))
+            return nil
+        }
+        let result: ActivityUpdate?
+        if let found {
+            result = found
+        } else {
+            do {
+                result = try await waiter.wait(until: .now.advanced(by: timeout), onAbandon: { [weak self] in
+                    self?.history.withLock { $0.waits.removeAll { $0.waiter === waiter } }
+                })
+            } catch .deadlinePassed {
+                throw RemoteError(.timeout, "no update in state \(state) from the share with \(activity.identifier) within \(Self.describe(timeout))\(latestUpdate.map { " (its last: \($0))" } ?? "")")
+            } catch {
+                throw RemoteError(.cancelled, "cancelled while waiting for the share with \(activity.identifier) to be \(state)")
+            }
+        }
+        guard let result else {
+            let how = currentOutcome.map { "\($0)" } ?? "ended"
+            throw RemoteError(.shareEnded, "the share with \(activity.identifier) ended (\(how)) without an update in state \(state)")
+        }
+        return result
+    }
+
     /// The user dismissed the share: `share_cancel` goes to the activity, which has
     /// ``cancelGrace`` to answer; one that does not is stopped, with that as the reason.
     /// Returns the outcome (what the activity answered, or *interrupted*).
@@ -211,7 +291,13 @@ public final class ShareSession: Sendable {
 
     private func finish(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
-        updateSink.finish()
+        let (readers, waits) = history.withLock { history in
+            history.finished = true
+            defer { history.waits = [] }
+            return (Array(history.readers.values), history.waits)
+        }
+        readers.forEach { $0.finish() }
+        waits.forEach { $0.waiter.resume(returning: nil) }
         // The items stay for a retry, for a while.
         guard retryRetention > .zero else { return retained.withLock { $0 = [] } }
         let retention = retryRetention
@@ -221,6 +307,24 @@ public final class ShareSession: Sendable {
                 self?.retained.withLock { $0 = [] }
             }
         }
+    }
+
+    /// Keeps `update` for late readers, and gives it to every reader and to the waits it ends.
+    private func publish(_ update: ActivityUpdate) {
+        let waits = history.withLock { history -> [Waiter<ActivityUpdate?>] in
+            history.updates.append(update)
+            if history.updates.count > Self.keptUpdates { history.updates.removeFirst(history.updates.count - Self.keptUpdates) }
+            // Under the lock: every reader gets the updates in order, none between its replay and these.
+            for reader in history.readers.values { reader.yield(update) }
+            var ended: [Waiter<ActivityUpdate?>] = []
+            history.waits.removeAll { wait in
+                guard wait.state == update.state else { return false }
+                ended.append(wait.waiter)
+                return true
+            }
+            return ended
+        }
+        for waiter in waits { waiter.resume(returning: update) }
     }
 
     private static func describe(_ duration: Duration) -> String {
@@ -246,7 +350,7 @@ public final class ShareSession: Sendable {
         switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
         case .update(let update):
             state.withLock { $0.latest = update }
-            updateSink.yield(update)
+            publish(update)
         case .finish(let outcome):
             channel.endWork()
             finish(outcome)
