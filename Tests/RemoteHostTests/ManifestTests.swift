@@ -542,3 +542,41 @@ struct ManifestRefusalTests {
         #expect(error?.key == "arguments[0]" && error?.reason == "expected a string", "\(String(describing: error))")
     }
 }
+
+// MARK: issue 33, item 4: a MIME type the shared MIME-info database does not know
+
+@Suite("Manifests: MIME types the database does not know")
+struct ManifestUnknownTypeTests {
+    /// Loads a manifest whose activation takes `types` and returns the registry's warnings.
+    static func warnings(for types: [String]) throws -> [ManifestError] {
+        let rules = types.map { #"{ "type": "\#($0)", "min": 0, "max": 1 }"# }.joined(separator: ", ")
+        let folder = try ManifestTests.folder(["mail.json": ManifestTests.valid.replacing(
+            #"[ { "type": "text/plain", "min": 1, "max": 5 }, { "type": "Image/*", "max": 10 } ]"#, with: "[\(rules)]")])
+        defer { folder.remove() }
+        let registry = ServiceRegistry(scanning: [folder.path])
+        #expect(registry.problems.isEmpty && registry.services.count == 1, "loaded, with warnings only: \(registry.problems)")
+        return registry.warnings.filter { $0.key?.hasPrefix("activation.") == true }
+    }
+
+    @Test("a misspelt type loads with a warning naming the known type within two edits; a private type loads with a warning and no guess; known types, aliases and families give none")
+    func unknownTypes() throws {
+        try #require(MIMEDatabase.system.isKnown("text/plain"), "shared-mime-info is installed (scripts/bootstrap)")
+        let misspelt = try Self.warnings(for: ["text/plian"])
+        #expect(misspelt.count == 1 && misspelt.first?.key == "activation.contentTypes[0].type", "\(misspelt)")
+        #expect(misspelt.first?.reason.contains(#""text/plian" is not in the shared MIME-info database (did you mean text/plain?)"#) == true, "\(misspelt)")
+        #expect(try Self.warnings(for: ["image/pgn"]).first?.reason.contains("did you mean image/png?") == true)
+        let private_ = try Self.warnings(for: ["application/x-example-notebook"])
+        #expect(private_.count == 1 && private_.first?.reason.contains("did you mean") == false, "\(private_)")
+        #expect(try Self.warnings(for: ["text/plain", "image/*", "image/pjpeg", "text/uri-list", "application/octet-stream"]).isEmpty)
+    }
+
+    @Test("the edit distance counts insertions, deletions, substitutions and swaps of neighbours, and stops past its limit")
+    func editDistance() {
+        func distance(_ a: String, _ b: String) -> Int { MIMEDatabase.editDistance(Array(a.utf8), Array(b.utf8), limit: 2) }
+        #expect(distance("text/plain", "text/plain") == 0)
+        #expect(distance("text/plian", "text/plain") == 1, "a swap")
+        #expect(distance("text/plai", "text/plain") == 1 && distance("text/plainn", "text/plain") == 1 && distance("text/plaim", "text/plain") == 1)
+        #expect(distance("text/pl", "text/plain") == 3, "past the limit: limit + 1")
+        #expect(distance("", "ab") == 2 && distance("ab", "") == 2)
+    }
+}

@@ -155,6 +155,14 @@ public struct ServiceRegistry: Sendable {
                 throw fail("sandbox.readOnlyPaths[\(index)]", "\(refusal)")
             }
         }
+        // A type the shared MIME-info database does not know is legitimate (a private type), but
+        // is more often a misspelling that no item will ever match: loaded, with a warning.
+        for (index, rule) in (manifest.activation?.contentTypes ?? []).enumerated() where !MIMEDatabase.system.isKnown(rule.type) {
+            let hint = MIMEDatabase.system.suggestion(for: rule.type).map { " (did you mean \($0)?)" } ?? ""
+            warnings.append(ManifestError(file: file, key: "activation.contentTypes[\(index)].type",
+                                          reason: "\"\(rule.type)\" is not in the shared MIME-info database\(hint): the activity is offered only for items of exactly that type",
+                                          identifier: manifest.identifier))
+        }
         // Last: a manifest refused for something else gets no warning about its icon.
         if let icon = manifest.display.icon {
             do {

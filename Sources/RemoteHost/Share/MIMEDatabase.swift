@@ -44,6 +44,8 @@ public struct MIMEDatabase: Sendable {
     private var parents: [String: [String]] = [:]
     /// Every file-name pattern, in folder and then file order.
     private var globs: [Glob] = []
+    /// Every type the database names (its `types` file, and the types of the other three).
+    private var known: Set<String> = []
 
     /// The largest file of the database read, in bytes (Debian's `globs2` is about 40 KiB).
     static let maxFileSize = 4 * 1024 * 1024
@@ -55,6 +57,7 @@ public struct MIMEDatabase: Sendable {
         var seenGlobs: Set<GlobKey> = []
         var withoutGlobs: Set<String> = []  // types a more important folder said __NOGLOBS__ for
         for directory in directories {
+            for line in Self.lines(of: directory + "/types") where !line.isEmpty { known.insert(MIMEType.normalized(String(line))) }
             for line in Self.lines(of: directory + "/aliases") {
                 let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
                 guard fields.count == 2 else { continue }
@@ -83,6 +86,58 @@ public struct MIMEDatabase: Sendable {
             }
             withoutGlobs.formUnion(noGlobsHere)
         }
+    }
+
+    /// Whether the database names `type` (as a type or an alias). A `major/*` pattern is known
+    /// when some type has that major part.
+    public func isKnown(_ type: String) -> Bool {
+        let type = MIMEType.normalized(type)
+        if type.hasSuffix("/*") {
+            let major = type.dropLast(1)
+            return known.contains { $0.hasPrefix(major) } || type == "*/*"
+        }
+        return known.contains(type) || aliases[type] != nil || parents[type] != nil || Self.itemTypes.contains(type)
+    }
+
+    /// Types RemoteView's own items have that the database does not list: a URL is
+    /// `text/uri-list` (RFC 2483), which shared-mime-info leaves out.
+    public static let itemTypes: Set<String> = ["text/uri-list"]
+
+    /// The known type nearest to `type` within two edits (insertions, deletions, substitutions
+    /// or swaps of neighbours), for a warning about a misspelling (`text/plian` → `text/plain`);
+    /// `nil` when there is none, or when `type` is known. The nearest wins; then the first in
+    /// alphabetical order.
+    public func suggestion(for type: String) -> String? {
+        let type = MIMEType.normalized(type)
+        guard !isKnown(type) else { return nil }
+        let target = Array(type.utf8)
+        var best: (distance: Int, type: String)?
+        for candidate in known where abs(candidate.utf8.count - target.count) <= 2 {
+            let distance = Self.editDistance(target, Array(candidate.utf8), limit: 2)
+            guard distance <= 2 else { continue }
+            if best == nil || (distance, candidate) < (best!.distance, best!.type) { best = (distance, candidate) }
+        }
+        return best?.type
+    }
+
+    /// The optimal string alignment distance of `a` and `b` (Levenshtein with swaps of
+    /// neighbours), or `limit + 1` once it is known to exceed `limit`.
+    static func editDistance(_ a: [UInt8], _ b: [UInt8], limit: Int) -> Int {
+        if a == b { return 0 }
+        var before = [Int](repeating: 0, count: b.count + 1), previous = Array(0...b.count), current = previous
+        for i in 1...max(a.count, 1) where i <= a.count {
+            current[0] = i
+            var rowBest = i
+            for j in 1...max(b.count, 1) where j <= b.count {
+                var cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] { cost = min(cost, before[j - 2] + 1) }
+                current[j] = cost
+                rowBest = min(rowBest, cost)
+            }
+            if rowBest > limit { return limit + 1 }
+            (before, previous, current) = (previous, current, before)
+        }
+        return a.isEmpty ? b.count : previous[b.count]
     }
 
     /// `type` in lower case with its alias resolved: `image/pjpeg` → `image/jpeg`.
