@@ -67,6 +67,11 @@ package enum FrameworkMessage {
     /// The environment variable a launcher sets to the most a view's restorable state may hold,
     /// in KiB (the manifest's `limits.restorableStateKiB`; 0: none).
     package static let restorableStateLimitVariable = "REMOTEVIEW_RESTORABLE_STATE_KIB"
+    /// The environment variable a launcher sets to the service's identifier (its manifest's).
+    package static let identifierVariable = "REMOTEVIEW_IDENTIFIER"
+    /// The environment variable a launcher sets to the service's title (its manifest's
+    /// `display.title`).
+    package static let titleVariable = "REMOTEVIEW_TITLE"
     /// The environment variable a launcher sets to the service's data folder (the manifest's
     /// `sandbox.dataFolder`): `/data` in the sandbox, the host folder without one.
     package static let dataDirectoryVariable = "REMOTEVIEW_DATA_DIR"

@@ -204,6 +204,29 @@ public enum ServiceMain {
         await exit(serving: identifier, shareTitle: title, viewController: viewController, onRequest: onRequest)
     }
 
+    /// Runs a share activity as ``exit(sharing:title:onRequest:viewController:)`` does, with the
+    /// identifier and title its launcher gives it (`REMOTEVIEW_IDENTIFIER` and
+    /// `REMOTEVIEW_TITLE`, from its manifest), so that they are written once, in the manifest.
+    ///
+    /// ```swift
+    /// await ServiceMain.exit(sharing: { NotesController() })
+    /// ```
+    ///
+    /// Outside a launcher (no `REMOTEVIEW_IDENTIFIER`) it exits with status 64, saying so; pass
+    /// the identifier and title there.
+    public static func exit(sharing viewController: @escaping @MainActor @Sendable () -> ViewController,
+                            onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests) async -> Never {
+        func variable(_ name: String) -> String? {
+            getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+        }
+        guard let identifier = variable(FrameworkMessage.identifierVariable) else {
+            Syscall.writeStandardError("\(FrameworkMessage.identifierVariable) is not set: this share activity runs under a RemoteView launcher, which sets it from its manifest; outside one, call ServiceMain.exit(sharing: identifier, title: title) { … }\n")
+            Glibc.exit(64)
+        }
+        let title = variable(FrameworkMessage.titleVariable) ?? identifier
+        await exit(serving: identifier, shareTitle: title, viewController: viewController, onRequest: onRequest)
+    }
+
     static func idleTimeoutFromEnvironment() throws(RemoteError) -> Duration? {
         guard let text = getenv(idleTimeoutVariable).map({ String(cString: $0) }), !text.isEmpty else { return nil }
         guard let seconds = Double(text), seconds > 0, seconds <= 86_400 else {

@@ -58,3 +58,11 @@ struct DemoListTests {
         #expect(output.contains("URL \"not a url\""), "\(output)")
     }
 }
+
+extension DemoListTests {
+    @Test("a share activity written as ServiceMain.exit(sharing:) takes its identifier and title from the launcher; started by hand, without them, it exits 64 saying so")
+    func activityOutsideALauncher() throws {
+        let (status, output) = try Self.demoShare(["activity", "notes"])
+        #expect(status == 64 && output.contains("REMOTEVIEW_IDENTIFIER is not set"), "\(status): \(output)")
+    }
+}

@@ -118,6 +118,9 @@ struct LauncherTests {
             #expect(try await connection.request(ServiceMessage(type: "interfaces")).text == "error: Address family not supported by protocol")
             let environment = try await connection.request(ServiceMessage(type: "environment")).text ?? ""
             #expect(!environment.contains("REMOTEVIEW_TEST_SECRET"))
+            // Who it is, from its manifest (ServiceMain.exit(sharing:) needs nothing else).
+            let variables = environment.split(separator: "\n")
+            #expect(variables.contains("REMOTEVIEW_IDENTIFIER=com.example.test") && variables.contains("REMOTEVIEW_TITLE=Test service"), "\(environment)")
             #expect(!environment.contains("LISTEN_FDS"), "the SDK clears LISTEN_* once it took fd 3")
             // What tells the launcher's fd 3 from systemd's (Protocol.md), as the process started.
             let start = try await connection.request(ServiceMessage(type: "start-environment")).text?.split(separator: "\n") ?? []

@@ -163,6 +163,9 @@ final class ServiceInstance: Sendable {
             "LISTEN_FDNAMES": "remoteview",
             "PATH": "/usr/bin:/bin",
             FrameworkMessage.idleTimeoutVariable: String(manifest.idleTimeout.inSeconds),
+            // Who the service is, so that it need not say it again (ServiceMain.exit(sharing:)).
+            FrameworkMessage.identifierVariable: manifest.identifier,
+            FrameworkMessage.titleVariable: manifest.display.title,
         ]
         // The most state a view may send; 0: none (the SDK then does not announce
         // restorable-state, and the host does not either).

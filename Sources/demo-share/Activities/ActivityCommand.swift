@@ -33,12 +33,13 @@ struct ActivityCommand: AsyncParsableCommand {
 
     func run() async throws {
         let kind = self.kind
-        await ServiceMain.exit(sharing: kind.identifier, title: kind.title) {
+        // The identifier and title come from the manifest, through the launcher.
+        await ServiceMain.exit(sharing: {
             switch kind {
             case .notes: NotesController()
             case .post: PostController()
             case .markup: MarkupController()
             }
-        }
+        })
     }
 }
