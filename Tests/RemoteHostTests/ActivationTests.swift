@@ -54,6 +54,16 @@ struct ActivationTests {
                     == .rejected(reason: "accepts at most 1 image/*, 3 given"))
     }
 
+    @Test("a reason over a max says what counted as the rule's type without being it: the URL as text/plain (a text and a link: 2 given), subclasses by type; a family needs no word")
+    func countedAs() throws {
+        #expect(try Self.verdict(#"{"type": "text/plain", "min": 0, "max": 1}"#, ["text/plain", "text/uri-list"])
+                    == .rejected(reason: "accepts at most 1 text/plain, 2 given (the URL counts as text/plain here)"))
+        #expect(try Self.verdict(#"{"type": "text/plain", "min": 0, "max": 1}"#, ["text/uri-list", "text/uri-list", "text/x-csrc"])
+                    == .rejected(reason: "accepts at most 1 text/plain, 3 given (2 URLs and a text/x-csrc count as text/plain here)"))
+        #expect(try Self.verdict(#"{"type": "image/*", "min": 0, "max": 1}"#, ["image/png", "image/jpeg"])
+                    == .rejected(reason: "accepts at most 1 image/*, 2 given"))
+    }
+
     @Test("a type no rule takes, a type that is not one, and several problems at once")
     func wrongTypes() throws {
         #expect(try Self.verdict(#"{"type": "image/png", "min": 0, "max": 1}"#, ["text/uri-list"]) == .rejected(reason: "accepts no text/uri-list"))
@@ -193,7 +203,9 @@ struct ActivationTests {
                 let possible = Self.bruteForce(manifest.activation!.contentTypes, items, database)
                 #expect((verdict == .accepted) == possible, "\(rules) with \(items): \(verdict)")
                 guard case .rejected(let reason) = verdict else { continue }
-                for clause in reason.split(separator: "; ") where !clause.hasPrefix("accepts no") {
+                for var clause in reason.split(separator: "; ") where !clause.hasPrefix("accepts no") {
+                    // What counted as the rule's type comes last, in parentheses: not a bound.
+                    if clause.hasSuffix(" here)"), let open = clause.ranges(of: " (").last { clause = clause[..<open.lowerBound] }
                     // The numbers: each rule's bound, (their total,) how many items were given.
                     let numbers = clause.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
                     let bounds = numbers.count == 2 ? [numbers[0]] : Array(numbers.dropLast(2))

@@ -22,7 +22,9 @@ extension ServiceManifest {
     /// - `"x" is not a MIME type`, for an item type that is not one;
     /// - `accepts no text/uri-list`, for an item type no rule takes;
     /// - `accepts at most 1 image/*, 3 given`, for a rule (or a group of rules sharing items)
-    ///   that more items conform to than it may take, with how many items conform to it;
+    ///   that more items conform to than it may take, with how many items conform to it, and
+    ///   what counted without being of the rule's type (`… 2 given (the URL counts as
+    ///   text/plain here)`);
     /// - `needs at least 1 image/png, 0 given`, for a rule (or group) fewer items conform to than
     ///   it needs;
     ///
@@ -127,9 +129,21 @@ struct ActivationMatch {
             upperSlots.indices.filter { takers[takenItems[item]].contains(upperSlots[$0]) }
         }
         let (overItems, overSlots) = upper.alternatingReach()
+        let normalized = items.map(MIMEType.normalized)
         for group in Self.groups(rules: Set(overSlots.map { upperSlots[$0] }), items: overItems.map { takenItems[$0] }, takers: takers) {
             let bounds = group.map { "at most \(rules[$0].max) \(rules[$0].type)" }
-            problems.append("accepts \(Self.list(bounds))\(Self.total(group.map { rules[$0].max }, group)), \(given(group)) given")
+            // What counted without being of the rule's own type (a URL for text/plain): said,
+            // since the count would surprise otherwise. A family (image/*) needs no word.
+            var counted: [String] = []
+            for rule in group where !rules[rule].type.hasSuffix("/*") {
+                let own = database.canonical(rules[rule].type)
+                let others = takers.indices.filter { takers[$0].contains(rule) && database.canonical(normalized[$0]) != own }.map { normalized[$0] }
+                guard !others.isEmpty else { continue }
+                let phrases = Set(others).sorted().map { type in Self.items(others.count { $0 == type }, of: type) }
+                counted.append("\(Self.list(phrases)) \(others.count == 1 ? "counts" : "count") as \(rules[rule].type) here")
+            }
+            problems.append("accepts \(Self.list(bounds))\(Self.total(group.map { rules[$0].max }, group)), \(given(group)) given"
+                            + (counted.isEmpty ? "" : " (\(Self.list(counted)))"))
         }
 
         // (3) Rule slots, `min` per rule → items.
@@ -161,6 +175,13 @@ struct ActivationMatch {
             }
         }
         return Dictionary(grouping: rules.sorted(), by: find).values.sorted { $0[0] < $1[0] }
+    }
+
+    /// `count` items of `type`, as a person says it: "the URL", "2 URLs", "a text/x-csrc",
+    /// "3 text/x-csrc".
+    private static func items(_ count: Int, of type: String) -> String {
+        if type == "text/uri-list" { return count == 1 ? "the URL" : "\(count) URLs" }
+        return count == 1 ? "a \(type)" : "\(count) \(type)"
     }
 
     /// `a`, `a and b`, `a, b and c`.
