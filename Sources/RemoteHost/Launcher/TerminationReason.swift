@@ -3,22 +3,24 @@ import Glibc
 /// Why a service process ended, as the launcher reports it (``LauncherEvent/terminated(identifier:pid:reason:)``,
 /// ``ServiceStatus/lastTermination``).
 public struct TerminationReason: Sendable, Hashable, Codable, CustomStringConvertible {
-    /// The kind of ending.
+    /// The kind of ending. Its raw value is its one spelling, in text (``description``, logs,
+    /// tables) and in JSON: `exited`, `killed`, `idle exit`, `protocol violation` (as
+    /// `RemoteError`'s code), `limit`, `stopped`, `sandbox refused`.
     public enum Kind: String, Sendable, Hashable, Codable {
         /// It exited by itself with ``TerminationReason/exitCode`` (non-zero counts as a crash).
         case exited
         /// A signal killed it without the host asking (a crash).
         case killed
         /// It was idle for its idle timeout: it exited by itself, or the host stopped it.
-        case idleExit
+        case idleExit = "idle exit"
         /// It broke the protocol, and the host ended it.
-        case protocolViolation
+        case protocolViolation = "protocol violation"
         /// It exceeded a resource limit (`SIGXCPU`, `SIGXFSZ`).
         case limit
         /// The host stopped it (``ServiceConnection/invalidate()``, launcher shut down).
         case stopped
         /// bubblewrap refused to create its sandbox; it never ran.
-        case sandboxRefused
+        case sandboxRefused = "sandbox refused"
     }
 
     /// The kind of ending.
