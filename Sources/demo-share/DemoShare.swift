@@ -14,7 +14,8 @@ struct DemoShare: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
-        subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, AnimationCommand.self, ViewDemo.self, Host.self, Services.self, Service.self, ActivityCommand.self],
+        subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, AnimationCommand.self, ViewDemo.self, Host.self, Services.self,
+                      Install.self, Uninstall.self, Paths.self, Service.self, ActivityCommand.self],
         defaultSubcommand: ShareCommand.self)
 }
 
@@ -35,6 +36,9 @@ struct HostOptions: ParsableArguments {
     @Flag(help: "Log the launcher's work and the services' stdout/stderr.")
     var verbose = false
 
+    @Flag(inversion: .prefixedNo, help: "Also the activities installed in the XDG data folders (remoteview/manifests: the user's, then the system's; demo-share paths lists them).")
+    var installed = true
+
     /// The manifest folders: each `--services`, or the `Services` resources SwiftPM copies next
     /// to this executable (`RemoteView_demo-share.resources/Services`).
     func folders() throws -> [String] {
@@ -53,7 +57,7 @@ struct HostOptions: ParsableArguments {
     /// The registry of every manifest in ``folders()``; invalid manifests are reported on
     /// standard error (the valid ones still work).
     func registry() throws -> ServiceRegistry {
-        let registry = ServiceRegistry(scanning: try folders())
+        let registry = ServiceRegistry(scanning: try folders(), includingInstalled: installed)
         for problem in registry.problems { Syscall.writeStandardError("warning: invalid manifest: \(problem)\n") }
         for warning in registry.warnings { Syscall.writeStandardError("warning: \(warning)\n") }
         return registry

@@ -66,3 +66,37 @@ extension DemoListTests {
         #expect(status == 64 && output.contains("REMOTEVIEW_IDENTIFIER is not set"), "\(status): \(output)")
     }
 }
+
+extension DemoListTests {
+    @Test("install, shadow, uninstall and paths: an installed activity is offered after the demo's own; the user's shadows the system's (with a warning naming both); uninstalled, the system's comes back; paths lists every folder in order")
+    func installedActivities() throws {
+        let folder = try TemporaryFolder("remoteview-installed")
+        defer { folder.remove() }
+        let system = folder.path + "/system/remoteview/manifests"
+        _ = try runCommands([["/bin/mkdir", "-p", system]])
+        let demo = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+        func run(_ arguments: [String]) throws -> (Int32, String) {
+            try runCommands([["/usr/bin/env", "XDG_DATA_HOME=\(folder.path)/home", "XDG_DATA_DIRS=\(folder.path)/system:/usr/share", demo] + arguments])[0]
+        }
+        let manifest = UppercaseShareTests.repository + "/Examples/uppercase-c/uppercase.json"
+        let (installed, said) = try run(["install", manifest])
+        let user = "\(folder.path)/home/remoteview/manifests/com.example.uppercase-c.json"
+        #expect(installed == 0 && said.contains("installed com.example.uppercase-c at \(user)"), "\(said)")
+        let copy = try String(decoding: Data(contentsOf: URL(filePath: user)), as: UTF8.self)
+        #expect(copy.contains("\"executable\" : \"\(UppercaseShareTests.repository)/Examples/uppercase-c/uppercase-share\""), "the executable is made absolute: \(copy)")
+        // A system copy of the same identifier, under another title.
+        _ = try runCommands([["/bin/sh", "-c", "sed 's/UPPERCASE (C)/System copy/' '\(user)' > '\(system)/com.example.uppercase-c.json'"]])
+        let (listed, list) = try run(["list", "--text", "hi"])
+        #expect(listed == 0 && list.contains("UPPERCASE (C)") && !list.contains("System copy"), "\(list)")
+        #expect(list.contains("the user's \"com.example.uppercase-c\" shadows the one installed at \(system)/com.example.uppercase-c.json"), "\(list)")
+        let (paths, lines) = try run(["paths"])
+        #expect(paths == 0 && lines.split(separator: "\n").map { $0.split(separator: ":").first.map(String.init) ?? "" } == ["demo", "user", "system", "system"], "\(lines)")
+        #expect(try run(["uninstall", "com.example.uppercase-c"]).1.contains("uninstalled com.example.uppercase-c"))
+        let (_, after) = try run(["list", "--text", "hi"])
+        #expect(after.contains("System copy"), "the system's comes back: \(after)")
+        let (missing, why) = try run(["uninstall", "com.example.uppercase-c"])
+        #expect(missing != 0 && why.contains("is not installed for this user"), "\(why)")
+        let (bad, refused) = try run(["install", folder.path + "/nothing.json"])
+        #expect(bad != 0 && refused.contains("not installed:"), "\(refused)")
+    }
+}

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 @testable import RemoteHost
 import RemoteTestSupport
@@ -578,5 +579,49 @@ struct ManifestUnknownTypeTests {
         #expect(distance("text/plai", "text/plain") == 1 && distance("text/plainn", "text/plain") == 1 && distance("text/plaim", "text/plain") == 1)
         #expect(distance("text/pl", "text/plain") == 3, "past the limit: limit + 1")
         #expect(distance("", "ab") == 2 && distance("ab", "") == 2)
+    }
+}
+
+// MARK: issue 33, item 1: installed activities
+
+@Suite("Manifests: installed activities")
+struct InstalledActivitiesTests {
+    @Test("the installed folders are the user's ($XDG_DATA_HOME/remoteview/manifests) then each system one ($XDG_DATA_DIRS), after the host's; a missing one is no problem")
+    func folders() throws {
+        #expect(ServiceRegistry.installedFolders(dataHome: "/home/u/.local/share", dataDirectories: ["/usr/local/share", "/usr/share"])
+                == ["/home/u/.local/share/remoteview/manifests", "/usr/local/share/remoteview/manifests", "/usr/share/remoteview/manifests"])
+        let registry = ServiceRegistry(scanning: [], installed: ["/nonexistent/remoteview/manifests"])
+        #expect(registry.problems.isEmpty && registry.services.isEmpty, "\(registry.problems)")
+    }
+
+    @Test("a user's activity shadows the system's of the same identifier: kept, marked, with a warning; a duplicate among the host's folders is still a problem")
+    func shadowing() throws {
+        let user = try ManifestTests.folder(["mail.json": ManifestTests.valid])
+        let system = try ManifestTests.folder(["mail.json": ManifestTests.valid.replacing(#""title": "Mail""#, with: #""title": "System mail""#)])
+        let named = try ManifestTests.folder(["mail.json": ManifestTests.valid])
+        defer { [user, system, named].forEach { $0.remove() } }
+        let registry = ServiceRegistry(scanning: [], installed: [user.path, system.path])
+        let mail = try #require(registry.services["com.example.mail"])
+        #expect(mail.display.title == "Mail" && mail.shadows == [system.path + "/mail.json"])
+        #expect(registry.problems.isEmpty)
+        #expect(registry.warnings.contains { $0.reason.contains("the user's \"com.example.mail\" shadows the one installed at \(system.path)/mail.json") }, "\(registry.warnings)")
+        // The host's own folder comes first: the user's copy is then a duplicate, reported.
+        let both = ServiceRegistry(scanning: [named.path], installed: [user.path, system.path])
+        #expect(both.services["com.example.mail"]?.file == named.path + "/mail.json")
+        #expect(both.problems.count == 2 && both.problems.allSatisfy { $0.reason.contains("is already declared by \(named.path)/mail.json") }, "\(both.problems)")
+    }
+
+    @Test("a manifest written again (as install writes it) decodes to the same manifest")
+    func encodeRoundTrip() throws {
+        let folder = try ManifestTests.folder(["mail.json": ManifestTests.valid])
+        defer { folder.remove() }
+        let manifest = try ServiceRegistry.load(file: folder.path + "/mail.json")
+        let encoder = JSONEncoder()
+        let written = try encoder.encode(manifest)
+        try folder.write("again.json", String(decoding: written, as: UTF8.self))
+        let again = try ServiceRegistry.load(file: folder.path + "/again.json")
+        #expect(again.identifier == manifest.identifier && again.executablePath == manifest.executablePath && again.display == manifest.display
+                && again.activation == manifest.activation && again.sandbox == manifest.sandbox && again.idleTimeout == manifest.idleTimeout
+                && again.instances == manifest.instances && again.limits == manifest.limits && again.arguments == manifest.arguments)
     }
 }

@@ -42,6 +42,9 @@ public struct ServiceManifest: Sendable, Hashable {
     /// The icon, read and checked when the registry loaded the manifest: `nil` when none is
     /// named, or when it was left out (``ServiceRegistry/warnings`` says why).
     public var icon: Icon?
+    /// The manifests of the same identifier this one hides: installed system-wide, while this
+    /// one is the user's (``ServiceRegistry/init(scanning:includingInstalled:)``). Empty otherwise.
+    public internal(set) var shadows: [String] = []
 
     /// Display metadata.
     public struct Display: Sendable, Hashable, Codable {
@@ -332,5 +335,25 @@ extension KeyedDecodingContainer {
     /// Throws a `DecodingError` naming `key` with `reason` unless `condition` holds.
     fileprivate func check(_ condition: Bool, _ key: Key, _ reason: @autoclosure () -> String) throws {
         if !condition { throw DecodingError.dataCorruptedError(forKey: key, in: self, debugDescription: reason()) }
+    }
+}
+
+// MARK: encoding (installing a manifest writes it again)
+
+extension ServiceManifest: Encodable {
+    /// Writes the schema's keys (`docs/Manifest.md`) as the manifest holds them now: what
+    /// `demo-share install` writes, with the executable made absolute. The registry's own
+    /// fields (``file``, ``executablePath``, ``icon``, ``shadows``) are not part of it.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(identifier, forKey: .identifier)
+        try container.encode(executable, forKey: .executable)
+        if !arguments.isEmpty { try container.encode(arguments, forKey: .arguments) }
+        try container.encode(display, forKey: .display)
+        try container.encodeIfPresent(activation, forKey: .activation)
+        try container.encode(sandbox, forKey: .sandbox)
+        try container.encode(idleTimeout.inSeconds, forKey: .idleTimeout)
+        try container.encode(instances.rawValue, forKey: .instances)
+        try container.encode(limits, forKey: .limits)
     }
 }

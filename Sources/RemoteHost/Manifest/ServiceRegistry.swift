@@ -64,13 +64,44 @@ public struct ServiceRegistry: Sendable {
 
     /// Scans `folders` (not recursively) for `*.json` manifests.
     public init(scanning folders: [String]) {
-        self.folders = folders
+        self.init(scanning: folders, installed: [])
+    }
+
+    /// Scans `folders`, then, with `includingInstalled`, the installed activities'
+    /// ``installedFolders``: the user's, then the system's. An identifier declared again in a
+    /// later folder is reported and ignored; a user's manifest that hides a system one this way
+    /// is kept, marked (``ServiceManifest/shadows``), with a warning rather than a problem.
+    public init(scanning folders: [String], includingInstalled: Bool) {
+        self.init(scanning: folders, installed: includingInstalled ? Self.installedFolders : [])
+    }
+
+    /// Where installed activities' manifests are: `$XDG_DATA_HOME/remoteview/manifests`
+    /// (`~/.local/share/remoteview/manifests` by default), the user's, first; then
+    /// `remoteview/manifests` in each of `$XDG_DATA_DIRS` (`/usr/local/share:/usr/share` by
+    /// default), the system's. (`$XDG_DATA_HOME/remoteview/services` is the services' data
+    /// folders' root; nothing is installed there.)
+    public static var installedFolders: [String] {
+        installedFolders(dataHome: XDGBaseDirectories.dataHome(),
+                         dataDirectories: XDGBaseDirectories.dataDirectories(XDGBaseDirectories.variable("XDG_DATA_DIRS")))
+    }
+
+    static func installedFolders(dataHome: String, dataDirectories: [String]) -> [String] {
+        ([dataHome] + dataDirectories).map { $0 + "/remoteview/manifests" }
+    }
+
+    /// The user's installed folder, when scanned: its manifests shadow the system's.
+    private let userFolder: String?
+
+    init(scanning named: [String], installed: [String]) {
+        folders = named + installed
+        userFolder = installed.first
         for folder in folders {
             let names: [String]
             do {
                 names = try Self.jsonFiles(in: folder)
             } catch {
-                problems.append(error)
+                // An installed folder that does not exist is no problem: nothing is installed there.
+                if !(installed.contains(folder) && (try? Syscall.linkStatus(ofPath: folder)) == nil) { problems.append(error) }
                 continue
             }
             for name in names { add(file: folder + "/" + name) }
@@ -80,6 +111,7 @@ public struct ServiceRegistry: Sendable {
     /// A registry of already-loaded manifests (for hosts that build them in code).
     public init(manifests: [ServiceManifest]) {
         folders = []
+        userFolder = nil
         for manifest in manifests { insert(manifest) }
     }
 
@@ -157,7 +189,8 @@ public struct ServiceRegistry: Sendable {
         }
         // A type the shared MIME-info database does not know is legitimate (a private type), but
         // is more often a misspelling that no item will ever match: loaded, with a warning.
-        for (index, rule) in (manifest.activation?.contentTypes ?? []).enumerated() where !MIMEDatabase.system.isKnown(rule.type) {
+        let database = MIMEDatabase.system
+        for (index, rule) in (manifest.activation?.contentTypes ?? []).enumerated() where database.listsTypes && !database.isKnown(rule.type) {
             let hint = MIMEDatabase.system.suggestion(for: rule.type).map { " (did you mean \($0)?)" } ?? ""
             warnings.append(ManifestError(file: file, key: "activation.contentTypes[\(index)].type",
                                           reason: "\"\(rule.type)\" is not in the shared MIME-info database\(hint): the activity is offered only for items of exactly that type",
@@ -191,7 +224,15 @@ public struct ServiceRegistry: Sendable {
     @discardableResult
     private mutating func insert(_ manifest: ServiceManifest, from file: String? = nil) -> Bool {
         if let existing = services[manifest.identifier] {
-            problems.append(ManifestError(file: file ?? manifest.file, key: "identifier",
+            let file = file ?? manifest.file
+            if let userFolder, existing.file.hasPrefix(userFolder + "/"), !file.hasPrefix(userFolder + "/") {
+                // The user's installed activity hides the system's: meant, and said.
+                services[manifest.identifier]?.shadows.append(file)
+                warnings.append(ManifestError(file: existing.file, key: "identifier",
+                                              reason: "the user's \"\(manifest.identifier)\" shadows the one installed at \(file)", identifier: manifest.identifier))
+                return false
+            }
+            problems.append(ManifestError(file: file, key: "identifier",
                                           reason: "\"\(manifest.identifier)\" is already declared by \(existing.file); this one is ignored"))
             return false
         }

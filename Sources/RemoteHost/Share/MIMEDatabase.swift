@@ -88,6 +88,10 @@ public struct MIMEDatabase: Sendable {
         }
     }
 
+    /// Whether the database lists its types at all (a `types` file was read): without one, no
+    /// type can be called unknown.
+    public var listsTypes: Bool { !known.isEmpty }
+
     /// Whether the database names `type` (as a type or an alias). A `major/*` pattern is known
     /// when some type has that major part.
     public func isKnown(_ type: String) -> Bool {
