@@ -35,6 +35,9 @@ struct DemoListTests {
         let reasons = Dictionary(uniqueKeysWithValues: (report.notOffered ?? []).map { ($0.identifier, $0.reason) })
         #expect(reasons["com.example.demo-share.markup"] == "accepts no text/plain; accepts no text/uri-list; needs at least 1 image/*, 0 given", "\(reasons)")
         #expect(reasons["com.example.demo-share.post"]?.contains("needs at least 1 image/*, 0 given") == true, "\(reasons)")
+        #expect(reasons["com.example.demo-share.post"]?.contains("2 given (the URL counts as text/plain here)") == true, "\(reasons)")
+        #expect(reasons.keys.sorted() == ["com.example.demo-share.markup", "com.example.demo-share.post"],
+                "only share activities are explained (Animation, Clock and Echo declare no activation rules): \(reasons.keys.sorted())")
     }
 
     @Test("two images: Post takes them, Markup takes only one, the image/* wildcard through shared-mime-info")

@@ -22,7 +22,9 @@ public struct ShareSheet: Sendable {
     public let items: [ShareItem]
     /// The activities whose activation rules accept ``items``, by identifier.
     public let activities: [ShareActivity]
-    /// Every other registered activity, by identifier, with the reason.
+    /// Every other registered activity, by identifier, with the reason: only share activities
+    /// (services whose manifest declares activation rules); a plain service is not one, and is
+    /// never explained.
     public let explanations: [Explanation]
 
     /// Matches `items` against every manifest of `registry` (MIME types compared through
@@ -31,7 +33,8 @@ public struct ShareSheet: Sendable {
         self.items = items
         let matches = registry.activities(for: items.map(\.contentType), database: database)
         activities = matches.offered.map(ShareActivity.init(manifest:))
-        explanations = matches.notOffered.map { Explanation(activity: ShareActivity(manifest: $0.manifest), reason: $0.reason) }
+        explanations = matches.notOffered.filter { $0.manifest.activation != nil }
+            .map { Explanation(activity: ShareActivity(manifest: $0.manifest), reason: $0.reason) }
     }
 
     /// The activity with `identifier` if the sheet offers it.
