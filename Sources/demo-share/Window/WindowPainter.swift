@@ -126,7 +126,8 @@ enum WindowPainter {
                 buttons.cancel = button
                 textWidth -= button.width + 8
             }
-            let title = update.map { "\(activity.title) — \($0.title)" } ?? activity.title
+            // The activity's title, and the update's when it says something else ("Notes", not "Notes — Notes").
+            let title = update.map { $0.title.isEmpty || $0.title == activity.title ? activity.title : "\(activity.title) — \($0.title)" } ?? activity.title
             text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: 0x1C1C1E, maxWidth: textWidth)
             if let outcome {
                 text(cr, outcome, x: margin, y: 36, size: 11, colour: 0x3A3A3C, maxWidth: width - 2 * margin)
