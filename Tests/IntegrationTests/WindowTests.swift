@@ -221,6 +221,14 @@ struct WindowTests {
                 let shot = try await screen.screenshot()
                 #expect(Self.rgb(shot.pixel(x: window.x + 4, y: window.y + 4)) == 0xF2F2F7, "the sheet's background")
                 #expect(Self.rgb(shot.pixel(x: window.x + 400, y: window.y + 70)) == 0xFFFFFF, "Notes's row")
+                // F2 darkens the sheet as well, and again brings it back.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
+                try await screen.await("window: traits dark")
+                try await screen.await("window: sheet shown dark")
+                #expect(Self.rgb(try await screen.screenshot().pixel(x: window.x + 4, y: window.y + 4)) == 0x1C1C1E, "the sheet, dark")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
+                try await screen.await("window: traits light")
+                try await screen.await("window: sheet shown light")
                 try await screen.keepScreenshot(of: window.id, as: "window-sheet")
 
                 // A click on the row presents Notes: the view below the bar, its pixels exactly.
@@ -247,6 +255,9 @@ struct WindowTests {
                 let darkImage = try await Self.settledAndShown(screen, window)
                 let lightBackground = typed.pixel(x: 4, y: 300), darkBackground = darkImage.pixel(x: 4, y: 300)
                 #expect((darkBackground & 0xFF) + 64 < (lightBackground & 0xFF), "dark: \(String(darkBackground, radix: 16)) from \(String(lightBackground, radix: 16))")
+                // The host's own chrome too: the bar is dark.
+                let darkShot = try await screen.screenshot()
+                #expect(Self.rgb(darkShot.pixel(x: window.x + 4, y: window.y + 4)) == 0x2C2C2E, "the bar, dark")
                 try await screen.keepScreenshot(of: window.id, as: "window-dark")
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
                 try await screen.await("window: traits light")

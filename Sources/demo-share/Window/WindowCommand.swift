@@ -241,6 +241,12 @@ final class WindowApp {
                 while running, let event = window.pollEvent() { running = await handle(event) }
             }
             let settled = await applyPending()
+            // An indeterminate progress sweeps: the bar is drawn again about 30 times a second.
+            if let presented, presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress == nil,
+               ContinuousClock.now - lastSweep >= .milliseconds(33) {
+                lastSweep = .now
+                drawBar(keepingExport: true)
+            }
             await performAccessibilityRequests()
             if accessibilityDirty, let accessibility {
                 accessibilityDirty = false
@@ -397,7 +403,7 @@ final class WindowApp {
     private func drawSheet() {
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(pixels.height))
-        (rows, whyNot) = WindowPainter.sheet(into: &canvas, scale: scale, items: sheet.items, sheet: sheet, explain: explain)
+        (rows, whyNot) = WindowPainter.sheet(into: &canvas, scale: scale, items: sheet.items, sheet: sheet, explain: explain, palette: .of(dark: dark))
         canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
         needsRender = true
         accessibilityDirty = true
@@ -498,18 +504,31 @@ final class WindowApp {
         for task in presented.tasks { task.cancel() }
     }
 
-    private func drawBar() {
+    /// When the indeterminate progress was last drawn.
+    private var lastSweep = ContinuousClock.now
+
+    /// Where an indeterminate progress's sweep is now: 0…1, a cycle every 1.5 s.
+    private static let sweepStart = ContinuousClock.now
+    private static func sweepPhase() -> Double {
+        let elapsed = ContinuousClock.now - sweepStart
+        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        return Double(milliseconds % 1500) / 1500
+    }
+
+    /// Draws the bar again; `keepingExport` when nothing the accessible tree says changed (the sweep).
+    private func drawBar(keepingExport: Bool = false) {
         guard let presented else { return }
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(barPixels))
         let buttons = WindowPainter.bar(into: &canvas, scale: scale, activity: presented.activity, update: presented.update,
-                                        outcome: presented.outcome, ended: presented.ended, cancelFocused: presented.cancelFocused)
+                                        outcome: presented.outcome, ended: presented.ended, cancelFocused: presented.cancelFocused,
+                                        phase: Self.sweepPhase(), palette: .of(dark: dark))
         presented.relaunch = buttons.relaunch
         presented.cancel = buttons.cancel
         if buttons.cancel == nil { presented.cancelFocused = false }
         canvas.pixels.withUnsafeBufferPointer { try? window.updateBar($0, width: canvas.width, height: canvas.height) }
         needsRender = true
-        accessibilityDirty = true
+        if !keepingExport { accessibilityDirty = true }
     }
 
     /// Writes the image on screen (what was last uploaded) to the snapshot folder.
@@ -637,6 +656,13 @@ final class WindowApp {
             }
             if down, scancode == SDL_SCANCODE_F2 {
                 dark.toggle()
+                // The host's chrome too, not only the activity (said once it is on screen).
+                if presented == nil {
+                    drawSheet()
+                    afterRender.append("window: sheet shown \(dark ? "dark" : "light")")
+                } else {
+                    drawBar()
+                }
                 presented?.commands.yield(.input(.traits(Traits(style: dark ? .dark : .light))))
                 print("window: traits \(dark ? "dark" : "light")")
                 return true

@@ -38,6 +38,20 @@ struct PointRect: Equatable {
     func contains(_ px: Double, _ py: Double) -> Bool { px >= x && py >= y && px < x + width && py < y + height }
 }
 
+/// The chrome's colours (0xRRGGBB), light or dark: F2 switches the sheet and the bar with the
+/// activity's traits.
+struct Palette {
+    var background: UInt32, row: UInt32, text: UInt32, secondary: UInt32, tertiary: UInt32
+    var placeholder: UInt32, link: UInt32, bar: UInt32, track: UInt32, button: UInt32
+
+    static let light = Palette(background: 0xF2F2F7, row: 0xFFFFFF, text: 0x1C1C1E, secondary: 0x6E6E73, tertiary: 0x3A3A3C,
+                               placeholder: 0xC7C7CC, link: 0x0A60FF, bar: 0xE5E5EA, track: 0xC7C7CC, button: 0xFFFFFF)
+    static let dark = Palette(background: 0x1C1C1E, row: 0x2C2C2E, text: 0xF2F2F7, secondary: 0x8E8E93, tertiary: 0xC7C7CC,
+                              placeholder: 0x48484A, link: 0x409CFF, bar: 0x2C2C2E, track: 0x48484A, button: 0x3A3A3C)
+
+    static func of(dark: Bool) -> Palette { dark ? .dark : .light }
+}
+
 @MainActor
 enum WindowPainter {
     static let rowHeight = 56.0, barHeight = 44.0, margin = 16.0
@@ -46,36 +60,36 @@ enum WindowPainter {
     /// that shows why the others are not offered (expanded when `explain`). Returns each
     /// activity's row and the "why not" row, in points.
     static func sheet(into canvas: inout Canvas, scale: Double, items: [ShareItem], sheet: ShareSheet,
-                      explain: Bool) -> (rows: [PointRect], whyNot: PointRect) {
+                      explain: Bool, palette: Palette = .light) -> (rows: [PointRect], whyNot: PointRect) {
         let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
         var rows: [PointRect] = []
         var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
         canvas.draw(scale: scale) { cr in
-            fill(cr, PointRect(x: 0, y: 0, width: width, height: height), 0xF2F2F7)
-            text(cr, "Share \(items.count) item\(items.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true, colour: 0x1C1C1E)
-            text(cr, items.map(\.contentType).joined(separator: ", "), x: margin, y: 50, size: 11, colour: 0x6E6E73)
+            fill(cr, PointRect(x: 0, y: 0, width: width, height: height), palette.background)
+            text(cr, "Share \(items.count) item\(items.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true, colour: palette.text)
+            text(cr, items.map(\.contentType).joined(separator: ", "), x: margin, y: 50, size: 11, colour: palette.secondary)
             var y = 64.0
             if sheet.activities.isEmpty {
-                text(cr, "No activity takes these items.", x: margin, y: y + 30, size: 14, colour: 0x6E6E73)
+                text(cr, "No activity takes these items.", x: margin, y: y + 30, size: 14, colour: palette.secondary)
                 y += rowHeight
             }
             for activity in sheet.activities {
                 let row = PointRect(x: 8, y: y, width: width - 16, height: rowHeight - 4)
-                fill(cr, row, 0xFFFFFF)
-                if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), 0xC7C7CC) }
-                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: 0x1C1C1E)
-                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: 0x6E6E73)
+                fill(cr, row, palette.row)
+                if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), palette.placeholder) }
+                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: palette.text)
+                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: palette.secondary)
                 rows.append(row)
                 y += rowHeight
             }
             whyNot = PointRect(x: 8, y: y + 4, width: width - 16, height: 28)
             let others = sheet.explanations.count
             text(cr, others == 0 ? "Every registered activity is offered." : (explain ? "▾ " : "▸ ") + "Why not the other \(others)? (W)",
-                 x: margin, y: y + 22, size: 12, colour: 0x0A60FF)
+                 x: margin, y: y + 22, size: 12, colour: palette.link)
             if explain {
                 y += 36
                 for explanation in sheet.explanations {
-                    text(cr, "\(explanation.activity.title): \(explanation.reason)", x: margin + 8, y: y + 14, size: 11, colour: 0x3A3A3C)
+                    text(cr, "\(explanation.activity.title): \(explanation.reason)", x: margin + 8, y: y + 14, size: 11, colour: palette.tertiary)
                     y += 18
                 }
             }
@@ -95,12 +109,14 @@ enum WindowPainter {
     /// The bar above a presented activity: its title, the latest update and a progress bar, and
     /// a Cancel button (with a focus ring when `cancelFocused`) while the share is open; or the
     /// outcome; or, when the service ended, the reason and a Relaunch button.
+    /// `phase` (0…1) places the moving part of an indeterminate progress bar; `palette` is the
+    /// chrome's light or dark.
     static func bar(into canvas: inout Canvas, scale: Double, activity: ShareActivity, update: ActivityUpdate?,
-                    outcome: String?, ended: String?, cancelFocused: Bool) -> BarButtons {
+                    outcome: String?, ended: String?, cancelFocused: Bool, phase: Double = 0, palette: Palette = .light) -> BarButtons {
         let width = Double(canvas.width) / scale
         var buttons = BarButtons()
         canvas.draw(scale: scale) { cr in
-            fill(cr, PointRect(x: 0, y: 0, width: width, height: barHeight), ended == nil ? 0xE5E5EA : 0x5C1A1A)
+            fill(cr, PointRect(x: 0, y: 0, width: width, height: barHeight), ended == nil ? palette.bar : 0x5C1A1A)
             if let ended {
                 let button = PointRect(x: width - 96, y: 8, width: 84, height: 28)
                 fill(cr, button, 0xFFFFFF)
@@ -115,28 +131,33 @@ enum WindowPainter {
             if outcome == nil {
                 let button = PointRect(x: width - 84, y: 8, width: 72, height: 28)
                 if cancelFocused {
-                    colour(cr, 0x0A60FF)
+                    colour(cr, palette.link)
                     cairo_set_line_width(cr, 2)
                     cairo_rectangle(cr, button.x - 3, button.y - 3, button.width + 6, button.height + 6)
                     cairo_stroke(cr)
                 }
-                fill(cr, button, 0xFFFFFF)
+                fill(cr, button, palette.button)
                 let label = "Cancel", size = 13.0
-                text(cr, label, x: button.x + (button.width - advance(label, size: size, bold: true)) / 2, y: 27, size: size, bold: true, colour: 0x0A60FF)
+                text(cr, label, x: button.x + (button.width - advance(label, size: size, bold: true)) / 2, y: 27, size: size, bold: true, colour: palette.link)
                 buttons.cancel = button
                 textWidth -= button.width + 8
             }
             // The activity's title, and the update's when it says something else ("Notes", not "Notes — Notes").
             let title = update.map { $0.title.isEmpty || $0.title == activity.title ? activity.title : "\(activity.title) — \($0.title)" } ?? activity.title
-            text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: 0x1C1C1E, maxWidth: textWidth)
+            text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: palette.text, maxWidth: textWidth)
             if let outcome {
-                text(cr, outcome, x: margin, y: 36, size: 11, colour: 0x3A3A3C, maxWidth: width - 2 * margin)
+                text(cr, outcome, x: margin, y: 36, size: 11, colour: palette.tertiary, maxWidth: width - 2 * margin)
             } else if let update {
                 let track = PointRect(x: margin, y: 28, width: textWidth, height: 6)
-                fill(cr, track, 0xC7C7CC)
-                let done = update.progress ?? 0.3  // indeterminate: a part of the track
-                fill(cr, PointRect(x: track.x, y: track.y, width: track.width * done, height: track.height), 0x0A60FF)
-                if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: 0x3A3A3C) }
+                fill(cr, track, palette.track)
+                if let done = update.progress {
+                    fill(cr, PointRect(x: track.x, y: track.y, width: track.width * done, height: track.height), palette.link)
+                } else {
+                    // Indeterminate: a third of the track sweeps to and fro (phase 0…1 and back).
+                    let part = track.width / 3, sweep = phase <= 0.5 ? phase * 2 : 2 - phase * 2
+                    fill(cr, PointRect(x: track.x + (track.width - part) * sweep, y: track.y, width: part, height: track.height), palette.link)
+                }
+                if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: palette.tertiary) }
             }
         }
         return buttons
