@@ -243,7 +243,7 @@ final class WindowApp {
             let settled = await applyPending()
             // An indeterminate progress sweeps: the bar is drawn again about 30 times a second.
             if let presented, presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress == nil,
-               ContinuousClock.now - lastSweep >= .milliseconds(33) {
+               WindowPainter.isBusy(update), ContinuousClock.now - lastSweep >= .milliseconds(33) {
                 lastSweep = .now
                 drawBar(keepingExport: true)
             }
@@ -794,7 +794,7 @@ final class WindowApp {
         nodes.append(node(WindowIDs.barTitle, WindowIDs.bar, RV_A11Y_ROLE_LABEL, presented.update?.title ?? presented.activity.title, bar))
         nodes.append(node(WindowIDs.barStatus, WindowIDs.bar, RV_A11Y_ROLE_LABEL, status, bar))
         barGroup.children = [WindowIDs.barTitle, WindowIDs.barStatus]
-        if presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress != nil || update.state == .working {
+        if presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress != nil || WindowPainter.isBusy(update) {
             var progress = node(WindowIDs.barProgress, WindowIDs.bar, RV_A11Y_ROLE_PROGRESS, "Progress", bar)
             // Indeterminate progress has no value to report: its text says so.
             if let done = update.progress { progress.range = AccessibilityRange(minimum: 0, maximum: 1, value: done) }

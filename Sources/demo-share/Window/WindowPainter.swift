@@ -147,7 +147,7 @@ enum WindowPainter {
             text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: palette.text, maxWidth: textWidth)
             if let outcome {
                 text(cr, outcome, x: margin, y: 36, size: 11, colour: palette.tertiary, maxWidth: width - 2 * margin)
-            } else if let update {
+            } else if let update, update.progress != nil || Self.isBusy(update) {
                 let track = PointRect(x: margin, y: 28, width: textWidth, height: 6)
                 fill(cr, track, palette.track)
                 if let done = update.progress {
@@ -158,9 +158,18 @@ enum WindowPainter {
                     fill(cr, PointRect(x: track.x + (track.width - part) * sweep, y: track.y, width: part, height: track.height), palette.link)
                 }
                 if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: palette.tertiary) }
+            } else if let subtitle = update?.subtitle {
+                // Ready, waiting for the user: no progress to show, the subtitle in its place.
+                text(cr, subtitle, x: margin, y: 36, size: 11, colour: palette.tertiary, maxWidth: textWidth)
             }
         }
         return buttons
+    }
+
+    /// Whether an update says the activity is at work (preparing or working): only then does a
+    /// progress bar show, and an indeterminate one sweep.
+    static func isBusy(_ update: ActivityUpdate) -> Bool {
+        update.state == .preparing || update.state == .working
     }
 
     // MARK: drawing
