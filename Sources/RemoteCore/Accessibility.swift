@@ -367,12 +367,15 @@ package struct AccessibilityUpdateWire: Sendable, Hashable {
         guard whole || root == 0 else { return AccessibilityRule.structure.violation("root \(root) set on an update that is not whole") }
         for node in nodes { if let problem = node.problem { return problem } }
         // Each node is the child of one parent at most: a tree lists fewer children than nodes.
-        let children = nodes.reduce(0) { $0 + $1.children.count }
+        let children = childCount
         guard children <= AccessibilityLimits.maxNodes else {
             return AccessibilityRule.nodeCount.violation("an update lists \(children) children; a tree has at most \(AccessibilityLimits.maxNodes) nodes, each the child of one")
         }
         return nil
     }
+
+    /// How many children the nodes list, together.
+    package var childCount: Int { nodes.reduce(0) { $0 + $1.children.count } }
 
     /// `nodes` (a whole tree or a change) split into updates that each fit a packet: every part
     /// but the last says `more`. Each node is costed at its encoded size, bounded above.

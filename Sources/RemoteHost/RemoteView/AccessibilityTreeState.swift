@@ -56,7 +56,7 @@ package struct AccessibilityTreeState {
             guard earlier.nodes.count + part.nodes.count <= AccessibilityLimits.maxNodes else {
                 throw AccessibilityRule.nodeCount.violation("an update of more than \(AccessibilityLimits.maxNodes) nodes across its parts")
             }
-            let children = pendingChildren + part.nodes.reduce(0) { $0 + $1.children.count }
+            let children = pendingChildren + part.childCount
             guard children <= AccessibilityLimits.maxNodes else {
                 throw AccessibilityRule.nodeCount.violation("an update lists \(children) children across its parts; a tree has at most \(AccessibilityLimits.maxNodes) nodes, each the child of one")
             }
@@ -67,7 +67,7 @@ package struct AccessibilityTreeState {
             pendingChildren = children
         } else {
             update = part
-            pendingChildren = part.nodes.reduce(0) { $0 + $1.children.count }
+            pendingChildren = part.childCount
         }
         if update.more {
             pending = update

@@ -30,8 +30,9 @@ extension ServiceRoot {
         func clamp(_ value: Double, _ reach: Double) -> Double { value.isNaN ? 0 : min(max(value, -reach), reach) }
         /// Appends `view`'s node (and its subtree's) and returns its id; `nil` for a view that
         /// says nothing (an empty, unnamed group: an overlay, a spacer; a label with no text),
-        /// left out.
-        func describe(_ view: View, depth: Int) -> UInt32? {
+        /// left out. `origin` is the view's origin in the root's points (the walk carries it
+        /// down, rather than each view finding it again through its superviews).
+        func describe(_ view: View, depth: Int, origin: Point) -> UInt32? {
             var node = AccessibilityNodeDescription(id: view.accessibilityNodeID, role: .group)
             view.describeAccessibility(&node)
             // The tree's own, whatever an override wrote: the view's id, its subviews' nodes.
@@ -43,7 +44,7 @@ extension ServiceRoot {
             if view.isAccessibilitySelected { node.states.insert(.selected) }
             node.label = node.label.truncated(toUTF8Bytes: AccessibilityLimits.maxTextBytes, marker: "…")
             node.value = node.value.truncated(toUTF8Bytes: AccessibilityLimits.maxTextBytes, marker: "…")
-            let rect = view.convert(view.bounds, to: nil)
+            let rect = Rect(origin: origin, size: view.frame.size)
             let left = clamp(rect.minX, reachX), top = clamp(rect.minY, reachY)
             // A frame of negative size (a view's frame may have one) is empty.
             node.frame = AccessibilityFrame(x: left, y: top, width: max(0, clamp(rect.maxX, reachX) - left), height: max(0, clamp(rect.maxY, reachY) - top))
@@ -55,7 +56,8 @@ extension ServiceRoot {
                 var children: [UInt32] = []
                 for subview in view.subviews where !subview.isHidden && !subview.isAccessibilityHidden {
                     guard nodes.count < AccessibilityLimits.maxNodes else { break }
-                    if let child = describe(subview, depth: depth + 1) { children.append(child) }
+                    let childOrigin = Point(x: origin.x + subview.frame.minX, y: origin.y + subview.frame.minY)
+                    if let child = describe(subview, depth: depth + 1, origin: childOrigin) { children.append(child) }
                 }
                 nodes[index].children = children
             }
@@ -69,9 +71,10 @@ extension ServiceRoot {
             return node.id
         }
         let rootView = controller.view
-        let root = describe(rootView, depth: 1)!
+        // The root view is the root's origin, wherever its own frame says it is.
+        let root = describe(rootView, depth: 1, origin: .zero)!
         accessibilityViews = views
-        let focus = (focusableFirstResponder).flatMap { views[$0.accessibilityNodeID] != nil ? $0.accessibilityNodeID : nil } ?? 0
+        let focus = focusableFirstResponder.map(\.accessibilityNodeID).flatMap { views[$0] != nil ? $0 : nil } ?? 0
         return AccessibilitySnapshot(nodes: nodes, root: root, focus: focus)
     }
 
