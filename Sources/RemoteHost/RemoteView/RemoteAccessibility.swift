@@ -54,8 +54,8 @@ public struct AccessibilityTree: Sendable {
     /// The node with the keyboard focus; `nil`: none.
     public let focus: UInt32?
     /// The view's size in points and its scale (pixels per point), for the frames.
-    let viewSize: (width: Double, height: Double)
-    let scale: Double
+    private(set) var viewSize: (width: Double, height: Double)
+    private(set) var scale: Double
 
     /// An empty tree (nothing sent yet).
     public init() {
@@ -133,6 +133,14 @@ public struct AccessibilityTree: Sendable {
         nodesInOrder.map { String(repeating: "  ", count: $0.depth) + $0.node.description }.joined(separator: "\n")
     }
 
+    /// The same tree with its frames at another size and scale.
+    func resized(to viewSize: (width: Double, height: Double), scale: Double) -> AccessibilityTree {
+        var tree = self
+        tree.viewSize = viewSize
+        tree.scale = scale
+        return tree
+    }
+
     /// `frame` cut to the view's bounds (a zero rect at the nearest edge when wholly outside).
     static func clip(_ frame: AccessibilityFrame, width: Double, height: Double) -> AccessibilityFrame {
         let left = min(max(frame.x, 0), width), top = min(max(frame.y, 0), height)
@@ -191,8 +199,7 @@ public final class RemoteAccessibility: Sendable {
         /// process's whole tree arrives (its node ids are its own).
         var current = true
         var sequence: UInt64 = 0
-        var readers: [UInt64: AsyncStream<AccessibilityChange>.Continuation] = [:]
-        var nextReader: UInt64 = 0
+        var readers = StreamReaders<AccessibilityChange>()
         var watchers: [(match: @Sendable (AccessibilityTree) -> AccessibilityNode?, waiter: Waiter<AccessibilityNode>)] = []
     }
 
@@ -205,7 +212,7 @@ public final class RemoteAccessibility: Sendable {
     }
 
     deinit {
-        for reader in state.withLock({ $0.readers.values }) { reader.finish() }
+        for reader in state.withLock({ $0.readers.all }) { reader.finish() }
     }
 
     /// The tree as of the last update (empty until the service sent one).
@@ -216,12 +223,8 @@ public final class RemoteAccessibility: Sendable {
     /// behind loses the oldest (``AccessibilityChange/sequence`` shows the gap).
     public func changes() -> AsyncStream<AccessibilityChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: AccessibilityChange.self, bufferingPolicy: .bufferingNewest(Self.changeBuffer))
-        let id = state.withLock { state in
-            defer { state.nextReader += 1 }
-            state.readers[state.nextReader] = continuation
-            return state.nextReader
-        }
-        continuation.onTermination = { [weak self] _ in _ = self?.state.withLock { $0.readers.removeValue(forKey: id) } }
+        let id = state.withLock { $0.readers.add(continuation) }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { $0.readers.remove(id) } }
         return stream
     }
 
@@ -322,7 +325,7 @@ public final class RemoteAccessibility: Sendable {
         }
         // Each reader's stream buffers it (yield does not wait), under the lock, so that the
         // changes reach every reader in the order they were published.
-        for reader in state.readers.values { reader.yield(change) }
+        state.readers.yield(change)
         return Found(waits: found)
     }
 
@@ -335,8 +338,8 @@ public final class RemoteAccessibility: Sendable {
             state.scale = scale
             let tree = state.tree
             guard !tree.isEmpty else { return Found() }
-            return Self.publish(AccessibilityTree(descriptions: tree.descriptions, root: tree.root, focus: tree.focus, viewSize: size, scale: scale),
-                                in: &state, whole: true, changed: tree.nodesInOrder.map(\.node.id), removed: [], focusChanged: false)
+            return Self.publish(tree.resized(to: size, scale: scale), in: &state, whole: true, changed: tree.nodesInOrder.map(\.node.id),
+                                removed: [], focusChanged: false)
         }.resume()
     }
 }

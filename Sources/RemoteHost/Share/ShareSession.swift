@@ -43,22 +43,21 @@ public final class ShareSession: Sendable {
     public let view: RemoteView
     /// The activity's updates, in order, for one reader: each access is a stream of its own,
     /// which gets every update from the session's start (the last ``keptUpdates`` of them), then
-    /// each new one, and finishes when the outcome is known. Several readers each get them all.
+    /// each new one, and finishes when the outcome is known. Several readers each get them all;
+    /// one that falls more than ``keptUpdates`` behind loses the oldest.
     public var updates: AsyncStream<ActivityUpdate> {
-        let (stream, continuation) = AsyncStream.makeStream(of: ActivityUpdate.self, bufferingPolicy: .unbounded)
+        // Bounded as the history is: a reader that falls behind loses the oldest, not the host its memory.
+        let (stream, continuation) = AsyncStream.makeStream(of: ActivityUpdate.self, bufferingPolicy: .bufferingNewest(Self.keptUpdates))
         let id = history.withLock { history -> UInt64? in
             // Replayed under the lock, so that no update falls between the replay and the live ones.
             for update in history.updates { continuation.yield(update) }
-            guard !history.finished else { return nil }
-            defer { history.nextReader += 1 }
-            history.readers[history.nextReader] = continuation
-            return history.nextReader
+            return history.finished ? nil : history.readers.add(continuation)
         }
         guard let id else {
             continuation.finish()
             return stream
         }
-        continuation.onTermination = { [weak self] _ in _ = self?.history.withLock { $0.readers.removeValue(forKey: id) } }
+        continuation.onTermination = { [weak self] _ in self?.history.withLock { $0.readers.remove(id) } }
         return stream
     }
 
@@ -73,8 +72,7 @@ public final class ShareSession: Sendable {
     /// The updates so far, the readers of ``updates``, and waits for a state.
     private struct History {
         var updates: [ActivityUpdate] = []
-        var readers: [UInt64: AsyncStream<ActivityUpdate>.Continuation] = [:]
-        var nextReader: UInt64 = 0
+        var readers = StreamReaders<ActivityUpdate>()
         var waits: [(state: ActivityState, waiter: Waiter<ActivityUpdate?>)] = []
         /// The outcome is known: no update comes any more.
         var finished = false
@@ -88,7 +86,7 @@ public final class ShareSession: Sendable {
     private let retryRetention: Duration
     /// Lets the items go once ``retryRetention`` has passed after the end.
     private let release = Mutex<Task<Void, Never>?>(nil)
-    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel], latest: ActivityUpdate?)>((ShareSessionStateMachine(), [], nil))
+    private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel])>((ShareSessionStateMachine(), []))
 
     private init(activity: ShareActivity, items: [ShareItem], launcher: Launcher, presentation: RemoteView.Presentation,
                  cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?) {
@@ -123,9 +121,7 @@ public final class ShareSession: Sendable {
     }
 
     deinit {
-        let (readers, waits) = history.withLock { (Array($0.readers.values), $0.waits) }
-        readers.forEach { $0.finish() }
-        waits.forEach { $0.waiter.resume(returning: nil) }
+        endUpdates()
         release.withLock { $0?.cancel() }
     }
 
@@ -190,7 +186,7 @@ public final class ShareSession: Sendable {
 
     /// The last update the activity sent, if any.
     public var latestUpdate: ActivityUpdate? {
-        state.withLock { $0.latest }
+        history.withLock { $0.updates.last }
     }
 
     /// How the share ended, once it has (waits for it).
@@ -291,13 +287,7 @@ public final class ShareSession: Sendable {
 
     private func finish(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
-        let (readers, waits) = history.withLock { history in
-            history.finished = true
-            defer { history.waits = [] }
-            return (Array(history.readers.values), history.waits)
-        }
-        readers.forEach { $0.finish() }
-        waits.forEach { $0.waiter.resume(returning: nil) }
+        endUpdates()
         // The items stay for a retry, for a while.
         guard retryRetention > .zero else { return retained.withLock { $0 = [] } }
         let retention = retryRetention
@@ -309,13 +299,25 @@ public final class ShareSession: Sendable {
         }
     }
 
+    /// No update comes any more: every reader's stream ends, and every wait for a state ends
+    /// without one.
+    private func endUpdates() {
+        let (readers, waits) = history.withLock { history in
+            history.finished = true
+            defer { history.waits = [] }
+            return (history.readers.all, history.waits)
+        }
+        readers.forEach { $0.finish() }
+        waits.forEach { $0.waiter.resume(returning: nil) }
+    }
+
     /// Keeps `update` for late readers, and gives it to every reader and to the waits it ends.
     private func publish(_ update: ActivityUpdate) {
         let waits = history.withLock { history -> [Waiter<ActivityUpdate?>] in
             history.updates.append(update)
             if history.updates.count > Self.keptUpdates { history.updates.removeFirst(history.updates.count - Self.keptUpdates) }
             // Under the lock: every reader gets the updates in order, none between its replay and these.
-            for reader in history.readers.values { reader.yield(update) }
+            history.readers.yield(update)
             var ended: [Waiter<ActivityUpdate?>] = []
             history.waits.removeAll { wait in
                 guard wait.state == update.state else { return false }
@@ -349,7 +351,6 @@ public final class ShareSession: Sendable {
         }
         switch state.withLock({ $0.machine.received(message, items: items, on: channel.connection) }) {
         case .update(let update):
-            state.withLock { $0.latest = update }
             publish(update)
         case .finish(let outcome):
             channel.endWork()
