@@ -40,18 +40,12 @@ struct Install: ParsableCommand {
         print("installed \(loaded.identifier.escapedForTerminal()) at \(path.escapedForTerminal())")
     }
 
-    /// Writes `bytes` to `path` whole: into a temporary file beside it, then renamed over it.
+    /// Writes `bytes` to `path` whole (Foundation's atomic write: a temporary file renamed over it).
     private func write(_ bytes: [UInt8], to path: String) throws {
-        let temporary = path + ".\(getpid()).tmp"
         do {
-            try Data(bytes).write(to: URL(filePath: temporary))
+            try Data(bytes).write(to: URL(filePath: path), options: .atomic)
         } catch {
-            throw DemoError("cannot write \(temporary): \(error)")
-        }
-        guard rename(temporary, path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw DemoError("cannot write \(path): \(reason)")
+            throw DemoError("cannot write \(path.escapedForTerminal()): \(error)")
         }
     }
 }

@@ -191,7 +191,7 @@ public struct ServiceRegistry: Sendable {
         // is more often a misspelling that no item will ever match: loaded, with a warning.
         let database = MIMEDatabase.system
         for (index, rule) in (manifest.activation?.contentTypes ?? []).enumerated() where database.listsTypes && !database.isKnown(rule.type) {
-            let hint = MIMEDatabase.system.suggestion(for: rule.type).map { " (did you mean \($0)?)" } ?? ""
+            let hint = database.suggestion(for: rule.type).map { " (did you mean \($0)?)" } ?? ""
             warnings.append(ManifestError(file: file, key: "activation.contentTypes[\(index)].type",
                                           reason: "\"\(rule.type)\" is not in the shared MIME-info database\(hint): the activity is offered only for items of exactly that type",
                                           identifier: manifest.identifier))

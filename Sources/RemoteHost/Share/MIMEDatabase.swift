@@ -128,11 +128,13 @@ public struct MIMEDatabase: Sendable {
     /// neighbours), or `limit + 1` once it is known to exceed `limit`.
     static func editDistance(_ a: [UInt8], _ b: [UInt8], limit: Int) -> Int {
         if a == b { return 0 }
+        if a.isEmpty || b.isEmpty { return min(max(a.count, b.count), limit + 1) }
+        // Three rows: the one before the previous (for swaps), the previous, the current.
         var before = [Int](repeating: 0, count: b.count + 1), previous = Array(0...b.count), current = previous
-        for i in 1...max(a.count, 1) where i <= a.count {
+        for i in 1...a.count {
             current[0] = i
             var rowBest = i
-            for j in 1...max(b.count, 1) where j <= b.count {
+            for j in 1...b.count {
                 var cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
                 if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] { cost = min(cost, before[j - 2] + 1) }
                 current[j] = cost
@@ -141,7 +143,7 @@ public struct MIMEDatabase: Sendable {
             if rowBest > limit { return limit + 1 }
             (before, previous, current) = (previous, current, before)
         }
-        return a.isEmpty ? b.count : previous[b.count]
+        return previous[b.count]
     }
 
     /// `type` in lower case with its alias resolved: `image/pjpeg` → `image/jpeg`.

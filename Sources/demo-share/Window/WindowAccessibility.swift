@@ -45,8 +45,6 @@ final class WindowAccessibility {
     /// What the bridge has now, by id, and the focus it was given.
     private var exported: [UInt32: Node] = [:]
     private var exportedFocus: UInt32 = 0
-    /// Nodes and bytes sent to the bridge so far (for the window's log and the tests).
-    private(set) var sentNodes = 0
 
     private init(inbox: Inbox, context: Unmanaged<Inbox>) {
         self.inbox = inbox
@@ -93,7 +91,6 @@ final class WindowAccessibility {
         guard !changed.isEmpty || !removed.isEmpty || focus != exportedFocus else { return }
         exported = wanted
         exportedFocus = focus
-        sentNodes += changed.count
         Self.apply(changed, removed: removed, focus: focus)
     }
 

@@ -163,9 +163,9 @@ final class WindowApp {
     private var accessibility: WindowAccessibility?
     /// What the export shows may have changed.
     private var accessibilityDirty = true
-    /// The export's ids of the presented activity's nodes, and back.
+    /// The export's ids of the presented activity's nodes (an action's node is found back in
+    /// it: actions are rare).
     private var exportIDs: [UInt32: UInt32] = [:]
-    private var activityIDs: [UInt32: UInt32] = [:]
     private var nextExportID: UInt32 = WindowIDs.firstActivityNode
 
     /// One activity on screen.
@@ -431,7 +431,6 @@ final class WindowApp {
         self.presented = presented
         // Another activity, or another process: its nodes are numbered anew in the export.
         exportIDs = [:]
-        activityIDs = [:]
         accessibilityDirty = true
         let view = session.view
         let output = self.output
@@ -814,15 +813,14 @@ final class WindowApp {
         let tree = presented.session.view.accessibility.tree
         var embedded = node(WindowIDs.activity, WindowIDs.frame, RV_A11Y_ROLE_EMBEDDED, presented.activity.title,
                             PointRect(x: 0, y: WindowPainter.barHeight, width: Double(width), height: Double(height) - WindowPainter.barHeight))
-        let ids = tree.nodesInOrder.map(\.node.id)
+        let activityNodes = tree.nodesInOrder.map(\.node)
         exportIDs = exportIDs.filter { tree[$0.key] != nil }
-        activityIDs = activityIDs.filter { exportIDs[$0.value] != nil }
-        for id in ids where exportIDs[id] == nil {
-            exportIDs[id] = nextExportID
-            activityIDs[nextExportID] = id
+        // Numbered first, all of them: a node's children come after it.
+        for activityNode in activityNodes where exportIDs[activityNode.id] == nil {
+            exportIDs[activityNode.id] = nextExportID
             nextExportID = nextExportID == .max - 1 ? WindowIDs.firstActivityNode : nextExportID + 1
         }
-        for (_, activityNode) in tree.nodesInOrder {
+        for activityNode in activityNodes {
             let frame = activityNode.frameInPoints
             var exported = node(exportIDs[activityNode.id]!, activityNode.parent.flatMap { exportIDs[$0] } ?? WindowIDs.activity,
                                 Node.role(activityNode.role), activityNode.label,
@@ -864,7 +862,7 @@ final class WindowApp {
             case (WindowIDs.relaunch, .press):
                 if let presented, presented.relaunch != nil { await relaunchShare(presented) }
             default:
-                guard let presented, presented.ended == nil, let id = activityIDs[request.id] else { continue }
+                guard let presented, presented.ended == nil, let id = exportIDs.first(where: { $0.value == request.id })?.key else { continue }
                 // The activity's control takes the keyboard back from the bar's Cancel.
                 if case .focus = request.action, presented.cancelFocused { focusView(presented, nil) }
                 presented.commands.yield(.accessibility(request.action, node: id))
