@@ -10,7 +10,7 @@
 # imports only under Debian's own Python: run it as /usr/bin/python3. Prints the window's tree
 # (twice: on the sheet, and during the share), one PASS or FAIL line per check, and exits 0 when
 # every check passed. Every wait has a deadline.
-import os, subprocess, sys, threading, time
+import os, subprocess, sys
 
 import pyatspi
 from gi.repository import GLib
@@ -30,21 +30,28 @@ context = GLib.MainContext.default()
 
 
 def pump(seconds, until=lambda: False):
-    """Runs the main context (AT-SPI events) until `until()` holds or the deadline passes."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        while context.pending():
-            context.iteration(False)
-        try:
-            if until():
-                return True
-        except Exception:
-            pass  # a node that went away between two looks: look again
-        time.sleep(0.02)
+    """Runs the main context until `until()` holds or `seconds` pass: each turn waits for what
+    can change the answer (an AT-SPI event, a line of the window's, the deadline's timer)."""
+    expired = []
+
+    def expire():
+        expired.append(True)
+        return False  # the timer runs once
+
+    timer = GLib.timeout_add(int(seconds * 1000), expire)
     try:
-        return bool(until())
-    except Exception:
-        return False
+        while True:
+            try:
+                if until():
+                    return True
+            except Exception:
+                pass  # a node that went away between two looks: look again at the next event
+            if expired:
+                return False
+            context.iteration(True)
+    finally:
+        if not expired:
+            GLib.source_remove(timer)
 
 
 events = []
@@ -59,19 +66,28 @@ def on_event(event):
 
 
 pyatspi.Registry.registerEventListener(on_event, "object:state-changed:focused", "focus:")
+# The changes the waits look for (an application, a control, a text, a value appearing): each
+# wakes the main context, so that pump looks again.
+pyatspi.Registry.registerEventListener(lambda event: None, "object:children-changed", "object:text-changed",
+                                       "object:property-change")
 
-# The window, its lines read as they come.
-window = subprocess.Popen([demo_share, "window", "--output", output], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1)
+# The window, its lines read as they come, on the main context.
+window = subprocess.Popen([demo_share, "window", "--output", output], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 lines = []
+pending = bytearray()
 
 
-def read_lines():
-    for line in window.stdout:
-        lines.append(line.rstrip("\n"))
+def read_output(fd, condition):
+    data = os.read(fd, 65536)
+    pending.extend(data)
+    while b"\n" in pending:
+        line, _, rest = bytes(pending).partition(b"\n")
+        lines.append(line.decode("utf-8", "replace"))
+        pending[:] = rest
+    return bool(data)  # at the end of the output, the watch goes
 
 
-threading.Thread(target=read_lines, daemon=True).start()
+GLib.io_add_watch(window.stdout.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP, read_output)
 
 
 def finish(code):
@@ -81,6 +97,8 @@ def finish(code):
     except subprocess.TimeoutExpired:
         window.kill()
         window.wait()
+    rest = bytes(pending) + window.stdout.read()
+    lines.extend(line for line in rest.decode("utf-8", "replace").split("\n") if line)
     print("--- the window's output")
     print("\n".join(lines), flush=True)
     sys.exit(code)

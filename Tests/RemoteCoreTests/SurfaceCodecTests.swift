@@ -58,14 +58,7 @@ struct SurfaceCodecTests {
 
     @Test("every surface message round-trips", arguments: samples)
     func roundTrips(_ message: SurfaceMessage) throws {
-        let attachments = try makeAttachments(Envelope.Body.surface(message).allowedAttachments.lowerBound)
-        let decoded = try roundTrip(Envelope(id: 5, body: .surface(message), attachments: attachments))
-        guard case .surface(let back) = decoded.body else {
-            Issue.record("decoded to \(decoded.body.name)")
-            return
-        }
-        #expect(back == message)
-        #expect(decoded.attachments.count == attachments.count)
+        try expectRoundTrip(message)
     }
 
     @Test("attach_buffer needs exactly its memfd; other surface messages carry none")
@@ -257,4 +250,16 @@ private final class Received: Sendable {
     func append(_ line: String) { seen.withLock { $0.append(line) } }
     func finish() { finished.open(()) }
     func done() async { _ = try? await finished.wait() }  // bounded by the test's deadline
+}
+
+/// Expects `message` (with as many fds as it must carry) to come back from the codec as it went.
+func expectRoundTrip(_ message: SurfaceMessage, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    let attachments = try makeAttachments(Envelope.Body.surface(message).allowedAttachments.lowerBound)
+    let decoded = try roundTrip(Envelope(id: 5, body: .surface(message), attachments: attachments))
+    guard case .surface(let back) = decoded.body else {
+        Issue.record("decoded to \(decoded.body.name)", sourceLocation: sourceLocation)
+        return
+    }
+    #expect(back == message, sourceLocation: sourceLocation)
+    #expect(decoded.attachments.count == attachments.count, sourceLocation: sourceLocation)
 }

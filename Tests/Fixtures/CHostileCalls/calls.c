@@ -113,29 +113,19 @@ static int open_for_writing(const char *path) {
     return 0;
 }
 
-// Connects to the abstract Unix socket `@name` (a host's X11 or session bus listens on such).
-static int connect_abstract(const char *name) {
+// Connects to the Unix socket named `name`: in the abstract namespace (`@name`, where a host's
+// X11 or session bus listens) or at a path (the host's accessibility bus listens under its
+// XDG_RUNTIME_DIR).
+static int connect_unix(const char *name, int abstract) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     size_t length = strlen(name);
     if (length + 1 > sizeof address.sun_path) { close(fd); return ENAMETOOLONG; }
-    memcpy(address.sun_path + 1, name, length);  // sun_path[0] == 0: the abstract namespace
-    int rc = result(connect(fd, (struct sockaddr *)&address, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + length)));
-    close(fd);
-    return rc;
-}
-
-// Connects to the Unix socket at `path` (the host's accessibility bus listens on such, under its
-// XDG_RUNTIME_DIR).
-static int connect_path(const char *path) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno;
-    struct sockaddr_un address = {.sun_family = AF_UNIX};
-    size_t length = strlen(path);
-    if (length + 1 > sizeof address.sun_path) { close(fd); return ENAMETOOLONG; }
-    memcpy(address.sun_path, path, length + 1);
-    int rc = result(connect(fd, (struct sockaddr *)&address, (socklen_t)sizeof address));
+    // An abstract name follows a NUL (sun_path[0] == 0) and is as long as the address says.
+    memcpy(address.sun_path + (abstract ? 1 : 0), name, length);
+    socklen_t size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + length);
+    int rc = result(connect(fd, (struct sockaddr *)&address, size));
     close(fd);
     return rc;
 }
@@ -143,8 +133,8 @@ static int connect_path(const char *path) {
 int hostile_call(const char *name) {
 #define IS(n) (strcmp(name, (n)) == 0)
     static const char abstract_prefix[] = "connect-abstract:", path_prefix[] = "connect-path:";
-    if (strncmp(name, abstract_prefix, sizeof abstract_prefix - 1) == 0) return connect_abstract(name + sizeof abstract_prefix - 1);
-    if (strncmp(name, path_prefix, sizeof path_prefix - 1) == 0) return connect_path(name + sizeof path_prefix - 1);
+    if (strncmp(name, abstract_prefix, sizeof abstract_prefix - 1) == 0) return connect_unix(name + sizeof abstract_prefix - 1, 1);
+    if (strncmp(name, path_prefix, sizeof path_prefix - 1) == 0) return connect_unix(name + sizeof path_prefix - 1, 0);
     if (IS("write-core-pattern")) return open_for_writing("/proc/sys/kernel/core_pattern");
     if (IS("write-randomize-va-space")) return open_for_writing("/proc/sys/kernel/randomize_va_space");
     if (IS("write-perf-event-paranoid")) return open_for_writing("/proc/sys/kernel/perf_event_paranoid");
