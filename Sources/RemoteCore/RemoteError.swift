@@ -35,6 +35,9 @@ public struct RemoteError: Error, Sendable, Hashable, CustomStringConvertible {
         /// that share, which would start the activity without its items. Perform the share
         /// again to run the activity again.
         public static let shareEnded = Code(rawValue: "share ended")
+        /// A file the host keeps for itself (the share sheet's ranking and choices) cannot be
+        /// read or written; ``RemoteError/reason`` names it and why.
+        public static let storage = Code(rawValue: "storage")
     }
 
     /// What kind of failure this is.

@@ -3,7 +3,8 @@ import RemoteCore
 
 /// The folders of the XDG base directory specification that the host reads or writes: the
 /// user's data folder (the services' data folders, the user's MIME database, the user's fonts),
-/// the user's cache folder (the fontconfig cache of those fonts) and the system's data folders
+/// the user's cache folder (the fontconfig cache of those fonts), the user's state folder (the
+/// share sheet's ranking and choices, ``SharePreferences``) and the system's data folders
 /// (the system's MIME databases). Relative paths in the variables are ignored, as
 /// the specification asks.
 enum XDGBaseDirectories {
@@ -22,6 +23,18 @@ enum XDGBaseDirectories {
     /// `xdgCacheHome` when it is an absolute path, else `home/.cache`; `nil` without either.
     static func cacheHome(xdgCacheHome: String?, home: String?) -> String? {
         baseFolder(xdgCacheHome, home: home, default: ".cache")
+    }
+
+    /// `xdgStateHome` when it is an absolute path, else `home/.local/state`; `nil` without either.
+    static func stateHome(xdgStateHome: String?, home: String?) -> String? {
+        baseFolder(xdgStateHome, home: home, default: ".local/state")
+    }
+
+    /// This process's state home: `$XDG_STATE_HOME`, else `$HOME/.local/state`, with the user
+    /// database's home folder when `$HOME` is not set (and `/` when there is none).
+    static func stateHome() -> String {
+        stateHome(xdgStateHome: variable("XDG_STATE_HOME"), home: variable("HOME") ?? Syscall.userHomeDirectory())
+            ?? "/.local/state"
     }
 
     /// `variable` when it is an absolute path, else `home/folder`; `nil` without either.

@@ -15,7 +15,7 @@ struct DemoShare: AsyncParsableCommand {
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
         subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, AnimationCommand.self, ViewDemo.self, Host.self, Services.self,
-                      Install.self, Uninstall.self, Paths.self, Service.self, ActivityCommand.self],
+                      Activities.self, Install.self, Uninstall.self, Paths.self, Service.self, ActivityCommand.self],
         defaultSubcommand: ShareCommand.self)
 }
 
@@ -35,6 +35,9 @@ struct HostOptions: ParsableArguments {
 
     @Flag(help: "Log the launcher's work and the services' stdout/stderr.")
     var verbose = false
+
+    @Flag(inversion: .prefixedNo, help: "Rank the share sheet by this user's completed shares, and leave out the activities they turned off (kept in $XDG_STATE_HOME/remoteview/share-sheet.json; see demo-share activities).")
+    var preferences = true
 
     @Flag(inversion: .prefixedNo, help: "Also the activities installed in the XDG data folders (remoteview/manifests: the user's, then the system's; demo-share paths lists them).")
     var installed = true
@@ -61,6 +64,15 @@ struct HostOptions: ParsableArguments {
         for problem in registry.problems { Syscall.writeStandardError("warning: invalid manifest: \(problem)\n") }
         for warning in registry.warnings { Syscall.writeStandardError("warning: \(warning)\n") }
         return registry
+    }
+
+    /// The user's share sheet preferences, unless `--no-preferences`; their warnings (a corrupt
+    /// file reset) go to standard error.
+    func sharePreferences() -> SharePreferences? {
+        guard preferences else { return nil }
+        var logger = Logger(label: "demo-share")
+        logger.logLevel = .warning
+        return .user(logger: logger)
     }
 
     func launcherConfiguration() -> Launcher.Configuration {

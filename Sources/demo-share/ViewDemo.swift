@@ -45,6 +45,6 @@ struct ViewDemo: AsyncParsableCommand {
                                   script: Self.script(width: width, height: height), width: width, height: height,
                                   scalePermille: scalePermille, snapshotFolder: snapshot, outputFolder: nil,
                                   timeout: .seconds(30), reporter: ShareReporter(json: false))
-        _ = try await share.run(registry: try options.registry(), configuration: options.launcherConfiguration())
+        _ = try await share.run(registry: try options.registry(), preferences: options.sharePreferences(), configuration: options.launcherConfiguration())
     }
 }

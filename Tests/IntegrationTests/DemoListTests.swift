@@ -103,3 +103,70 @@ extension DemoListTests {
         #expect(bad != 0 && refused.contains("not installed:"), "\(refused)")
     }
 }
+
+extension DemoListTests {
+    struct ActivitiesReport: Decodable {
+        struct Activity: Decodable { var identifier: String; var enabled: Bool; var completedShares: [String: Int] }
+        var state: String
+        var activities: [Activity]
+    }
+
+    @Test("two hosts sharing at once are both counted in one preferences file; an activity turned off is not offered (why-not says so), cannot be shared with, and comes back when turned on")
+    func rankingAndChoice() throws {
+        let folder = try TemporaryFolder("remoteview-preferences")
+        defer { folder.remove() }
+        let demo = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+        let script = folder.path + "/save.txt"
+        try Data("wait ready\nclick button \"Save\"\nwait outcome\n".utf8).write(to: URL(filePath: script))
+        func command(_ arguments: [String]) -> [String] {
+            ["/usr/bin/env", "XDG_STATE_HOME=\(folder.path)/state", demo] + arguments
+        }
+        func share(_ text: String) -> [String] {
+            command(["share", "--activity", "notes", "--text", text, "--script", script, "--timeout", "20"])
+        }
+        // Two hosts at once, each a process of its own completing a share.
+        let shares = try runCommands([share("one"), share("two")])
+        for (status, output) in shares { #expect(status == 0 && output.contains("outcome: completed"), "\(output)") }
+        let (listed, json) = try runCommands([command(["activities", "--json"])])[0]
+        try #require(listed == 0, "\(json)")
+        let report = try JSONDecoder().decode(ActivitiesReport.self, from: Data(json.utf8))
+        #expect(report.state == "\(folder.path)/state/remoteview/share-sheet.json")
+        let notes = try #require(report.activities.first { $0.identifier == "com.example.demo-share.notes" })
+        #expect(notes.enabled && notes.completedShares == ["text": 2], "both shares counted: \(json)")
+
+        // Off: not offered, and why-not says so; a share with it is refused, naming why.
+        let (disabled, said) = try runCommands([command(["activities", "--disable", "notes"])])[0]
+        #expect(disabled == 0 && said.contains("com.example.demo-share.notes turned off"), "\(said)")
+        let (_, list) = try runCommands([command(["list", "--json", "--explain", "--text", "hi"])])[0]
+        let off = try JSONDecoder().decode(Report.self, from: Data(list.utf8))
+        #expect(off.offered.isEmpty)
+        #expect(off.notOffered?.first { $0.identifier == "com.example.demo-share.notes" }?.reason == "turned off by the user", "\(list)")
+        let (refused, why) = try runCommands([share("three")])[0]
+        #expect(refused != 0 && why.contains("does not take these items: turned off by the user"), "\(why)")
+        let (_, table) = try runCommands([command(["activities"])])[0]
+        #expect(table.contains("off  com.example.demo-share.notes"), "\(table)")
+        // --no-preferences: the host's own choice, everything offered.
+        let (_, ignoring) = try runCommands([command(["list", "--json", "--no-preferences", "--text", "hi"])])[0]
+        #expect(try JSONDecoder().decode(Report.self, from: Data(ignoring.utf8)).offered.map(\.identifier) == ["com.example.demo-share.notes"])
+
+        // On again; an unknown identifier is named.
+        #expect(try runCommands([command(["activities", "--enable", "notes"])])[0].output.contains("turned on"))
+        let (_, back) = try runCommands([command(["list", "--json", "--text", "hi"])])[0]
+        #expect(try JSONDecoder().decode(Report.self, from: Data(back.utf8)).offered.map(\.identifier) == ["com.example.demo-share.notes"])
+        let (unknown, named) = try runCommands([command(["activities", "--disable", "com.example.nope"])])[0]
+        #expect(unknown != 0 && named.contains("no share activity com.example.nope is registered (the share activities: "), "\(named)")
+    }
+
+    @Test("a corrupt preferences file: the sheet opens all the same, with a warning on standard error, and the file is moved aside")
+    func corruptPreferences() throws {
+        let folder = try TemporaryFolder("remoteview-preferences")
+        defer { folder.remove() }
+        _ = try runCommands([["/bin/mkdir", "-p", folder.path + "/remoteview"]])
+        try Data("{\"version\": 1, \"activities\": 7}".utf8).write(to: URL(filePath: folder.path + "/remoteview/share-sheet.json"))
+        let demo = testServiceExecutable.replacing("remoteview-test-service", with: "demo-share")
+        let (status, output) = try runCommands([["/usr/bin/env", "XDG_STATE_HOME=\(folder.path)", demo, "list", "--text", "hi"]])[0]
+        #expect(status == 0 && output.contains("com.example.demo-share.notes"), "\(output)")
+        #expect(output.contains("was unreadable") && output.contains("share-sheet.json.corrupt"), "\(output)")
+        #expect(Syscall.isRegularFile(folder.path + "/remoteview/share-sheet.json.corrupt"))
+    }
+}

@@ -68,6 +68,30 @@ struct ShareSessionTests {
         }
     }
 
+    @Test("with preferences, a completed share is counted before its outcome is known (by kind); a cancelled one is not")
+    func counted() async throws {
+        let state = try TemporaryFolder("remoteview-preferences")
+        defer { state.remove() }
+        let preferences = SharePreferences(folder: state.path)
+        try await withServices(Self.manifests()) { launcher, folder in
+            let registry = ServiceRegistry(scanning: [folder.path])
+            let sheet = ShareSheet(registry: registry, items: [try .text("count me"), try .url("https://example.com")], preferences: preferences)
+            let session = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await session.view.present(width: 20, height: 20)
+            _ = try await session.connection.request(ServiceMessage(type: "share.complete"))
+            guard case .completed = try await session.outcome(timeout: .seconds(10)) else { Issue.record("outcome \(await session.outcome)"); return }
+            #expect(preferences.snapshot().uses["com.example.test"]?.mapValues(\.count) == [.text: 1, .url: 1])
+            await session.close()
+
+            let cancelled = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await cancelled.view.present(width: 20, height: 20)
+            _ = try await cancelled.wait(for: .ready, timeout: .seconds(10))
+            guard case .cancelled = await cancelled.cancel() else { Issue.record("outcome \(await cancelled.outcome)"); return }
+            #expect(preferences.snapshot().uses["com.example.test"]?[.text]?.count == 1)
+            await cancelled.close()
+        }
+    }
+
     @Test("an activity that fails says why")
     func failure() async throws {
         try await withServices(Self.manifests()) { launcher, folder in

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 import Logging
 import RemoteHost
@@ -7,7 +8,15 @@ import Testing
 // launcher and its connections report: shared by every suite that runs real services.
 
 /// The fixture service (`remoteview-test-service`), built next to the test bundle.
+///
+/// Its first use also points `$XDG_STATE_HOME` at a fresh folder of the test process's own,
+/// which every host it runs inherits: no test reads or changes the user's share sheet
+/// preferences (ranking, activities turned off), nor leaves its shares counted there.
 public let testServiceExecutable: String = {
+    if let folder = try? TemporaryFolder("remoteview-tests-state") {
+        setenv("XDG_STATE_HOME", folder.path, 1)
+        atexit { getenv("XDG_STATE_HOME").map { try? FileManager.default.removeItem(atPath: String(cString: $0)) } }
+    }
     let path = Syscall.symbolicLinkTarget("/proc/self/exe") ?? ""
     let directory = path.split(separator: "/").dropLast().joined(separator: "/")
     return "/" + directory + "/remoteview-test-service"

@@ -87,10 +87,16 @@ public final class ShareSession: Sendable {
     /// Lets the items go once ``retryRetention`` has passed after the end.
     private let release = Mutex<Task<Void, Never>?>(nil)
     private let state = Mutex<(machine: ShareSessionStateMachine<Connection>, channels: [ServiceChannel])>((ShareSessionStateMachine(), []))
+    /// Run when the share completes, before its outcome is known to anyone (the sheet counts it
+    /// in its ``SharePreferences``); a retry runs it too.
+    private let onCompletion: (@Sendable () -> Void)?
+    /// The outcome is being decided: the first ``finish(_:)`` wins.
+    private let finishing = Mutex(false)
 
     private init(activity: ShareActivity, items: [ShareItem], launcher: Launcher, presentation: RemoteView.Presentation,
-                 cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?) {
+                 cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?, onCompletion: (@Sendable () -> Void)?) {
         self.activity = activity
+        self.onCompletion = onCompletion
         retained = Mutex(items)
         self.launcher = launcher
         self.retryRetention = retryRetention
@@ -128,9 +134,11 @@ public final class ShareSession: Sendable {
     /// A new session running `activity` with `items`, started: its connection is invalidated
     /// when it cannot start.
     static func start(activity: ShareActivity, items: [ShareItem], launcher: Launcher, presentation: RemoteView.Presentation,
-                      cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?) async throws(RemoteError) -> ShareSession {
+                      cancelGrace: Duration, retryRetention: Duration, restoringState: [UInt8]?,
+                      onCompletion: (@Sendable () -> Void)? = nil) async throws(RemoteError) -> ShareSession {
         let session = ShareSession(activity: activity, items: items, launcher: launcher, presentation: presentation,
-                                   cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: restoringState)
+                                   cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: restoringState,
+                                   onCompletion: onCompletion)
         do { try await session.start() } catch {
             await session.connection.invalidate()
             throw error
@@ -153,7 +161,8 @@ public final class ShareSession: Sendable {
             throw RemoteError(.shareEnded, "the share with \(activity.identifier) ended \(when) and its items were let go (ShareLimits.retryRetention): share them again")
         }
         return try await Self.start(activity: activity, items: items, launcher: launcher, presentation: view.presentation,
-                                    cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: view.restorableState)
+                                    cancelGrace: cancelGrace, retryRetention: retryRetention, restoringState: view.restorableState,
+                                    onCompletion: onCompletion)
     }
 
     /// Launches the activity (if needed) and sends it the items.
@@ -286,6 +295,20 @@ public final class ShareSession: Sendable {
     }
 
     private func finish(_ outcome: ShareOutcome) {
+        let first = finishing.withLock { finishing in
+            defer { finishing = true }
+            return !finishing
+        }
+        guard first else { return }
+        guard case .completed = outcome, let onCompletion else { return conclude(outcome) }
+        // Off the caller's thread (it may be the connection's loop): it writes a file.
+        Task.detached {
+            onCompletion()
+            self.conclude(outcome)
+        }
+    }
+
+    private func conclude(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }
         endUpdates()
         // The items stay for a retry, for a while.

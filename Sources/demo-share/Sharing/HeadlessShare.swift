@@ -22,8 +22,8 @@ struct HeadlessShare {
     /// - Throws: `DemoError` when the sheet does not offer the activity (with the
     ///   reason), ``ShareDriver/StepFailed`` for a script line that failed, or what launching,
     ///   presenting or writing failed with; the share is cancelled and its process stopped first.
-    func run(registry: ServiceRegistry, configuration: Launcher.Configuration) async throws -> ShareOutcome {
-        let sheet = ShareSheet(registry: registry, items: items)
+    func run(registry: ServiceRegistry, preferences: SharePreferences?, configuration: Launcher.Configuration) async throws -> ShareOutcome {
+        let sheet = ShareSheet(registry: registry, items: items, preferences: preferences)
         guard let activity = sheet.activity(activity) else {
             if let reason = sheet.explanation(for: activity) {
                 throw DemoError("\(activity) does not take these items: \(reason)")

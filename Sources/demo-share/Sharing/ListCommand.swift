@@ -25,7 +25,7 @@ struct ListCommand: ParsableCommand {
 
     func run() throws {
         let shared = items.isEmpty ? try DemoScenario.notes.items() : try items.items()
-        let sheet = ShareSheet(registry: try options.registry(), items: shared)
+        let sheet = ShareSheet(registry: try options.registry(), items: shared, preferences: options.sharePreferences())
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]

@@ -85,7 +85,7 @@ struct ShareCommand: AsyncParsableCommand {
         let share = HeadlessShare(activity: identifier, items: shared, script: script, width: width, height: height,
                                   scalePermille: scalePermille, snapshotFolder: snapshot, outputFolder: output,
                                   timeout: .milliseconds(Int64((timeout * 1000).rounded())), reporter: ShareReporter(json: json))
-        let outcome = try await share.run(registry: try options.registry(), configuration: options.launcherConfiguration())
+        let outcome = try await share.run(registry: try options.registry(), preferences: options.sharePreferences(), configuration: options.launcherConfiguration())
         switch outcome {
         case .completed, .cancelled: break
         case .failed, .interrupted: throw ExitCode.failure
