@@ -67,6 +67,9 @@ public struct ShareSheet: Sendable {
     /// `database`: `image/png` is an `image/*`, and everything an `application/octet-stream`).
     ///
     /// - Parameters:
+    ///   - registry: the manifests to match.
+    ///   - items: the items to share.
+    ///   - database: the MIME database that decides conformance.
     ///   - preferences: the ranking and the user's choices (``SharePreferences/user(logger:)``),
     ///     read once, now; `nil` for none.
     ///   - order: the order of ``activities``.
