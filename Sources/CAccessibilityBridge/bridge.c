@@ -338,6 +338,7 @@ static AtkRole atk_role(int role)
     case RV_A11Y_ROLE_LIST: return ATK_ROLE_LIST;
     case RV_A11Y_ROLE_LIST_ITEM: return ATK_ROLE_LIST_ITEM;
     case RV_A11Y_ROLE_EMBEDDED: return ATK_ROLE_EMBEDDED;
+    case RV_A11Y_ROLE_CHECK_BOX: return ATK_ROLE_CHECK_BOX;
     default: return ATK_ROLE_UNKNOWN;
     }
 }
@@ -365,6 +366,8 @@ static uint64_t states_of(RvObject *object)
     if (object == bridge.focus) states |= STATE(ATK_STATE_FOCUSED);
     if (object->states & RV_A11Y_STATE_SELECTED) states |= STATE(ATK_STATE_SELECTED);
     if (object->role == RV_A11Y_ROLE_LIST_ITEM) states |= STATE(ATK_STATE_SELECTABLE);
+    if (object->role == RV_A11Y_ROLE_CHECK_BOX) states |= STATE(ATK_STATE_CHECKABLE);
+    if (object->states & RV_A11Y_STATE_CHECKED) states |= STATE(ATK_STATE_CHECKED);
     if (object->states & RV_A11Y_STATE_EDITABLE) states |= STATE(ATK_STATE_EDITABLE);
     if (object->role == RV_A11Y_ROLE_TEXT_FIELD)
         states |= STATE((object->states & RV_A11Y_STATE_MULTI_LINE) ? ATK_STATE_MULTI_LINE : ATK_STATE_SINGLE_LINE);

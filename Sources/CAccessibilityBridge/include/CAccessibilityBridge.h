@@ -31,6 +31,7 @@ typedef enum {
     RV_A11Y_ROLE_LIST,          ///< ATK_ROLE_LIST
     RV_A11Y_ROLE_LIST_ITEM,     ///< ATK_ROLE_LIST_ITEM
     RV_A11Y_ROLE_EMBEDDED,      ///< the remote activity's container (ATK_ROLE_EMBEDDED)
+    RV_A11Y_ROLE_CHECK_BOX,     ///< a switch, on or off (ATK_ROLE_CHECK_BOX, CHECKABLE; CHECKED with RV_A11Y_STATE_CHECKED)
 } rv_a11y_role;
 
 /// State bits of rv_a11y_node.states. Every node is reported VISIBLE and SHOWING, and ENABLED and
@@ -42,6 +43,7 @@ enum {
     RV_A11Y_STATE_EDITABLE = 8,     ///< a text field the user may change (EditableText works)
     RV_A11Y_STATE_MULTI_LINE = 16,  ///< a text field of several lines (else SINGLE_LINE)
     RV_A11Y_STATE_INACTIVE = 32,    ///< a frame that is not the active window (frames are ACTIVE otherwise)
+    RV_A11Y_STATE_CHECKED = 64,     ///< a check box that is on
 };
 
 /// Action bits: in rv_a11y_node.actions, what a node supports; in rv_a11y_action_fn, what was asked.
