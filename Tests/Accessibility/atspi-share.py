@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # A screen reader's share, through AT-SPI2 alone: starts `demo-share window`, finds the sheet's
-# entries by name, presses Notes, reads and sets the activity's text field through Text and
-# EditableText, moves the focus with Tab and waits for the focus events, presses "Save" through
-# the Action interface, and checks that the share completed and the note was written.
+# entries and its header's labels (what is shared) by name, presses Notes, reads and sets the
+# activity's text field through Text and EditableText, moves the focus with Tab and waits for the
+# focus events, presses "Save" through the Action interface, and checks that the share completed,
+# the note was written and the sheet came back with the focus on Notes.
 #
 #   dbus-run-session -- /usr/bin/python3 atspi-share.py DEMO_SHARE OUTPUT_DIR
 #
@@ -168,6 +169,10 @@ dump("the window's tree: the sheet")
 notes = find(pyatspi.ROLE_LIST_ITEM, "Notes")
 if notes is None:
     finish(1)
+# The header: what is shared, a label per item.
+check(find(pyatspi.ROLE_LABEL, "Text: Look at this sunset!") is not None and find(pyatspi.ROLE_LABEL, "Link: example.com") is not None,
+      "the header's labels \"Text: Look at this sunset!\" and \"Link: example.com\"")
+check(notes.getState().contains(pyatspi.STATE_FOCUSED), "Notes's row has the keyboard focus")
 check("Action" in notes.get_interfaces() and notes.queryAction().getName(0) == "click", "Notes can be clicked (Action)")
 notes.queryAction().doAction(0)
 check(pump(20, lambda: line_seen("window: presenting com.example.demo-share.notes")), "pressing Notes presents it")
@@ -224,5 +229,8 @@ if written:
     with open(written[0], encoding="utf-8") as note:
         content = note.read()
     check(content == "Written through AT-SPI\nhttps://example.com/sunset", "the note holds the text set through AT-SPI: %r" % content)
-check(pump(10, lambda: find(pyatspi.ROLE_PUSH_BUTTON, "Cancel") is None or True), "the tree follows the outcome")
+# The result, then the sheet again: Notes's row is back, with the focus.
+check(pump(10, lambda: line_seen("window: back to the sheet")), "the window goes back to the sheet after the result")
+check(pump(10, lambda: (lambda row: row is not None and row.getState().contains(pyatspi.STATE_FOCUSED))(find(pyatspi.ROLE_LIST_ITEM, "Notes"))),
+      "the sheet's Notes is back in the tree, with the focus")
 finish(1 if failures else 0)

@@ -208,7 +208,7 @@ struct WindowTests {
         return image
     }
 
-    @Test("the sheet is shown; a click presents Notes; the screen shows the service's pixels where the view is; typed text shows; a resize relays the view out; a killed service leaves its frame dimmed with the reason")
+    @Test("the sheet is shown, its header saying what is shared (the text's first line, the URL's host), light and dark; a click presents Notes; the screen shows the service's pixels where the view is; typed text shows; a resize relays the view out; a killed service leaves its frame dimmed with the reason")
     func window() async throws {
         #expect(access("/usr/bin/Xvfb", X_OK) == 0 && access("/usr/bin/xdotool", X_OK) == 0, "scripts/bootstrap installs xvfb, xdotool and imagemagick")
         try await withoutLeaks(within: .seconds(90)) {
@@ -216,23 +216,27 @@ struct WindowTests {
             do {
                 let sheet = try await screen.await("window: sheet")
                 #expect(sheet == "window: sheet com.example.demo-share.notes")
+                #expect(try await screen.await("window: header") == "window: header Text: Look at this sunset! | Link: example.com")
                 let window = try await Self.geometry(screen)
-                // The sheet: its background, and Notes's row (white) with its title.
+                // The sheet: its background, the header's first card and Notes's row (white).
                 let shot = try await screen.screenshot()
                 #expect(Self.rgb(shot.pixel(x: window.x + 4, y: window.y + 4)) == 0xF2F2F7, "the sheet's background")
-                #expect(Self.rgb(shot.pixel(x: window.x + 400, y: window.y + 70)) == 0xFFFFFF, "Notes's row")
-                // F2 darkens the sheet as well, and again brings it back.
+                #expect(Self.rgb(shot.pixel(x: window.x + 20, y: window.y + 44)) == 0xFFFFFF, "the header's card of the text")
+                #expect(Self.rgb(shot.pixel(x: window.x + 400, y: window.y + 120)) == 0xFFFFFF, "Notes's row")
+                // F2 darkens the sheet and its header as well, and again brings them back.
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
                 try await screen.await("window: traits dark")
                 try await screen.await("window: sheet shown dark")
-                #expect(Self.rgb(try await screen.screenshot().pixel(x: window.x + 4, y: window.y + 4)) == 0x1C1C1E, "the sheet, dark")
+                let darkSheet = try await screen.screenshot()
+                #expect(Self.rgb(darkSheet.pixel(x: window.x + 4, y: window.y + 4)) == 0x1C1C1E, "the sheet, dark")
+                #expect(Self.rgb(darkSheet.pixel(x: window.x + 20, y: window.y + 44)) == 0x2C2C2E, "the header's card, dark")
                 try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F2"])
                 try await screen.await("window: traits light")
                 try await screen.await("window: sheet shown light")
                 try await screen.keepScreenshot(of: window.id, as: "window-sheet")
 
                 // A click on the row presents Notes: the view below the bar, its pixels exactly.
-                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "100", "90", "click", "1"])
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "100", "125", "click", "1"])
                 try await screen.await("window: presenting com.example.demo-share.notes")
                 let pid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
                 try await screen.await("window: shown 560x376")
@@ -277,6 +281,7 @@ struct WindowTests {
                 let dimmed = dead.pixel(x: window.x + 4, y: window.y + 44 + 300)
                 #expect(Self.rgb(dimmed) != Self.rgb(live) && (dimmed & 0xFF) < (live & 0xFF), "dimmed: \(String(dimmed, radix: 16)) from \(String(live, radix: 16))")
                 #expect(Self.rgb(dead.pixel(x: window.x + 4, y: window.y + 4)) == 0x5C1A1A, "the bar says it ended")
+                // It stays so (no return to the sheet by itself), with Back and Relaunch.
                 try await screen.keepScreenshot(of: window.id, as: "window-ended")
 
                 // Relaunch (the button at the bar's right end): the share retried, a new process,
@@ -363,8 +368,9 @@ struct WindowTests {
 
     /// `demo-share window --activity notes --output FOLDER`: Notes presented at once; `save`
     /// gets to its Save and presses it, its own way. Then the note must be written, the share
-    /// completed, and the window stay (a frame still comes after the share). A failure records
-    /// the window's last lines, to tell a key that went astray from one that never came.
+    /// completed, its result shown in the bar, and the sheet back, its keyboard focus on Notes's
+    /// row (Return presents Notes again). A failure records the window's last lines, to tell a
+    /// key that went astray from one that never came.
     static func saveNote(in folder: String, _ save: @escaping @Sendable (Screen, (id: String, x: Int, y: Int)) async throws -> Void) async throws {
         try await withoutLeaks(within: .seconds(60)) {
             let output = try TemporaryFolder(folder)
@@ -383,9 +389,15 @@ struct WindowTests {
                 #expect(path.hasPrefix(output.path + "/"))
                 let contents = Syscall.readSmallFile(path, limit: 1 << 16).map { String(decoding: $0, as: UTF8.self) } ?? ""
                 #expect(contents.contains("Look at this sunset!"), "\(contents)")
-                // The window stays after the share (until it is closed): a frame still comes.
-                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "F12"])
-                try await screen.await("window: snapshot")
+                // The result, for a moment, then the sheet again (the window's own deadline).
+                #expect(try await screen.await("window: result") == "window: result Done — saved 1 item")
+                #expect(try await screen.await("window: back to the sheet") == "window: back to the sheet, focus on Notes")
+                #expect(!screen.lines.seen.contains { $0.hasPrefix("window: closing") }, "the window stays without --once")
+                let sheet = try await screen.screenshot()
+                #expect(Self.rgb(sheet.pixel(x: window.x + 4, y: window.y + 4)) == 0xF2F2F7, "the sheet is back")
+                // The keyboard focus is on Notes's row: Return presents it again.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Return"])
+                try await screen.await("window: presenting com.example.demo-share.notes")
             } catch {
                 Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
                 try? await screen.close()
@@ -395,7 +407,7 @@ struct WindowTests {
         }
     }
 
-    @Test("--activity and --output: Notes presented at once; a click on Save completes the share, and the returned note is written to the folder")
+    @Test("--activity and --output: Notes presented at once; a click on Save completes the share, the returned note is written to the folder, the bar says 'Done — saved 1 item', and the sheet comes back with Notes focused")
     func savedItems() async throws {
         try await Self.saveNote(in: "remoteview-window-output") { screen, window in
             // Save, at the bottom right of the view (below the 44-point bar).
@@ -436,6 +448,180 @@ struct WindowTests {
             try await keys("space")
         }
     }
+
+    // MARK: the header, the result and the way back
+
+    /// Writes `bytes` to `name` in `folder`; returns its path.
+    static func write(_ bytes: [UInt8], _ name: String, in folder: TemporaryFolder) throws -> String {
+        let path = folder.path + "/" + name
+        let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0o644)
+        try #require(fd >= 0, "open \(path)")
+        defer { close(fd) }
+        try #require(bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count, "write \(path)")
+        return path
+    }
+
+    /// A PNG's signature and its IHDR chunk declaring `width` × `height` (8-bit RGB), and nothing
+    /// else: a header that says what it likes, with no pixels behind it.
+    static func pngHeader(width: UInt32, height: UInt32) -> [UInt8] {
+        func word(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8((value >> $0) & 0xFF) } }
+        return [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + word(13) + Array("IHDR".utf8) + word(width) + word(height)
+            + [8, 2, 0, 0, 0] + [0, 0, 0, 0]
+    }
+
+    /// Waits for the window to exit by itself; returns how, after its output and the server.
+    static func exited(_ screen: Screen) async throws -> Termination {
+        let termination = try await screen.demo.waitForExit()
+        try await screen.lines.all(within: .seconds(10), "the rest of the window's output")
+        screen.server.send(signal: SIGTERM)
+        _ = try await screen.server.waitForExit()
+        screen.folder.remove()
+        return termination
+    }
+
+    @Test("the header shows a PNG's thumbnail (decoded off the window's thread, then drawn); a PNG whose header declares over 64 megapixels gets the image glyph without being decoded, as does one Cairo cannot decode; each item's name, kind and size")
+    func thumbnails() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let images = try TemporaryFolder("remoteview-window-images")
+            defer { images.remove() }
+            let red = images.path + "/red.png"
+            try RemoteImage(width: 200, height: 100) { _, _ in 0xFFFF_0000 }.writePNG(to: red)
+            let huge = try Self.write(Self.pngHeader(width: 10_000, height: 10_000), "huge.png", in: images)
+            // A header that is small enough, and no image data after it.
+            let broken = try Self.write(Self.pngHeader(width: 10, height: 10), "broken.png", in: images)
+            let screen = try await Screen(arguments: ["--size", "560x420", "--image", red, "--image", huge, "--image", broken])
+            do {
+                try await screen.await("window: sheet")
+                let header = try await screen.await("window: header")
+                #expect(header.hasPrefix("window: header red.png, image, ") && header.contains(" | huge.png, image, 33 bytes | broken.png, image, 33 bytes"),
+                        "\(header)")
+                // The lines come once each result is drawn (before or after the sheet's first).
+                let thumbnail = try await screen.lines.line(startingWith: "window: thumbnail", containing: "red.png", within: .seconds(20))
+                #expect(thumbnail == "window: thumbnail red.png 96x48", "scaled down to 96 pixels at most, its aspect kept")
+                let refused = try await screen.lines.line(startingWith: "window: no thumbnail for huge.png", containing: "", within: .seconds(20))
+                #expect(refused == "window: no thumbnail for huge.png: its header declares 10000 × 10000 pixels, more than 64 megapixels (or none)",
+                        "refused by its header, before any decoding")
+                let undecodable = try await screen.lines.line(startingWith: "window: no thumbnail for broken.png", containing: "", within: .seconds(20))
+                #expect(undecodable.contains("Cairo cannot decode it"), "\(undecodable)")
+                #expect(!screen.lines.seen.contains { $0.hasPrefix("window: thumbnail huge.png") })
+                let window = try await Self.geometry(screen)
+                let shot = try await screen.screenshot()
+                // The first card's 36-point square at (22, 48): the 2:1 thumbnail fills its middle rows.
+                #expect(Self.rgb(shot.pixel(x: window.x + 40, y: window.y + 66)) == 0xFF0000, "the thumbnail, red")
+                // The second card's square at (200.7, 48): the image glyph's hills, filled in the secondary grey.
+                #expect(Self.rgb(shot.pixel(x: window.x + 216, y: window.y + 72)) == 0x6E6E73, "the image glyph for huge.png")
+                try await screen.keepScreenshot(of: window.id, as: "window-header")
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
+        }
+    }
+
+    @Test("Escape goes where the focus is: on the bar's Cancel (Tab out of Notes) it is the host's Cancel, the share ends cancelled and the sheet comes back; on the sheet it closes the window")
+    func escapeOnCancel() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes"])
+            do {
+                try await screen.await("window: shown 560x376")
+                let window = try await Self.geometry(screen)
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Tab", "Tab", "Tab"])
+                try await screen.await("window: focus left the activity forward")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Escape"])
+                #expect(try await screen.await("window: cancel") == "window: cancel, by the keyboard on the bar's Cancel")
+                #expect(try await screen.await("window: outcome").hasPrefix("window: outcome cancelled"))
+                #expect(try await screen.await("window: result").hasPrefix("window: result Cancelled"))
+                #expect(try await screen.await("window: back to the sheet") == "window: back to the sheet, focus on Notes")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Escape"])
+                try await screen.await("window: closed")
+                #expect(try await Self.exited(screen) == .exited(0), "Escape on the sheet closes the window")
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+        }
+    }
+
+    @Test("--once: Escape with the focus in Notes goes to Notes (its own Cancel takes it, not the host's); the result is shown, then the window closes, exiting 1 (not completed)")
+    func escapeInActivityOnce() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--once"])
+            do {
+                try await screen.await("window: shown 560x376")
+                let window = try await Self.geometry(screen)
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Escape"])
+                #expect(try await screen.await("window: outcome").hasPrefix("window: outcome cancelled"))
+                #expect(try await screen.await("window: result").hasPrefix("window: result Cancelled"))
+                try await screen.await("window: closing (--once)")
+                #expect(!screen.lines.seen.contains { $0.hasPrefix("window: cancel") }, "the host's Cancel was not pressed: \(screen.lines.seen)")
+                #expect(!screen.lines.seen.contains { $0.hasPrefix("window: back to the sheet") })
+                #expect(try await Self.exited(screen) == .exited(1))
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+        }
+    }
+
+    @Test("--once: a completed share (Save) shows its result, then the window closes by itself and exits 0")
+    func onceCompletes() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let output = try TemporaryFolder("remoteview-window-once")
+            defer { output.remove() }
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes", "--once", "--output", output.path])
+            do {
+                try await screen.await("window: shown 560x376")
+                let window = try await Self.geometry(screen)
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "415", String(44 + 339), "click", "1"])
+                #expect(try await screen.await("window: result") == "window: result Done — saved 1 item")
+                try await screen.await("window: closing (--once)")
+                try await screen.await("window: closed")
+                #expect(try await Self.exited(screen) == .exited(0))
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+        }
+    }
+
+    @Test("a killed service's share does not go back by itself: the bar's Back is reached with Tab and pressed with Return, back to the sheet (Notes focused, Return presents it again); killed again, Escape is Back")
+    func backAfterCrash() async throws {
+        try await withoutLeaks(within: .seconds(90)) {
+            let screen = try await Screen(arguments: ["--size", "560x420", "--activity", "notes"])
+            do {
+                let window = try await Self.geometry(screen)
+                for round in 0..<2 {
+                    try await screen.await("window: presenting com.example.demo-share.notes")
+                    let pid = try #require(Int32(try await screen.await("window: pid").split(separator: " ").last ?? ""))
+                    try await screen.await("window: shown 560x376")
+                    kill(pid, SIGKILL)
+                    try await screen.await("window: ended")
+                    if round == 0 {
+                        try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Tab"])
+                        #expect(try await screen.await("window: focus on") == "window: focus on Back")
+                        try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Return"])
+                        #expect(try await screen.await("window: back,") == "window: back, by the keyboard on the bar's Back")
+                    } else {
+                        try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Escape"])
+                        #expect(try await screen.await("window: back,") == "window: back, by Escape")
+                    }
+                    #expect(try await screen.await("window: back to the sheet") == "window: back to the sheet, focus on Notes")
+                    #expect(!screen.lines.seen.contains { $0.hasPrefix("window: result") }, "an interrupted share shows no result to go back after")
+                    if round == 0 { try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Return"]) }
+                }
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+            try await screen.close()
+        }
+    }
 }
 
 /// The window as a screen reader uses it: `Tests/Accessibility/atspi-share.py`, a pyatspi client
@@ -443,7 +629,7 @@ struct WindowTests {
 /// (`dbus-run-session`, which starts at-spi2-core's accessibility bus and registry on demand) on
 /// its own Xvfb, shares with Notes through AT-SPI alone.
 extension WindowTests {
-    @Test("a screen reader's share through AT-SPI: the sheet's entries by name, Notes pressed (Action), the activity's field read (Text) and set (EditableText), a focus event when Tab moves between its controls, Save found by role and name and pressed: the share completes and the note holds the text")
+    @Test("a screen reader's share through AT-SPI: the sheet's entries and header by name, Notes pressed (Action), the activity's field read (Text) and set (EditableText), a focus event when Tab moves between its controls, Save found by role and name and pressed: the share completes, the note holds the text, and the sheet comes back with Notes focused")
     func screenReader() async throws {
         #expect(access("/usr/bin/python3", X_OK) == 0 && access("/usr/bin/dbus-run-session", X_OK) == 0
                 && access("/usr/libexec/at-spi-bus-launcher", X_OK) == 0,
@@ -473,11 +659,14 @@ extension WindowTests {
         _ = try await server.waitForExit()
         let failed = text.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
         #expect(termination == .exited(0) && failed.isEmpty, "\(termination): \(failed)\n\(text)")
-        for check in ["PASS the sheet's entry \"Notes\" (a list item)", "PASS pressing Notes presents it",
+        for check in ["PASS the sheet's entry \"Notes\" (a list item)",
+                      "PASS the header's labels \"Text: Look at this sunset!\" and \"Link: example.com\"",
+                      "PASS Notes's row has the keyboard focus", "PASS pressing Notes presents it",
                       "PASS setTextContents reaches the activity and comes back in its tree",
                       "PASS Tab: the field loses the focus and the next control gains it (object:state-changed:focused)",
                       "PASS pressing Save completes the share",
-                      "PASS the note holds the text set through AT-SPI: 'Written through AT-SPI\\nhttps://example.com/sunset'"] {
+                      "PASS the note holds the text set through AT-SPI: 'Written through AT-SPI\\nhttps://example.com/sunset'",
+                      "PASS the sheet's Notes is back in the tree, with the focus"] {
             #expect(text.contains(check), "\(check)\n\(text)")
         }
         // The session's daemons (the bus, at-spi-bus-launcher, the registry) are gone with it.

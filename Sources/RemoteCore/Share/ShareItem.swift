@@ -225,6 +225,17 @@ public final class SharedFile: Sendable {
         }
     }
 
+    /// The first `count` bytes of the contents (all of them when the file is shorter): to look
+    /// at a header (a PNG's declared size, say) before reading, or refusing, the rest.
+    ///
+    /// - Parameter count: How many bytes to read at most.
+    /// - Throws: `RemoteError` `invalidArgument` when reading the memfd fails.
+    public func read(prefix count: Int) throws(RemoteError) -> [UInt8] {
+        do { return try Syscall.read(descriptor, count: max(0, min(count, size)), at: 0) } catch {
+            throw RemoteError(.invalidArgument, "cannot read file item \"\(name.escapedForTerminal())\": \(error)")
+        }
+    }
+
     /// A duplicate of the memfd to send.
     func attachment() throws(RemoteError) -> Attachment {
         do { return try Attachment(duplicating: descriptor) } catch {

@@ -82,6 +82,17 @@ extension GraphicsContext {
         layout.draw(in: cairo, at: Point(x: point.x, y: point.y - layout.baseline), color: color)
     }
 
+    /// Draws `text` as one line with its baseline at `point`, ellipsized at its end by Pango
+    /// ("…") where it is wider than `width`, as a one-line ``Label`` is: shaped, in the direction
+    /// of its first strong character (a right-to-left line ends at the right of `width`). What
+    /// the demo window draws a peer's or a user's text with in its chrome.
+    @MainActor
+    package func draw(_ text: String, at point: Point, width: Double, font: Font, color: Color) {
+        guard !text.isEmpty, width > 0 else { return }
+        let layout = TextLayout.make(text, font: font, width: width, ellipsized: true)
+        layout.draw(in: cairo, at: Point(x: point.x, y: point.y - layout.baseline), color: color)
+    }
+
     /// Draws a laid-out text with its top left at `origin`.
     @MainActor
     func draw(_ layout: TextLayout, at origin: Point, color: Color) {

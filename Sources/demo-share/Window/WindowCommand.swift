@@ -13,15 +13,22 @@ struct WindowCommand: AsyncParsableCommand {
         abstract: "Show the share sheet in a window; a click presents an activity's view, live.",
         discussion: """
             With no items, the demo's text and URL are shared (Notes takes them; the sheet says why \
-            Post and Markup do not: press W). A click on an activity launches it, sandboxed, and \
+            Post and Markup do not: press W). The sheet's header shows what is shared: a PNG's \
+            thumbnail (when its header declares at most 64 megapixels), a file's name, size and \
+            kind, a text's first line, a URL's host. Tab, Shift-Tab and the arrows move between the \
+            sheet's rows; Return, Space or a click on an activity launches it, sandboxed, and \
             embeds its view below a bar with its title and progress; the mouse, the keyboard, typed \
             text, focus and media keys go to it; Tab past its last control (Shift-Tab before its \
-            first) moves to the bar's Cancel, and Tab there goes back in. F2 switches light and \
-            dark. A service that dies \
-            leaves its last frame dimmed, the reason and a Relaunch button. Frames are shown at \
-            vsync (the view's manual presentation). Each step is printed on standard output \
-            ("window: …"), for scripts and tests. Needs a display (DISPLAY; under Xvfb, \
-            xvfb-run works).
+            first) moves to the bar's Cancel, and Tab there goes back in. Escape goes where the \
+            focus is: to the activity (its own Cancel), or on the bar's Cancel, the host's Cancel; \
+            on the sheet it closes the window. When the share ends (done, cancelled or failed), \
+            the bar shows the result for 1.5 s, then the sheet comes back (Escape or Return: at \
+            once); with --once the window closes instead, exiting 0 when the share completed and 1 \
+            otherwise (cancelled, failed, or the window closed first). A service that dies leaves \
+            its last frame dimmed, the reason, a Back and a Relaunch button (Tab between them; \
+            Escape: Back). F2 switches light and dark. Frames are shown at vsync (the view's \
+            manual presentation). Each step is printed on standard output ("window: …"), for \
+            scripts and tests. Needs a display (DISPLAY; under Xvfb, xvfb-run works).
             """)
 
     @OptionGroup var items: ShareItemOptions
@@ -47,6 +54,9 @@ struct WindowCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The animated view's size in points, with --bench.", valueName: "WxH"))
     var benchSize = "1280x720"
 
+    @Flag(help: "Close the window when the share ends, after showing its result, instead of going back to the sheet; exit 0 only when it completed.")
+    var once = false
+
     @Flag(help: "With --bench: draw the same repaint in this process instead, with no service (the window's own rate: the baseline remoteview-bench compares with).")
     var benchBaseline = false
 
@@ -55,6 +65,7 @@ struct WindowCommand: AsyncParsableCommand {
     func validate() throws {
         _ = try parseSize(size)
         _ = try parseSize(benchSize, option: "--bench-size")
+        if once, bench != nil { throw ValidationError("--once goes with a share, not with --bench") }
         if benchBaseline, bench == nil { throw ValidationError("--bench-baseline goes with --bench SECONDS") }
         if let bench, !(bench > 0 && bench <= 600) { throw ValidationError("--bench must be more than 0 and at most 600 seconds, not \(bench)") }
         if let scale, !(250...8000).contains(scale) { throw ValidationError("--scale must be 250…8000 (thousandths), not \(scale)") }
@@ -73,12 +84,12 @@ struct WindowCommand: AsyncParsableCommand {
         if let initial, sheet.activity(initial) == nil {
             throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
         }
-        let output = self.output, scale = self.scale, snapshot = self.snapshot
+        let output = self.output, scale = self.scale, snapshot = self.snapshot, once = self.once
         if let bench {
             let (benchWidth, benchHeight) = try parseSize(benchSize, option: "--bench-size")
             try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
                 let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(benchWidth), height: Int32(benchHeight),
-                                              scale: scale, output: nil, snapshot: nil)
+                                              scale: scale, output: nil, snapshot: nil, once: false)
                 if benchBaseline {
                     try await app.runLocalBench(seconds: bench, width: benchWidth, height: benchHeight)
                 } else {
@@ -90,11 +101,12 @@ struct WindowCommand: AsyncParsableCommand {
         // The window takes the focus when Tab leaves an activity (its bar's Cancel).
         var configuration = options.launcherConfiguration()
         configuration.takesFocusFromViews = true
-        try await withLauncher(registry: registry, configuration: configuration) { launcher in
+        let status = try await withLauncher(registry: registry, configuration: configuration) { launcher in
             let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(width), height: Int32(height),
-                                          scale: scale, output: output, snapshot: snapshot)
-            try await app.run(presenting: initial)
+                                          scale: scale, output: output, snapshot: snapshot, once: once)
+            return try await app.run(presenting: initial)
         }
+        if status != 0 { throw ExitCode(status) }
     }
 }
 
@@ -112,6 +124,8 @@ final class WindowInbox: Sendable {
         var focusLeft: FocusDirection?
         /// The activity's semantic tree changed.
         var treeChanged = false
+        /// Whether the items the share returned were written to --output.
+        var saved = false
         /// When the oldest frame in `damage` was composited.
         var arrived: ContinuousClock.Instant?
     }
@@ -145,8 +159,27 @@ final class WindowApp {
     private let snapshotFolder: String?
     private var snapshots = 0
     private var explain = false
-    private var rows: [PointRect] = []
-    private var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
+    /// With --once: the window closes when the share ends, after its result.
+    private let once: Bool
+    /// Where the sheet's rows, "why not" row and header cards are, in points.
+    private var sheetLayout = WindowPainter.SheetLayout()
+    private var rows: [PointRect] { sheetLayout.rows }
+    private var whyNot: PointRect { sheetLayout.whyNot }
+    /// What the sheet's header shows of each shared item.
+    private var previews: [ItemPreview]
+    /// The header's PNG thumbnails, decoded off this thread.
+    private let thumbnails: SheetThumbnails
+    /// The sheet's row with the keyboard focus (`rows.count`: the "why not" row).
+    private var sheetFocus = 0
+    /// When the result of an ended share has been shown long enough: the sheet comes back then
+    /// (with --once, the window closes).
+    private var resultShownUntil: ContinuousClock.Instant?
+    /// How long a share's result stays in the bar.
+    static let resultDuration = Duration.milliseconds(1500)
+    /// The status the window exits with: with --once, 0 when the share completed.
+    private var exitStatus: Int32 = 0
+    /// An assistive technology's request closed the window (Back, with --once).
+    private var quitRequested = false
     private var presented: Presented?
     private var needsRender = true
     private var dark = false
@@ -179,10 +212,22 @@ final class WindowApp {
         var outcome: String?
         var ended: String?
         var relaunch: PointRect?
+        /// The bar's Back, when the service ended.
+        var back: PointRect?
         /// The bar's Cancel, while the share is open.
         var cancel: PointRect?
         /// Whether the bar's Cancel has the keyboard focus (Tab left the activity), not the view.
         var cancelFocused = false
+        /// Which of Back and Relaunch has the keyboard focus, when the service ended.
+        var endedFocus = WindowPainter.BarFocus.relaunch
+        /// Whether the share completed (what --once exits with).
+        var completed = false
+
+        /// The bar's button with the keyboard focus.
+        var barFocus: WindowPainter.BarFocus {
+            if ended != nil { return endedFocus }
+            return cancelFocused ? .cancel : .none
+        }
         /// A composited frame is held until it has been shown (manual presentation).
         var framePending = false
         /// Whether a frame was shown yet.
@@ -208,13 +253,17 @@ final class WindowApp {
         case accessibility(AccessibilityAction, node: UInt32)
     }
 
-    init(sheet: ShareSheet, launcher: Launcher, width: Int32, height: Int32, scale: Int?, output: String?, snapshot: String?) throws {
+    init(sheet: ShareSheet, launcher: Launcher, width: Int32, height: Int32, scale: Int?, output: String?, snapshot: String?,
+         once: Bool) throws {
         window = try SDLWindow(title: "demo-share", width: width, height: height)
         self.sheet = sheet
         self.launcher = launcher
         fixedScale = scale
         self.output = output
         snapshotFolder = snapshot
+        self.once = once
+        previews = sheet.items.map(ItemPreview.init)
+        thumbnails = SheetThumbnails(wakeEvent: window.wakeEvent)
     }
 
     private var scalePermille: Int { fixedScale ?? window.scalePermille }
@@ -228,19 +277,26 @@ final class WindowApp {
                            scalePermille: scalePermille)
     }
 
-    func run(presenting initial: String?) async throws {
+    /// Runs the window until it is closed; returns the status to exit with (with --once, 0
+    /// only when the share completed).
+    func run(presenting initial: String?) async throws -> Int32 {
         defer { window.close() }
         accessibility = WindowAccessibility.start(name: "demo-share", wakeEvent: window.wakeEvent)
         defer { accessibility?.stop() }
+        thumbnails.start(sheet.items, previews: previews)
         drawSheet()
         if let initial, let activity = sheet.activity(initial) { await present(activity) }
+        // With --once, a window closed before a share ended did not complete one.
+        if once { exitStatus = 1 }
         var running = true
         while running {
             if let event = window.waitEvent(timeout: 8) {
                 running = await handle(event)
                 while running, let event = window.pollEvent() { running = await handle(event) }
             }
+            applyThumbnails()
             let settled = await applyPending()
+            if running, let until = resultShownUntil, ContinuousClock.now >= until { running = await endResult() }
             // An indeterminate progress sweeps: the bar is drawn again about 30 times a second.
             if let presented, presented.outcome == nil, presented.ended == nil, let update = presented.update, update.progress == nil,
                WindowPainter.isBusy(update), ContinuousClock.now - lastSweep >= .milliseconds(33) {
@@ -248,6 +304,7 @@ final class WindowApp {
                 drawBar(keepingExport: true)
             }
             await performAccessibilityRequests()
+            if quitRequested { running = false }
             if accessibilityDirty, let accessibility {
                 accessibilityDirty = false
                 let (nodes, focus) = accessibleNodes()
@@ -260,6 +317,7 @@ final class WindowApp {
                     // On screen: rendered after the window was first exposed.
                     sheetAnnounced = true
                     print("window: sheet \(sheet.activities.map(\.identifier).joined(separator: " "))")
+                    print("window: header \(previews.map(\.accessibleName).joined(separator: " | ").escapedForTerminal())")
                 }
                 if let presented, presented.framePending {
                     presented.framePending = false
@@ -278,6 +336,7 @@ final class WindowApp {
         }
         await dismiss()
         print("window: closed")
+        return exitStatus
     }
 
     // MARK: measuring
@@ -403,10 +462,88 @@ final class WindowApp {
     private func drawSheet() {
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(pixels.height))
-        (rows, whyNot) = WindowPainter.sheet(into: &canvas, scale: scale, items: sheet.items, sheet: sheet, explain: explain, palette: .of(dark: dark))
+        sheetLayout = WindowPainter.sheet(into: &canvas, scale: scale, previews: previews, sheet: sheet, explain: explain,
+                                          focus: sheetFocus, palette: .of(dark: dark))
         canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
         needsRender = true
         accessibilityDirty = true
+    }
+
+    /// The sheet's focusable rows: the activities', then "why not" when there are others.
+    private var sheetFocusCount: Int { sheet.activities.count + (sheet.explanations.isEmpty ? 0 : 1) }
+
+    /// Moves the sheet's keyboard focus `by` rows (wrapping around), and says where it is.
+    private func moveSheetFocus(by step: Int) {
+        let count = sheetFocusCount
+        guard count > 0 else { return }
+        sheetFocus = ((sheetFocus + step) % count + count) % count
+        drawSheet()
+        afterRender.append("window: sheet focus on \(sheetFocusName)")
+    }
+
+    /// What the sheet's focused row is called.
+    private var sheetFocusName: String {
+        sheetFocus < sheet.activities.count ? sheet.activities[sheetFocus].title : "Why not the other \(sheet.explanations.count)?"
+    }
+
+    /// Presses the sheet's focused row: presents its activity, or shows why not the others.
+    private func pressSheetFocus() async {
+        if sheetFocus < sheet.activities.count {
+            await present(sheet.activities[sheetFocus])
+        } else if sheetFocusCount > 0 {
+            explain.toggle()
+            drawSheet()
+        }
+    }
+
+    /// Takes the header's thumbnails that were made since the last turn; the sheet is drawn
+    /// again with them.
+    private func applyThumbnails() {
+        let done = thumbnails.take()
+        guard !done.isEmpty else { return }
+        var lines: [String] = []
+        for (index, result) in done.sorted(by: { $0.key < $1.key }) where index < previews.count {
+            let name = previews[index].title.escapedForTerminal()
+            switch result {
+            case .success(let image):
+                previews[index].thumbnail = .ready(image)
+                lines.append("window: thumbnail \(name) \(image.width)x\(image.height)")
+            case .failure(let refusal):
+                previews[index].thumbnail = .refused(refusal.description)
+                lines.append("window: no thumbnail for \(name): \(refusal.description.escapedForTerminal())")
+            }
+        }
+        if presented == nil {
+            drawSheet()
+            afterRender += lines
+        } else {
+            lines.forEach { print($0) }
+        }
+    }
+
+    /// The share's result has been shown long enough: back to the sheet, or with --once, the
+    /// window closes. Returns whether the window goes on.
+    private func endResult() async -> Bool {
+        resultShownUntil = nil
+        guard let presented else { return true }
+        if once {
+            exitStatus = presented.completed ? 0 : 1
+            print("window: closing (--once)")
+            return false
+        }
+        await backToSheet()
+        return true
+    }
+
+    /// Dismisses the presented share and shows the sheet again, the keyboard focus on the
+    /// row of the activity that was presented.
+    private func backToSheet() async {
+        guard let presented else { return }
+        resultShownUntil = nil
+        await dismiss()
+        if let index = sheet.activities.firstIndex(where: { $0.identifier == presented.activity.identifier }) { sheetFocus = index }
+        drawSheet()
+        afterRender.append("window: back to the sheet, focus on \(sheetFocusName)")
     }
 
     // MARK: an activity
@@ -475,15 +612,17 @@ final class WindowApp {
             },
             Task.detached {
                 let outcome = await session.outcome
+                var saved = false
                 if let output, case .completed(let items) = outcome, !items.isEmpty {
                     do {
                         let paths = try writeReturnedItems(items, to: output)
                         print("window: wrote \(paths.joined(separator: " "))")
+                        saved = true
                     } catch {
                         print("window: \(error)")
                     }
                 }
-                inbox.change { $0.outcome = outcome }
+                inbox.change { $0.outcome = outcome; $0.saved = saved }
             },
         ]
         print("window: presenting \(activity.identifier)")
@@ -520,9 +659,10 @@ final class WindowApp {
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(barPixels))
         let buttons = WindowPainter.bar(into: &canvas, scale: scale, activity: presented.activity, update: presented.update,
-                                        outcome: presented.outcome, ended: presented.ended, cancelFocused: presented.cancelFocused,
+                                        outcome: presented.outcome, ended: presented.ended, focus: presented.barFocus,
                                         phase: Self.sweepPhase(), palette: .of(dark: dark))
         presented.relaunch = buttons.relaunch
+        presented.back = buttons.back
         presented.cancel = buttons.cancel
         if buttons.cancel == nil { presented.cancelFocused = false }
         canvas.pixels.withUnsafeBufferPointer { try? window.updateBar($0, width: canvas.width, height: canvas.height) }
@@ -580,13 +720,33 @@ final class WindowApp {
                 presented.ended = WindowCommand.banner(for: error, identifier: presented.activity.identifier)
                 afterRender.append("window: ended \(error.reason.escapedForTerminal())")
             default:
-                presented.outcome = "\(outcome)"
+                let result = Self.result(of: outcome, saved: pending.saved)
+                presented.outcome = result
+                presented.completed = if case .completed = outcome { true } else { false }
+                if once { exitStatus = presented.completed ? 0 : 1 }
+                // Shown for a moment, then the sheet comes back (the loop's deadline; or with
+                // --once, the window closes).
+                resultShownUntil = .now + Self.resultDuration
                 afterRender.append("window: outcome \(outcome)")
+                afterRender.append("window: result \(result.escapedForTerminal())")
             }
             barChanged = true
         }
         if barChanged { drawBar() }
         return pending.settled
+    }
+
+    /// What the bar says when a share ended: "Done — saved 1 item" (written to --output, when
+    /// `saved`), "Done — returned 2 items", "Done", "Cancelled: …", "Failed: …".
+    static func result(of outcome: ShareOutcome, saved: Bool) -> String {
+        switch outcome {
+        case .completed(let items):
+            guard !items.isEmpty else { return "Done" }
+            return "Done — \(saved ? "saved" : "returned") \(items.count) item\(items.count == 1 ? "" : "s")"
+        case .cancelled(let reason): return reason.map { "Cancelled: \($0)" } ?? "Cancelled"
+        case .failed(let message): return "Failed: \(message)"
+        case .interrupted(let error): return "Interrupted: \(error.reason)"
+        }
     }
 
     // MARK: events
@@ -621,6 +781,9 @@ final class WindowApp {
             if let relaunch = presented.relaunch, down, relaunch.contains(x, y) {
                 await relaunchShare(presented)
                 return true
+            }
+            if let back = presented.back, down, back.contains(x, y) {
+                return await goBack(presented, by: "a click on the bar's Back")
             }
             if let cancel = presented.cancel, down, cancel.contains(x, y) {
                 cancelShare(presented, by: "a click on the bar's Cancel")
@@ -666,18 +829,54 @@ final class WindowApp {
                 print("window: traits \(dark ? "dark" : "light")")
                 return true
             }
+            let mod = UInt32(event.key.keysym.mod)
+            let shift = mod & KMOD_SHIFT.rawValue != 0 || shiftHeld, other = mod & (KMOD_CTRL.rawValue | KMOD_ALT.rawValue | KMOD_GUI.rawValue) != 0
             guard let presented else {
-                if down, scancode == SDL_SCANCODE_W { explain.toggle(); drawSheet() }
-                if down, scancode == SDL_SCANCODE_ESCAPE { return false }
+                // The sheet: Tab, Shift-Tab and the arrows move between its rows; Return or Space
+                // presses the focused one; W explains; Escape closes the window.
+                guard down else { return true }
+                switch scancode {
+                case SDL_SCANCODE_W: explain.toggle(); drawSheet()
+                case SDL_SCANCODE_ESCAPE: return false
+                case SDL_SCANCODE_TAB where !other: moveSheetFocus(by: shift ? -1 : 1)
+                case SDL_SCANCODE_DOWN: moveSheetFocus(by: 1)
+                case SDL_SCANCODE_UP: moveSheetFocus(by: -1)
+                case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE:
+                    if event.key.repeat == 0 { await pressSheetFocus() }
+                default: break
+                }
                 return true
             }
-            guard presented.ended == nil else { return true }
+            if presented.ended != nil {
+                // The service ended: Back and Relaunch, Tab (or an arrow) between them; Return or
+                // Space presses the focused one; Escape goes back.
+                guard down, event.key.repeat == 0 else { return true }
+                switch scancode {
+                case SDL_SCANCODE_TAB where !other, SDL_SCANCODE_LEFT, SDL_SCANCODE_RIGHT:
+                    presented.endedFocus = presented.endedFocus == .back ? .relaunch : .back
+                    drawBar()
+                    print("window: focus on \(presented.endedFocus == .back ? "Back" : "Relaunch")")
+                case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE:
+                    if presented.endedFocus == .back { return await goBack(presented, by: "the keyboard on the bar's Back") }
+                    await relaunchShare(presented)
+                case SDL_SCANCODE_ESCAPE:
+                    return await goBack(presented, by: "Escape")
+                default: break
+                }
+                return true
+            }
+            if presented.outcome != nil {
+                // The result, shown for a moment: Escape or Return ends it at once.
+                guard down, event.key.repeat == 0 else { return true }
+                switch scancode {
+                case SDL_SCANCODE_ESCAPE, SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER: return await endResult()
+                default: return true
+                }
+            }
             if presented.cancelFocused {
                 // The bar's Cancel has the focus: Tab goes back into the activity (at its first
                 // control; Shift-Tab at its last); Return, Space or Escape presses Cancel.
                 guard down, event.key.repeat == 0 else { return true }
-                let mod = UInt32(event.key.keysym.mod)
-                let shift = mod & KMOD_SHIFT.rawValue != 0 || shiftHeld, other = mod & (KMOD_CTRL.rawValue | KMOD_ALT.rawValue | KMOD_GUI.rawValue) != 0
                 switch scancode {
                 case SDL_SCANCODE_TAB where !other: focusView(presented, shift ? .backward : .forward)
                 case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE, SDL_SCANCODE_ESCAPE:
@@ -701,7 +900,7 @@ final class WindowApp {
             if down, scancode == SDL_SCANCODE_TAB { print("window: tab\(held.contains(.shift) ? " with shift" : "") to the activity") }
             presented.commands.yield(.input(.key(KeyEvent(down: down, keyCode: code, modifiers: held, isRepeat: event.key.repeat != 0))))
         case SDL_TEXTINPUT.rawValue:
-            guard let presented, presented.ended == nil, !presented.cancelFocused else { return true }
+            guard let presented, presented.ended == nil, presented.outcome == nil, !presented.cancelFocused else { return true }
             let text = withUnsafeBytes(of: event.text.text) { bytes in
                 String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
             }
@@ -725,6 +924,19 @@ final class WindowApp {
         }
         await dismiss()
         show(session)
+    }
+
+    /// The bar's Back, when the service ended: back to the sheet; with --once, the window
+    /// closes (the share did not complete). Returns whether the window goes on.
+    private func goBack(_ presented: Presented, by what: String) async -> Bool {
+        print("window: back, by \(what)")
+        if once {
+            exitStatus = 1
+            print("window: closing (--once)")
+            return false
+        }
+        await backToSheet()
+        return true
     }
 
     /// Gives the keyboard focus back to the view from the bar's Cancel: entering that way (Tab:
@@ -765,23 +977,37 @@ final class WindowApp {
         let press = UInt32(RV_A11Y_ACTION_PRESS), focusable = UInt32(RV_A11Y_STATE_FOCUSABLE)
         guard let presented else {
             frame.name = "Share — demo-share"
-            var list = node(WindowIDs.sheet, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Share with", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
+            // The header: what is shared, a label per item ("photo.png, image, 2.3 MB").
+            let cards = sheetLayout.cards
+            let headerRect = PointRect(x: 0, y: WindowPainter.headerTop, width: Double(width), height: WindowPainter.cardHeight)
+            var header = node(WindowIDs.header, WindowIDs.frame, RV_A11Y_ROLE_GROUP,
+                              "Sharing \(previews.count) item\(previews.count == 1 ? "" : "s")", headerRect)
             var nodes: [Node] = []
+            for (index, preview) in previews.enumerated() {
+                let id = WindowIDs.firstHeaderItem + UInt32(index)
+                nodes.append(node(id, WindowIDs.header, RV_A11Y_ROLE_LABEL, preview.accessibleName, index < cards.count ? cards[index] : headerRect))
+                header.children.append(id)
+            }
+            var list = node(WindowIDs.sheet, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Share with", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
+            var focus: UInt32 = 0
             for (index, activity) in sheet.activities.enumerated() where index < rows.count {
                 let id = WindowIDs.firstSheetRow + UInt32(index)
-                nodes.append(node(id, WindowIDs.sheet, RV_A11Y_ROLE_LIST_ITEM, activity.title, rows[index], actions: press))
+                nodes.append(node(id, WindowIDs.sheet, RV_A11Y_ROLE_LIST_ITEM, activity.title, rows[index], actions: press, states: focusable))
                 list.children.append(id)
+                if index == sheetFocus { focus = id }
             }
-            frame.children = [WindowIDs.sheet]
+            frame.children = [WindowIDs.header, WindowIDs.sheet]
             let others = sheet.explanations.count
             if whyNot.width > 0, others > 0 {
                 // The reasons, when shown, are the button's value: what a screen reader reads next.
-                var button = node(WindowIDs.whyNot, WindowIDs.frame, RV_A11Y_ROLE_BUTTON, "Why not the other \(others)?", whyNot, actions: press)
+                var button = node(WindowIDs.whyNot, WindowIDs.frame, RV_A11Y_ROLE_BUTTON, "Why not the other \(others)?", whyNot, actions: press,
+                                  states: focusable)
                 if explain { button.value = sheet.explanations.map { "\($0.activity.title): \($0.reason)" }.joined(separator: "; ") }
                 nodes.append(button)
                 frame.children.append(WindowIDs.whyNot)
+                if sheetFocus == sheet.activities.count { focus = WindowIDs.whyNot }
             }
-            return ([frame, list] + nodes, 0)
+            return ([frame, header, list] + nodes, focus)
         }
         frame.name = "\(presented.activity.title) — demo-share"
         let bar = PointRect(x: 0, y: 0, width: Double(width), height: WindowPainter.barHeight)
@@ -805,8 +1031,12 @@ final class WindowApp {
             nodes.append(node(WindowIDs.cancel, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Cancel", cancel, actions: press, states: focusable))
             barGroup.children.append(WindowIDs.cancel)
         }
+        if let back = presented.back {
+            nodes.append(node(WindowIDs.back, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Back", back, actions: press, states: focusable))
+            barGroup.children.append(WindowIDs.back)
+        }
         if let relaunch = presented.relaunch {
-            nodes.append(node(WindowIDs.relaunch, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Relaunch", relaunch, actions: press))
+            nodes.append(node(WindowIDs.relaunch, WindowIDs.bar, RV_A11Y_ROLE_BUTTON, "Relaunch", relaunch, actions: press, states: focusable))
             barGroup.children.append(WindowIDs.relaunch)
         }
         // The activity: its tree below the bar, each node's frame in the view's points.
@@ -834,7 +1064,12 @@ final class WindowApp {
         }
         embedded.children = tree.root.flatMap { exportIDs[$0] }.map { [$0] } ?? []
         frame.children = [WindowIDs.bar, WindowIDs.activity]
-        let focus: UInt32 = presented.cancelFocused ? WindowIDs.cancel : tree.focus.flatMap { exportIDs[$0] } ?? 0
+        let focus: UInt32 = switch presented.barFocus {
+        case .cancel: WindowIDs.cancel
+        case .back: WindowIDs.back
+        case .relaunch: WindowIDs.relaunch
+        case .none: presented.outcome == nil ? tree.focus.flatMap { exportIDs[$0] } ?? 0 : 0
+        }
         return ([frame, barGroup] + nodes + [embedded], focus)
     }
 
@@ -847,10 +1082,20 @@ final class WindowApp {
             switch (request.id, request.action) {
             case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .press) where presented == nil:
                 let index = Int(request.id - WindowIDs.firstSheetRow)
-                if index < sheet.activities.count { await present(sheet.activities[index]) }
+                if index < sheet.activities.count {
+                    sheetFocus = index
+                    await present(sheet.activities[index])
+                }
+            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .focus) where presented == nil:
+                let index = Int(request.id - WindowIDs.firstSheetRow)
+                if index < sheet.activities.count, index != sheetFocus { moveSheetFocus(by: index - sheetFocus) }
             case (WindowIDs.whyNot, .press) where presented == nil:
                 explain.toggle()
                 drawSheet()
+            case (WindowIDs.whyNot, .focus) where presented == nil:
+                if sheetFocus != sheet.activities.count, sheetFocusCount > sheet.activities.count {
+                    moveSheetFocus(by: sheet.activities.count - sheetFocus)
+                }
             case (WindowIDs.cancel, .press):
                 if let presented, presented.cancel != nil { cancelShare(presented, by: "an assistive technology") }
             case (WindowIDs.cancel, .focus):
@@ -861,6 +1106,13 @@ final class WindowApp {
                 }
             case (WindowIDs.relaunch, .press):
                 if let presented, presented.relaunch != nil { await relaunchShare(presented) }
+            case (WindowIDs.back, .press):
+                if let presented, presented.back != nil, !(await goBack(presented, by: "an assistive technology")) { quitRequested = true }
+            case (WindowIDs.relaunch, .focus), (WindowIDs.back, .focus):
+                if let presented, presented.ended != nil {
+                    presented.endedFocus = request.id == WindowIDs.back ? .back : .relaunch
+                    drawBar()
+                }
             default:
                 guard let presented, presented.ended == nil, let id = exportIDs.first(where: { $0.value == request.id })?.key else { continue }
                 // The activity's control takes the keyboard back from the bar's Cancel.
@@ -878,6 +1130,7 @@ final class WindowApp {
             return
         }
         guard let index = rows.firstIndex(where: { $0.contains(x, y) }) else { return }
+        sheetFocus = index
         await present(sheet.activities[index])
     }
 
@@ -909,8 +1162,8 @@ final class WindowApp {
 extension WindowCommand {
     /// What the bar says after "TITLE ended: " when the activity's process went: the signal (or
     /// exit) first, then its fatal error's message without the file and line, which is what a
-    /// user can act on; the rest of the reason only when there is no such line. The bar is
-    /// ellipsized after its last whole word, so the useful part comes first.
+    /// user can act on; the rest of the reason only when there is no such line. The bar
+    /// ellipsizes it at its end (Pango), so the useful part comes first.
     static func banner(for error: RemoteError, identifier: String) -> String {
         // "ID ended: killed: …" says the activity's name twice in the bar.
         let prefix = "\(identifier) ended: "
@@ -932,7 +1185,8 @@ extension WindowCommand {
 /// `firstActivityNode`, anew for each node the activity describes.
 enum WindowIDs {
     static let frame: UInt32 = 1, sheet: UInt32 = 2, bar: UInt32 = 3, barTitle: UInt32 = 4, barStatus: UInt32 = 5
-    static let barProgress: UInt32 = 6, cancel: UInt32 = 7, relaunch: UInt32 = 8, whyNot: UInt32 = 9, activity: UInt32 = 20
-    static let firstSheetRow: UInt32 = 100
+    static let barProgress: UInt32 = 6, cancel: UInt32 = 7, relaunch: UInt32 = 8, whyNot: UInt32 = 9, back: UInt32 = 10
+    static let header: UInt32 = 11, activity: UInt32 = 20
+    static let firstSheetRow: UInt32 = 100, firstHeaderItem: UInt32 = 400
     static let firstActivityNode: UInt32 = 1_000
 }

@@ -55,87 +55,149 @@ struct Palette {
 @MainActor
 enum WindowPainter {
     static let rowHeight = 56.0, barHeight = 44.0, margin = 16.0
+    /// The header's cards (what is shared): their top, their height, and where the rows start.
+    static let headerTop = 42.0, cardHeight = 48.0, rowsTop = 100.0
+    /// The most cards the header shows side by side: more items show the first ones and a
+    /// card that counts the rest.
+    static let maxCards = 3
 
-    /// The sheet: a row per offered activity (icon, title, subtitle), and at the bottom a row
-    /// that shows why the others are not offered (expanded when `explain`). Returns each
-    /// activity's row and the "why not" row, in points.
-    static func sheet(into canvas: inout Canvas, scale: Double, items: [ShareItem], sheet: ShareSheet,
-                      explain: Bool, palette: Palette = .light) -> (rows: [PointRect], whyNot: PointRect) {
-        let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
+    /// Where the sheet's parts are, in points.
+    struct SheetLayout {
+        /// Each offered activity's row.
         var rows: [PointRect] = []
+        /// The row that explains why the others are not offered.
         var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
+        /// Each shared item's card in the header (the items past the last card are in it).
+        var cards: [PointRect] = []
+    }
+
+    /// The sheet: a header that shows what is shared (a card per item: thumbnail or glyph,
+    /// name, detail), a row per offered activity (icon, title, subtitle), and at the bottom a
+    /// row that shows why the others are not offered (expanded when `explain`). `focus` is the
+    /// index of the row with the keyboard focus (`rows.count`: the "why not" row; `nil`: none),
+    /// drawn with a ring. Returns where each part is.
+    static func sheet(into canvas: inout Canvas, scale: Double, previews: [ItemPreview], sheet: ShareSheet,
+                      explain: Bool, focus: Int?, palette: Palette = .light) -> SheetLayout {
+        let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
+        var layout = SheetLayout()
         canvas.draw(scale: scale) { cr in
             fill(cr, PointRect(x: 0, y: 0, width: width, height: height), palette.background)
-            text(cr, "Share \(items.count) item\(items.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true, colour: palette.text)
-            text(cr, items.map(\.contentType).joined(separator: ", "), x: margin, y: 50, size: 11, colour: palette.secondary)
-            var y = 64.0
+            text(cr, "Share \(previews.count) item\(previews.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true,
+                 colour: palette.text, maxWidth: width - 2 * margin)
+            layout.cards = header(cr, previews, width: width, palette: palette)
+            var y = rowsTop
             if sheet.activities.isEmpty {
                 text(cr, "No activity takes these items.", x: margin, y: y + 30, size: 14, colour: palette.secondary)
                 y += rowHeight
             }
-            for activity in sheet.activities {
+            for (index, activity) in sheet.activities.enumerated() {
                 let row = PointRect(x: 8, y: y, width: width - 16, height: rowHeight - 4)
+                if focus == index { ring(cr, row, palette.link) }
                 fill(cr, row, palette.row)
                 if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), palette.placeholder) }
-                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: palette.text)
-                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: palette.secondary)
-                rows.append(row)
+                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: palette.text, maxWidth: width - 80)
+                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: palette.secondary, maxWidth: width - 80)
+                layout.rows.append(row)
                 y += rowHeight
             }
-            whyNot = PointRect(x: 8, y: y + 4, width: width - 16, height: 28)
+            layout.whyNot = PointRect(x: 8, y: y + 4, width: width - 16, height: 28)
             let others = sheet.explanations.count
+            if focus == sheet.activities.count, others > 0 { ring(cr, layout.whyNot, palette.link) }
             text(cr, others == 0 ? "Every registered activity is offered." : (explain ? "▾ " : "▸ ") + "Why not the other \(others)? (W)",
                  x: margin, y: y + 22, size: 12, colour: palette.link)
             if explain {
                 y += 36
                 for explanation in sheet.explanations {
-                    text(cr, "\(explanation.activity.title): \(explanation.reason)", x: margin + 8, y: y + 14, size: 11, colour: palette.tertiary)
+                    text(cr, "\(explanation.activity.title): \(explanation.reason)", x: margin + 8, y: y + 14, size: 11, colour: palette.tertiary,
+                         maxWidth: width - 2 * margin - 8)
                     y += 18
                 }
             }
         }
-        return (rows, whyNot)
+        return layout
+    }
+
+    /// The header's cards, side by side below the title: at most ``maxCards``, the last one
+    /// counting the items it stands for when there are more. Returns each item's card.
+    private static func header(_ cr: OpaquePointer, _ previews: [ItemPreview], width: Double, palette: Palette) -> [PointRect] {
+        guard !previews.isEmpty else { return [] }
+        var shown = previews
+        if previews.count > maxCards {
+            shown = Array(previews.prefix(maxCards - 1))
+            let rest = previews.count - shown.count
+            shown.append(ItemPreview(kind: .other, title: "\(rest) more", detail: "items", accessibleName: "and \(rest) more items"))
+        }
+        let gap = 8.0, count = Double(shown.count)
+        let cardWidth = (width - 2 * margin - gap * (count - 1)) / count
+        var cards: [PointRect] = []
+        for (index, preview) in shown.enumerated() {
+            let card = PointRect(x: margin + Double(index) * (cardWidth + gap), y: headerTop, width: cardWidth, height: cardHeight)
+            fill(cr, card, palette.row)
+            let box = PointRect(x: card.x + 6, y: card.y + 6, width: 36, height: 36)
+            switch preview.thumbnail {
+            case .ready(let thumbnail): image(cr, thumbnail, fittedIn: box)
+            case .pending: glyph(cr, .image, in: box, colour: palette.placeholder)
+            case .refused: glyph(cr, .image, in: box, colour: palette.secondary)
+            case .none: glyph(cr, preview.kind, in: box, colour: palette.secondary)
+            }
+            let textWidth = max(card.width - 56, 1)
+            text(cr, preview.title, x: card.x + 50, y: card.y + 21, size: 12, bold: true, colour: palette.text, maxWidth: textWidth)
+            text(cr, preview.detail, x: card.x + 50, y: card.y + 38, size: 11, colour: palette.secondary, maxWidth: textWidth)
+            cards.append(card)
+        }
+        // The items past the last card are in it.
+        while cards.count < previews.count { cards.append(cards[cards.count - 1]) }
+        return cards
     }
 
     /// The bar's buttons, where they are (in points), when it shows them.
     struct BarButtons {
         /// Relaunch, when the activity's process ended.
         var relaunch: PointRect?
+        /// Back to the sheet, when the activity's process ended (an ended share does not go back
+        /// by itself).
+        var back: PointRect?
         /// Cancel, while the share waits for its answer: the host's own control, which takes
         /// the keyboard focus when Tab leaves the activity.
         var cancel: PointRect?
     }
 
+    /// Which of the bar's buttons has the keyboard focus (drawn with a ring).
+    enum BarFocus {
+        case none, cancel, relaunch, back
+    }
+
     /// The bar above a presented activity: its title, the latest update and a progress bar, and
-    /// a Cancel button (with a focus ring when `cancelFocused`) while the share is open; or the
-    /// outcome; or, when the service ended, the reason and a Relaunch button.
+    /// a Cancel button while the share is open; or the share's result (`outcome`), shown for a
+    /// moment before the sheet comes back; or, when the service ended, the reason, a Back and
+    /// a Relaunch button. `focus` is the button with the keyboard focus (drawn with a ring);
     /// `phase` (0…1) places the moving part of an indeterminate progress bar; `palette` is the
     /// chrome's light or dark.
     static func bar(into canvas: inout Canvas, scale: Double, activity: ShareActivity, update: ActivityUpdate?,
-                    outcome: String?, ended: String?, cancelFocused: Bool, phase: Double = 0, palette: Palette = .light) -> BarButtons {
+                    outcome: String?, ended: String?, focus: BarFocus, phase: Double = 0, palette: Palette = .light) -> BarButtons {
         let width = Double(canvas.width) / scale
         var buttons = BarButtons()
         canvas.draw(scale: scale) { cr in
             fill(cr, PointRect(x: 0, y: 0, width: width, height: barHeight), ended == nil ? palette.bar : 0x5C1A1A)
             if let ended {
-                let button = PointRect(x: width - 96, y: 8, width: 84, height: 28)
-                fill(cr, button, 0xFFFFFF)
-                text(cr, "Relaunch", x: button.x + 12, y: 27, size: 13, bold: true, colour: 0x5C1A1A)
-                text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: width - 128,
-                     ellipsized: true)
-                buttons.relaunch = button
+                let relaunch = PointRect(x: width - 96, y: 8, width: 84, height: 28)
+                let back = PointRect(x: relaunch.x - 72, y: 8, width: 64, height: 28)
+                for (button, label, focused) in [(back, "Back", focus == .back), (relaunch, "Relaunch", focus == .relaunch)] {
+                    if focused { ring(cr, button, 0xFFFFFF) }
+                    fill(cr, button, 0xFFFFFF)
+                    text(cr, label, x: button.x + (button.width - advance(label, size: 13, bold: true)) / 2, y: 27, size: 13, bold: true,
+                         colour: 0x5C1A1A)
+                }
+                text(cr, "\(activity.title) ended: \(ended)", x: margin, y: 27, size: 12, colour: 0xFFFFFF, maxWidth: back.x - margin - 8)
+                buttons.relaunch = relaunch
+                buttons.back = back
                 return
             }
             // Cancel at the right while the share is open; the title and progress left of it.
             var textWidth = width - 2 * margin
             if outcome == nil {
                 let button = PointRect(x: width - 84, y: 8, width: 72, height: 28)
-                if cancelFocused {
-                    colour(cr, palette.link)
-                    cairo_set_line_width(cr, 2)
-                    cairo_rectangle(cr, button.x - 3, button.y - 3, button.width + 6, button.height + 6)
-                    cairo_stroke(cr)
-                }
+                if focus == .cancel { ring(cr, button, palette.link) }
                 fill(cr, button, palette.button)
                 let label = "Cancel", size = 13.0
                 text(cr, label, x: button.x + (button.width - advance(label, size: size, bold: true)) / 2, y: 27, size: size, bold: true, colour: palette.link)
@@ -146,7 +208,7 @@ enum WindowPainter {
             let title = update.map { $0.title.isEmpty || $0.title == activity.title ? activity.title : "\(activity.title) — \($0.title)" } ?? activity.title
             text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: palette.text, maxWidth: textWidth)
             if let outcome {
-                text(cr, outcome, x: margin, y: 36, size: 11, colour: palette.tertiary, maxWidth: width - 2 * margin)
+                text(cr, outcome, x: margin, y: 36, size: 12, colour: palette.tertiary, maxWidth: textWidth)
             } else if let update, update.progress != nil || Self.isBusy(update) {
                 let track = PointRect(x: margin, y: 28, width: textWidth, height: 6)
                 fill(cr, track, palette.track)
@@ -157,7 +219,7 @@ enum WindowPainter {
                     let part = track.width / 3, sweep = phase <= 0.5 ? phase * 2 : 2 - phase * 2
                     fill(cr, PointRect(x: track.x + (track.width - part) * sweep, y: track.y, width: part, height: track.height), palette.link)
                 }
-                if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: palette.tertiary) }
+                if let subtitle = update.subtitle { text(cr, subtitle, x: margin, y: 43, size: 9, colour: palette.tertiary, maxWidth: textWidth) }
             } else if let subtitle = update?.subtitle {
                 // Ready, waiting for the user: no progress to show, the subtitle in its place.
                 text(cr, subtitle, x: margin, y: 36, size: 11, colour: palette.tertiary, maxWidth: textWidth)
@@ -184,21 +246,111 @@ enum WindowPainter {
         cairo_set_source_rgb(cr, Double((rgb >> 16) & 0xFF) / 255, Double((rgb >> 8) & 0xFF) / 255, Double(rgb & 0xFF) / 255)
     }
 
-    /// Draws `string` with its baseline at (`x`, `y`), clipped to `maxWidth`; `ellipsized`, a
-    /// string too wide ends with "…" after its last word that fits, never inside a word. Laid
-    /// out by the toolkit's Pango layout, as the activities' text is: shaped, in its direction,
-    /// with fallback fonts.
-    static func text(_ cr: OpaquePointer, _ string: String, x: Double, y: Double, size: Double, bold: Bool = false,
-                     colour rgb: UInt32, maxWidth: Double? = nil, ellipsized: Bool = false) {
+    /// A focus ring: a 2-point line 3 points outside `rect`.
+    static func ring(_ cr: OpaquePointer, _ rect: PointRect, _ rgb: UInt32) {
+        colour(cr, rgb)
+        cairo_set_line_width(cr, 2)
+        cairo_rectangle(cr, rect.x - 3, rect.y - 3, rect.width + 6, rect.height + 6)
+        cairo_stroke(cr)
+    }
+
+    /// A shared item's glyph, drawn with lines in `rgb` in the 36-point square `box`: a picture
+    /// (image), a page of lines (text), two notes (audio), a frame with a play mark (video), a
+    /// globe (link), a page with a folded corner (anything else).
+    static func glyph(_ cr: OpaquePointer, _ kind: ItemPreview.Kind, in box: PointRect, colour rgb: UInt32) {
         cairo_save(cr)
-        var shown = string
-        if let maxWidth {
-            cairo_rectangle(cr, x, y - size - 4, maxWidth, size * 2)
-            cairo_clip(cr)
-            if ellipsized { shown = ellipsize(string, toWidth: maxWidth) { advance($0, size: size, bold: bold) } }
+        cairo_translate(cr, box.x, box.y)
+        cairo_scale(cr, box.width / 36, box.height / 36)
+        colour(cr, rgb)
+        cairo_set_line_width(cr, 2)
+        cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND)
+        cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND)
+        func polygon(_ points: [(Double, Double)]) {
+            cairo_move_to(cr, points[0].0, points[0].1)
+            for point in points.dropFirst() { cairo_line_to(cr, point.0, point.1) }
+            cairo_close_path(cr)
         }
-        GraphicsContext(cr).draw(shown, at: Point(x: x, y: y), font: font(size: size, bold: bold), color: Color(argb: 0xFF00_0000 | rgb))
+        switch kind {
+        case .image:
+            cairo_rectangle(cr, 4, 7, 28, 22)
+            cairo_stroke(cr)
+            polygon([(7, 26), (15, 16), (20, 22), (24, 18), (29, 26)])
+            cairo_fill(cr)
+            cairo_arc(cr, 24, 13, 2.5, 0, 2 * .pi)
+            cairo_fill(cr)
+        case .text:
+            cairo_rectangle(cr, 8, 4, 20, 28)
+            cairo_stroke(cr)
+            for (y, end) in [(11.0, 24.0), (16, 24), (21, 24), (26, 19)] {
+                cairo_move_to(cr, 12, y)
+                cairo_line_to(cr, end, y)
+            }
+            cairo_stroke(cr)
+        case .audio:
+            for (x, y) in [(11.0, 27.0), (25, 24)] {
+                cairo_arc(cr, x, y, 3.5, 0, 2 * .pi)
+                cairo_fill(cr)
+            }
+            cairo_move_to(cr, 14.5, 27)
+            cairo_line_to(cr, 14.5, 9)
+            cairo_move_to(cr, 28.5, 24)
+            cairo_line_to(cr, 28.5, 6)
+            cairo_stroke(cr)
+            cairo_set_line_width(cr, 3)
+            cairo_move_to(cr, 14.5, 9)
+            cairo_line_to(cr, 28.5, 6)
+            cairo_stroke(cr)
+        case .video:
+            cairo_rectangle(cr, 4, 8, 28, 20)
+            cairo_stroke(cr)
+            polygon([(15, 13), (15, 23), (23, 18)])
+            cairo_fill(cr)
+        case .link:
+            cairo_arc(cr, 18, 18, 13, 0, 2 * .pi)
+            cairo_stroke(cr)
+            cairo_save(cr)
+            cairo_translate(cr, 18, 18)
+            cairo_scale(cr, 0.45, 1)
+            cairo_arc(cr, 0, 0, 13, 0, 2 * .pi)
+            cairo_restore(cr)
+            cairo_stroke(cr)
+            for y in [13.0, 23] {
+                cairo_move_to(cr, 6.5, y)
+                cairo_line_to(cr, 29.5, y)
+            }
+            cairo_stroke(cr)
+        case .other:
+            polygon([(9, 4), (22, 4), (28, 10), (28, 32), (9, 32)])
+            cairo_stroke(cr)
+            cairo_move_to(cr, 22, 4)
+            cairo_line_to(cr, 22, 10)
+            cairo_line_to(cr, 28, 10)
+            cairo_stroke(cr)
+        }
         cairo_restore(cr)
+    }
+
+    /// Draws `image` as large as fits in `box`, its aspect kept, centred.
+    static func image(_ cr: OpaquePointer, _ image: RemoteImage, fittedIn box: PointRect) {
+        guard image.width > 0, image.height > 0 else { return }
+        let factor = min(box.width / Double(image.width), box.height / Double(image.height))
+        let (width, height) = (Double(image.width) * factor, Double(image.height) * factor)
+        Self.image(cr, image, rect: PointRect(x: box.x + (box.width - width) / 2, y: box.y + (box.height - height) / 2, width: width, height: height))
+    }
+
+    /// Draws `string` with its baseline at (`x`, `y`); within `maxWidth`, a string too wide is
+    /// ellipsized at its end ("…") by Pango, never cut. Laid out by the toolkit's Pango layout,
+    /// as the activities' text is: shaped, in its direction (a right-to-left line given a
+    /// `maxWidth` ends at its right), with fallback fonts. One line: line breaks show as spaces.
+    static func text(_ cr: OpaquePointer, _ string: String, x: Double, y: Double, size: Double, bold: Bool = false,
+                     colour rgb: UInt32, maxWidth: Double? = nil) {
+        let line = string.contains(where: \.isNewline) ? String(string.map { $0.isNewline ? " " : $0 }) : string
+        let context = GraphicsContext(cr), colour = Color(argb: 0xFF00_0000 | rgb), font = font(size: size, bold: bold)
+        if let maxWidth {
+            context.draw(line, at: Point(x: x, y: y), width: maxWidth, font: font, color: colour)
+        } else {
+            context.draw(line, at: Point(x: x, y: y), font: font, color: colour)
+        }
     }
 
     /// How far `string` advances the pen in the chrome's font at `size`.
@@ -211,26 +363,21 @@ enum WindowPainter {
         Font(family: "DejaVu Sans", size: size, weight: bold ? .bold : .regular)
     }
 
-    /// `string` if it is at most `width` wide (as `measure` says), else its longest run of
-    /// whole words that fits with "…" after it ("…" alone when not even the first word does).
-    static func ellipsize(_ string: String, toWidth width: Double, measure: (String) -> Double) -> String {
-        guard measure(string) > width else { return string }
-        let words = string.split(separator: " ", omittingEmptySubsequences: false)
-        var fitting = 0
-        while fitting < words.count, measure(words[...fitting].joined(separator: " ") + "…") <= width { fitting += 1 }
-        return words[..<fitting].joined(separator: " ") + "…"
-    }
-
     /// Draws `icon` scaled into a `size` × `size` square at (`x`, `y`).
     static func image(_ cr: OpaquePointer, _ icon: RemoteImage, x: Double, y: Double, size: Double) {
+        image(cr, icon, rect: PointRect(x: x, y: y, width: size, height: size))
+    }
+
+    /// Draws `icon` scaled to fill `rect`.
+    static func image(_ cr: OpaquePointer, _ icon: RemoteImage, rect: PointRect) {
         guard icon.width > 0, icon.height > 0 else { return }
         var copy = icon.withUnsafePixels { Array($0) }
         copy.withUnsafeMutableBytes { bytes in
             let surface = cairo_image_surface_create_for_data(bytes.baseAddress!.assumingMemoryBound(to: UInt8.self), CAIRO_FORMAT_ARGB32,
                                                               Int32(icon.width), Int32(icon.height), Int32(icon.width * 4))
             cairo_save(cr)
-            cairo_translate(cr, x, y)
-            cairo_scale(cr, size / Double(icon.width), size / Double(icon.height))
+            cairo_translate(cr, rect.x, rect.y)
+            cairo_scale(cr, rect.width / Double(icon.width), rect.height / Double(icon.height))
             cairo_set_source_surface(cr, surface, 0, 0)
             cairo_paint(cr)
             cairo_restore(cr)
@@ -238,4 +385,3 @@ enum WindowPainter {
         }
     }
 }
-
