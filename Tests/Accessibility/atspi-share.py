@@ -66,7 +66,7 @@ def on_event(event):
     events.append((event.type, role, name, event.detail1))
 
 
-pyatspi.Registry.registerEventListener(on_event, "object:state-changed:focused", "focus:")
+pyatspi.Registry.registerEventListener(on_event, "object:state-changed:focused", "object:state-changed:checked", "focus:")
 # The changes the waits look for (an application, a control, a text, a value appearing): each
 # wakes the main context, so that pump looks again.
 pyatspi.Registry.registerEventListener(lambda event: None, "object:children-changed", "object:text-changed",
@@ -233,4 +233,34 @@ if written:
 check(pump(10, lambda: line_seen("window: back to the sheet")), "the window goes back to the sheet after the result")
 check(pump(10, lambda: (lambda row: row is not None and row.getState().contains(pyatspi.STATE_FOCUSED))(find(pyatspi.ROLE_LIST_ITEM, "Notes"))),
       "the sheet's Notes is back in the tree, with the focus")
+
+# Edit, through AT-SPI alone: each share activity is a check box, checked when on; pressing
+# Notes's turns it off (a state-changed:checked event), Done goes back to a sheet without it.
+edit = find(pyatspi.ROLE_PUSH_BUTTON, "Edit")
+if not check(edit is not None and "Action" in edit.get_interfaces(), "the sheet's button \"Edit\" (Action)"):
+    finish(1)
+edit.queryAction().doAction(0)
+check(pump(10, lambda: line_seen("window: edit ")), "pressing Edit shows the activities")
+box = None
+
+
+def notes_box():
+    global box
+    box = find(pyatspi.ROLE_CHECK_BOX, "Notes")
+    return box is not None
+
+
+if not check(pump(10, notes_box), "Notes is a check box in Edit"):
+    dump("the window's tree when Edit was shown")
+    finish(1)
+check(box.getState().contains(pyatspi.STATE_CHECKABLE) and box.getState().contains(pyatspi.STATE_CHECKED), "Notes's check box is checked (on)")
+del events[:]
+box.queryAction().doAction(0)
+check(pump(10, lambda: line_seen("window: Notes turned off")), "pressing it turns Notes off")
+check(pump(10, lambda: any(e[0] == "object:state-changed:checked" and e[3] == 0 for e in events)), "an object:state-changed:checked event says so")
+done = find(pyatspi.ROLE_PUSH_BUTTON, "Done")
+check(done is not None, "Edit's Done button")
+done.queryAction().doAction(0)
+check(pump(10, lambda: line_seen("window: sheet offers nothing")), "Done: the sheet again, without Notes")
+check(pump(10, lambda: find(pyatspi.ROLE_LIST_ITEM, "Notes") is None), "Notes is no longer in the sheet's list")
 finish(1 if failures else 0)

@@ -545,6 +545,45 @@ struct WindowTests {
         }
     }
 
+    @Test("Edit: every share activity with a switch; Notes turned off from the keyboard is no longer offered (the user's preferences keep it, and why-not says so), and turned on again it is; a click on Edit and on a switch works the same")
+    func editActivities() async throws {
+        try await withoutLeaks(within: .seconds(60)) {
+            let screen = try await Screen(arguments: ["--size", "560x420", "--text", "Hello"])
+            do {
+                #expect(try await screen.await("window: sheet ") == "window: sheet com.example.demo-share.notes")
+                let window = try await Self.geometry(screen)
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "e"])
+                #expect(try await screen.await("window: edit ") == "window: edit Markup=on Notes=on Post=on")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Down"])
+                #expect(try await screen.await("window: edit focus") == "window: edit focus on Notes")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "space"])
+                #expect(try await screen.await("window: Notes turned") == "window: Notes turned off")
+                try await screen.keepScreenshot(of: window.id, as: "window-edit")
+                let state = screen.folder.path + "/.local/state/remoteview/share-sheet.json"
+                let kept = String(decoding: Syscall.readSmallFile(state, limit: 65536) ?? [], as: UTF8.self)
+                #expect(kept.contains("\"com.example.demo-share.notes\" : {\n      \"off\" : true"), "\(kept)")
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "Escape"])
+                #expect(try await screen.await("window: sheet offers") == "window: sheet offers nothing, focus on Edit")
+                // Why not: the sheet says Notes was turned off.
+                try await screen.run("/usr/bin/xdotool", ["key", "--window", window.id, "w"])
+                try await screen.keepScreenshot(of: window.id, as: "window-edit-why-not")
+
+                // With the pointer: Edit at the top right, then Notes' row (the second), then Done.
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "520", "24", "click", "1"])
+                #expect(try await screen.await("window: edit ") == "window: edit Markup=on Notes=off Post=on")
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "200", "\(76 + 56 + 20)", "click", "1"])
+                #expect(try await screen.await("window: Notes turned") == "window: Notes turned on")
+                try await screen.run("/usr/bin/xdotool", ["mousemove", "--window", window.id, "520", "24", "click", "1"])
+                #expect(try await screen.await("window: sheet offers") == "window: sheet offers com.example.demo-share.notes, focus on Edit")
+                try await screen.close()
+            } catch {
+                Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                try? await screen.close()
+                throw error
+            }
+        }
+    }
+
     @Test("--once: Escape with the focus in Notes goes to Notes (its own Cancel takes it, not the host's); the result is shown, then the window closes, exiting 1 (not completed)")
     func escapeInActivityOnce() async throws {
         try await withoutLeaks(within: .seconds(60)) {
@@ -629,7 +668,7 @@ struct WindowTests {
 /// (`dbus-run-session`, which starts at-spi2-core's accessibility bus and registry on demand) on
 /// its own Xvfb, shares with Notes through AT-SPI alone.
 extension WindowTests {
-    @Test("a screen reader's share through AT-SPI: the sheet's entries and header by name, Notes pressed (Action), the activity's field read (Text) and set (EditableText), a focus event when Tab moves between its controls, Save found by role and name and pressed: the share completes, the note holds the text, and the sheet comes back with Notes focused")
+    @Test("a screen reader's share through AT-SPI: the sheet's entries and header by name, Notes pressed (Action), the activity's field read (Text) and set (EditableText), a focus event when Tab moves between its controls, Save found by role and name and pressed: the share completes, the note holds the text, and the sheet comes back with Notes focused; in Edit, Notes is a checked check box, pressed it turns off (a checked event), and Done shows the sheet without it")
     func screenReader() async throws {
         #expect(access("/usr/bin/python3", X_OK) == 0 && access("/usr/bin/dbus-run-session", X_OK) == 0
                 && access("/usr/libexec/at-spi-bus-launcher", X_OK) == 0,
@@ -666,7 +705,9 @@ extension WindowTests {
                       "PASS Tab: the field loses the focus and the next control gains it (object:state-changed:focused)",
                       "PASS pressing Save completes the share",
                       "PASS the note holds the text set through AT-SPI: 'Written through AT-SPI\\nhttps://example.com/sunset'",
-                      "PASS the sheet's Notes is back in the tree, with the focus"] {
+                      "PASS the sheet's Notes is back in the tree, with the focus",
+                      "PASS Notes's check box is checked (on)", "PASS an object:state-changed:checked event says so",
+                      "PASS Notes is no longer in the sheet's list"] {
             #expect(text.contains(check), "\(check)\n\(text)")
         }
         // The session's daemons (the bus, at-spi-bus-launcher, the registry) are gone with it.

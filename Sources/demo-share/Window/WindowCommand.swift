@@ -79,7 +79,7 @@ struct WindowCommand: AsyncParsableCommand {
         if let output { try makeFolder(output, for: "--output") }
         if let snapshot { try makeFolder(snapshot, for: "--snapshot") }
         let registry = try options.registry()
-        let sheet = ShareSheet(registry: registry, items: shared)
+        let sheet = ShareSheet(registry: registry, items: shared, preferences: options.sharePreferences())
         let initial = activity.map(ShareCommand.identifier)
         if let initial, sheet.activity(initial) == nil {
             throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
@@ -152,7 +152,8 @@ final class WindowInbox: Sendable {
 @MainActor
 final class WindowApp {
     private let window: SDLWindow
-    private let sheet: ShareSheet
+    /// The sheet, ranked by the user's preferences; made again when Edit turns an activity on or off.
+    private var sheet: ShareSheet
     private let launcher: Launcher
     private let fixedScale: Int?
     private let output: String?
@@ -169,8 +170,15 @@ final class WindowApp {
     private var previews: [ItemPreview]
     /// The header's PNG thumbnails, decoded off this thread.
     private let thumbnails: SheetThumbnails
-    /// The sheet's row with the keyboard focus (`rows.count`: the "why not" row).
+    /// The sheet's row with the keyboard focus (`rows.count`: the "why not" row, when there
+    /// are others; then the Edit button).
     private var sheetFocus = 0
+    /// Whether the Edit view (every share activity, on or off) is shown instead of the sheet.
+    private var editing = false
+    /// The Edit view's row with the keyboard focus (`allActivities.count`: Done).
+    private var editFocus = 0
+    /// Where the Edit view's rows and Done are, in points.
+    private var editLayout = WindowPainter.EditLayout()
     /// When the result of an ended share has been shown long enough: the sheet comes back then
     /// (with --once, the window closes).
     private var resultShownUntil: ContinuousClock.Instant?
@@ -459,9 +467,17 @@ final class WindowApp {
 
     // MARK: the sheet
 
+    /// Draws the sheet again (or the Edit view, while it is shown).
     private func drawSheet() {
         let pixels = window.pixelSize
         var canvas = Canvas(width: Int(pixels.width), height: Int(pixels.height))
+        if editing {
+            editLayout = WindowPainter.edit(into: &canvas, scale: scale, sheet: sheet, focus: editFocus, palette: .of(dark: dark))
+            canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
+            needsRender = true
+            accessibilityDirty = true
+            return
+        }
         sheetLayout = WindowPainter.sheet(into: &canvas, scale: scale, previews: previews, sheet: sheet, explain: explain,
                                           focus: sheetFocus, palette: .of(dark: dark))
         canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
@@ -469,8 +485,11 @@ final class WindowApp {
         accessibilityDirty = true
     }
 
-    /// The sheet's focusable rows: the activities', then "why not" when there are others.
-    private var sheetFocusCount: Int { sheet.activities.count + (sheet.explanations.isEmpty ? 0 : 1) }
+    /// The sheet's focusable rows: the activities', then "why not" when there are others, then Edit.
+    private var sheetFocusCount: Int { WindowPainter.editFocusIndex(sheet) + 1 }
+
+    /// Whether the sheet's focus is on its "why not" row.
+    private var whyNotFocused: Bool { sheetFocus == sheet.activities.count && !sheet.explanations.isEmpty }
 
     /// Moves the sheet's keyboard focus `by` rows (wrapping around), and says where it is.
     private func moveSheetFocus(by step: Int) {
@@ -483,17 +502,76 @@ final class WindowApp {
 
     /// What the sheet's focused row is called.
     private var sheetFocusName: String {
-        sheetFocus < sheet.activities.count ? sheet.activities[sheetFocus].title : "Why not the other \(sheet.explanations.count)?"
+        sheetFocus < sheet.activities.count ? sheet.activities[sheetFocus].title.escapedForTerminal()
+            : whyNotFocused ? "Why not the other \(sheet.explanations.count)?" : "Edit"
     }
 
     /// Presses the sheet's focused row: presents its activity, or shows why not the others.
     private func pressSheetFocus() async {
         if sheetFocus < sheet.activities.count {
             await present(sheet.activities[sheetFocus])
-        } else if sheetFocusCount > 0 {
+        } else if whyNotFocused {
             explain.toggle()
             drawSheet()
+        } else {
+            openEdit()
         }
+    }
+
+    // MARK: Edit
+
+    /// Shows the Edit view, the focus on its first row.
+    private func openEdit() {
+        editing = true
+        editFocus = 0
+        drawSheet()
+        let rows = sheet.allActivities.map { "\($0.title.escapedForTerminal())=\(sheet.isEnabled($0.identifier) ? "on" : "off")" }
+        afterRender.append("window: edit \(rows.joined(separator: " "))")
+    }
+
+    /// Leaves the Edit view: the sheet again, made with the choices, the focus on Edit.
+    private func closeEdit() {
+        editing = false
+        sheetFocus = WindowPainter.editFocusIndex(sheet)
+        drawSheet()
+        let offered = sheet.activities.map(\.identifier)
+        afterRender.append("window: sheet offers \(offered.isEmpty ? "nothing" : offered.joined(separator: " ")), focus on Edit")
+    }
+
+    /// Moves the Edit view's keyboard focus `by` rows (wrapping around, Done last).
+    private func moveEditFocus(by step: Int) {
+        let count = sheet.allActivities.count + 1
+        editFocus = ((editFocus + step) % count + count) % count
+        drawSheet()
+        afterRender.append("window: edit focus on \(editFocus < sheet.allActivities.count ? sheet.allActivities[editFocus].title.escapedForTerminal() : "Done")")
+    }
+
+    /// Presses the Edit view's focused row (its switch) or Done.
+    private func pressEditFocus() {
+        if editFocus < sheet.allActivities.count { toggleActivity(at: editFocus) } else { closeEdit() }
+    }
+
+    /// Turns the activity of the Edit view's row `index` off when it is on, on when it is off:
+    /// kept in the user's preferences, for every sheet that reads them.
+    private func toggleActivity(at index: Int) {
+        guard index < sheet.allActivities.count else { return }
+        let activity = sheet.allActivities[index]
+        let on = !sheet.isEnabled(activity.identifier)
+        do throws(RemoteError) {
+            sheet = try sheet.settingEnabled(on, for: activity.identifier)
+        } catch {
+            print("window: cannot turn \(activity.identifier.escapedForTerminal()) \(on ? "on" : "off"): \(error)")
+            return
+        }
+        editFocus = index
+        drawSheet()
+        afterRender.append("window: \(activity.title.escapedForTerminal()) turned \(on ? "on" : "off")")
+    }
+
+    /// A click in the Edit view: a row's switch, or Done.
+    private func clickEdit(_ x: Double, _ y: Double) {
+        if editLayout.done.contains(x, y) { return closeEdit() }
+        if let index = editLayout.rows.firstIndex(where: { $0.contains(x, y) }) { toggleActivity(at: index) }
     }
 
     /// Takes the header's thumbnails that were made since the last turn; the sheet is drawn
@@ -835,7 +913,22 @@ final class WindowApp {
                 // The sheet: Tab, Shift-Tab and the arrows move between its rows; Return or Space
                 // presses the focused one; W explains; Escape closes the window.
                 guard down else { return true }
+                if editing {
+                    // Edit: Tab, Shift-Tab and the arrows move; Return or Space turns the focused
+                    // activity on or off (or presses Done); Escape or E is Done.
+                    switch scancode {
+                    case SDL_SCANCODE_ESCAPE, SDL_SCANCODE_E: closeEdit()
+                    case SDL_SCANCODE_TAB where !other: moveEditFocus(by: shift ? -1 : 1)
+                    case SDL_SCANCODE_DOWN: moveEditFocus(by: 1)
+                    case SDL_SCANCODE_UP: moveEditFocus(by: -1)
+                    case SDL_SCANCODE_RETURN, SDL_SCANCODE_KP_ENTER, SDL_SCANCODE_SPACE:
+                        if event.key.repeat == 0 { pressEditFocus() }
+                    default: break
+                    }
+                    return true
+                }
                 switch scancode {
+                case SDL_SCANCODE_E: openEdit()
                 case SDL_SCANCODE_W: explain.toggle(); drawSheet()
                 case SDL_SCANCODE_ESCAPE: return false
                 case SDL_SCANCODE_TAB where !other: moveSheetFocus(by: shift ? -1 : 1)
@@ -976,6 +1069,24 @@ final class WindowApp {
         var frame = Node(id: WindowIDs.frame, parent: 0, role: RV_A11Y_ROLE_FRAME, name: "demo-share", x: ox, y: oy, width: width, height: height)
         let press = UInt32(RV_A11Y_ACTION_PRESS), focusable = UInt32(RV_A11Y_STATE_FOCUSABLE)
         guard let presented else {
+            if editing {
+                // Edit: a check box per share activity, checked when on, and Done.
+                frame.name = "Edit activities — demo-share"
+                var list = node(WindowIDs.editList, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Activities", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
+                var nodes: [Node] = []
+                var focus = WindowIDs.editDone
+                for (index, activity) in sheet.allActivities.enumerated() where index < editLayout.rows.count {
+                    let id = WindowIDs.firstEditRow + UInt32(index)
+                    let checked = sheet.isEnabled(activity.identifier) ? UInt32(RV_A11Y_STATE_CHECKED) : 0
+                    nodes.append(node(id, WindowIDs.editList, RV_A11Y_ROLE_CHECK_BOX, activity.title, editLayout.rows[index], actions: press,
+                                      states: focusable | checked))
+                    list.children.append(id)
+                    if index == editFocus { focus = id }
+                }
+                nodes.append(node(WindowIDs.editDone, WindowIDs.frame, RV_A11Y_ROLE_BUTTON, "Done", editLayout.done, actions: press, states: focusable))
+                frame.children = [WindowIDs.editList, WindowIDs.editDone]
+                return ([frame, list] + nodes, focus)
+            }
             frame.name = "Share — demo-share"
             // The header: what is shared, a label per item ("photo.png, image, 2.3 MB").
             let cards = sheetLayout.cards
@@ -1007,6 +1118,9 @@ final class WindowApp {
                 frame.children.append(WindowIDs.whyNot)
                 if sheetFocus == sheet.activities.count { focus = WindowIDs.whyNot }
             }
+            nodes.append(node(WindowIDs.edit, WindowIDs.frame, RV_A11Y_ROLE_BUTTON, "Edit", sheetLayout.edit, actions: press, states: focusable))
+            frame.children.append(WindowIDs.edit)
+            if sheetFocus == WindowPainter.editFocusIndex(sheet) { focus = WindowIDs.edit }
             return ([frame, header, list] + nodes, focus)
         }
         frame.name = "\(presented.activity.title) — demo-share"
@@ -1080,19 +1194,32 @@ final class WindowApp {
         for request in accessibility.takeRequests() {
             print("window: accessibility \(request.action) on node \(request.id)")
             switch (request.id, request.action) {
-            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .press) where presented == nil:
+            case (WindowIDs.edit, .press) where presented == nil && !editing:
+                openEdit()
+            case (WindowIDs.edit, .focus) where presented == nil && !editing:
+                moveSheetFocus(by: WindowPainter.editFocusIndex(sheet) - sheetFocus)
+            case (WindowIDs.editDone, .press) where editing:
+                closeEdit()
+            case (WindowIDs.editDone, .focus) where editing:
+                moveEditFocus(by: sheet.allActivities.count - editFocus)
+            case (WindowIDs.firstEditRow..<WindowIDs.firstEditRow + 256, .press) where editing:
+                toggleActivity(at: Int(request.id - WindowIDs.firstEditRow))
+            case (WindowIDs.firstEditRow..<WindowIDs.firstEditRow + 256, .focus) where editing:
+                let index = Int(request.id - WindowIDs.firstEditRow)
+                if index < sheet.allActivities.count, index != editFocus { moveEditFocus(by: index - editFocus) }
+            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .press) where presented == nil && !editing:
                 let index = Int(request.id - WindowIDs.firstSheetRow)
                 if index < sheet.activities.count {
                     sheetFocus = index
                     await present(sheet.activities[index])
                 }
-            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .focus) where presented == nil:
+            case (WindowIDs.firstSheetRow..<WindowIDs.firstSheetRow + 256, .focus) where presented == nil && !editing:
                 let index = Int(request.id - WindowIDs.firstSheetRow)
                 if index < sheet.activities.count, index != sheetFocus { moveSheetFocus(by: index - sheetFocus) }
-            case (WindowIDs.whyNot, .press) where presented == nil:
+            case (WindowIDs.whyNot, .press) where presented == nil && !editing:
                 explain.toggle()
                 drawSheet()
-            case (WindowIDs.whyNot, .focus) where presented == nil:
+            case (WindowIDs.whyNot, .focus) where presented == nil && !editing:
                 if sheetFocus != sheet.activities.count, sheetFocusCount > sheet.activities.count {
                     moveSheetFocus(by: sheet.activities.count - sheetFocus)
                 }
@@ -1124,6 +1251,8 @@ final class WindowApp {
 
     /// A click on the sheet: an activity's row presents it; the last row explains the others.
     private func click(_ x: Double, _ y: Double) async {
+        if editing { return clickEdit(x, y) }
+        if sheetLayout.edit.contains(x, y) { return openEdit() }
         if whyNot.contains(x, y) {
             explain.toggle()
             drawSheet()
@@ -1186,7 +1315,7 @@ extension WindowCommand {
 enum WindowIDs {
     static let frame: UInt32 = 1, sheet: UInt32 = 2, bar: UInt32 = 3, barTitle: UInt32 = 4, barStatus: UInt32 = 5
     static let barProgress: UInt32 = 6, cancel: UInt32 = 7, relaunch: UInt32 = 8, whyNot: UInt32 = 9, back: UInt32 = 10
-    static let header: UInt32 = 11, activity: UInt32 = 20
-    static let firstSheetRow: UInt32 = 100, firstHeaderItem: UInt32 = 400
+    static let header: UInt32 = 11, edit: UInt32 = 12, editList: UInt32 = 13, editDone: UInt32 = 14, activity: UInt32 = 20
+    static let firstSheetRow: UInt32 = 100, firstHeaderItem: UInt32 = 400, firstEditRow: UInt32 = 600
     static let firstActivityNode: UInt32 = 1_000
 }

@@ -69,21 +69,90 @@ enum WindowPainter {
         var whyNot = PointRect(x: 0, y: 0, width: 0, height: 0)
         /// Each shared item's card in the header (the items past the last card are in it).
         var cards: [PointRect] = []
+        /// "Edit": the activities, on and off.
+        var edit = PointRect(x: 0, y: 0, width: 0, height: 0)
+    }
+
+    /// Where the Edit view's parts are, in points.
+    struct EditLayout {
+        /// Each share activity's row (its switch is the whole row).
+        var rows: [PointRect] = []
+        /// "Done": back to the sheet.
+        var done = PointRect(x: 0, y: 0, width: 0, height: 0)
+    }
+
+    /// The Edit view: every share activity (``ShareSheet/allActivities``) in a row with its icon,
+    /// title and a switch, on or off; "Done" at the top. `focus` is the row with the keyboard
+    /// focus (`rows.count`: Done), drawn with a ring.
+    static func edit(into canvas: inout Canvas, scale: Double, sheet: ShareSheet, focus: Int, palette: Palette = .light) -> EditLayout {
+        let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
+        var layout = EditLayout()
+        canvas.draw(scale: scale) { cr in
+            fill(cr, PointRect(x: 0, y: 0, width: width, height: height), palette.background)
+            let doneWidth = advance("Done", size: 14, bold: true) + 24
+            layout.done = PointRect(x: width - margin - doneWidth, y: 10, width: doneWidth, height: 28)
+            text(cr, "Activities", x: margin, y: 30, size: 18, bold: true, colour: palette.text, maxWidth: layout.done.x - 2 * margin)
+            if focus == sheet.allActivities.count { ring(cr, layout.done, palette.link) }
+            text(cr, "Done", x: layout.done.x + 12, y: 30, size: 14, bold: true, colour: palette.link)
+            text(cr, "An activity that is off is not offered in the share sheet.", x: margin, y: 62, size: 12, colour: palette.secondary,
+                 maxWidth: width - 2 * margin)
+            var y = 76.0
+            for (index, activity) in sheet.allActivities.enumerated() {
+                let row = PointRect(x: 8, y: y, width: width - 16, height: rowHeight - 4)
+                let on = sheet.isEnabled(activity.identifier)
+                if focus == index { ring(cr, row, palette.link) }
+                fill(cr, row, palette.row)
+                if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), palette.placeholder) }
+                let switchRect = PointRect(x: row.x + row.width - 60, y: y + 14, width: 44, height: 24)
+                text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: on ? palette.text : palette.secondary,
+                     maxWidth: switchRect.x - 72)
+                text(cr, on ? (activity.subtitle ?? activity.identifier) : "Off: not offered", x: 64, y: y + 42, size: 11,
+                     colour: palette.secondary, maxWidth: switchRect.x - 72)
+                toggle(cr, switchRect, on: on, palette: palette)
+                layout.rows.append(row)
+                y += rowHeight
+            }
+        }
+        return layout
+    }
+
+    /// A switch: a rounded track (the link colour when on) with a knob at its end.
+    private static func toggle(_ cr: OpaquePointer, _ rect: PointRect, on: Bool, palette: Palette) {
+        let radius = rect.height / 2
+        cairo_new_sub_path(cr)
+        cairo_arc(cr, rect.x + radius, rect.y + radius, radius, .pi / 2, 3 * .pi / 2)
+        cairo_arc(cr, rect.x + rect.width - radius, rect.y + radius, radius, 3 * .pi / 2, .pi / 2)
+        cairo_close_path(cr)
+        colour(cr, on ? palette.link : palette.track)
+        cairo_fill(cr)
+        cairo_arc(cr, on ? rect.x + rect.width - radius : rect.x + radius, rect.y + radius, radius - 3, 0, 2 * .pi)
+        colour(cr, 0xFFFFFF)
+        cairo_fill(cr)
+    }
+
+    /// The sheet's focus index of its Edit button: after the rows and "why not".
+    static func editFocusIndex(_ sheet: ShareSheet) -> Int {
+        sheet.activities.count + (sheet.explanations.isEmpty ? 0 : 1)
     }
 
     /// The sheet: a header that shows what is shared (a card per item: thumbnail or glyph,
     /// name, detail), a row per offered activity (icon, title, subtitle), and at the bottom a
-    /// row that shows why the others are not offered (expanded when `explain`). `focus` is the
-    /// index of the row with the keyboard focus (`rows.count`: the "why not" row; `nil`: none),
-    /// drawn with a ring. Returns where each part is.
+    /// row that shows why the others are not offered (expanded when `explain`); "Edit" at the
+    /// top. `focus` is the index of the row with the keyboard focus (`rows.count`: the "why not"
+    /// row, when there are others; then ``editFocusIndex(_:)``: Edit; `nil`: none), drawn with a
+    /// ring. Returns where each part is.
     static func sheet(into canvas: inout Canvas, scale: Double, previews: [ItemPreview], sheet: ShareSheet,
                       explain: Bool, focus: Int?, palette: Palette = .light) -> SheetLayout {
         let width = Double(canvas.width) / scale, height = Double(canvas.height) / scale
         var layout = SheetLayout()
         canvas.draw(scale: scale) { cr in
             fill(cr, PointRect(x: 0, y: 0, width: width, height: height), palette.background)
+            let editWidth = advance("Edit", size: 14) + 24
+            layout.edit = PointRect(x: width - margin - editWidth, y: 10, width: editWidth, height: 28)
             text(cr, "Share \(previews.count) item\(previews.count == 1 ? "" : "s") with…", x: margin, y: 30, size: 18, bold: true,
-                 colour: palette.text, maxWidth: width - 2 * margin)
+                 colour: palette.text, maxWidth: layout.edit.x - 2 * margin)
+            if focus == editFocusIndex(sheet) { ring(cr, layout.edit, palette.link) }
+            text(cr, "Edit", x: layout.edit.x + 12, y: 30, size: 14, colour: palette.link)
             layout.cards = header(cr, previews, width: width, palette: palette)
             var y = rowsTop
             if sheet.activities.isEmpty {
