@@ -22,6 +22,12 @@ struct Install: ParsableCommand {
             throw DemoError("not installed: \(error)")
         }
         for warning in warnings { Syscall.writeStandardError("warning: \(warning)\n") }
+        // Root's hosts run their services as uids of their own, and refuse an executable whose
+        // mode keeps other users out (docs/Manifest.md, "Installed activities"): said now, not
+        // only at the first launch.
+        if Syscall.effectiveUserID == 0, let mode = (try? Syscall.status(ofPath: loaded.executablePath))?.st_mode, mode & (S_IROTH | S_IXOTH) != S_IROTH | S_IXOTH {
+            Syscall.writeStandardError("warning: \(loaded.executablePath.escapedForTerminal()): its mode \(String(mode & 0o7777, radix: 8)) does not give other users o+rx, so a host run by root, whose services run as uids of their own, refuses to launch it (chmod o+rx it)\n")
+        }
         let folder = ServiceRegistry.installedFolders[0]
         try makeFolder(folder, for: "the user's installed activities")
         var installed = loaded

@@ -124,7 +124,7 @@ struct DemoActivityTests {
     func notes() async throws {
         try await Self.withDemo { launcher, registry, _ in
             #expect(ShareSheet(registry: registry, items: [try .file(named: "a.png", contentType: "image/png", contents: try Self.png(2, 2, Self.white))])
-                .explanation(for: "com.example.demo-share.notes")?.contains("accepts no image/png") == true)
+                .explanation(for: "com.example.demo-share.notes")?.contains("accepts no image/png: a.png") == true)
             let (session, updates) = try await Self.start("com.example.demo-share.notes", [try .text("Hello"), try .url("https://example.com/a")],
                                                           registry: registry, launcher: launcher)
             let before = session.view.image
@@ -254,7 +254,7 @@ struct DemoActivityTests {
         try await Self.withDemo { launcher, registry, _ in
             let image = try ShareItem.file(named: "photo.png", contentType: "image/png", contents: try Self.png(400, 300, blue))
             #expect(ShareSheet(registry: registry, items: [image, image]).explanation(for: "com.example.demo-share.markup")?
-                .contains("accepts at most 1 image/*, 2 given") == true)
+                .contains("accepts at most 1 image/*, 2 given: photo.png and photo.png") == true)
             let (session, updates) = try await Self.start("com.example.demo-share.markup", [image], registry: registry, launcher: launcher)
             let shown = session.view.image
             #expect(Self.buttonColour(shown, 0, of: 3) == Self.grey && Self.buttonColour(shown, 2, of: 3) == Self.tint, "Cancel, and Done")

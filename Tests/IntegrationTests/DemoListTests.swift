@@ -10,7 +10,7 @@ import Testing
 struct DemoListTests {
     struct Report: Decodable {
         struct Activity: Decodable { var identifier: String; var title: String; var hasIcon: Bool }
-        struct NotOffered: Decodable { var identifier: String; var reason: String }
+        struct NotOffered: Decodable { var identifier: String; var reason: String; var blockingItems: [Int] }
         var offered: [Activity]
         var notOffered: [NotOffered]?
     }
@@ -27,15 +27,16 @@ struct DemoListTests {
         return try JSONDecoder().decode(Report.self, from: Data(output.utf8))
     }
 
-    @Test("a text and a URL: Notes, with its icon; Post and Markup say why not")
+    @Test("a text and a URL: Notes, with its icon; Post and Markup say why not, naming the items that block them")
     func textAndURL() throws {
         let report = try Self.report(["--text", "hello", "--url", "https://example.com/a"])
         #expect(report.offered.map(\.identifier) == ["com.example.demo-share.notes"])
         #expect(report.offered.first?.hasIcon == true, "the icon is read from the manifest, before anything runs")
         let reasons = Dictionary(uniqueKeysWithValues: (report.notOffered ?? []).map { ($0.identifier, $0.reason) })
-        #expect(reasons["com.example.demo-share.markup"] == "accepts no text/plain; accepts no text/uri-list; needs at least 1 image/*, 0 given", "\(reasons)")
-        #expect(reasons["com.example.demo-share.post"]?.contains("needs at least 1 image/*, 0 given") == true, "\(reasons)")
-        #expect(reasons["com.example.demo-share.post"]?.contains("2 given (the URL counts as text/plain here)") == true, "\(reasons)")
+        #expect(reasons["com.example.demo-share.markup"] == #"accepts no text/plain: "hello"; accepts no text/uri-list: example.com; needs at least 1 image/*, 0 given"#, "\(reasons)")
+        #expect(reasons["com.example.demo-share.post"] == #"accepts at most 1 text/plain — the URL counts as text/plain here, so 2 were given: "hello" and example.com; needs at least 1 image/*, 0 given"#,
+                "\(reasons)")
+        #expect(report.notOffered?.map(\.blockingItems) == [[0, 1], [0, 1]], "\(String(describing: report.notOffered))")
         #expect(reasons.keys.sorted() == ["com.example.demo-share.markup", "com.example.demo-share.post"],
                 "only share activities are explained (Animation, Clock and Echo declare no activation rules): \(reasons.keys.sorted())")
     }
@@ -50,8 +51,8 @@ struct DemoListTests {
         let report = try Self.report(["--image", folder.path + "/a.png", "--image", folder.path + "/b.png"])
         #expect(report.offered.map(\.identifier) == ["com.example.demo-share.post"])
         let reasons = Dictionary(uniqueKeysWithValues: (report.notOffered ?? []).map { ($0.identifier, $0.reason) })
-        #expect(reasons["com.example.demo-share.markup"] == "accepts at most 1 image/*, 2 given", "\(reasons)")
-        #expect(reasons["com.example.demo-share.notes"]?.contains("accepts no image/png") == true, "\(reasons)")
+        #expect(reasons["com.example.demo-share.markup"] == "accepts at most 1 image/*, 2 given: a.png and b.png", "\(reasons)")
+        #expect(reasons["com.example.demo-share.notes"]?.contains("accepts no image/png: a.png and b.png") == true, "\(reasons)")
     }
 
     @Test("no items and a bad URL: clear errors, nothing offered")

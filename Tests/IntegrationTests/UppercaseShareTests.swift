@@ -55,7 +55,7 @@ struct UppercaseShareTests {
             // Offered for one text, not for two.
             let two = ShareSheet(registry: registry, items: [try .text("a"), try .text("b")])
             #expect(two.activity(identifier) == nil)
-            #expect(two.explanation(for: identifier)?.contains("accepts at most 1 text/plain, 2 given") == true, "\(two.explanations)")
+            #expect(two.explanation(for: identifier)?.contains(#"accepts at most 1 text/plain, 2 given: "a" and "b""#) == true, "\(two.explanations)")
 
             let sheet = ShareSheet(registry: registry, items: [try .text("hello")])
             let session = try await sheet.perform(try #require(sheet.activity(identifier)), launcher: launcher)

@@ -54,12 +54,12 @@ struct ActivationTests {
                     == .rejected(reason: "accepts at most 1 image/*, 3 given"))
     }
 
-    @Test("a reason over a max says what counted as the rule's type without being it: the URL as text/plain (a text and a link: 2 given), subclasses by type; a family needs no word")
+    @Test("a reason over a max says what counted as the rule's type without being it, before the count: the URL as text/plain (a text and a link: 2 were given), subclasses by type; a family needs no word")
     func countedAs() throws {
         #expect(try Self.verdict(#"{"type": "text/plain", "min": 0, "max": 1}"#, ["text/plain", "text/uri-list"])
-                    == .rejected(reason: "accepts at most 1 text/plain, 2 given (the URL counts as text/plain here)"))
+                    == .rejected(reason: "accepts at most 1 text/plain — the URL counts as text/plain here, so 2 were given"))
         #expect(try Self.verdict(#"{"type": "text/plain", "min": 0, "max": 1}"#, ["text/uri-list", "text/uri-list", "text/x-csrc"])
-                    == .rejected(reason: "accepts at most 1 text/plain, 3 given (2 URLs and a text/x-csrc count as text/plain here)"))
+                    == .rejected(reason: "accepts at most 1 text/plain — 2 URLs and a text/x-csrc count as text/plain here, so 3 were given"))
         #expect(try Self.verdict(#"{"type": "image/*", "min": 0, "max": 1}"#, ["image/png", "image/jpeg"])
                     == .rejected(reason: "accepts at most 1 image/*, 2 given"))
     }
@@ -170,6 +170,72 @@ struct ActivationTests {
         #expect(post.sandbox.dataFolder && !notes.sandbox.dataFolder && !markup.sandbox.dataFolder, "only Post writes")
     }
 
+    @Test("each problem names the items that block it: every item of a type no rule takes, the items only the rules over their max can take, none for a rule short of its min")
+    func blockingItems() throws {
+        try Self.withDatabase { database in
+            let rules = try Self.manifest(#"{"type": "text/plain", "min": 0, "max": 1}, {"type": "image/png", "min": 1, "max": 1}"#)
+            #expect(rules.activationProblems(for: ["text/plain"], database: database) == [ActivationProblem(reason: "needs at least 1 image/png, 0 given")])
+            #expect(rules.activationProblems(for: ["application/pdf", "text/plain", "image/png", "text/uri-list", "application/pdf"], database: database) == [
+                ActivationProblem(reason: "accepts no application/pdf", blockingItems: [0, 4]),
+                ActivationProblem(reason: "accepts at most 1 text/plain — the URL counts as text/plain here, so 2 were given", blockingItems: [1, 3]),
+            ])
+            // A PNG that image/* could also take is not in image/png's bottleneck when image/* has room.
+            let overlapping = try Self.manifest(#"{"type": "image/png", "min": 0, "max": 1}, {"type": "image/*", "min": 0, "max": 1}, {"type": "text/plain", "min": 0, "max": 1}"#)
+            #expect(overlapping.activationProblems(for: ["image/png", "image/png", "image/png", "text/plain"], database: database)
+                        == [ActivationProblem(reason: "accepts at most 1 image/png and at most 1 image/* (2 items in all), 3 given", blockingItems: [0, 1, 2])])
+            #expect(overlapping.activationProblems(for: ["image/png"], database: database).isEmpty)
+            #expect(try Self.manifest(nil).activationProblems(for: ["image/png"], database: database)
+                        == [ActivationProblem(reason: "declares no activation rules (never offered in a share sheet)")])
+        }
+    }
+
+    @Test("the sheet's explanations name the blocking items: a file by its name, a text by its first words in quotes, a URL by its host; three at most, then how many more; escaped for a terminal; blockingItems for a host to highlight")
+    func sheetNamesItems() throws {
+        let registry = ServiceRegistry(manifests: [
+            try Self.manifest(#"{"type": "text/plain", "min": 0, "max": 1}"#, identifier: "com.example.post"),
+            try Self.manifest(#"{"type": "image/*", "min": 1, "max": 1}"#, identifier: "com.example.markup"),
+            try Self.manifest(nil, identifier: "com.example.echo"),
+        ])
+        try Self.withDatabase { database in
+            let items = [try ShareItem.text("Hello world, this is a long first line\nand a second one"),
+                         try ShareItem.url("https://someone@example.com:8080/a?b#c"),
+                         try ShareItem.file(named: "report.pdf", contentType: "application/pdf", contents: [1, 2, 3])]
+            let sheet = ShareSheet(registry: registry, items: items, database: database)
+            #expect(sheet.activities.isEmpty)
+            #expect(sheet.explanations.map(\.activity.identifier) == ["com.example.markup", "com.example.post"], "echo declares no rules: never explained")
+            let post = try #require(sheet.explanations.last)
+            #expect(post.reason == #"accepts no application/pdf: report.pdf; accepts at most 1 text/plain — the URL counts as text/plain here, so 2 were given: "Hello world, this is a…" and example.com"#)
+            #expect(post.blockingItems == [0, 1, 2])
+            #expect(post.problems.map(\.blockingItems) == [[2], [0, 1]])
+            #expect(sheet.explanation(for: "com.example.post") == post.reason)
+            let markup = try #require(sheet.explanations.first)
+            #expect(markup.reason == #"accepts no text/plain: "Hello world, this is a…"; accepts no text/uri-list: example.com; accepts no application/pdf: report.pdf; needs at least 1 image/*, 0 given"#)
+            #expect(markup.blockingItems == [0, 1, 2])
+
+            // Only missing items: nothing to name, nothing to highlight.
+            let short = ShareSheet(registry: registry, items: [try .text("one"), try .text("two")], database: database)
+            #expect(short.explanation(for: "com.example.markup") == #"accepts no text/plain: "one" and "two"; needs at least 1 image/*, 0 given"#)
+            let text = ShareSheet(registry: registry, items: [try .text("only")], database: database)
+            #expect(text.explanation(for: "com.example.markup")?.hasSuffix("needs at least 1 image/*, 0 given") == true)
+            let images = try ["a.png", "b.png", "c.png", "d.png", "e.png"].map { try ShareItem.file(named: $0, contentType: "image/png", contents: [0]) }
+            let five = ShareSheet(registry: registry, items: images, database: database)
+            #expect(five.explanation(for: "com.example.markup") == "accepts at most 1 image/*, 5 given: a.png, b.png, c.png and 2 more")
+            #expect(five.explanations.first { $0.activity.identifier == "com.example.markup" }?.blockingItems == [0, 1, 2, 3, 4])
+
+            // The user's or a peer's data, escaped: a terminal's escape, a bidi override, a tab;
+            // a long name cut in the middle, its extension kept; a URL without a host by its start.
+            let hostile = [try ShareItem.text("\u{1B}[2J\tred  alert"),
+                           try ShareItem.file(named: "invoice\u{202E}fdp.exe", contentType: "application/x-thing", contents: [0]),
+                           try ShareItem.file(named: "a-very-long-file-name-that-goes-on-and-on.tar.gz", contentType: "application/x-thing", contents: [0]),
+                           try ShareItem.url("mailto:someone@example.com")]
+            let escaped = ShareSheet(registry: registry, items: hostile, database: database)
+            let reason = try #require(escaped.explanation(for: "com.example.post"))
+            #expect(reason == #"accepts no application/x-thing: invoice\u{202E}fdp.exe and a-very-long-file-nam…d-on.tar.gz; accepts at most 1 text/plain — the URL counts as text/plain here, so 2 were given: "\u{1B}[2J red alert" and mailto:someone@example.c…"#,
+                    "\(reason)")
+            #expect(!reason.unicodeScalars.contains { $0.isEscapedForTerminal }, "one line, nothing a terminal acts on")
+        }
+    }
+
     /// Every assignment of items to rules, tried one by one.
     static func bruteForce(_ rules: [ServiceManifest.ContentTypeRule], _ items: [String], _ database: MIMEDatabase) -> Bool {
         var counts = Array(repeating: 0, count: rules.count)
@@ -203,9 +269,37 @@ struct ActivationTests {
                 let possible = Self.bruteForce(manifest.activation!.contentTypes, items, database)
                 #expect((verdict == .accepted) == possible, "\(rules) with \(items): \(verdict)")
                 guard case .rejected(let reason) = verdict else { continue }
+                // The problems one by one are the verdict's clauses, each with its blocking items.
+                let problems = manifest.activationProblems(for: items, database: database)
+                #expect(problems.map(\.reason).joined(separator: "; ") == reason)
+                for problem in problems {
+                    let blocking = problem.blockingItems
+                    #expect(blocking == blocking.sorted() && Set(blocking).count == blocking.count, "\(problem)")
+                    if problem.reason.hasPrefix("accepts no ") {
+                        let type = String(problem.reason.dropFirst("accepts no ".count))
+                        #expect(blocking == items.indices.filter { MIMEType.normalized(items[$0]) == type }, "\(problem) for \(items)")
+                    } else if problem.reason.hasPrefix("needs at least") {
+                        #expect(blocking.isEmpty, "\(problem)")
+                    } else {
+                        // Over a max: more items than the group's bounds add up to, which only the
+                        // group's rules take.
+                        let numbers = problem.reason.prefix { $0 != "," && $0 != "—" }.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+                        let total = numbers.count == 1 ? numbers[0] : numbers.last!
+                        #expect(problem.reason.hasPrefix("accepts at most") && blocking.count > total, "\(problem) for \(rules) with \(items)")
+                    }
+                }
+                // Without every item that blocks by a max, no rule is over its max.
+                let over = Set(problems.filter { $0.reason.hasPrefix("accepts at most") }.flatMap(\.blockingItems))
+                let rest = items.indices.filter { !over.contains($0) }.map { items[$0] }
+                #expect(rest.isEmpty || !manifest.activationProblems(for: rest, database: database).contains { $0.reason.hasPrefix("accepts at most") },
+                        "\(rules) with \(items), without \(over.sorted())")
                 for var clause in reason.split(separator: "; ") where !clause.hasPrefix("accepts no") {
-                    // What counted as the rule's type comes last, in parentheses: not a bound.
-                    if clause.hasSuffix(" here)"), let open = clause.ranges(of: " (").last { clause = clause[..<open.lowerBound] }
+                    // What counted as the rule's type comes before the count, after a dash: not a bound.
+                    if let dash = clause.firstRange(of: " — "), let so = clause.ranges(of: ", so ").last {
+                        let given = clause[so.upperBound...].prefix(while: \.isNumber)
+                        #expect(clause.hasSuffix(" were given"), "\(clause)")
+                        clause = Substring(clause[..<dash.lowerBound] + ", \(given) given")
+                    }
                     // The numbers: each rule's bound, (their total,) how many items were given.
                     let numbers = clause.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
                     let bounds = numbers.count == 2 ? [numbers[0]] : Array(numbers.dropLast(2))

@@ -10,6 +10,28 @@ public enum ActivationVerdict: Sendable, Hashable {
     case rejected(reason: String)
 }
 
+/// One reason a service is not offered for some items, and the items it is about: a clause of
+/// an ``ActivationVerdict/rejected(reason:)`` reason, from
+/// ``ServiceManifest/activationProblems(for:database:)``.
+public struct ActivationProblem: Sendable, Hashable {
+    /// The reason, one clause: `accepts no application/pdf`, `accepts at most 1 image/*, 3 given`
+    /// (the wording is in `docs/Manifest.md`, "Activation").
+    public var reason: String
+    /// The items that block the offer (indices into the items, ascending): for a type that is
+    /// not a MIME type or that no rule takes, every item of that type; for rules over their
+    /// `max`, the items that only those rules can take (the bottleneck, whichever best
+    /// assignment is found). Empty for rules short of their `min` (no item given blocks them:
+    /// items are missing) and for the reasons about the whole share (no rules, no items, too
+    /// many items).
+    public var blockingItems: [Int]
+
+    /// A reason and the items that block the offer.
+    public init(reason: String, blockingItems: [Int] = []) {
+        self.reason = reason
+        self.blockingItems = blockingItems
+    }
+}
+
 extension ServiceManifest {
     /// Whether the service takes a share of items with these MIME types (one per item, e.g.
     /// `["image/png", "text/plain"]`), by its ``Activation`` rules. Nothing is launched.
@@ -22,23 +44,33 @@ extension ServiceManifest {
     /// - `"x" is not a MIME type`, for an item type that is not one;
     /// - `accepts no text/uri-list`, for an item type no rule takes;
     /// - `accepts at most 1 image/*, 3 given`, for a rule (or a group of rules sharing items)
-    ///   that more items conform to than it may take, with how many items conform to it, and
-    ///   what counted without being of the rule's type (`… 2 given (the URL counts as
-    ///   text/plain here)`);
+    ///   that more items conform to than it may take, with how many items conform to it; what
+    ///   counted without being of the rule's type is said before the count (`accepts at most 1
+    ///   text/plain — the URL counts as text/plain here, so 2 were given`);
     /// - `needs at least 1 image/png, 0 given`, for a rule (or group) fewer items conform to than
     ///   it needs;
     ///
     /// joined with `"; "`. A manifest without rules, no items, or more than
     /// `ShareLimits.maxItems` (16) items have one reason only: `declares no activation rules (never
     /// offered in a share sheet)`, `no items to share`, `17 items, more than a share carries (16)`.
+    /// ``activationProblems(for:database:)`` gives the same reasons one by one, each with the
+    /// items that block it.
     public func activationVerdict(for contentTypes: [String], database: MIMEDatabase = .system) -> ActivationVerdict {
-        guard let activation else { return .rejected(reason: "declares no activation rules (never offered in a share sheet)") }
-        guard !contentTypes.isEmpty else { return .rejected(reason: "no items to share") }
+        let problems = activationProblems(for: contentTypes, database: database)
+        return problems.isEmpty ? .accepted : .rejected(reason: problems.map(\.reason).joined(separator: "; "))
+    }
+
+    /// Why the service does not take a share of items with these MIME types, reason by reason,
+    /// each with the items that block it (``ActivationProblem/blockingItems``, indices into
+    /// `contentTypes`); empty when it takes them. The reasons are those of
+    /// ``activationVerdict(for:database:)``, in its order.
+    public func activationProblems(for contentTypes: [String], database: MIMEDatabase = .system) -> [ActivationProblem] {
+        guard let activation else { return [ActivationProblem(reason: "declares no activation rules (never offered in a share sheet)")] }
+        guard !contentTypes.isEmpty else { return [ActivationProblem(reason: "no items to share")] }
         guard contentTypes.count <= ShareLimits.maxItems else {
-            return .rejected(reason: "\(contentTypes.count) items, more than a share carries (\(ShareLimits.maxItems))")
+            return [ActivationProblem(reason: "\(contentTypes.count) items, more than a share carries (\(ShareLimits.maxItems))")]
         }
-        let problems = ActivationMatch(rules: activation.contentTypes, items: contentTypes, database: database).problems
-        return problems.isEmpty ? .accepted : .rejected(reason: problems.joined(separator: "; "))
+        return ActivationMatch(rules: activation.contentTypes, items: contentTypes, database: database).problems
     }
 }
 
@@ -100,21 +132,24 @@ extension ServiceRegistry {
 struct ActivationMatch {
     /// The reasons, in this order: item types that are not MIME types and item types no rule
     /// takes (in the items' order), rules over their `max`, rules under their `min` (each group
-    /// in the order of its first rule).
-    private(set) var problems: [String] = []
+    /// in the order of its first rule); each with the items that block it.
+    private(set) var problems: [ActivationProblem] = []
 
     init(rules: [ServiceManifest.ContentTypeRule], items: [String], database: MIMEDatabase) {
         // For each item, the rules it conforms to.
         var takers: [[Int]] = []
         var reported: Set<String> = []
-        for item in items.map(MIMEType.normalized) {
+        let normalized = items.map(MIMEType.normalized)
+        /// Every item of `type`: what blocks an offer for a type that is not one, or that no rule takes.
+        func all(_ type: String) -> [Int] { normalized.indices.filter { normalized[$0] == type } }
+        for item in normalized {
             guard MIMEType.isValid(item) else {
-                if reported.insert(item).inserted { problems.append("\"\(item)\" is not a MIME type") }
+                if reported.insert(item).inserted { problems.append(ActivationProblem(reason: "\"\(item)\" is not a MIME type", blockingItems: all(item))) }
                 takers.append([])
                 continue
             }
             let rulesTaking = rules.indices.filter { database.conforms(item, to: rules[$0].type) }
-            if rulesTaking.isEmpty, reported.insert(item).inserted { problems.append("accepts no \(item)") }
+            if rulesTaking.isEmpty, reported.insert(item).inserted { problems.append(ActivationProblem(reason: "accepts no \(item)", blockingItems: all(item))) }
             takers.append(rulesTaking)
         }
         let takenItems = takers.indices.filter { !takers[$0].isEmpty }
@@ -129,8 +164,8 @@ struct ActivationMatch {
             upperSlots.indices.filter { takers[takenItems[item]].contains(upperSlots[$0]) }
         }
         let (overItems, overSlots) = upper.alternatingReach()
-        let normalized = items.map(MIMEType.normalized)
-        for group in Self.groups(rules: Set(overSlots.map { upperSlots[$0] }), items: overItems.map { takenItems[$0] }, takers: takers) {
+        let bottleneck = overItems.map { takenItems[$0] }
+        for group in Self.groups(rules: Set(overSlots.map { upperSlots[$0] }), items: bottleneck, takers: takers) {
             let bounds = group.map { "at most \(rules[$0].max) \(rules[$0].type)" }
             // What counted without being of the rule's own type (a URL for text/plain): said,
             // since the count would surprise otherwise. A family (image/*) needs no word.
@@ -142,8 +177,12 @@ struct ActivationMatch {
                 let phrases = Set(others).sorted().map { type in Self.items(others.count { $0 == type }, of: type) }
                 counted.append("\(Self.list(phrases)) \(others.count == 1 ? "counts" : "count") as \(rules[rule].type) here")
             }
-            problems.append("accepts \(Self.list(bounds))\(Self.total(group.map { rules[$0].max }, group)), \(given(group)) given"
-                            + (counted.isEmpty ? "" : " (\(Self.list(counted)))"))
+            // The items that only this group can take: removing enough of them is what would help.
+            let blocking = bottleneck.filter { !Set(takers[$0]).isDisjoint(with: group) }.sorted()
+            let accepts = "accepts \(Self.list(bounds))\(Self.total(group.map { rules[$0].max }, group))"
+            problems.append(ActivationProblem(reason: counted.isEmpty ? "\(accepts), \(given(group)) given"
+                                                  : "\(accepts) — \(Self.list(counted)), so \(given(group)) were given",
+                                              blockingItems: blocking))
         }
 
         // (3) Rule slots, `min` per rule → items.
@@ -154,7 +193,7 @@ struct ActivationMatch {
         let (underSlots, underItems) = lower.alternatingReach()
         for group in Self.groups(rules: Set(underSlots.map { lowerSlots[$0] }), items: underItems.map { takenItems[$0] }, takers: takers) {
             let bounds = group.map { "at least \(rules[$0].min) \(rules[$0].type)" }
-            problems.append("needs \(Self.list(bounds))\(Self.total(group.map { rules[$0].min }, group)), \(given(group)) given")
+            problems.append(ActivationProblem(reason: "needs \(Self.list(bounds))\(Self.total(group.map { rules[$0].min }, group)), \(given(group)) given"))
         }
     }
 

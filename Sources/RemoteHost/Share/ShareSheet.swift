@@ -32,10 +32,45 @@ public struct ShareSheet: Sendable {
         case custom([String])
     }
 
-    /// An activity the sheet does not offer, and why (e.g. "accepts at most 1 image/*, 3 given").
+    /// An activity the sheet does not offer, and why, naming the items that block it (e.g.
+    /// `accepts no application/pdf: report.pdf`).
     public struct Explanation: Sendable, CustomStringConvertible {
+        /// The activity not offered.
         public let activity: ShareActivity
+        /// Why, in one line: each of ``problems``' reasons followed by the items that block it
+        /// (`accepts at most 1 image/*, 3 given: a.png, b.png and c.png`), joined with `"; "`.
+        /// A file is named by its name, a text by its first words in quotes, a URL by its host;
+        /// at most three items per reason, then how many more. What the items hold is escaped for
+        /// a terminal (`\u{1B}`), since it is the user's or a peer's data (`docs/Manifest.md`,
+        /// "Activation").
         public let reason: String
+        /// The reasons one by one, in the words of the verdict on the items' MIME types alone
+        /// (``ServiceManifest/activationProblems(for:database:)``), each with its items
+        /// (indices into ``ShareSheet/items``).
+        public let problems: [ActivationProblem]
+        /// The items that block the offer, for a host to highlight: indices into
+        /// ``ShareSheet/items``, ascending, each once; every problem's
+        /// ``ActivationProblem/blockingItems``. Empty when no item given blocks it, only missing
+        /// ones (`needs at least 1 image/*, 0 given`).
+        public var blockingItems: [Int] {
+            Array(Set(problems.flatMap(\.blockingItems))).sorted()
+        }
+
+        /// The explanation of `problems` for `items`.
+        init(activity: ShareActivity, problems: [ActivationProblem], items: [ShareItem]) {
+            self.activity = activity
+            self.problems = problems
+            reason = problems.map { problem in
+                let named = problem.blockingItems.filter(items.indices.contains)
+                guard !named.isEmpty else { return problem.reason }
+                var names = named.prefix(Self.namedItems).map { items[$0].nameInReason }
+                if named.count > Self.namedItems { names.append("\(named.count - Self.namedItems) more") }
+                return problem.reason + ": " + ShareItem.list(names)
+            }.joined(separator: "; ")
+        }
+
+        /// The most items a reason names; the others are counted ("and 13 more").
+        static let namedItems = 3
 
         public var description: String { "\(activity.identifier): \(reason)".escapedForTerminal() }
     }
@@ -81,16 +116,26 @@ public struct ShareSheet: Sendable {
         self.preferences = preferences
         self.order = order
         let snapshot = preferences?.snapshot() ?? SharePreferences.Snapshot()
-        let matches = registry.activities(for: items.map(\.contentType), database: database)
-        let offered = matches.offered.filter { snapshot.isEnabled($0.identifier) }
         disabled = snapshot.disabled
-        activities = Self.sorted(offered.map(ShareActivity.init(manifest:)), by: order, snapshot: snapshot, kinds: ShareKind.kinds(of: items))
-        let turnedOff = matches.offered.filter { !snapshot.isEnabled($0.identifier) }.map { ActivityMatches.NotOffered(manifest: $0, reason: Self.turnedOffReason) }
-        let notOffered = matches.notOffered.filter { $0.manifest.activation != nil }.map { match in
-            snapshot.isEnabled(match.manifest.identifier) ? match : ActivityMatches.NotOffered(manifest: match.manifest, reason: Self.turnedOffReason)
+        let types = items.map(\.contentType)
+        var offered: [ShareActivity] = [], explanations: [Explanation] = []
+        // As ServiceRegistry.activities(for:database:) decides, with each reason's items; a
+        // share activity the user turned off is explained as that, whatever the items.
+        for manifest in registry.sortedServices {
+            let activity = ShareActivity(manifest: manifest)
+            if manifest.activation != nil, !snapshot.isEnabled(manifest.identifier) {
+                explanations.append(Explanation(activity: activity, problems: [ActivationProblem(reason: Self.turnedOffReason)], items: items))
+                continue
+            }
+            let problems = manifest.activationProblems(for: types, database: database)
+            if problems.isEmpty {
+                offered.append(activity)
+            } else if manifest.activation != nil {
+                explanations.append(Explanation(activity: activity, problems: problems, items: items))
+            }
         }
-        explanations = (turnedOff + notOffered).sorted { $0.manifest.identifier < $1.manifest.identifier }
-            .map { Explanation(activity: ShareActivity(manifest: $0.manifest), reason: $0.reason) }
+        activities = Self.sorted(offered, by: order, snapshot: snapshot, kinds: ShareKind.kinds(of: items))
+        self.explanations = explanations
         allActivities = registry.sortedServices.filter { $0.activation != nil }.map(ShareActivity.init(manifest:))
     }
 
@@ -179,6 +224,60 @@ public struct ShareSheet: Sendable {
 }
 
 extension ShareItem {
+    /// How a reason names this item, on one line, escaped for a terminal: a file by its name (a
+    /// long one cut in the middle, its extension kept: `a-very-long-na…report.pdf`), a text by
+    /// its first words in quotes (`"Meeting notes for…"`), a URL by its host (`example.com`), or
+    /// by its start when it has none (`mailto:someone@exa…`).
+    var nameInReason: String {
+        switch content {
+        case .file(let file):
+            let name = file.name
+            guard name.count > 32 else { return name.escapedForTerminal() }
+            return (String(name.prefix(20)) + "…" + String(name.suffix(11))).escapedForTerminal()
+        case .text(let text):
+            return "\"" + Self.firstWords(of: text) + "\""
+        case .url(let url):
+            return (Self.host(of: url) ?? Self.cut(url, after: 24)).escapedForTerminal()
+        }
+    }
+
+    /// The first line's words (whitespace runs as one space), at most 24 characters, cut at a
+    /// word's end where one is near (`…` says that more followed), escaped for a terminal.
+    static func firstWords(of text: String) -> String {
+        var lines = text.split(whereSeparator: \.isNewline).lazy.map { $0.split(whereSeparator: \.isWhitespace) }.filter { !$0.isEmpty }.makeIterator()
+        guard let first = lines.next() else { return "" }
+        let words = first.joined(separator: " ")
+        let shown = cut(words, after: 24)
+        return (shown == words && lines.next() != nil ? words + "…" : shown).escapedForTerminal()
+    }
+
+    /// `text` if it has at most `limit` characters, else its start (up to the last space in the
+    /// second half, if any) and `…`.
+    static func cut(_ text: String, after limit: Int) -> String {
+        guard text.count > limit else { return text }
+        var start = text.prefix(limit)
+        if let space = start.lastIndex(of: " "), start.distance(from: start.startIndex, to: space) >= limit / 2 { start = start[..<space] }
+        return start + "…"
+    }
+
+    /// The host of `scheme://[user@]host[:port]/…`, `nil` for a URL without one.
+    static func host(of url: String) -> String? {
+        guard let separator = url.firstRange(of: "://") else { return nil }
+        var authority = url[separator.upperBound...].prefix { !"/?#".contains($0) }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            authority = authority[...close]
+        } else if let colon = authority.lastIndex(of: ":") {
+            authority = authority[..<colon]
+        }
+        return authority.isEmpty ? nil : cut(String(authority), after: 40)
+    }
+
+    /// `a`, `a and b`, `a, b and c`.
+    static func list(_ parts: [String]) -> String {
+        parts.count <= 1 ? parts.joined() : parts.dropLast().joined(separator: ", ") + " and " + parts.last!
+    }
+
     /// A file item with the contents of the host file at `path`, copied into a sealed memfd:
     /// the activity gets the bytes, the file's name and its type, never the path.
     ///

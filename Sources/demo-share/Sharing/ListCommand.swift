@@ -63,6 +63,8 @@ struct ListReport: Encodable {
         var identifier: String
         var title: String
         var reason: String
+        /// Indices into `items` of the items that block the offer.
+        var blockingItems: [Int]
     }
 
     var items: [String]
@@ -73,7 +75,7 @@ struct ListReport: Encodable {
     init(_ sheet: ShareSheet, explain: Bool) {
         items = sheet.items.map(\.description)
         offered = sheet.activities.map { Activity(identifier: $0.identifier, title: $0.title, subtitle: $0.subtitle, hasIcon: $0.icon != nil) }
-        notOffered = explain ? sheet.explanations.map { NotOffered(identifier: $0.activity.identifier, title: $0.activity.title, reason: $0.reason) } : nil
+        notOffered = explain ? sheet.explanations.map { NotOffered(identifier: $0.activity.identifier, title: $0.activity.title, reason: $0.reason, blockingItems: $0.blockingItems) } : nil
     }
 }
 
