@@ -1297,6 +1297,8 @@ extension WindowCommand {
         // "ID ended: killed: …" says the activity's name twice in the bar.
         let prefix = "\(identifier) ended: "
         var reason = error.reason.hasPrefix(prefix) ? String(error.reason.dropFirst(prefix.count)) : error.reason
+        // "killed: killed by SIGKILL": the kind says what the reason says.
+        if reason.hasPrefix("killed: killed by ") { reason = String(reason.dropFirst("killed: ".count)) }
         guard let fatal = error.standardErrorTail.last(where: { $0.contains("Fatal error: ") }),
               let range = fatal.range(of: "Fatal error: ") else { return reason }
         if let stderr = reason.range(of: "; stderr: ") { reason = String(reason[..<stderr.lowerBound]) }
