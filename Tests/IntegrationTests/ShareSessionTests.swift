@@ -68,7 +68,7 @@ struct ShareSessionTests {
         }
     }
 
-    @Test("with preferences, a completed share is counted before its outcome is known (by kind); a cancelled one is not")
+    @Test("with preferences, a completed share is counted before its outcome is known (by kind); a cancelled one is not; one completed while another process keeps the lock is concluded uncounted")
     func counted() async throws {
         let state = try TemporaryFolder("remoteview-preferences")
         defer { state.remove() }
@@ -89,6 +89,18 @@ struct ShareSessionTests {
             guard case .cancelled = await cancelled.cancel() else { Issue.record("outcome \(await cancelled.outcome)"); return }
             #expect(preferences.snapshot().uses["com.example.test"]?[.text]?.count == 1)
             await cancelled.close()
+
+            // Another process keeps the preferences' lock: the share completes all the same,
+            // uncounted, with a warning.
+            let holder = try Syscall.openFolder(preferences.folder)
+            try Syscall.lockExclusively(holder, name: "the test's lock")
+            let blocked = try await sheet.perform(try #require(sheet.activity("com.example.test")), launcher: launcher)
+            try await blocked.view.present(width: 20, height: 20)
+            _ = try await blocked.connection.request(ServiceMessage(type: "share.complete"))
+            guard case .completed = try await blocked.outcome(timeout: .seconds(10)) else { Issue.record("outcome \(await blocked.outcome)"); return }
+            holder.close()
+            #expect(preferences.snapshot().uses["com.example.test"]?[.text]?.count == 1)
+            await blocked.close()
         }
     }
 

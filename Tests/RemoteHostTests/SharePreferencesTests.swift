@@ -118,7 +118,11 @@ struct SharePreferencesTests {
     @Test("a corrupt file is moved aside with a warning; the sheet still opens, and the next share begins again")
     func corrupt() throws {
         for garbage in ["{\"version\": 1, \"activities\": {\"a\": {\"uses\": {\"text\": {\"count\": -4, \"last\": 0, \"weight\": 1}}}}}",
-                        "not json at all", "{\"version\": \"one\"}", "[]", String(repeating: " ", count: 1_100_000) + "{}"] {
+                        "not json at all", "{\"version\": \"one\"}", "[]", String(repeating: " ", count: 1_100_000) + "{}",
+                        // A count that would overflow on the next share; a time 100 years ahead (it would never decay).
+                        "{\"version\": 1, \"activities\": {\"a\": {\"uses\": {\"text\": {\"count\": 9223372036854775807, \"last\": 0, \"weight\": 1}}}}}",
+                        "{\"version\": 1, \"activities\": {\"a\": {\"uses\": {\"text\": {\"count\": 1, \"last\": 4900000000, \"weight\": 1}}}}}",
+                        "{\"version\": 0, \"activities\": {}}"] {
             try Self.withPreferences { preferences, _, records in
                 try Self.makeFolder(preferences.folder)
                 try Self.write(garbage, to: preferences.path)
@@ -188,6 +192,15 @@ struct SharePreferencesTests {
             #expect(snapshot.uses.count + 1 == 16)
             #expect(snapshot.uses["com.example.old"] == nil)
             #expect(snapshot.disabled == ["com.example.off"])
+            // A new activity is never forgotten at once, however little it weighs beside the rest.
+            try preferences.recordCompletedShare(by: "com.example.new", kinds: [.text], at: old)
+            #expect(preferences.snapshot().uses["com.example.new"] != nil)
+            // At most the limit turned off: the file stays within what is read back.
+            for index in 1..<16 { try preferences.setEnabled(false, for: "com.example.off\(index)") }
+            do throws(RemoteError) { try preferences.setEnabled(false, for: "com.example.one-too-many"); Issue.record("no error") } catch {
+                #expect(error.code == .storage && error.reason.contains("at most 16 activities can be turned off"))
+            }
+            #expect(preferences.snapshot().disabled.count == 16)
             #expect(throws: RemoteError.self) { try preferences.setEnabled(false, for: "") }
             #expect(throws: RemoteError.self) { try preferences.recordCompletedShare(by: String(repeating: "a", count: 256), kinds: [.text]) }
         }
@@ -196,6 +209,36 @@ struct SharePreferencesTests {
     /// Writes `text` at `path` (made or replaced).
     static func write(_ text: String, to path: String) throws {
         try Data(text.utf8).write(to: URL(filePath: path))
+    }
+
+    @Test("equal scores keep identifier order; the state folder may be a symbolic link")
+    func tiesAndLinks() throws {
+        try Self.withPreferences { preferences, folder, _ in
+            try Self.makeFolder(folder.path + "/elsewhere")
+            try Self.makeFolder(folder.path + "/state")
+            #expect(symlink(folder.path + "/elsewhere", preferences.folder) == 0)
+            let when = Date()
+            try preferences.recordCompletedShare(by: "com.example.c", kinds: [.text], at: when)
+            try preferences.recordCompletedShare(by: "com.example.b", kinds: [.text], at: when)
+            #expect(Syscall.isRegularFile(folder.path + "/elsewhere/share-sheet.json"))
+            #expect(ShareSheet(registry: try Self.registry(), items: [try .text("x")], preferences: preferences).activities.map(\.identifier)
+                        == ["com.example.b", "com.example.c", "com.example.a"])
+        }
+    }
+
+    @Test("a lock another process keeps: a change gives up after lockPatience (1 s), naming it, and changes nothing")
+    func lockHeld() throws {
+        try Self.withPreferences { preferences, _, _ in
+            try preferences.setEnabled(false, for: "com.example.a")
+            // Another open file description of the folder: flock excludes it as another process's.
+            let holder = try Syscall.openFolder(preferences.folder)
+            try Syscall.lockExclusively(holder, name: "the test's lock")
+            do throws(RemoteError) { try preferences.recordCompletedShare(by: "com.example.b", kinds: [.text]); Issue.record("no error") } catch {
+                #expect(error.code == .storage && error.reason.contains("held the lock") && error.reason.contains(preferences.folder))
+            }
+            holder.close()
+            #expect(preferences.snapshot() == SharePreferences.Snapshot(disabled: ["com.example.a"]))
+        }
     }
 
     static func makeFolder(_ path: String) throws {

@@ -72,6 +72,13 @@ public final class SharePreferences: Sendable {
     /// turned off is never forgotten).
     public static let maxActivities = 512
 
+    /// The most a change waits for another process's lock (1 s) before it gives up, throwing
+    /// `storage`: a completed share is concluded without its count rather than wait longer.
+    public static let lockPatience: Duration = .seconds(1)
+    /// The largest count or weight of one activity's use of one kind (10⁹): counting stops
+    /// there; a file with more is corrupt.
+    public static let maxCount = 1e9
+
     /// The folder of the file (made, mode 0700, on the first change).
     public let folder: String
     /// The file: `folder/share-sheet.json`.
@@ -150,7 +157,7 @@ public final class SharePreferences: Sendable {
         case .corrupt(let reason):
             // Moved aside under the lock, unless a writer has mended it meanwhile.
             do throws(RemoteError) { try update { _ in } } catch {
-                logger.warning("\(path.escapedForTerminal()) is unreadable (\(reason)) and cannot be reset: \(error.reason)")
+                logger.warning("\(path.escapedForTerminal()) is unreadable (\(reason.escapedForTerminal())) and cannot be reset: \(error.reason)")
             }
             return Snapshot()
         }
@@ -167,13 +174,13 @@ public final class SharePreferences: Sendable {
     public func recordCompletedShare(by identifier: String, kinds: Set<ShareKind>, at date: Date = Date()) throws(RemoteError) {
         try Self.check(identifier)
         let now = date.timeIntervalSince1970
-        try update { file in
+        try update(keeping: identifier) { file in
             var entry = file.activities[identifier] ?? StateFile.Entry()
             var uses = entry.uses ?? [:]
             for kind in kinds {
                 var use = uses[kind.rawValue] ?? StateFile.Use(count: 0, last: now, weight: 0)
-                use.weight = Self.decayed(use.weight, from: use.last, to: now) + 1
-                use.count += 1
+                use.weight = min(Self.decayed(use.weight, from: use.last, to: now) + 1, Self.maxCount)
+                use.count = min(use.count + 1, Int(Self.maxCount))
                 use.last = max(use.last, now)
                 uses[kind.rawValue] = use
             }
@@ -195,8 +202,12 @@ public final class SharePreferences: Sendable {
     /// - Throws: `RemoteError`, as ``recordCompletedShare(by:kinds:at:)``.
     public func setEnabled(_ enabled: Bool, for identifier: String) throws(RemoteError) {
         try Self.check(identifier)
-        try update { file in
+        let limit = activityLimit
+        try update(keeping: identifier) { file throws(RemoteError) in
             var entry = file.activities[identifier] ?? StateFile.Entry()
+            if !enabled, entry.off != true, file.activities.values.count(where: { $0.off == true }) >= limit {
+                throw RemoteError(.storage, "at most \(limit) activities can be turned off; turn one on first")
+            }
             entry.off = enabled ? nil : true
             file.activities[identifier] = entry.isEmpty ? nil : entry
         }
@@ -231,15 +242,19 @@ public final class SharePreferences: Sendable {
         var version: Int
         var activities: [String: Entry]
 
-        /// What is wrong with the values, if anything (the shape was checked by decoding).
-        var problem: String? {
+        /// What is wrong with the values, if anything (the shape was checked by decoding), as of
+        /// `now`: more than twice ``SharePreferences/maxActivities`` activities, an identifier
+        /// that is empty or over 255 bytes, a count or weight below 0 or above
+        /// ``SharePreferences/maxCount``, a time that is not finite or more than a year ahead.
+        func problem(at now: Double) -> String? {
             guard version == SharePreferences.version else { return "format \(version)" }
             guard activities.count <= SharePreferences.maxActivities * 2 else { return "\(activities.count) activities" }
             for (identifier, entry) in activities {
                 guard !identifier.isEmpty, identifier.utf8.count <= 255 else { return "an activity's identifier is empty or longer than 255 bytes" }
                 for (kind, use) in entry.uses ?? [:] {
-                    guard use.count >= 0, use.last.isFinite, use.weight.isFinite, use.weight >= 0 else {
-                        return "the use of \(kind) by \(identifier) holds a negative or non-finite number"
+                    guard (0...Int(SharePreferences.maxCount)).contains(use.count), use.weight.isFinite, (0...SharePreferences.maxCount).contains(use.weight),
+                          use.last.isFinite, use.last <= now + 366 * 24 * 3600 else {
+                        return "the use of \(kind) by \(identifier) holds a number out of range"
                     }
                 }
             }
@@ -258,13 +273,16 @@ public final class SharePreferences: Sendable {
             return snapshot
         }
 
-        /// Forgets the least used activities beyond `limit`, keeping every one turned off.
-        mutating func prune(to limit: Int, at now: Double) {
+        /// Forgets the least used activities beyond `limit` (the least recently used first among
+        /// equals), keeping every one turned off and `kept`, the one just changed.
+        mutating func prune(to limit: Int, at now: Double, keeping kept: String?) {
             guard activities.count > limit else { return }
             func weight(_ entry: Entry) -> Double {
                 (entry.uses ?? [:]).values.reduce(0) { $0 + SharePreferences.decayed($1.weight, from: $1.last, to: now) }
             }
-            let forgettable = activities.filter { $0.value.off != true }.sorted { weight($0.value) < weight($1.value) }
+            func last(_ entry: Entry) -> Double { (entry.uses ?? [:]).values.map(\.last).max() ?? 0 }
+            let forgettable = activities.filter { $0.value.off != true && $0.key != kept }
+                .sorted { (weight($0.value), last($0.value), $0.key) < (weight($1.value), last($1.value), $1.key) }
             for (identifier, _) in forgettable.prefix(activities.count - limit) {
                 activities[identifier] = nil
             }
@@ -300,13 +318,14 @@ public final class SharePreferences: Sendable {
         do { file = try decoder.decode(StateFile.self, from: Data(bytes)) } catch {
             return .corrupt("not the share sheet's format \(Self.version): \(error)")
         }
-        if let problem = file.problem { return .corrupt(problem) }
+        if let problem = file.problem(at: Date().timeIntervalSince1970) { return .corrupt(problem) }
         return .state(file)
     }
 
     /// Under the folder's lock: reads the file again (a corrupt one moved aside, with a warning),
-    /// changes it with `change`, and writes it whole, atomically.
-    private func update(_ change: (inout StateFile) -> Void) throws(RemoteError) {
+    /// changes it with `change`, forgets the least used beyond the limit (never `kept`), and
+    /// writes it whole, atomically.
+    private func update(keeping kept: String? = nil, _ change: (inout StateFile) throws(RemoteError) -> Void) throws(RemoteError) {
         let lock = try lockFolder()
         var file = StateFile(version: Self.version, activities: [:])
         switch load() {
@@ -322,9 +341,10 @@ public final class SharePreferences: Sendable {
             logger.warning("\(path.escapedForTerminal()) was unreadable (\(reason.escapedForTerminal())): moved to \(aside.escapedForTerminal()); the share sheet begins again unranked")
         }
         let before = file.activities
-        change(&file)
-        file.prune(to: activityLimit, at: Date().timeIntervalSince1970)
-        // Nothing to write (a reset alone has moved the file aside already).
+        try change(&file)
+        file.prune(to: activityLimit, at: Date().timeIntervalSince1970, keeping: kept)
+        // Nothing changed, and the file is there: nothing to write. (After a reset, or with no
+        // file yet, an empty one is written.)
         guard file.activities != before || !Syscall.isRegularFile(path) else { return lock.close() }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -336,17 +356,30 @@ public final class SharePreferences: Sendable {
         lock.close()
     }
 
-    /// The folder, made if missing, opened and locked (`flock`, exclusively): the lock is held
-    /// until the descriptor is closed.
+    /// The folder, made if missing (a symbolic link to one is followed), opened and locked
+    /// (`flock`, exclusively), waiting at most ``lockPatience`` for another holder: the lock is
+    /// held until the descriptor is closed.
     private func lockFolder() throws(RemoteError) -> OwnedFD {
+        let lock: OwnedFD
         do {
             try Self.makeFolders(folder)
-            let lock = try Syscall.openFolder(folder)
-            try Syscall.lockExclusively(lock, name: folder)
-            return lock
+            lock = try Syscall.openFolder(try Syscall.resolvedPath(folder))
         } catch {
             throw RemoteError(.storage, "cannot keep the share sheet's state in \(folder.escapedForTerminal()): \(error)")
         }
+        let deadline = ContinuousClock.now + Self.lockPatience
+        while flock(lock.rawValue, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            guard code == EWOULDBLOCK || code == EINTR else {
+                throw RemoteError(.storage, "cannot lock \(folder.escapedForTerminal()): \(String(cString: strerror(code)))")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw RemoteError(.storage, "another process has held the lock of \(folder.escapedForTerminal()) for over \(Self.lockPatience); nothing was changed")
+            }
+            // A holder keeps it for a read, an encode and a rename: look again soon.
+            usleep(5_000)
+        }
+        return lock
     }
 
     /// Makes `folder` and its missing parents (mode 0700).

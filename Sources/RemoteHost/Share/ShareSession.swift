@@ -1,3 +1,4 @@
+import Dispatch
 import RemoteCore
 
 /// One running share: the activity's process, its embedded view, the updates it streams and
@@ -286,7 +287,9 @@ public final class ShareSession: Sendable {
 
     /// Ends the session: the connection is invalidated (the process stopped). A share still
     /// running ends *interrupted*, without the activity being asked: call ``cancel(reason:)``
-    /// first to let it answer. The view keeps its last frame.
+    /// first to let it answer. One that has completed and is being counted in the sheet's
+    /// ``SharePreferences`` ends *completed* once the count is written (at most
+    /// `SharePreferences.lockPatience`, 1 s, later). The view keeps its last frame.
     public func close() async {
         if case .finished(let outcome) = state.withLock({ $0.machine.cancelRequested() }) { finish(outcome) }
         await connection.invalidate()
@@ -301,12 +304,16 @@ public final class ShareSession: Sendable {
         }
         guard first else { return }
         guard case .completed = outcome, let onCompletion else { return conclude(outcome) }
-        // Off the caller's thread (it may be the connection's loop): it writes a file.
-        Task.detached {
+        // Off the caller's thread (it may be the connection's loop) and off the cooperative
+        // pool: it writes a file, waiting at most SharePreferences.lockPatience for its lock.
+        Self.completions.async {
             onCompletion()
             self.conclude(outcome)
         }
     }
+
+    /// Where completions are counted (``onCompletion``): blocking file work, one at a time.
+    private static let completions = DispatchQueue(label: "remoteview.share-completions", qos: .utility)
 
     private func conclude(_ outcome: ShareOutcome) {
         guard ended.open(outcome) else { return }

@@ -237,7 +237,7 @@ extension ShareItem {
         case .text(let text):
             return "\"" + Self.firstWords(of: text) + "\""
         case .url(let url):
-            return (Self.host(of: url) ?? Self.cut(url, after: 24)).escapedForTerminal()
+            return (Self.host(of: url).map { Self.cut($0, after: 40) } ?? Self.cut(url, after: 24)).escapedForTerminal()
         }
     }
 
@@ -260,17 +260,22 @@ extension ShareItem {
         return start + "…"
     }
 
-    /// The host of `scheme://[user@]host[:port]/…`, `nil` for a URL without one.
-    static func host(of url: String) -> String? {
-        guard let separator = url.firstRange(of: "://") else { return nil }
-        var authority = url[separator.upperBound...].prefix { !"/?#".contains($0) }
+    /// The host of a hierarchical URL (`https://user@example.com:8080/page` → `example.com`),
+    /// in lower case; `nil` for one without an authority (`mailto:…`). What a reason and the
+    /// demo window's header call a URL item by.
+    package static func host(of url: String) -> String? {
+        guard let colon = url.firstIndex(of: ":") else { return nil }
+        let rest = url[url.index(after: colon)...]
+        guard rest.hasPrefix("//") else { return nil }
+        var authority = rest.dropFirst(2).prefix { !"/?#".contains($0) }
         if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
-        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
-            authority = authority[...close]
-        } else if let colon = authority.lastIndex(of: ":") {
-            authority = authority[..<colon]
+        if authority.hasPrefix("[") {
+            // An IPv6 address, its port after the bracket.
+            if let close = authority.firstIndex(of: "]") { authority = authority[...close] }
+        } else if let port = authority.lastIndex(of: ":") {
+            authority = authority[..<port]
         }
-        return authority.isEmpty ? nil : cut(String(authority), after: 40)
+        return authority.isEmpty ? nil : authority.lowercased()
     }
 
     /// `a`, `a and b`, `a, b and c`.

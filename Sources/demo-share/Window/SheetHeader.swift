@@ -53,7 +53,7 @@ struct ItemPreview: Sendable {
             let line = Self.firstLine(of: text)
             self.init(kind: .text, title: line, detail: "Text", accessibleName: "Text: \(line)")
         case .url(let url):
-            let host = Self.host(of: url) ?? url
+            let host = ShareItem.host(of: url) ?? url
             self.init(kind: .link, title: host, detail: url, accessibleName: "Link: \(host)")
         case .file(let file):
             let topLevel = String(item.contentType.prefix { $0 != "/" })
@@ -70,23 +70,6 @@ struct ItemPreview: Sendable {
         let line = text.split(whereSeparator: \.isNewline).lazy
             .map { $0.trimmingCharacters(in: .whitespaces) }.first { !$0.isEmpty } ?? ""
         return line.count > maxTitleCharacters ? String(line.prefix(maxTitleCharacters)) + "…" : line
-    }
-
-    /// The host of a hierarchical URL (`https://user@example.com:8080/page` → `example.com`),
-    /// lower case; `nil` for one without an authority (`mailto:…`).
-    static func host(of url: String) -> String? {
-        guard let colon = url.firstIndex(of: ":") else { return nil }
-        let rest = url[url.index(after: colon)...]
-        guard rest.hasPrefix("//") else { return nil }
-        var authority = rest.dropFirst(2).prefix { !"/?#".contains($0) }
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
-        if authority.hasPrefix("[") {
-            // An IPv6 address, its port after the bracket.
-            if let close = authority.firstIndex(of: "]") { authority = authority[...close] }
-        } else if let port = authority.lastIndex(of: ":") {
-            authority = authority[..<port]
-        }
-        return authority.isEmpty ? nil : authority.lowercased()
     }
 
     /// A size as people read it, in SI units as GNOME's file manager shows them: "1 byte",
@@ -129,6 +112,10 @@ enum PNGThumbnail {
         return .success((word(at: 16), word(at: 20)))
     }
 
+    /// The largest file a thumbnail is made of (64 MiB): a 64-megapixel PNG that compresses
+    /// worse than that is a picture nobody shares, or a bomb.
+    static let maxFileBytes = 64 << 20
+
     /// Why a file gets no thumbnail.
     struct Refusal: Error, CustomStringConvertible {
         var description: String
@@ -152,8 +139,11 @@ enum PNGThumbnail {
               width <= maxPixels, height <= maxPixels else {
             return .failure(Refusal("its header declares \(width) × \(height) pixels, more than 64 megapixels (or none)"))
         }
+        guard file.size <= maxFileBytes else {
+            return .failure(Refusal("it has \(file.size) bytes, more than a thumbnail reads (\(maxFileBytes))"))
+        }
         let bytes: [UInt8]
-        do { bytes = try file.read(limit: ShareLimits.maxFileBytes) } catch { return .failure(Refusal(error.reason)) }
+        do { bytes = try file.read(limit: maxFileBytes) } catch { return .failure(Refusal(error.reason)) }
         return decode(bytes, side: side)
     }
 
@@ -197,35 +187,56 @@ enum PNGThumbnail {
     }
 }
 
-/// The thumbnails of a sheet's PNG items, made by detached tasks (off the window's thread) and
-/// taken by the window's loop, which each one wakes when it is done.
+/// The thumbnails of a sheet's PNG items, made one after the other by one detached task (off
+/// the window's thread; one decoded image in memory at a time, at most 64 megapixels) and taken
+/// by the window's loop, which each one wakes when it is done. ``stop()`` before the window
+/// closes: no wake-up reaches SDL after it.
 final class SheetThumbnails: Sendable {
     /// The thumbnails' largest side, in pixels: the header's 36-point square at up to 2.67
     /// pixels a point, and drawn smaller by Cairo at a lower scale.
     static let side = 96
 
     private let wakeEvent: UInt32
-    private let done = Mutex<[Int: Result<RemoteImage, PNGThumbnail.Refusal>]>([:])
+    /// The thumbnails finished and not yet taken, and whether the window has stopped taking them.
+    private let state = Mutex<(done: [Int: Result<RemoteImage, PNGThumbnail.Refusal>], stopped: Bool)>(([:], false))
+    private let worker = Mutex<Task<Void, Never>?>(nil)
 
     init(wakeEvent: UInt32) { self.wakeEvent = wakeEvent }
 
-    /// Starts making the thumbnail of each of `items` whose preview is pending.
+    /// Starts making the thumbnail of each of `items` whose preview is pending, in order.
     func start(_ items: [ShareItem], previews: [ItemPreview]) {
-        for (index, item) in items.enumerated() where index < previews.count {
-            guard case .pending = previews[index].thumbnail else { continue }
-            Task.detached(priority: .utility) { [self] in
-                let result = PNGThumbnail.make(item, side: Self.side)
-                done.withLock { $0[index] = result }
-                SDLWindow.wake(wakeEvent)
+        let pending = items.indices.filter { index in
+            guard index < previews.count, case .pending = previews[index].thumbnail else { return false }
+            return true
+        }
+        guard !pending.isEmpty else { return }
+        let task = Task.detached(priority: .utility) { [self] in
+            for index in pending {
+                guard !Task.isCancelled else { return }
+                let result = PNGThumbnail.make(items[index], side: Self.side)
+                // Under the lock: stop() cannot slip in between the check and the wake-up.
+                state.withLock { state in
+                    guard !state.stopped else { return }
+                    state.done[index] = result
+                    SDLWindow.wake(wakeEvent)
+                }
             }
         }
+        worker.withLock { $0 = task }
+    }
+
+    /// Stops making thumbnails: the one being decoded is finished and dropped, and nothing
+    /// wakes the window any more. Call it before the window closes (SDL quits).
+    func stop() {
+        state.withLock { $0.stopped = true }
+        worker.withLock { $0?.cancel() }
     }
 
     /// The thumbnails finished since the last call, by item index.
     func take() -> [Int: Result<RemoteImage, PNGThumbnail.Refusal>] {
-        done.withLock { done in
-            defer { done = [:] }
-            return done
+        state.withLock { state in
+            defer { state.done = [:] }
+            return state.done
         }
     }
 }

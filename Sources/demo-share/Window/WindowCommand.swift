@@ -21,7 +21,10 @@ struct WindowCommand: AsyncParsableCommand {
             text, focus and media keys go to it; Tab past its last control (Shift-Tab before its \
             first) moves to the bar's Cancel, and Tab there goes back in. Escape goes where the \
             focus is: to the activity (its own Cancel), or on the bar's Cancel, the host's Cancel; \
-            on the sheet it closes the window. When the share ends (done, cancelled or failed), \
+            on the sheet it closes the window. E (or Edit at the top of the sheet) shows every share \
+            activity with a switch: Return or Space turns the focused one off or on (kept in this \
+            user's preferences; an activity that is off is not offered), and Escape or Done goes \
+            back. When the share ends (done, cancelled or failed), \
             the bar shows the result for 1.5 s, then the sheet comes back (Escape or Return: at \
             once); with --once the window closes instead, exiting 0 when the share completed and 1 \
             otherwise (cancelled, failed, or the window closed first). A service that dies leaves \
@@ -292,6 +295,7 @@ final class WindowApp {
         accessibility = WindowAccessibility.start(name: "demo-share", wakeEvent: window.wakeEvent)
         defer { accessibility?.stop() }
         thumbnails.start(sheet.items, previews: previews)
+        defer { thumbnails.stop() }
         drawSheet()
         if let initial, let activity = sheet.activity(initial) { await present(activity) }
         // With --once, a window closed before a share ended did not complete one.
@@ -1075,7 +1079,7 @@ final class WindowApp {
                 var list = node(WindowIDs.editList, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Activities", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
                 var nodes: [Node] = []
                 var focus = WindowIDs.editDone
-                for (index, activity) in sheet.allActivities.enumerated() where index < editLayout.rows.count {
+                for (index, activity) in sheet.allActivities.enumerated() where index < editLayout.rows.count && index < WindowIDs.maxRows {
                     let id = WindowIDs.firstEditRow + UInt32(index)
                     let checked = sheet.isEnabled(activity.identifier) ? UInt32(RV_A11Y_STATE_CHECKED) : 0
                     nodes.append(node(id, WindowIDs.editList, RV_A11Y_ROLE_CHECK_BOX, activity.title, editLayout.rows[index], actions: press,
@@ -1101,7 +1105,7 @@ final class WindowApp {
             }
             var list = node(WindowIDs.sheet, WindowIDs.frame, RV_A11Y_ROLE_LIST, "Share with", PointRect(x: 0, y: 0, width: Double(width), height: Double(height)))
             var focus: UInt32 = 0
-            for (index, activity) in sheet.activities.enumerated() where index < rows.count {
+            for (index, activity) in sheet.activities.enumerated() where index < rows.count && index < WindowIDs.maxRows {
                 let id = WindowIDs.firstSheetRow + UInt32(index)
                 nodes.append(node(id, WindowIDs.sheet, RV_A11Y_ROLE_LIST_ITEM, activity.title, rows[index], actions: press, states: focusable))
                 list.children.append(id)
@@ -1319,5 +1323,7 @@ enum WindowIDs {
     static let barProgress: UInt32 = 6, cancel: UInt32 = 7, relaunch: UInt32 = 8, whyNot: UInt32 = 9, back: UInt32 = 10
     static let header: UInt32 = 11, edit: UInt32 = 12, editList: UInt32 = 13, editDone: UInt32 = 14, activity: UInt32 = 20
     static let firstSheetRow: UInt32 = 100, firstHeaderItem: UInt32 = 400, firstEditRow: UInt32 = 600
+    /// The most rows of the sheet, or of Edit, exported (their ids stay within their range).
+    static let maxRows = 256
     static let firstActivityNode: UInt32 = 1_000
 }
