@@ -29,7 +29,7 @@ struct WindowTests {
             return (server, ":" + (try await numberReader.line(within: .seconds(10), "Xvfb's display number")).filter(\.isNumber))
         }
 
-        init(arguments: [String], snapshots: Bool = true) async throws {
+        init(arguments: [String], snapshots: Bool = true, environment: [String: String] = [:]) async throws {
             folder = try TemporaryFolder("remoteview-window")
             (server, display) = try await Self.startServer()
             let output = try Syscall.pipe()
@@ -37,6 +37,7 @@ struct WindowTests {
             var options = ChildProcess.Options()
             options.pass(writeEnd, as: 1)
             options.environment = ["DISPLAY": display, "PATH": "/usr/bin:/bin", "HOME": folder.path, "SDL_RENDER_DRIVER": "software"]
+                .merging(environment) { _, given in given }
             // Under scripts/sanitize address: the window's leak check is off. SDL leaves a few
             // allocations of libdbus and of the libraries it loads and unloads itself, which
             // LeakSanitizer reports at exit without a name to suppress them by.
@@ -541,6 +542,31 @@ struct WindowTests {
                 Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
                 try? await screen.close()
                 throw error
+            }
+        }
+    }
+
+    @Test("the sheet is ranked by the user's preferences: Post, which completed a share of an image, comes before Markup for an image; with --no-preferences, identifier order")
+    func ranked() async throws {
+        let images = try TemporaryFolder("remoteview-window-ranked")
+        defer { images.remove() }
+        let red = images.path + "/red.png"
+        try RemoteImage(width: 20, height: 10) { _, _ in 0xFFFF_0000 }.writePNG(to: red)
+        let preferences = SharePreferences(folder: images.path + "/state/remoteview")
+        try preferences.recordCompletedShare(by: "com.example.demo-share.post", kinds: [.image])
+        for (arguments, expected) in [([String](), "window: sheet com.example.demo-share.post com.example.demo-share.markup"),
+                                      (["--no-preferences"], "window: sheet com.example.demo-share.markup com.example.demo-share.post")] {
+            try await withoutLeaks(within: .seconds(60)) {
+                let screen = try await Screen(arguments: ["--size", "560x420", "--image", red] + arguments, snapshots: false,
+                                              environment: ["XDG_STATE_HOME": images.path + "/state"])
+                do {
+                    #expect(try await screen.await("window: sheet ") == expected)
+                    try await screen.close()
+                } catch {
+                    Issue.record("the window's last lines: \(screen.lines.seen.suffix(20).joined(separator: " | "))")
+                    try? await screen.close()
+                    throw error
+                }
             }
         }
     }
