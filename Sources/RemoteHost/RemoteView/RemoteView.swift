@@ -589,12 +589,23 @@ extension RemoteImage {
     ///
     /// - Throws: `RemoteError` `invalidArgument` with Cairo's reason.
     public init(pngData: [UInt8]) throws(RemoteError) {
+        let surface = try Self.decodePNG(pngData)
+        defer { cairo_surface_destroy(surface) }
+        self.init(surface: surface)
+    }
+
+    /// A Cairo image surface of a PNG's bytes (`cairo_image_surface_create_from_png_stream`),
+    /// which the caller destroys: for a host that scales it without a copy (the demo window's
+    /// thumbnails).
+    ///
+    /// - Throws: `RemoteError` `invalidArgument` with Cairo's reason.
+    package static func decodePNG(_ bytes: [UInt8]) throws(RemoteError) -> OpaquePointer {
         final class Source {
             let bytes: [UInt8]
             var offset = 0
             init(_ bytes: [UInt8]) { self.bytes = bytes }
         }
-        let source = Source(pngData)
+        let source = Source(bytes)
         let surface = withExtendedLifetime(source) {
             cairo_image_surface_create_from_png_stream({ closure, data, length in
                 let source = Unmanaged<Source>.fromOpaque(closure!).takeUnretainedValue()
@@ -607,12 +618,12 @@ extension RemoteImage {
                 return CAIRO_STATUS_SUCCESS
             }, Unmanaged.passUnretained(source).toOpaque())
         }
-        defer { cairo_surface_destroy(surface) }
         let status = cairo_surface_status(surface)
-        guard status == CAIRO_STATUS_SUCCESS else {
+        guard status == CAIRO_STATUS_SUCCESS, let surface else {
+            cairo_surface_destroy(surface)
             throw RemoteError(.invalidArgument, "cannot decode the PNG: \(String(cString: cairo_status_to_string(status)))")
         }
-        self.init(surface: surface!)
+        return surface
     }
 
     /// The pixels of a Cairo image surface, converted to ARGB32 if need be.

@@ -149,27 +149,11 @@ enum PNGThumbnail {
 
     /// Decodes `bytes` with Cairo and scales the image down to fit `side` × `side` pixels.
     static func decode(_ bytes: [UInt8], side: Int) -> Result<RemoteImage, Refusal> {
-        final class Source {
-            let bytes: [UInt8]
-            var offset = 0
-            init(_ bytes: [UInt8]) { self.bytes = bytes }
-        }
-        let source = Source(bytes)
-        let decoded = withExtendedLifetime(source) {
-            cairo_image_surface_create_from_png_stream({ closure, data, length in
-                let source = Unmanaged<Source>.fromOpaque(closure!).takeUnretainedValue()
-                let count = Int(length)
-                guard let data, count > 0, source.bytes.count - source.offset >= count else { return CAIRO_STATUS_READ_ERROR }
-                source.bytes.withUnsafeBufferPointer { data.update(from: $0.baseAddress! + source.offset, count: count) }
-                source.offset += count
-                return CAIRO_STATUS_SUCCESS
-            }, Unmanaged.passUnretained(source).toOpaque())
+        let decoded: OpaquePointer
+        do { decoded = try RemoteImage.decodePNG(bytes) } catch {
+            return .failure(Refusal(error.reason))
         }
         defer { cairo_surface_destroy(decoded) }
-        let status = cairo_surface_status(decoded)
-        guard status == CAIRO_STATUS_SUCCESS else {
-            return .failure(Refusal("Cairo cannot decode it: \(String(cString: cairo_status_to_string(status)))"))
-        }
         let width = Int(cairo_image_surface_get_width(decoded)), height = Int(cairo_image_surface_get_height(decoded))
         guard width > 0, height > 0 else { return .failure(Refusal("it has no pixels")) }
         let factor = min(1, Double(side) / Double(max(width, height)))
