@@ -1,0 +1,61 @@
+// swift-tools-version: 6.1
+//
+// RemoteView beyond one machine (docs/Architecture.md, "Beyond one machine"): `remoteview-gateway`
+// serves a machine's services to hosts elsewhere over gRPC-Swift 2 (HTTP/2, mutual TLS). A
+// package of its own: gRPC and its TLS (BoringSSL) take minutes to build, and the main package's
+// build stays lean. It depends on the main package by path.
+import PackageDescription
+
+let package = Package(
+    name: "RemoteViewNetwork",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "RemoteGateway", targets: ["RemoteGateway"]),
+        .executable(name: "remoteview-gateway", targets: ["remoteview-gateway"]),
+    ],
+    dependencies: [
+        .package(name: "RemoteView", path: ".."),
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        // The tests' certificates (a CA, the gateway's, clients' valid, expired and foreign).
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"6.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+    ],
+    targets: [
+        // The gateway's server side: its TLS settings, who a client is, what it may reach, and
+        // the gRPC service.
+        .target(
+            name: "RemoteGateway",
+            dependencies: [
+                .product(name: "RemoteHost", package: "RemoteView"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "remoteview-gateway",
+            dependencies: [
+                "RemoteGateway",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(
+            name: "RemoteGatewayTests",
+            dependencies: [
+                "RemoteGateway",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+    ]
+)

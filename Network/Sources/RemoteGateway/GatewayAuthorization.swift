@@ -1,0 +1,145 @@
+import FoundationEssentials
+import Glibc
+import RemoteHost
+
+/// Which services each client of a gateway may reach: read from a JSON file the gateway's
+/// operator writes (docs/Gateway.md, "Authorization").
+///
+/// ```json
+/// {
+///   "version": 1,
+///   "clients": [
+///     { "identity": "spiffe://example.org/host/laptop", "services": ["com.example.demo-share.notes"] },
+///     { "identity": "build-farm.example.org", "services": ["com.example.ci.*"] }
+///   ]
+/// }
+/// ```
+///
+/// A client is one whose certificate names `identity` among its subject alternative names (a URI,
+/// or a DNS name, compared without regard to case). `services` lists identifiers, or prefixes
+/// ending in `.*` (`com.example.ci.*`: every identifier below `com.example.ci`), or `*` (every
+/// service). A client the file does not name reaches nothing; several entries naming the same
+/// client add up.
+public struct GatewayAuthorization: Sendable, Hashable {
+    /// One entry: a client's identity and its grants.
+    public struct Entry: Sendable, Hashable, Codable {
+        /// A subject alternative name: a URI or a DNS name.
+        public var identity: String
+        /// Identifiers, `prefix.*` or `*`.
+        public var services: [String]
+
+        /// An entry granting `services` to `identity`.
+        public init(identity: String, services: [String]) {
+            self.identity = identity
+            self.services = services
+        }
+    }
+
+    /// The file's format version this code reads.
+    public static let version = 1
+    /// The largest file read (1 MiB).
+    public static let maxFileBytes = 1 << 20
+
+    /// The entries, in the file's order.
+    public let entries: [Entry]
+
+    /// An authorization of these entries.
+    ///
+    /// - Throws: ``GatewayError`` naming the entry and what is wrong with it: an empty identity,
+    ///   or a service pattern that is neither an identifier, `prefix.*` nor `*`.
+    public init(entries: [Entry]) throws(GatewayError) {
+        for (index, entry) in entries.enumerated() {
+            let identity = entry.identity.escapedForTerminal()
+            guard !entry.identity.isEmpty, entry.identity.utf8.count <= 1024, !entry.identity.contains(where: \.isWhitespace) else {
+                throw GatewayError("clients[\(index)].identity \"\(identity)\": not a URI or DNS name (empty, over 1024 bytes, or holding whitespace)")
+            }
+            for (slot, pattern) in entry.services.enumerated() where !Self.isPattern(pattern) {
+                throw GatewayError("clients[\(index)].services[\(slot)] \"\(pattern.escapedForTerminal())\" (for \(identity)): not a service identifier, a prefix ending in .*, or *")
+            }
+        }
+        self.entries = entries
+    }
+
+    /// The authorization in the JSON file at `path`.
+    ///
+    /// - Throws: ``GatewayError`` naming the file and what is wrong: it cannot be read, is over
+    ///   ``maxFileBytes``, is not JSON of this shape, has another `version`, or an entry is wrong.
+    public init(contentsOf path: String) throws(GatewayError) {
+        let bytes = try Self.read(path, limit: Self.maxFileBytes, what: "the authorization file")
+        struct File: Decodable {
+            var version: Int
+            var clients: [Entry]
+        }
+        let file: File
+        do { file = try JSONDecoder().decode(File.self, from: Data(bytes)) } catch {
+            throw GatewayError("\(path.escapedForTerminal()): not an authorization file ({\"version\": 1, \"clients\": [{\"identity\": …, \"services\": […]}]}): \(String(describing: error).escapedForTerminal())")
+        }
+        guard file.version == Self.version else {
+            throw GatewayError("\(path.escapedForTerminal()): version \(file.version); this gateway reads version \(Self.version)")
+        }
+        do { try self.init(entries: file.clients) } catch {
+            throw GatewayError("\(path.escapedForTerminal()): \(error.description)")
+        }
+    }
+
+    /// The regular file at `path`, at most `limit` bytes.
+    ///
+    /// - Throws: ``GatewayError`` naming `what` and `path`: it cannot be opened, is not a
+    ///   regular file, is larger, or a read fails.
+    static func read(_ path: String, limit: Int, what: String) throws(GatewayError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw GatewayError("cannot read \(what) \(path.escapedForTerminal()): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw GatewayError("\(what) \(path.escapedForTerminal()) is not a regular file")
+        }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            guard count >= 0 else { throw GatewayError("cannot read \(what) \(path.escapedForTerminal()): \(String(cString: strerror(errno)))") }
+            if count == 0 { return bytes }
+            bytes += chunk[..<count]
+            guard bytes.count <= limit else { throw GatewayError("\(what) \(path.escapedForTerminal()) is over \(limit) bytes") }
+        }
+    }
+
+    /// What `client` may reach: every entry naming one of its names.
+    public func grant(for client: ClientIdentity) -> Grant {
+        let names = Set(client.uris + client.dnsNames)
+        let patterns = entries.filter { entry in
+            names.contains(entry.identity) || client.dnsNames.contains(entry.identity.lowercased())
+        }.flatMap(\.services)
+        return Grant(patterns: patterns)
+    }
+
+    /// What one client may reach.
+    public struct Grant: Sendable, Hashable {
+        /// The patterns granted: identifiers, `prefix.*` and `*`.
+        public let patterns: [String]
+
+        /// Whether the client may reach the service `identifier`.
+        public func allows(_ identifier: String) -> Bool {
+            patterns.contains { pattern in
+                if pattern == "*" { return true }
+                if pattern.hasSuffix(".*") { return identifier.hasPrefix(pattern.dropLast()) }
+                return pattern == identifier
+            }
+        }
+
+        /// Whether it reaches nothing at all.
+        public var isEmpty: Bool { patterns.isEmpty }
+    }
+
+    /// `*`, `prefix.*` or an identifier: letters, digits, `-`, `_` and dots between them.
+    static func isPattern(_ pattern: String) -> Bool {
+        if pattern == "*" { return true }
+        let identifier = pattern.hasSuffix(".*") ? String(pattern.dropLast(2)) : pattern
+        guard !identifier.isEmpty, identifier.utf8.count <= 255 else { return false }
+        return identifier.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { part in
+            !part.isEmpty && part.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+// remoteview-gateway: serves this machine's services to hosts elsewhere, over gRPC (HTTP/2) with
+// mutual TLS (docs/Gateway.md). What is built so far: the TLS perimeter, who a client is, what
+// it may reach, and the catalog of those services (`Activities`); connections to them
+// (`Connect`) are the next step of issue 34.
+import ArgumentParser
+import Glibc
+import GRPCNIOTransportHTTP2
+import Logging
+import RemoteGateway
+import RemoteHost
+import ServiceLifecycle
+
+@main
+struct GatewayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remoteview-gateway",
+        abstract: "Serve this machine's RemoteView services to hosts elsewhere, over gRPC with mutual TLS.",
+        discussion: """
+            Clients must present a certificate that chains to --client-ca (and only to it: the \
+            system's roots are not trusted) and names them in its subject alternative names (a \
+            URI or a DNS name); --authorization maps those names to the services each may reach \
+            (docs/Gateway.md). Plaintext is refused. SIGTERM or SIGINT ends it gracefully: calls \
+            in progress finish.
+            """)
+
+    @Option(help: ArgumentHelp("Where to listen: HOST:PORT (an IPv4 address, or [IPv6]:PORT) or unix:PATH.", valueName: "address"))
+    var listen: String
+
+    @Option(help: ArgumentHelp("The gateway's certificate chain, leaf first (PEM).", valueName: "file"))
+    var certificate: String
+
+    @Option(help: ArgumentHelp("The gateway's private key (PEM).", valueName: "file"))
+    var key: String
+
+    @Option(name: .customLong("client-ca"), help: ArgumentHelp("The CA client certificates must chain to (PEM): the only one trusted.", valueName: "file"))
+    var clientCA: String
+
+    @Option(help: ArgumentHelp("Which services each client may reach (JSON; docs/Gateway.md, \"Authorization\").", valueName: "file"))
+    var authorization: String
+
+    @Option(name: .customLong("services"), help: ArgumentHelp("A folder of service manifests; repeat for several.", valueName: "dir"))
+    var serviceFolders: [String] = []
+
+    @Flag(inversion: .prefixedNo, help: "Also the activities installed in the XDG data folders (remoteview/manifests).")
+    var installed = true
+
+    @Option(help: ArgumentHelp("The log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
+    var logLevel: Logger.Level = .info
+
+    func validate() throws {
+        _ = try Self.address(listen)
+    }
+
+    func run() async throws {
+        var logger = Logger(label: "remoteview-gateway")
+        logger.logLevel = logLevel
+        let authorization: GatewayAuthorization
+        do { authorization = try GatewayAuthorization(contentsOf: self.authorization) } catch {
+            throw ValidationError("--authorization: \(error.description)")
+        }
+        let registry = ServiceRegistry(scanning: serviceFolders, includingInstalled: installed)
+        for problem in registry.problems { logger.warning("invalid manifest: \(problem)") }
+        for warning in registry.warnings { logger.warning("\(warning)") }
+        let gateway = Gateway(address: try Self.address(listen),
+                              tls: GatewayTLS(certificateChain: certificate, privateKey: key, clientCA: clientCA),
+                              service: GatewayService(registry: registry, authorization: authorization, logger: logger))
+        let announce = Task {
+            if let address = try? await gateway.transport.listeningAddress {
+                logger.info("listening on \(address) for \(authorization.entries.count) client entries, \(registry.services.count) services")
+                say("remoteview-gateway: listening on \(address)")
+            }
+        }
+        defer { announce.cancel() }
+        let group = ServiceGroup(services: [gateway], gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
+        try await group.run()
+        say("remoteview-gateway: stopped")
+    }
+
+    /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address.
+    static func address(_ text: String) throws -> GRPCNIOTransportCore.SocketAddress {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst(5))
+            guard !path.isEmpty else { throw ValidationError("--listen \(text): unix: needs a path") }
+            return .unixDomainSocket(path: path)
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ValidationError("--listen \(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
+        }
+        let host = String(text[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { return .ipv6(host: String(host.dropFirst().dropLast()), port: port) }
+        guard !host.isEmpty, !host.contains(":") else { throw ValidationError("--listen \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
+        return .ipv4(host: host, port: port)
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// Writes `line` to standard output at once (a pipe's reader, a test or a supervisor, sees it
+/// now; `print` would wait in a buffer).
+func say(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    var written = 0
+    while written < bytes.count {
+        let count = bytes[written...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        if count < 0, errno == EINTR { continue }
+        guard count > 0 else { return }
+        written += count
+    }
+}

@@ -1,0 +1,92 @@
+import FoundationEssentials
+import Glibc
+import RemoteHost
+import Testing
+
+/// `remoteview-gateway` itself: its command line, its refusals of bad settings, and SIGTERM.
+@Suite("remoteview-gateway, the process", .serialized)
+struct GatewayProcessTests {
+    /// The executable, built next to the test bundle.
+    static let executable: String = {
+        let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)]) + "/remoteview-gateway"
+    }()
+
+    /// Output lines of a child, each awaited with a deadline (`poll` on the pipe).
+    final class Lines {
+        let fd: Int32
+        private var buffer: [UInt8] = []
+        private(set) var seen: [String] = []
+
+        init(fd: Int32) { self.fd = fd }
+        deinit { close(fd) }
+
+        /// The next line containing `text`, within `seconds`; `nil` at end of output or the deadline.
+        func line(containing text: String, within seconds: Double) -> String? {
+            let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+            while true {
+                if let end = buffer.firstIndex(of: 0x0A) {
+                    let line = String(decoding: buffer[..<end], as: UTF8.self)
+                    buffer.removeSubrange(...end)
+                    seen.append(line)
+                    if line.contains(text) { return line }
+                    continue
+                }
+                let left = ContinuousClock.now.duration(to: deadline)
+                guard left > .zero else { return nil }
+                var pollfd = Glibc.pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let milliseconds = Int32(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000) + 1
+                guard poll(&pollfd, 1, milliseconds) > 0 else { continue }
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                guard count > 0 else { return nil }
+                buffer += chunk[..<count]
+            }
+        }
+    }
+
+    /// Starts the gateway with `arguments`, its stdout and stderr into one pipe.
+    static func start(_ arguments: [String]) async throws -> (ChildProcess, Lines) {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        // The read end stays here (close-on-exec); the write end is the child's stdout and stderr.
+        _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+        let writeEnd = OwnedFD(adopting: ends[1])
+        var options = ChildProcess.Options()
+        options.pass(writeEnd, as: 1)
+        options.pass(writeEnd, as: 2)
+        options.environment = ["PATH": "/usr/bin:/bin"]
+        let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
+        _ = consume writeEnd
+        return (process, Lines(fd: ends[0]))
+    }
+
+    @Test("it listens with its TLS material, says where, and SIGTERM ends it gracefully (exit 0)")
+    func listensAndStops() async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-process-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let pki = try TestPKI(folder: folder)
+        try Data(#"{"version": 1, "clients": []}"#.utf8).write(to: URL(filePath: folder + "/clients.json"))
+        let (process, lines) = try await Self.start(["--listen", "127.0.0.1:0", "--certificate", pki.serverCertificate, "--key", pki.serverKey,
+                                                     "--client-ca", pki.caCertificate, "--authorization", folder + "/clients.json",
+                                                     "--services", folder, "--no-installed"])
+        let listening = lines.line(containing: "remoteview-gateway: listening on", within: 30)
+        #expect(listening?.contains("127.0.0.1") == true, "\(lines.seen)")
+        process.send(signal: SIGTERM)
+        #expect(lines.line(containing: "remoteview-gateway: stopped", within: 30) != nil, "\(lines.seen)")
+        #expect(try await process.waitForExit() == .exited(0))
+    }
+
+    @Test("bad settings are refused at once, naming what is wrong: an unreadable authorization file, an address that is none")
+    func badSettings() async throws {
+        let (first, firstLines) = try await Self.start(["--listen", "127.0.0.1:0", "--certificate", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem",
+                                                        "--client-ca", "/nonexistent/ca.pem", "--authorization", "/nonexistent/clients.json"])
+        #expect(firstLines.line(containing: "cannot read the authorization file /nonexistent/clients.json", within: 30) != nil, "\(firstLines.seen)")
+        #expect(try await first.waitForExit() != .exited(0))
+        let (second, secondLines) = try await Self.start(["--listen", "localhost", "--certificate", "c", "--key", "k", "--client-ca", "ca", "--authorization", "a"])
+        #expect(secondLines.line(containing: "--listen localhost: not HOST:PORT", within: 30) != nil, "\(secondLines.seen)")
+        #expect(try await second.waitForExit() != .exited(0))
+    }
+}

@@ -1,0 +1,156 @@
+import FoundationEssentials
+import Glibc
+import GRPCCore
+import GRPCNIOTransportHTTP2
+import Logging
+import RemoteGateway
+import RemoteHost
+import Testing
+import X509
+
+/// The gateway's perimeter over real TLS on the loopback: who gets in (a certificate from its
+/// CA, valid now, naming someone), what each client is shown (its authorization), and the
+/// refusals (no certificate, an expired or not-yet-valid one, another CA's, plaintext).
+@Suite("Gateway: mutual TLS, identity, authorization, catalog", .serialized)
+struct GatewayTests {
+    static func manifest(_ identifier: String, activation: Bool = true) throws -> ServiceManifest {
+        let rules = activation ? #", "activation": {"contentTypes": [{"type": "text/plain", "min": 1, "max": 1}]}"# : ""
+        let json = #"{"identifier": "\#(identifier)", "executable": "/opt/secret/bin/service", "arguments": ["--token", "hunter2"], "display": {"title": "T \#(identifier)", "subtitle": "S"}\#(rules)}"#
+        return try JSONDecoder().decode(ServiceManifest.self, from: Data(json.utf8))
+    }
+
+    static func registry() throws -> ServiceRegistry {
+        ServiceRegistry(manifests: [try manifest("com.example.notes"), try manifest("com.example.ci.build"), try manifest("com.example.ci.test"),
+                                    try manifest("com.example.private"), try manifest("com.example.echo", activation: false)])
+    }
+
+    static let authorization = try! GatewayAuthorization(entries: [
+        .init(identity: "spiffe://example.org/host/laptop", services: ["com.example.notes", "com.example.ci.*"]),
+        .init(identity: "farm.example.org", services: ["com.example.echo"]),
+    ])
+
+    /// A gateway on 127.0.0.1 (a free port) for `body`, with the test PKI.
+    static func withGateway(_ body: (Int, TestPKI) async throws -> Void) async throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let pki = try TestPKI(folder: folder)
+        var logger = Logger(label: "gateway-tests")
+        logger.logLevel = .critical
+        let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0),
+                              tls: GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: pki.caCertificate),
+                              service: GatewayService(registry: try registry(), authorization: authorization, logger: logger))
+        let serving = Task { try await gateway.run() }
+        defer { serving.cancel() }
+        let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
+        try await body(port, pki)
+        gateway.shutDown()
+        _ = await serving.result
+    }
+
+    /// The catalog a client with `client`'s certificate gets (TLS as `security` says).
+    static func activities(port: Int, _ security: HTTP2ClientTransport.Posix.TransportSecurity) async throws -> GatewayCatalog {
+        let transport = try HTTP2ClientTransport.Posix(target: .dns(host: "localhost", port: port), transportSecurity: security)
+        return try await withGRPCClient(transport: transport) { client in
+            var options = CallOptions.defaults
+            options.timeout = .seconds(10)
+            let bytes = try await client.unary(request: ClientRequest(message: []), descriptor: GatewayMethods.activities, serializer: RawBytes(),
+                                               deserializer: RawBytes(), options: options) { try $0.message }
+            return try JSONDecoder().decode(GatewayCatalog.self, from: Data(bytes))
+        }
+    }
+
+    static func mTLS(_ client: TestPKI.Client, _ pki: TestPKI) -> HTTP2ClientTransport.Posix.TransportSecurity {
+        .mTLS(certificateChain: [.file(path: client.certificate, format: .pem)], privateKey: .file(path: client.key, format: .pem)) { tls in
+            tls.trustRoots = .certificates([.file(path: pki.caCertificate, format: .pem)])
+        }
+    }
+
+    @Test("a client is shown exactly the services its identity is granted (by URI, or by DNS name without regard to case), and nothing of how they run")
+    func catalogByIdentity() async throws {
+        try await Self.withGateway { port, pki in
+            let laptop = try pki.client("laptop", names: [.uniformResourceIdentifier("spiffe://example.org/host/laptop")])
+            let catalog = try await Self.activities(port: port, Self.mTLS(laptop, pki))
+            #expect(catalog.services.map(\.identifier) == ["com.example.ci.build", "com.example.ci.test", "com.example.notes"])
+            #expect(catalog.services.first?.title == "T com.example.ci.build" && catalog.services.first?.activation?.contentTypes.first?.type == "text/plain")
+            let json = String(decoding: try JSONEncoder().encode(catalog), as: UTF8.self)
+            #expect(!json.contains("/opt/secret") && !json.contains("hunter2"), "no executable, no arguments: \(json)")
+
+            let farm = try pki.client("farm", names: [.dnsName("FARM.example.org")])
+            #expect(try await Self.activities(port: port, Self.mTLS(farm, pki)).services.map(\.identifier) == ["com.example.echo"])
+
+            let stranger = try pki.client("stranger", names: [.uniformResourceIdentifier("spiffe://example.org/host/stranger")])
+            #expect(try await Self.activities(port: port, Self.mTLS(stranger, pki)).services.isEmpty, "a client the file does not name reaches nothing")
+        }
+    }
+
+    @Test("refused in the handshake: an expired certificate, one not yet valid, one from another CA, none at all, and plaintext; the gateway serves on")
+    func refusals() async throws {
+        try await Self.withGateway { port, pki in
+            let names: [GeneralName] = [.uniformResourceIdentifier("spiffe://example.org/host/laptop")]
+            let expired = try pki.client("expired", names: names, notBefore: Date() - 86400 * 2, notAfter: Date() - 86400)
+            let early = try pki.client("early", names: names, notBefore: Date() + 86400, notAfter: Date() + 86400 * 2)
+            let foreign = try pki.client("foreign", names: names, foreign: true)
+            let cases: [(String, HTTP2ClientTransport.Posix.TransportSecurity)] = [
+                ("expired", Self.mTLS(expired, pki)), ("not yet valid", Self.mTLS(early, pki)), ("another CA", Self.mTLS(foreign, pki)),
+                ("no certificate", .tls { $0.trustRoots = .certificates([.file(path: pki.caCertificate, format: .pem)]) }),
+                ("plaintext", .plaintext),
+            ]
+            for (what, security) in cases {
+                do {
+                    _ = try await Self.activities(port: port, security)
+                    Issue.record("\(what): let in")
+                } catch let error as RPCError {
+                    // Refused before any call: the connection fails (the handshake, or no HTTP/2 over plaintext).
+                    print("refused, \(what): \(error.code): \(error.message)")
+                    #expect(error.code == .unavailable, "\(what): \(error)")
+                }
+            }
+            let laptop = try pki.client("laptop", names: names)
+            #expect(try await Self.activities(port: port, Self.mTLS(laptop, pki)).services.count == 3, "a good client still gets in")
+        }
+    }
+
+    @Test("a certificate from the CA that names no URI and no DNS name identifies no one: unauthenticated, saying so")
+    func anonymous() async throws {
+        try await Self.withGateway { port, pki in
+            let nobody = try pki.client("nobody", names: [])
+            do {
+                _ = try await Self.activities(port: port, Self.mTLS(nobody, pki))
+                Issue.record("no error")
+            } catch let error as RPCError {
+                #expect(error.code == .unauthenticated && error.message.contains("names no URI and no DNS name"), "\(error)")
+            }
+        }
+    }
+
+    @Test("the authorization file: identities and patterns checked, named when wrong")
+    func authorizationFile() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-authorization-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        func load(_ json: String) throws(GatewayError) -> GatewayAuthorization {
+            let path = folder + "/clients.json"
+            try! Data(json.utf8).write(to: URL(filePath: path))
+            return try GatewayAuthorization(contentsOf: path)
+        }
+        let good = try load(#"{"version": 1, "clients": [{"identity": "a.example.org", "services": ["*"]}, {"identity": "a.example.org", "services": ["x.y"]}]}"#)
+        let grant = good.grant(for: ClientIdentity(dnsNames: ["a.example.org"]))
+        #expect(grant.allows("anything.at.all") && grant.patterns == ["*", "x.y"])
+        #expect(!good.grant(for: ClientIdentity(uris: ["spiffe://a.example.org"])).allows("x.y"), "a URI is not the DNS name inside it")
+        let prefix = try GatewayAuthorization(entries: [.init(identity: "u", services: ["com.example.ci.*"])]).grant(for: ClientIdentity(uris: ["u"]))
+        #expect(prefix.allows("com.example.ci.build") && !prefix.allows("com.example.cinema") && !prefix.allows("com.example.ci"))
+        for (json, named) in [(#"{"version": 2, "clients": []}"#, "version 2"),
+                              (#"{"version": 1, "clients": [{"identity": "", "services": []}]}"#, "clients[0].identity"),
+                              (#"{"version": 1, "clients": [{"identity": "a", "services": ["com..x"]}]}"#, "clients[0].services[0] \"com..x\""),
+                              (#"{"version": 1, "clients": [{"identity": "a", "services": ["com.*.x"]}]}"#, "clients[0].services[0]"),
+                              (#"{"version": 1}"#, "not an authorization file")] {
+            do throws(GatewayError) { _ = try load(json); Issue.record("accepted \(json)") } catch {
+                #expect(error.description.contains(named), "\(error)")
+            }
+        }
+        do throws(GatewayError) { _ = try GatewayAuthorization(contentsOf: folder + "/none.json"); Issue.record("no error") } catch {
+            #expect(error.description.contains("cannot read the authorization file"))
+        }
+    }
+}
