@@ -5,6 +5,8 @@ import X509
 /// presented in the TLS handshake, its URIs (`spiffe://example.org/host/laptop`) and DNS names
 /// (`laptop.example.org`). The certificate chained to the gateway's client CA, and was valid at
 /// the time, or the handshake would have failed; its subject's common name is not an identity.
+/// Only a certificate made for a client names one: its extended key usage lists `clientAuth`,
+/// and it is no CA. A wildcard DNS name (`*.example.org`, a server's) names no one.
 public struct ClientIdentity: Sendable, Hashable, CustomStringConvertible {
     /// The certificate's URI names, in its order.
     public let uris: [String]
@@ -22,20 +24,31 @@ public struct ClientIdentity: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``GatewayError`` when the extension cannot be read, or names neither a URI nor a
     ///   DNS name (a certificate that cannot be told apart from another is no identity).
     public init(certificate: Certificate) throws(GatewayError) {
-        let names: SubjectAlternativeNames?
-        do { names = try certificate.extensions.subjectAlternativeNames } catch {
-            throw GatewayError("the client certificate's subject alternative names cannot be read: \(error)")
+        let subject = String(describing: certificate.subject).escapedForTerminal()
+        let names: SubjectAlternativeNames?, usage: ExtendedKeyUsage?, constraints: BasicConstraints?
+        do {
+            names = try certificate.extensions.subjectAlternativeNames
+            usage = try certificate.extensions.extendedKeyUsage
+            constraints = try certificate.extensions.basicConstraints
+        } catch {
+            throw GatewayError("the client certificate (subject \(subject)) has extensions that cannot be read: \(String(describing: error).escapedForTerminal())")
+        }
+        guard usage?.contains(.clientAuth) == true else {
+            throw GatewayError("the client certificate (subject \(subject)) is not made for a client: its extended key usage does not list clientAuth")
+        }
+        if case .isCertificateAuthority = constraints {
+            throw GatewayError("the client certificate (subject \(subject)) is a CA's: a CA is no client")
         }
         var uris: [String] = [], dnsNames: [String] = []
         for name in names ?? SubjectAlternativeNames() {
             switch name {
             case .uniformResourceIdentifier(let uri): uris.append(uri)
-            case .dnsName(let dns): dnsNames.append(dns.lowercased())
+            case .dnsName(let dns) where !dns.contains("*"): dnsNames.append(dns.lowercased())
             default: continue
             }
         }
         guard !uris.isEmpty || !dnsNames.isEmpty else {
-            throw GatewayError("the client certificate (subject \(String(describing: certificate.subject).escapedForTerminal())) names no URI and no DNS name in its subject alternative names, so it identifies no one")
+            throw GatewayError("the client certificate (subject \(subject)) names no URI and no DNS name (wildcards do not count) in its subject alternative names, so it identifies no one")
         }
         self.init(uris: uris, dnsNames: dnsNames)
     }
@@ -46,7 +59,7 @@ public struct ClientIdentity: Sendable, Hashable, CustomStringConvertible {
     public init(derEncoded bytes: [UInt8]) throws(GatewayError) {
         let certificate: Certificate
         do { certificate = try Certificate(derEncoded: bytes) } catch {
-            throw GatewayError("the client certificate cannot be parsed: \(error)")
+            throw GatewayError("the client certificate cannot be parsed: \(String(describing: error).escapedForTerminal())")
         }
         try self.init(certificate: certificate)
     }

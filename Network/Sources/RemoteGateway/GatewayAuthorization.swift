@@ -9,21 +9,22 @@ import RemoteHost
 /// {
 ///   "version": 1,
 ///   "clients": [
-///     { "identity": "spiffe://example.org/host/laptop", "services": ["com.example.demo-share.notes"] },
-///     { "identity": "build-farm.example.org", "services": ["com.example.ci.*"] }
+///     { "identity": "uri:spiffe://example.org/host/laptop", "services": ["com.example.demo-share.notes"] },
+///     { "identity": "dns:build-farm.example.org", "services": ["com.example.ci.*"] }
 ///   ]
 /// }
 /// ```
 ///
-/// A client is one whose certificate names `identity` among its subject alternative names (a URI,
-/// or a DNS name, compared without regard to case). `services` lists identifiers, or prefixes
+/// A client is one whose certificate names `identity` among its subject alternative names:
+/// `uri:` and a URI, compared exactly, or `dns:` and a DNS name, compared without regard to
+/// case. A URI never matches a DNS name, nor the reverse. `services` lists identifiers, or prefixes
 /// ending in `.*` (`com.example.ci.*`: every identifier below `com.example.ci`), or `*` (every
 /// service). A client the file does not name reaches nothing; several entries naming the same
 /// client add up.
 public struct GatewayAuthorization: Sendable, Hashable {
     /// One entry: a client's identity and its grants.
     public struct Entry: Sendable, Hashable, Codable {
-        /// A subject alternative name: a URI or a DNS name.
+        /// A subject alternative name, typed: `uri:…` or `dns:…`.
         public var identity: String
         /// Identifiers, `prefix.*` or `*`.
         public var services: [String]
@@ -50,9 +51,10 @@ public struct GatewayAuthorization: Sendable, Hashable {
     public init(entries: [Entry]) throws(GatewayError) {
         for (index, entry) in entries.enumerated() {
             let identity = entry.identity.escapedForTerminal()
-            guard !entry.identity.isEmpty, entry.identity.utf8.count <= 1024, !entry.identity.contains(where: \.isWhitespace) else {
-                throw GatewayError("clients[\(index)].identity \"\(identity)\": not a URI or DNS name (empty, over 1024 bytes, or holding whitespace)")
+            guard let name = Self.name(of: entry.identity) else {
+                throw GatewayError("clients[\(index)].identity \"\(identity)\": not uri:URI or dns:NAME (1 to 1024 bytes after the prefix, no whitespace; a DNS name of letters, digits, hyphens and dots, no wildcard)")
             }
+            _ = name
             for (slot, pattern) in entry.services.enumerated() where !Self.isPattern(pattern) {
                 throw GatewayError("clients[\(index)].services[\(slot)] \"\(pattern.escapedForTerminal())\" (for \(identity)): not a service identifier, a prefix ending in .*, or *")
             }
@@ -106,13 +108,27 @@ public struct GatewayAuthorization: Sendable, Hashable {
         }
     }
 
-    /// What `client` may reach: every entry naming one of its names.
+    /// What `client` may reach: every entry naming one of its names (the union of their
+    /// grants, for a certificate with several).
     public func grant(for client: ClientIdentity) -> Grant {
-        let names = Set(client.uris + client.dnsNames)
-        let patterns = entries.filter { entry in
-            names.contains(entry.identity) || client.dnsNames.contains(entry.identity.lowercased())
-        }.flatMap(\.services)
+        let names = Set(client.uris.map { "uri:" + $0 } + client.dnsNames.map { "dns:" + $0 })
+        let patterns = entries.filter { entry in Self.name(of: entry.identity).map(names.contains) ?? false }.flatMap(\.services)
         return Grant(patterns: patterns)
+    }
+
+    /// `uri:URI` as it is, `dns:NAME` in lower case; `nil` for anything else.
+    static func name(of identity: String) -> String? {
+        if identity.hasPrefix("uri:") {
+            let uri = identity.dropFirst(4)
+            guard (1...1024).contains(uri.utf8.count), !uri.contains(where: { $0.isWhitespace || !$0.isASCII }) else { return nil }
+            return identity
+        }
+        if identity.hasPrefix("dns:") {
+            let dns = identity.dropFirst(4)
+            guard (1...253).contains(dns.utf8.count), dns.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == ".") }) else { return nil }
+            return "dns:" + dns.lowercased()
+        }
+        return nil
     }
 
     /// What one client may reach.

@@ -3,6 +3,8 @@ import GRPCNIOTransportHTTP2
 import Logging
 import RemoteHost
 import ServiceLifecycle
+import FoundationEssentials
+import SwiftASN1
 import X509
 
 /// The bytes of a message, unchanged, both ways: the gateway's messages are RemoteView's own
@@ -44,6 +46,48 @@ public struct GatewayTLS: Sendable, Hashable {
         self.clientCA = clientCA
     }
 
+    /// Reads and checks the three files before the server starts, so that a mistake names its
+    /// option: each is a readable PEM file of at most 1 MiB; the chain holds certificates, the
+    /// first valid now; the key is the first certificate's; the client CA file holds CA
+    /// certificates only.
+    ///
+    /// - Throws: ``GatewayError`` naming the option (`--certificate`, `--key`, `--client-ca`), the
+    ///   file and what is wrong.
+    public func check(now: Date = Date()) throws(GatewayError) {
+        func pem(_ path: String, _ option: String) throws(GatewayError) -> String {
+            let bytes = try GatewayAuthorization.read(path, limit: 1 << 20, what: "\(option)")
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        func certificates(_ path: String, _ option: String) throws(GatewayError) -> [Certificate] {
+            let text = try pem(path, option)
+            do {
+                let certificates = try PEMDocument.parseMultiple(pemString: text).map { try Certificate(pemDocument: $0) }
+                guard !certificates.isEmpty else { throw GatewayError("no certificate") }
+                return certificates
+            } catch {
+                throw GatewayError("\(option) \(path.escapedForTerminal()): not PEM certificates: \(String(describing: error).escapedForTerminal())")
+            }
+        }
+        let chain = try certificates(certificateChain, "--certificate")
+        guard chain[0].notValidBefore <= now, now <= chain[0].notValidAfter else {
+            throw GatewayError("--certificate \(certificateChain.escapedForTerminal()): the gateway's certificate is valid from \(chain[0].notValidBefore) to \(chain[0].notValidAfter), not now")
+        }
+        let key: Certificate.PrivateKey
+        do { key = try Certificate.PrivateKey(pemEncoded: try pem(privateKey, "--key")) } catch let error as GatewayError {
+            throw error
+        } catch {
+            throw GatewayError("--key \(privateKey.escapedForTerminal()): not a PEM private key: \(String(describing: error).escapedForTerminal())")
+        }
+        guard key.publicKey == chain[0].publicKey else {
+            throw GatewayError("--key \(privateKey.escapedForTerminal()) is not the key of --certificate \(certificateChain.escapedForTerminal())")
+        }
+        for certificate in try certificates(clientCA, "--client-ca") {
+            guard case .isCertificateAuthority = try? certificate.extensions.basicConstraints else {
+                throw GatewayError("--client-ca \(clientCA.escapedForTerminal()): \(String(describing: certificate.subject).escapedForTerminal()) is not a CA certificate")
+            }
+        }
+    }
+
     /// The server transport's security: mutual TLS only, client certificates verified against
     /// ``clientCA`` alone (chain, validity dates, key usage; not a hostname: a client is named
     /// by its subject alternative names instead), and ALPN required (HTTP/2).
@@ -75,18 +119,39 @@ public struct GatewayService: RegistrableRPCService {
         let (registry, authorization, logger) = (registry, authorization, logger)
         router.registerHandler(forMethod: GatewayMethods.activities, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
-            // The request holds nothing; it is read to its end, and bounded.
-            var messages = 0
-            for try await _ in request.messages {
-                messages += 1
-                guard messages <= 1 else { throw RPCError(code: .invalidArgument, message: "Activities takes one request message") }
-            }
+            // The request is one empty message, read to its end within a deadline: a client
+            // that never ends its request holds nothing up (a graceful shutdown waits for calls).
+            try await Self.readEmptyRequest(request.messages, within: Self.requestDeadline)
             let grant = authorization.grant(for: client)
             let catalog = GatewayCatalog(registry: registry, grant: grant)
-            logger.info("activities for \(client): \(catalog.services.count) of \(registry.services.count) services")
+            logger.debug("activities for \(client): \(catalog.services.count) of \(registry.services.count) services")
             let bytes: [UInt8]
             do throws(GatewayError) { bytes = try catalog.encoded() } catch { throw RPCError(code: .internalError, message: error.description) }
             return StreamingServerResponse(single: ServerResponse(message: bytes))
+        }
+    }
+
+    /// How long a client has to send a call's request and end it (10 s).
+    static let requestDeadline: Duration = .seconds(10)
+
+    /// Reads `messages` to their end: at most one message, empty, within `deadline`.
+    static func readEmptyRequest(_ messages: RPCAsyncSequence<[UInt8], any Error>, within deadline: Duration) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                var count = 0
+                for try await message in messages {
+                    count += 1
+                    guard count == 1, message.isEmpty else {
+                        throw RPCError(code: .invalidArgument, message: "Activities takes one empty request message")
+                    }
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                throw RPCError(code: .deadlineExceeded, message: "the request did not end within \(deadline)")
+            }
+            defer { group.cancelAll() }
+            try await group.next()
         }
     }
 
@@ -96,7 +161,7 @@ public struct GatewayService: RegistrableRPCService {
     ///   (the transport refuses that already: this is a second lock), or one that names no one.
     static func identify(_ context: ServerContext, logger: Logger) throws -> ClientIdentity {
         guard let posix = context.transportSpecific as? HTTP2ServerTransport.Posix.Context, let certificate = posix.peerCertificate else {
-            logger.warning("a call from \(context.remotePeer.escapedForTerminal()) came without a client certificate: refused")
+            logger.warning("a call from \(context.remotePeer.escapedForTerminal()) came without a client certificate the gateway could read: refused")
             throw RPCError(code: .unauthenticated, message: "the gateway takes only clients with a certificate from its CA")
         }
         do { return try ClientIdentity(certificate: certificate) } catch {
@@ -115,12 +180,23 @@ public final class Gateway: Service, Sendable {
 
     /// A gateway listening on `address` with `tls`, serving `service`.
     public init(address: GRPCNIOTransportCore.SocketAddress, tls: GatewayTLS, service: GatewayService) {
-        var config = HTTP2ServerTransport.Posix.Config.defaults
-        // A request or reply larger than a packet of RemoteView's (64 KiB) plus the catalog's
-        // icons is no gateway message: 4 MiB, gRPC's default, bounds them.
-        config.rpc.maxRequestPayloadSize = 4 << 20
-        transport = HTTP2ServerTransport.Posix(address: address, transportSecurity: tls.transportSecurity, config: config)
+        transport = HTTP2ServerTransport.Posix(address: address, transportSecurity: tls.transportSecurity, config: Self.config)
         server = GRPCServer(transport: transport, services: [service])
+    }
+
+    /// The transport's bounds (docs/Gateway.md, "Bounds").
+    static var config: HTTP2ServerTransport.Posix.Config {
+        var config = HTTP2ServerTransport.Posix.Config.defaults
+        // A request is at most a RemoteView packet (64 KiB); the catalog's request is empty.
+        config.rpc.maxRequestPayloadSize = 64 << 10
+        // A connection with no call open for 60 s is closed; none lives over an hour, so a
+        // certificate that expired is not used for long; after that, calls have 30 s to end.
+        config.connection.maxIdleTime = .seconds(60)
+        config.connection.maxAge = .seconds(3600)
+        config.connection.maxGraceTime = .seconds(30)
+        // At most 64 calls at once on one connection.
+        config.http2.maxConcurrentStreams = 64
+        return config
     }
 
     /// Serves until a graceful shutdown (SIGTERM under a `ServiceGroup`) or cancellation.

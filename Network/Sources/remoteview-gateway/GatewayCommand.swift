@@ -58,11 +58,13 @@ struct GatewayCommand: AsyncParsableCommand {
         do { authorization = try GatewayAuthorization(contentsOf: self.authorization) } catch {
             throw ValidationError("--authorization: \(error.description)")
         }
+        let tls = GatewayTLS(certificateChain: certificate, privateKey: key, clientCA: clientCA)
+        do { try tls.check() } catch { throw ValidationError(error.description) }
         let registry = ServiceRegistry(scanning: serviceFolders, includingInstalled: installed)
         for problem in registry.problems { logger.warning("invalid manifest: \(problem)") }
         for warning in registry.warnings { logger.warning("\(warning)") }
         let gateway = Gateway(address: try Self.address(listen),
-                              tls: GatewayTLS(certificateChain: certificate, privateKey: key, clientCA: clientCA),
+                              tls: tls,
                               service: GatewayService(registry: registry, authorization: authorization, logger: logger))
         let announce = Task {
             if let address = try? await gateway.transport.listeningAddress {
@@ -71,7 +73,12 @@ struct GatewayCommand: AsyncParsableCommand {
             }
         }
         defer { announce.cancel() }
-        let group = ServiceGroup(services: [gateway], gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
+        var configuration = ServiceGroupConfiguration(services: [.init(service: gateway)], gracefulShutdownSignals: [.sigterm, .sigint],
+                                                      cancellationSignals: [], logger: logger)
+        // Calls in progress have this long to finish (a catalog's request is bounded to 10 s);
+        // then what is left is cancelled.
+        configuration.maximumGracefulShutdownDuration = .seconds(40)
+        let group = ServiceGroup(configuration: configuration)
         try await group.run()
         say("remoteview-gateway: stopped")
     }
@@ -87,8 +94,16 @@ struct GatewayCommand: AsyncParsableCommand {
             throw ValidationError("--listen \(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
         }
         let host = String(text[..<colon])
-        if host.hasPrefix("["), host.hasSuffix("]") { return .ipv6(host: String(host.dropFirst().dropLast()), port: port) }
-        guard !host.isEmpty, !host.contains(":") else { throw ValidationError("--listen \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
+        var address = in6_addr()
+        if host.hasPrefix("["), host.hasSuffix("]") {
+            let inner = String(host.dropFirst().dropLast())
+            guard inet_pton(AF_INET6, inner, &address) == 1 else { throw ValidationError("--listen \(text.escapedForTerminal()): \(inner.escapedForTerminal()) is not an IPv6 address") }
+            return .ipv6(host: inner, port: port)
+        }
+        guard !host.contains(":") else { throw ValidationError("--listen \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
+        guard inet_pton(AF_INET, host, &address) == 1 else {
+            throw ValidationError("--listen \(text.escapedForTerminal()): \(host.isEmpty ? "no host" : "\(host.escapedForTerminal()) is not an IPv4 address") (the gateway listens on an address, not a name)")
+        }
         return .ipv4(host: host, port: port)
     }
 }

@@ -25,8 +25,8 @@ struct GatewayTests {
     }
 
     static let authorization = try! GatewayAuthorization(entries: [
-        .init(identity: "spiffe://example.org/host/laptop", services: ["com.example.notes", "com.example.ci.*"]),
-        .init(identity: "farm.example.org", services: ["com.example.echo"]),
+        .init(identity: "uri:spiffe://example.org/host/laptop", services: ["com.example.notes", "com.example.ci.*"]),
+        .init(identity: "dns:farm.example.org", services: ["com.example.echo"]),
     ])
 
     /// A gateway on 127.0.0.1 (a free port) for `body`, with the test PKI.
@@ -37,20 +37,29 @@ struct GatewayTests {
         let pki = try TestPKI(folder: folder)
         var logger = Logger(label: "gateway-tests")
         logger.logLevel = .critical
-        let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0),
-                              tls: GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: pki.caCertificate),
+        let tls = GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: pki.caCertificate)
+        try tls.check()
+        let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls,
                               service: GatewayService(registry: try registry(), authorization: authorization, logger: logger))
         let serving = Task { try await gateway.run() }
-        defer { serving.cancel() }
-        let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
-        try await body(port, pki)
+        do {
+            let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
+            try await body(port, pki)
+        } catch {
+            gateway.shutDown()
+            _ = await serving.result
+            throw error
+        }
         gateway.shutDown()
         _ = await serving.result
     }
 
     /// The catalog a client with `client`'s certificate gets (TLS as `security` says).
     static func activities(port: Int, _ security: HTTP2ClientTransport.Posix.TransportSecurity) async throws -> GatewayCatalog {
-        let transport = try HTTP2ClientTransport.Posix(target: .dns(host: "localhost", port: port), transportSecurity: security)
+        // The loopback's address, checked as the gateway's certificate names it ("localhost").
+        var config = HTTP2ClientTransport.Posix.Config.defaults
+        config.http2.authority = "localhost"
+        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: security, config: config)
         return try await withGRPCClient(transport: transport) { client in
             var options = CallOptions.defaults
             options.timeout = .seconds(10)
@@ -81,6 +90,12 @@ struct GatewayTests {
 
             let stranger = try pki.client("stranger", names: [.uniformResourceIdentifier("spiffe://example.org/host/stranger")])
             #expect(try await Self.activities(port: port, Self.mTLS(stranger, pki)).services.isEmpty, "a client the file does not name reaches nothing")
+            // A URI is never a DNS name: a URI naming the farm's DNS name, a DNS name spelled as the laptop's URI.
+            let twisted = try pki.client("twisted", names: [.uniformResourceIdentifier("farm.example.org"), .dnsName("spiffe://example.org/host/laptop")])
+            #expect(try await Self.activities(port: port, Self.mTLS(twisted, pki)).services.isEmpty)
+            // A certificate with both names gets the union of their grants.
+            let both = try pki.client("both", names: [.uniformResourceIdentifier("spiffe://example.org/host/laptop"), .dnsName("farm.example.org")])
+            #expect(try await Self.activities(port: port, Self.mTLS(both, pki)).services.count == 4)
         }
     }
 
@@ -111,16 +126,46 @@ struct GatewayTests {
         }
     }
 
-    @Test("a certificate from the CA that names no URI and no DNS name identifies no one: unauthenticated, saying so")
+    @Test("certificates from the CA that identify no one are refused as unauthenticated, saying why: no URI and no DNS name, only a wildcard, or made for a server")
     func anonymous() async throws {
         try await Self.withGateway { port, pki in
-            let nobody = try pki.client("nobody", names: [])
-            do {
-                _ = try await Self.activities(port: port, Self.mTLS(nobody, pki))
-                Issue.record("no error")
-            } catch let error as RPCError {
-                #expect(error.code == .unauthenticated && error.message.contains("names no URI and no DNS name"), "\(error)")
+            for (client, why) in [(try pki.client("nobody", names: []), "names no URI and no DNS name"),
+                                  (try pki.client("wildcard", names: [.dnsName("*.example.org")]), "names no URI and no DNS name (wildcards do not count)"),
+                                  (try pki.client("server", names: [.dnsName("farm.example.org")], serverAuth: true), "extended key usage does not list clientAuth")] {
+                do {
+                    _ = try await Self.activities(port: port, Self.mTLS(client, pki))
+                    Issue.record("let in: \(why)")
+                } catch let error as RPCError {
+                    // A server's certificate may already fail the handshake (BoringSSL's purpose check).
+                    #expect((error.code == .unauthenticated && error.message.contains(why)) || error.code == .unavailable, "\(error)")
+                }
             }
+        }
+    }
+
+    @Test("the gateway's TLS files are checked before it serves, each mistake naming its option")
+    func tlsFiles() throws {
+        let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-tls-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let pki = try TestPKI(folder: folder)
+        let client = try pki.client("client", names: [.dnsName("a.example.org")])
+        let cases: [(GatewayTLS, String)] = [
+            (GatewayTLS(certificateChain: folder + "/none.pem", privateKey: pki.serverKey, clientCA: pki.caCertificate), "cannot read --certificate"),
+            (GatewayTLS(certificateChain: pki.serverKey, privateKey: pki.serverKey, clientCA: pki.caCertificate), "--certificate"),
+            (GatewayTLS(certificateChain: pki.serverCertificate, privateKey: client.key, clientCA: pki.caCertificate), "is not the key of --certificate"),
+            (GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: client.certificate), "is not a CA certificate"),
+        ]
+        for (tls, named) in cases {
+            do throws(GatewayError) { try tls.check(); Issue.record("accepted: \(named)") } catch {
+                #expect(error.description.contains(named), "\(error)")
+            }
+        }
+        do throws(GatewayError) {
+            try GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: pki.caCertificate).check(now: Date() + 86400 * 400)
+            Issue.record("an expired gateway certificate accepted")
+        } catch {
+            #expect(error.description.contains("not now"))
         }
     }
 
@@ -134,16 +179,18 @@ struct GatewayTests {
             try! Data(json.utf8).write(to: URL(filePath: path))
             return try GatewayAuthorization(contentsOf: path)
         }
-        let good = try load(#"{"version": 1, "clients": [{"identity": "a.example.org", "services": ["*"]}, {"identity": "a.example.org", "services": ["x.y"]}]}"#)
+        let good = try load(#"{"version": 1, "clients": [{"identity": "dns:A.example.org", "services": ["*"]}, {"identity": "dns:a.example.org", "services": ["x.y"]}]}"#)
         let grant = good.grant(for: ClientIdentity(dnsNames: ["a.example.org"]))
         #expect(grant.allows("anything.at.all") && grant.patterns == ["*", "x.y"])
-        #expect(!good.grant(for: ClientIdentity(uris: ["spiffe://a.example.org"])).allows("x.y"), "a URI is not the DNS name inside it")
-        let prefix = try GatewayAuthorization(entries: [.init(identity: "u", services: ["com.example.ci.*"])]).grant(for: ClientIdentity(uris: ["u"]))
+        #expect(!good.grant(for: ClientIdentity(uris: ["a.example.org"])).allows("x.y"), "a URI is not a DNS name")
+        let prefix = try GatewayAuthorization(entries: [.init(identity: "uri:u:x", services: ["com.example.ci.*"])]).grant(for: ClientIdentity(uris: ["u:x"]))
         #expect(prefix.allows("com.example.ci.build") && !prefix.allows("com.example.cinema") && !prefix.allows("com.example.ci"))
         for (json, named) in [(#"{"version": 2, "clients": []}"#, "version 2"),
                               (#"{"version": 1, "clients": [{"identity": "", "services": []}]}"#, "clients[0].identity"),
-                              (#"{"version": 1, "clients": [{"identity": "a", "services": ["com..x"]}]}"#, "clients[0].services[0] \"com..x\""),
-                              (#"{"version": 1, "clients": [{"identity": "a", "services": ["com.*.x"]}]}"#, "clients[0].services[0]"),
+                              (#"{"version": 1, "clients": [{"identity": "a.example.org", "services": []}]}"#, "not uri:URI or dns:NAME"),
+                              (#"{"version": 1, "clients": [{"identity": "dns:*.example.org", "services": []}]}"#, "no wildcard"),
+                              (#"{"version": 1, "clients": [{"identity": "dns:a", "services": ["com..x"]}]}"#, "clients[0].services[0] \"com..x\""),
+                              (#"{"version": 1, "clients": [{"identity": "dns:a", "services": ["com.*.x"]}]}"#, "clients[0].services[0]"),
                               (#"{"version": 1}"#, "not an authorization file")] {
             do throws(GatewayError) { _ = try load(json); Issue.record("accepted \(json)") } catch {
                 #expect(error.description.contains(named), "\(error)")

@@ -34,9 +34,9 @@ struct TestPKI {
 
     /// A client certificate named `names`, issued by the test CA (or, `foreign`, another one),
     /// valid from `notBefore` to `notAfter` (by default an hour ago to a day on).
-    func client(_ file: String, names: [GeneralName], foreign: Bool = false, notBefore: Date = Date() - 3600,
+    func client(_ file: String, names: [GeneralName], foreign: Bool = false, serverAuth: Bool = false, notBefore: Date = Date() - 3600,
                 notAfter: Date = Date() + 86400) throws -> Client {
-        let leaf = try Self.leaf(issuer: foreign ? other : ca, subject: file, names: names, serverAuth: false, notBefore: notBefore, notAfter: notAfter)
+        let leaf = try Self.leaf(issuer: foreign ? other : ca, subject: file, names: names, serverAuth: serverAuth, notBefore: notBefore, notAfter: notAfter)
         return Client(certificate: try Self.write(leaf.certificate, to: "\(folder)/\(file).pem"),
                       key: try Self.write(leaf.key, to: "\(folder)/\(file)-key.pem"))
     }
