@@ -34,7 +34,7 @@ test:
 # Serial: the tests count this process's fds and children to catch leaks.
 	swift test --skip-build --no-parallel --disable-xctest
 	$(MAKE) --no-print-directory docs
-# The gateway (Network/, a package of its own: gRPC-Swift and its TLS, BoringSSL, add about 12
+# The gateway (Network/, a package of its own: gRPC-Swift and its TLS, BoringSSL, add about 6
 # minutes to a first build on two cores; docs/Gateway.md). Same warning rule for its sources.
 	cd Network && swift build --build-tests 2>&1 | tee ../$(NETWORK_BUILD_LOG)
 	@grep -E '^/.*/Network/(Sources|Tests)/.*: warning:' $(NETWORK_BUILD_LOG) | grep -v '/\.build/' | sort -u >.build/network-warnings.txt || true
