@@ -136,6 +136,11 @@ public struct GatewayAuthorization: Sendable, Hashable {
         /// The patterns granted: identifiers, `prefix.*` and `*`.
         public let patterns: [String]
 
+        /// A grant of `patterns` (as an authorization file writes them).
+        public init(patterns: [String]) {
+            self.patterns = patterns
+        }
+
         /// Whether the client may reach the service `identifier`.
         public func allows(_ identifier: String) -> Bool {
             patterns.contains { pattern in

@@ -35,9 +35,35 @@ public struct GatewayCatalog: Sendable, Hashable, Codable {
     /// The services, by identifier.
     public var services: [Service]
 
+    /// The largest catalog, encoded (3 MiB): under gRPC-Swift's default 4 MiB for a response a
+    /// client reads, with room for base64.
+    public static let maxEncodedBytes = 3 << 20
+
     /// The services of `registry` that `grant` allows, by identifier.
     public init(registry: ServiceRegistry, grant: GatewayAuthorization.Grant) {
         services = registry.sortedServices.filter { grant.allows($0.identifier) }.map(Service.init)
+    }
+
+    /// This catalog within `limit` bytes encoded: the largest icons are left out first, then,
+    /// if it is still too large, the last services. Returns it with what was left out, by
+    /// identifier, for the gateway's log.
+    public func bounded(to limit: Int = maxEncodedBytes) -> (catalog: GatewayCatalog, iconsLeftOut: [String], servicesLeftOut: [String]) {
+        var catalog = self
+        var iconsLeftOut: [String] = [], servicesLeftOut: [String] = []
+        func size(_ catalog: GatewayCatalog) -> Int { (try? catalog.encoded().count) ?? .max }
+        // An icon's base64 is 4/3 of its bytes: drop the largest until the rest fits.
+        var total = size(catalog)
+        let byIcon = catalog.services.indices.filter { catalog.services[$0].icon != nil }
+            .sorted { catalog.services[$0].icon!.count > catalog.services[$1].icon!.count }
+        for index in byIcon where total > limit {
+            total -= (catalog.services[index].icon!.count + 2) / 3 * 4
+            catalog.services[index].icon = nil
+            iconsLeftOut.append(catalog.services[index].identifier)
+        }
+        while size(catalog) > limit, let last = catalog.services.popLast() {
+            servicesLeftOut.append(last.identifier)
+        }
+        return (catalog, iconsLeftOut.sorted(), servicesLeftOut.reversed())
     }
 
     /// The catalog as JSON (its `icon`s base64).

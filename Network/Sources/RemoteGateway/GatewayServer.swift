@@ -1,4 +1,5 @@
 import GRPCCore
+import Synchronization
 import GRPCNIOTransportHTTP2
 import Logging
 import RemoteHost
@@ -116,18 +117,43 @@ public struct GatewayService: RegistrableRPCService {
     }
 
     public func registerMethods<Transport: ServerTransport>(with router: inout RPCRouter<Transport>) {
-        let (registry, authorization, logger) = (registry, authorization, logger)
+        let (authorization, logger) = (authorization, logger)
+        let catalogs = Catalogs(registry: registry, logger: logger)
         router.registerHandler(forMethod: GatewayMethods.activities, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
             // The request is one empty message, read to its end within a deadline: a client
             // that never ends its request holds nothing up (a graceful shutdown waits for calls).
             try await Self.readEmptyRequest(request.messages, within: Self.requestDeadline)
-            let grant = authorization.grant(for: client)
-            let catalog = GatewayCatalog(registry: registry, grant: grant)
+            let bytes = try catalogs.encoded(for: authorization.grant(for: client), client: client)
+            return StreamingServerResponse(single: ServerResponse(message: bytes))
+        }
+    }
+
+    /// Each grant's catalog, encoded and bounded once: the registry and the authorization do
+    /// not change while the gateway runs, so a call costs a lookup, not an encoding of every
+    /// icon.
+    final class Catalogs: Sendable {
+        private let registry: ServiceRegistry
+        private let logger: Logger
+        private let encoded = Mutex<[GatewayAuthorization.Grant: [UInt8]]>([:])
+
+        init(registry: ServiceRegistry, logger: Logger) {
+            self.registry = registry
+            self.logger = logger
+        }
+
+        /// The encoded catalog for `grant` (at most `GatewayCatalog.maxEncodedBytes`).
+        func encoded(for grant: GatewayAuthorization.Grant, client: ClientIdentity) throws -> [UInt8] {
+            if let bytes = encoded.withLock({ $0[grant] }) { return bytes }
+            let (catalog, iconsLeftOut, servicesLeftOut) = GatewayCatalog(registry: registry, grant: grant).bounded()
+            if !iconsLeftOut.isEmpty || !servicesLeftOut.isEmpty {
+                logger.warning("the catalog for \(client) is over \(GatewayCatalog.maxEncodedBytes) bytes: icons left out: \(iconsLeftOut.joined(separator: ", ").escapedForTerminal()); services left out: \(servicesLeftOut.joined(separator: ", ").escapedForTerminal())")
+            }
             logger.debug("activities for \(client): \(catalog.services.count) of \(registry.services.count) services")
             let bytes: [UInt8]
             do throws(GatewayError) { bytes = try catalog.encoded() } catch { throw RPCError(code: .internalError, message: error.description) }
-            return StreamingServerResponse(single: ServerResponse(message: bytes))
+            encoded.withLock { $0[grant] = bytes }
+            return bytes
         }
     }
 

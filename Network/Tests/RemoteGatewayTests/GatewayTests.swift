@@ -169,6 +169,22 @@ struct GatewayTests {
         }
     }
 
+    @Test("a catalog over its bound leaves out the largest icons first, then the last services, and says which")
+    func boundedCatalog() throws {
+        var catalog = GatewayCatalog(registry: try Self.registry(), grant: GatewayAuthorization.Grant(patterns: ["*"]))
+        catalog.services[0].icon = Data(repeating: 1, count: 30_000)
+        catalog.services[1].icon = Data(repeating: 2, count: 10_000)
+        catalog.services[2].icon = Data(repeating: 3, count: 20_000)
+        let unbounded = try catalog.encoded().count
+        let (fewerIcons, icons, services) = catalog.bounded(to: unbounded - 30_000)
+        #expect(icons == [catalog.services[0].identifier] && services.isEmpty, "the largest icon goes first")
+        #expect(try fewerIcons.encoded().count <= unbounded - 30_000 && fewerIcons.services.count == catalog.services.count)
+        let (tiny, allIcons, left) = catalog.bounded(to: 600)
+        #expect(allIcons.count == 3 && !left.isEmpty && tiny.services.count + left.count == catalog.services.count)
+        #expect(try tiny.encoded().count <= 600)
+        #expect(left == catalog.services.suffix(left.count).map(\.identifier), "the last services go, in order")
+    }
+
     @Test("the authorization file: identities and patterns checked, named when wrong")
     func authorizationFile() throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-authorization-\(getpid())").path
