@@ -15,6 +15,14 @@ struct GatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remoteview-gateway",
         abstract: "Serve this machine's RemoteView services to hosts elsewhere, over gRPC with mutual TLS.",
+        subcommands: [Serve.self, ActivitiesCommand.self],
+        defaultSubcommand: Serve.self)
+}
+
+/// `remoteview-gateway serve` (the default): the gateway itself.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve this machine's RemoteView services to hosts elsewhere, over gRPC with mutual TLS (the default).",
         discussion: """
             Clients must present a certificate that chains to --client-ca (and only to it: the \
             system's roots are not trusted) and names them in its subject alternative names (a \
@@ -84,25 +92,25 @@ struct GatewayCommand: AsyncParsableCommand {
     }
 
     /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address.
-    static func address(_ text: String) throws -> GRPCNIOTransportCore.SocketAddress {
+    static func address(_ text: String, option: String = "--listen") throws -> GRPCNIOTransportCore.SocketAddress {
         if text.hasPrefix("unix:") {
             let path = String(text.dropFirst(5))
-            guard !path.isEmpty else { throw ValidationError("--listen \(text): unix: needs a path") }
+            guard !path.isEmpty else { throw ValidationError("\(option) \(text): unix: needs a path") }
             return .unixDomainSocket(path: path)
         }
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("--listen \(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
+            throw ValidationError("\(option) \(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
         }
         let host = String(text[..<colon])
         var address = in6_addr()
         if host.hasPrefix("["), host.hasSuffix("]") {
             let inner = String(host.dropFirst().dropLast())
-            guard inet_pton(AF_INET6, inner, &address) == 1 else { throw ValidationError("--listen \(text.escapedForTerminal()): \(inner.escapedForTerminal()) is not an IPv6 address") }
+            guard inet_pton(AF_INET6, inner, &address) == 1 else { throw ValidationError("\(option) \(text.escapedForTerminal()): \(inner.escapedForTerminal()) is not an IPv6 address") }
             return .ipv6(host: inner, port: port)
         }
-        guard !host.contains(":") else { throw ValidationError("--listen \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
+        guard !host.contains(":") else { throw ValidationError("\(option) \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
         guard inet_pton(AF_INET, host, &address) == 1 else {
-            throw ValidationError("--listen \(text.escapedForTerminal()): \(host.isEmpty ? "no host" : "\(host.escapedForTerminal()) is not an IPv4 address") (the gateway listens on an address, not a name)")
+            throw ValidationError("\(option) \(text.escapedForTerminal()): \(host.isEmpty ? "no host" : "\(host.escapedForTerminal()) is not an IPv4 address") (the gateway listens on an address, not a name)")
         }
         return .ipv4(host: host, port: port)
     }
@@ -120,5 +128,50 @@ func say(_ line: String) {
         if count < 0, errno == EINTR { continue }
         guard count > 0 else { return }
         written += count
+    }
+}
+
+/// `remoteview-gateway activities`: what a gateway shows this client.
+struct ActivitiesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "activities",
+        abstract: "Ask a gateway, as a client, for the services it lets this client reach (its catalog).")
+
+    @Option(help: ArgumentHelp("The gateway's address: ADDRESS:PORT, [IPv6]:PORT or unix:PATH.", valueName: "address"))
+    var gateway: String
+
+    @Option(help: ArgumentHelp("This client's certificate chain (PEM), from the gateway's client CA.", valueName: "file"))
+    var certificate: String
+
+    @Option(help: ArgumentHelp("This client's private key (PEM).", valueName: "file"))
+    var key: String
+
+    @Option(help: ArgumentHelp("The CA the gateway's certificate must chain to (PEM): the only one trusted.", valueName: "file"))
+    var ca: String
+
+    @Option(name: .customLong("server-name"), help: ArgumentHelp("The name the gateway's certificate must carry (default: its address).", valueName: "name"))
+    var serverName: String?
+
+    @Flag(help: "Print the catalog's JSON instead of a list.")
+    var json = false
+
+    func validate() throws {
+        _ = try Serve.address(gateway, option: "--gateway")
+    }
+
+    func run() async throws {
+        let client = GatewayClient(address: try Serve.address(gateway, option: "--gateway"), certificateChain: certificate, privateKey: key,
+                                   gatewayCA: ca, serverName: serverName)
+        let catalog: GatewayCatalog
+        do { catalog = try await client.activities() } catch { throw ValidationError(error.description) }
+        if json {
+            say(String(decoding: try catalog.encoded(), as: UTF8.self).escapedForTerminal())
+            return
+        }
+        if catalog.services.isEmpty { say("no service (this client is granted none)") }
+        for service in catalog.services {
+            let kind = service.activation == nil ? "service" : "activity"
+            say("\(service.identifier)  \(service.title)  (\(kind))".escapedForTerminal())
+        }
     }
 }

@@ -47,6 +47,11 @@ struct GatewayProcessTests {
 
     /// Starts the gateway with `arguments`, its stdout and stderr into one pipe.
     static func start(_ arguments: [String]) async throws -> (ChildProcess, Lines) {
+        try await start(executable: executable, arguments)
+    }
+
+    /// Starts `executable` with `arguments`, its stdout and stderr into one pipe.
+    static func start(executable: String, _ arguments: [String]) async throws -> (ChildProcess, Lines) {
         var ends: [Int32] = [0, 0]
         try #require(pipe(&ends) == 0)
         // The read end stays here (close-on-exec); the write end is the child's stdout and stderr.

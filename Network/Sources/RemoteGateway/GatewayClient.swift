@@ -1,0 +1,75 @@
+import FoundationEssentials
+import GRPCCore
+import GRPCNIOTransportHTTP2
+
+/// A client of a gateway, for what is built so far: the catalog of what it may reach
+/// (`Activities`). With a certificate from the gateway's client CA, trusting the gateway's CA
+/// alone. What a host will use to reach services through a gateway is not built yet.
+public struct GatewayClient: Sendable {
+    /// Where the gateway listens.
+    public var address: GRPCNIOTransportCore.SocketAddress
+    /// The client's certificate chain and key (PEM).
+    public var certificateChain: String, privateKey: String
+    /// The CA the gateway's certificate must chain to (PEM): the only trust root.
+    public var gatewayCA: String
+    /// The name the gateway's certificate must carry (and the TLS server name sent); `nil`:
+    /// the address itself (an IP address the certificate names).
+    public var serverName: String?
+
+    /// A client of the gateway at `address` with this TLS material.
+    public init(address: GRPCNIOTransportCore.SocketAddress, certificateChain: String, privateKey: String, gatewayCA: String, serverName: String? = nil) {
+        self.address = address
+        self.certificateChain = certificateChain
+        self.privateKey = privateKey
+        self.gatewayCA = gatewayCA
+        self.serverName = serverName
+    }
+
+    /// The catalog of the services this client may reach, within `timeout`.
+    ///
+    /// - Throws: ``GatewayError`` saying what failed, in words: the gateway cannot be reached or
+    ///   refused the TLS handshake (with what to check), it refused the client, or its answer is
+    ///   not a catalog.
+    public func activities(timeout: Duration = .seconds(10)) async throws(GatewayError) -> GatewayCatalog {
+        var config = HTTP2ClientTransport.Posix.Config.defaults
+        if let serverName { config.http2.authority = serverName }
+        let security = HTTP2ClientTransport.Posix.TransportSecurity.mTLS(
+            certificateChain: [.file(path: certificateChain, format: .pem)], privateKey: .file(path: privateKey, format: .pem)) { tls in
+            tls.trustRoots = .certificates([.file(path: gatewayCA, format: .pem)])
+        }
+        let target: any ResolvableTarget
+        if let ipv4 = address.ipv4 {
+            target = .ipv4(address: ipv4.host, port: ipv4.port)
+        } else if let ipv6 = address.ipv6 {
+            target = .ipv6(address: ipv6.host, port: ipv6.port)
+        } else if let unix = address.unixDomainSocket {
+            target = .unixDomainSocket(path: unix.path)
+        } else {
+            throw GatewayError("\(address): not an address a client reaches a gateway at")
+        }
+        let bytes: [UInt8]
+        do {
+            let transport = try HTTP2ClientTransport.Posix(target: target, transportSecurity: security, config: config)
+            bytes = try await withGRPCClient(transport: transport) { client in
+                var options = CallOptions.defaults
+                options.timeout = timeout
+                return try await client.unary(request: ClientRequest(message: []), descriptor: GatewayMethods.activities, serializer: RawBytes(),
+                                              deserializer: RawBytes(), options: options) { try $0.message }
+            }
+        } catch let error as RPCError {
+            switch error.code {
+            case .unavailable:
+                throw GatewayError("the gateway at \(address) cannot be reached, or refused the TLS handshake (is this certificate from its client CA, valid now and made for a client; is its certificate from --ca and named \(serverName ?? "by its address")?): \(error.message.escapedForTerminal())")
+            case .unauthenticated, .permissionDenied:
+                throw GatewayError("the gateway at \(address) refused this client: \(error.message.escapedForTerminal())")
+            default:
+                throw GatewayError("the gateway at \(address): \(error.code): \(error.message.escapedForTerminal())")
+            }
+        } catch {
+            throw GatewayError("cannot call the gateway at \(address): \(String(describing: error).escapedForTerminal())")
+        }
+        do { return try JSONDecoder().decode(GatewayCatalog.self, from: Data(bytes)) } catch {
+            throw GatewayError("the gateway at \(address) answered with no catalog: \(String(describing: error).escapedForTerminal())")
+        }
+    }
+}
