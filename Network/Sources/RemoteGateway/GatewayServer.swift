@@ -1,6 +1,8 @@
 import GRPCCore
 import Synchronization
 import GRPCNIOTransportHTTP2
+import NIOCore
+import NIOSSL
 import Logging
 import RemoteHost
 import ServiceLifecycle
@@ -197,6 +199,37 @@ public struct GatewayService: RegistrableRPCService {
     }
 }
 
+/// Logs why a connection's TLS handshake failed (an expired certificate, an unknown CA, none at
+/// all), with the peer's address: what the refused client is only told as "unavailable".
+final class HandshakeRefusalLogger: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    /// BoringSSL's reason, in words where it has a usual cause (BoringSSL says only that
+    /// verification failed, not whether the certificate expired or came from another CA).
+    static func explain(_ reason: String) -> String {
+        let words: [(String, String)] = [
+            ("CERTIFICATE_VERIFY_FAILED", "the client's certificate failed verification against --client-ca (expired, not yet valid, or from another CA)"),
+            ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "the client sent no certificate"),
+            ("WRONG_VERSION_NUMBER", "the client does not speak TLS (plaintext?)"),
+            ("NO_SHARED_CIPHER", "the client shares no cipher with the gateway"),
+            ("UNSUPPORTED_PROTOCOL", "the client's TLS version is too old"),
+        ]
+        let code = words.first { reason.contains($0.0) }
+        return code.map { "\($0.1) [\($0.0)]" } ?? reason
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case NIOSSLError.handshakeFailed(let reason) = error {
+            let peer = context.channel.remoteAddress.map { "\($0)" } ?? "an unknown peer"
+            logger.warning("refused a TLS handshake from \(peer.escapedForTerminal()): \(Self.explain(String(describing: reason)).escapedForTerminal())")
+        }
+        context.fireErrorCaught(error)
+    }
+}
+
 /// A gateway: the gRPC server over HTTP/2 with mutual TLS, serving ``GatewayService``, run as a
 /// swift-service-lifecycle `Service` (SIGTERM: a graceful shutdown, calls in progress finish).
 public final class Gateway: Service, Sendable {
@@ -204,15 +237,22 @@ public final class Gateway: Service, Sendable {
     public let transport: HTTP2ServerTransport.Posix
     private let server: GRPCServer<HTTP2ServerTransport.Posix>
 
-    /// A gateway listening on `address` with `tls`, serving `service`.
+    /// A gateway listening on `address` with `tls`, serving `service`; a refused TLS handshake
+    /// is logged to `service`'s logger with its peer and BoringSSL's reason.
     public init(address: GRPCNIOTransportCore.SocketAddress, tls: GatewayTLS, service: GatewayService) {
-        transport = HTTP2ServerTransport.Posix(address: address, transportSecurity: tls.transportSecurity, config: Self.config)
+        transport = HTTP2ServerTransport.Posix(address: address, transportSecurity: tls.transportSecurity, config: Self.config(logger: service.logger))
         server = GRPCServer(transport: transport, services: [service])
     }
 
-    /// The transport's bounds (docs/Gateway.md, "Bounds").
-    static var config: HTTP2ServerTransport.Posix.Config {
+    /// The transport's bounds (docs/Gateway.md, "Bounds"), and a logger of refused handshakes.
+    static func config(logger: Logger) -> HTTP2ServerTransport.Posix.Config {
         var config = HTTP2ServerTransport.Posix.Config.defaults
+        config.channelDebuggingCallbacks.onAcceptTCPConnection = { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let tls = try channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self)
+                try channel.pipeline.syncOperations.addHandler(HandshakeRefusalLogger(logger: logger), position: .after(tls))
+            }
+        }
         // A request is at most a RemoteView packet (64 KiB); the catalog's request is empty.
         config.rpc.maxRequestPayloadSize = 64 << 10
         // A connection with no call open for 60 s is closed; none lives over an hour, so a

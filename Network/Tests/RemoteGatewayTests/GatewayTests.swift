@@ -5,6 +5,7 @@ import GRPCNIOTransportHTTP2
 import Logging
 import RemoteGateway
 import RemoteHost
+import Synchronization
 import Testing
 import X509
 
@@ -29,14 +30,32 @@ struct GatewayTests {
         .init(identity: "dns:farm.example.org", services: ["com.example.echo"]),
     ])
 
+    /// The lines a gateway logged (warning and above).
+    final class LogLines: LogHandler, @unchecked Sendable {
+        // @unchecked: the lines are behind their own lock.
+        private let lock = Mutex<[String]>([])
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .warning
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) { lock.withLock { $0.append("\(event.message)") } }
+        var lines: [String] { lock.withLock { $0 } }
+    }
+
     /// A gateway on 127.0.0.1 (a free port) for `body`, with the test PKI.
     static func withGateway(_ body: (Int, TestPKI) async throws -> Void) async throws {
+        try await withGateway(log: LogLines()) { port, pki, _ in try await body(port, pki) }
+    }
+
+    /// A gateway on 127.0.0.1 (a free port) for `body`, with the test PKI, logging to `log`.
+    static func withGateway(log: LogLines, _ body: (Int, TestPKI, LogLines) async throws -> Void) async throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let pki = try TestPKI(folder: folder)
-        var logger = Logger(label: "gateway-tests")
-        logger.logLevel = .critical
+        let logger = Logger(label: "gateway-tests") { _ in log }
         let tls = GatewayTLS(certificateChain: pki.serverCertificate, privateKey: pki.serverKey, clientCA: pki.caCertificate)
         try tls.check()
         let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls,
@@ -44,7 +63,7 @@ struct GatewayTests {
         let serving = Task { try await gateway.run() }
         do {
             let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
-            try await body(port, pki)
+            try await body(port, pki, log)
         } catch {
             gateway.shutDown()
             _ = await serving.result
@@ -99,9 +118,9 @@ struct GatewayTests {
         }
     }
 
-    @Test("refused in the handshake: an expired certificate, one not yet valid, one from another CA, none at all, and plaintext; the gateway serves on")
+    @Test("refused in the handshake: an expired certificate, one not yet valid, one from another CA, none at all, and plaintext; the gateway logs why, with the peer; it serves on")
     func refusals() async throws {
-        try await Self.withGateway { port, pki in
+        try await Self.withGateway(log: LogLines()) { port, pki, log in
             let names: [GeneralName] = [.uniformResourceIdentifier("spiffe://example.org/host/laptop")]
             let expired = try pki.client("expired", names: names, notBefore: Date() - 86400 * 2, notAfter: Date() - 86400)
             let early = try pki.client("early", names: names, notBefore: Date() + 86400, notAfter: Date() + 86400 * 2)
@@ -123,6 +142,11 @@ struct GatewayTests {
             }
             let laptop = try pki.client("laptop", names: names)
             #expect(try await Self.activities(port: port, Self.mTLS(laptop, pki)).services.count == 3, "a good client still gets in")
+            let refused = log.lines.filter { $0.hasPrefix("refused a TLS handshake from [IPv4]127.0.0.1") }
+            #expect(refused.count == 5, "\(log.lines)")
+            #expect(refused.count { $0.contains("failed verification against --client-ca (expired, not yet valid, or from another CA)") } == 3, "\(refused)")
+            #expect(refused.contains { $0.contains("the client sent no certificate") }, "\(refused)")
+            #expect(refused.contains { $0.contains("does not speak TLS (plaintext?)") }, "\(refused)")
         }
     }
 
