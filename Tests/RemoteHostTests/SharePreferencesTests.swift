@@ -241,11 +241,8 @@ struct SharePreferencesTests {
         }
     }
 
+    /// The folder `path` and its missing parents (the launcher's own helper).
     static func makeFolder(_ path: String) throws {
-        var partial = ""
-        for component in path.split(separator: "/") {
-            partial += "/" + component
-            if !Syscall.isDirectory(partial) { _ = try Syscall.makeDirectory(partial, mode: 0o700) }
-        }
+        try SandboxPaths.makeFolders(path) { _ in 0o700 }
     }
 }

@@ -95,7 +95,7 @@ public enum ConnectFrame: Sendable, Hashable {
             guard body[body.startIndex] == version else { throw violation("open.version", "framing version \(body[body.startIndex]); this gateway speaks \(version)") }
             let length = Int(body[body.startIndex + 1]), name = body.dropFirst(2)
             guard name.count == length else { throw violation("open.length", "an identifier said to be \(length) bytes, \(name.count) given") }
-            guard let identifier = String(validating: name, as: UTF8.self), isIdentifier(identifier) else {
+            guard let identifier = String(validating: name, as: UTF8.self), isServiceIdentifier(identifier) else {
                 throw violation("open.identifier", "\"\(String(decoding: name, as: UTF8.self).escapedForTerminal())\" is not a service identifier")
             }
             return .open(identifier: identifier)
@@ -135,14 +135,6 @@ public enum ConnectFrame: Sendable, Hashable {
                 throw violation("end.reason", "an end frame's reason is not a termination reason: \(String(describing: error).escapedForTerminal())")
             }
             return .end(ConnectEnd(code: code, reason: reason.bounded()))
-        }
-    }
-
-    /// Letters, digits, `-` and `_` between dots; 1…255 bytes.
-    static func isIdentifier(_ text: String) -> Bool {
-        guard (1...255).contains(text.utf8.count) else { return false }
-        return text.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { part in
-            !part.isEmpty && part.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
         }
     }
 

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import RemoteHost
 
 /// Which services each client of a gateway may reach: read from a JSON file the gateway's
@@ -67,7 +66,7 @@ public struct GatewayAuthorization: Sendable, Hashable {
     /// - Throws: ``GatewayError`` naming the file and what is wrong: it cannot be read, is over
     ///   ``maxFileBytes``, is not JSON of this shape, has another `version`, or an entry is wrong.
     public init(contentsOf path: String) throws(GatewayError) {
-        let bytes = try Self.read(path, limit: Self.maxFileBytes, what: "the authorization file")
+        let bytes = try readBoundedFile(path, limit: Self.maxFileBytes, what: "the authorization file")
         struct File: Decodable {
             var version: Int
             var clients: [Entry]
@@ -81,30 +80,6 @@ public struct GatewayAuthorization: Sendable, Hashable {
         }
         do { try self.init(entries: file.clients) } catch {
             throw GatewayError("\(path.escapedForTerminal()): \(error.description)")
-        }
-    }
-
-    /// The regular file at `path`, at most `limit` bytes.
-    ///
-    /// - Throws: ``GatewayError`` naming `what` and `path`: it cannot be opened, is not a
-    ///   regular file, is larger, or a read fails.
-    static func read(_ path: String, limit: Int, what: String) throws(GatewayError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { throw GatewayError("cannot read \(what) \(path.escapedForTerminal()): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var status = stat()
-        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
-            throw GatewayError("\(what) \(path.escapedForTerminal()) is not a regular file")
-        }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            guard count >= 0 else { throw GatewayError("cannot read \(what) \(path.escapedForTerminal()): \(String(cString: strerror(errno)))") }
-            if count == 0 { return bytes }
-            bytes += chunk[..<count]
-            guard bytes.count <= limit else { throw GatewayError("\(what) \(path.escapedForTerminal()) is over \(limit) bytes") }
         }
     }
 
@@ -154,13 +129,9 @@ public struct GatewayAuthorization: Sendable, Hashable {
         public var isEmpty: Bool { patterns.isEmpty }
     }
 
-    /// `*`, `prefix.*` or an identifier: letters, digits, `-`, `_` and dots between them.
+    /// `*`, `prefix.*` or an identifier (``isServiceIdentifier(_:)``).
     static func isPattern(_ pattern: String) -> Bool {
         if pattern == "*" { return true }
-        let identifier = pattern.hasSuffix(".*") ? String(pattern.dropLast(2)) : pattern
-        guard !identifier.isEmpty, identifier.utf8.count <= 255 else { return false }
-        return identifier.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { part in
-            !part.isEmpty && part.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
-        }
+        return isServiceIdentifier(pattern.hasSuffix(".*") ? String(pattern.dropLast(2)) : pattern)
     }
 }

@@ -58,7 +58,7 @@ public struct GatewayTLS: Sendable, Hashable {
     ///   file and what is wrong.
     public func check(now: Date = Date()) throws(GatewayError) {
         func pem(_ path: String, _ option: String) throws(GatewayError) -> String {
-            let bytes = try GatewayAuthorization.read(path, limit: 1 << 20, what: "\(option)")
+            let bytes = try readBoundedFile(path, limit: 1 << 20, what: option)
             return String(decoding: bytes, as: UTF8.self)
         }
         func certificates(_ path: String, _ option: String) throws(GatewayError) -> [Certificate] {

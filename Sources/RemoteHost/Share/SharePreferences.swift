@@ -362,7 +362,7 @@ public final class SharePreferences: Sendable {
     private func lockFolder() throws(RemoteError) -> OwnedFD {
         let lock: OwnedFD
         do {
-            try Self.makeFolders(folder)
+            try SandboxPaths.makeFolders(folder) { _ in 0o700 }
             lock = try Syscall.openFolder(try Syscall.resolvedPath(folder))
         } catch {
             throw RemoteError(.storage, "cannot keep the share sheet's state in \(folder.escapedForTerminal()): \(error)")
@@ -380,15 +380,6 @@ public final class SharePreferences: Sendable {
             usleep(5_000)
         }
         return lock
-    }
-
-    /// Makes `folder` and its missing parents (mode 0700).
-    private static func makeFolders(_ folder: String) throws(SystemCallError) {
-        var path = ""
-        for component in folder.split(separator: "/") {
-            path += "/" + component
-            if !Syscall.isDirectory(path) { _ = try Syscall.makeDirectory(path, mode: 0o700) }
-        }
     }
 
     /// `weight` at `then`, at `now`: halved every ``halfLife`` (never grown by a clock set back).

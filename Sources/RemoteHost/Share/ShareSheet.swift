@@ -118,25 +118,27 @@ public struct ShareSheet: Sendable {
         let snapshot = preferences?.snapshot() ?? SharePreferences.Snapshot()
         disabled = snapshot.disabled
         let types = items.map(\.contentType)
-        var offered: [ShareActivity] = [], explanations: [Explanation] = []
+        var all: [ShareActivity] = [], offered: [ShareActivity] = [], explanations: [Explanation] = []
         // As ServiceRegistry.activities(for:database:) decides, with each reason's items; a
-        // share activity the user turned off is explained as that, whatever the items.
-        for manifest in registry.sortedServices {
+        // share activity the user turned off is explained as that, whatever the items. A plain
+        // service (no activation rules) is never offered nor explained: its icon is not decoded.
+        for manifest in registry.sortedServices where manifest.activation != nil {
             let activity = ShareActivity(manifest: manifest)
-            if manifest.activation != nil, !snapshot.isEnabled(manifest.identifier) {
+            all.append(activity)
+            guard snapshot.isEnabled(manifest.identifier) else {
                 explanations.append(Explanation(activity: activity, problems: [ActivationProblem(reason: Self.turnedOffReason)], items: items))
                 continue
             }
             let problems = manifest.activationProblems(for: types, database: database)
             if problems.isEmpty {
                 offered.append(activity)
-            } else if manifest.activation != nil {
+            } else {
                 explanations.append(Explanation(activity: activity, problems: problems, items: items))
             }
         }
         activities = Self.sorted(offered, by: order, snapshot: snapshot, kinds: ShareKind.kinds(of: items))
         self.explanations = explanations
-        allActivities = registry.sortedServices.filter { $0.activation != nil }.map(ShareActivity.init(manifest:))
+        allActivities = all
     }
 
     /// `activities` (by identifier) in `order`.

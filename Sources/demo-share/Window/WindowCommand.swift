@@ -477,13 +477,10 @@ final class WindowApp {
         var canvas = Canvas(width: Int(pixels.width), height: Int(pixels.height))
         if editing {
             editLayout = WindowPainter.edit(into: &canvas, scale: scale, sheet: sheet, focus: editFocus, palette: .of(dark: dark))
-            canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
-            needsRender = true
-            accessibilityDirty = true
-            return
+        } else {
+            sheetLayout = WindowPainter.sheet(into: &canvas, scale: scale, previews: previews, sheet: sheet, explain: explain,
+                                              focus: sheetFocus, palette: .of(dark: dark))
         }
-        sheetLayout = WindowPainter.sheet(into: &canvas, scale: scale, previews: previews, sheet: sheet, explain: explain,
-                                          focus: sheetFocus, palette: .of(dark: dark))
         canvas.pixels.withUnsafeBufferPointer { try? window.updateContent($0, width: canvas.width, height: canvas.height, rects: nil) }
         needsRender = true
         accessibilityDirty = true
