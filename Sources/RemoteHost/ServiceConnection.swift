@@ -243,7 +243,7 @@ public final class ServiceConnection: Sendable {
     /// failure from the channel's end is handed to the supervisor, which decides once the
     /// process's end is known: `body` again on a new process after an idle exit (once, when
     /// `retrying`), or the error that says how the process ended.
-    private func perform<R>(retrying: Bool, _ body: (ServiceRoute, (@Sendable () -> Void)?) async throws(RemoteError) -> R) async throws(RemoteError) -> R {
+    func perform<R>(retrying: Bool, _ body: (ServiceRoute, (@Sendable () -> Void)?) async throws(RemoteError) -> R) async throws(RemoteError) -> R {
         let (route, ticket) = try await channel()
         let first: R
         let handOff: (@Sendable () -> Void)? = ticket.map { ticket in { @Sendable in ticket.markHandedOff() } }

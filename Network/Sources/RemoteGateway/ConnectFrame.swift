@@ -1,7 +1,7 @@
 import FoundationEssentials
 import RemoteHost
 
-/// One message of a `Connect` stream (docs/Gateway.md, "Not built yet"): the gateway's own
+/// One message of a `Connect` stream (docs/Gateway.md, "Connect"): the gateway's own
 /// framing around RemoteView's packets, hand-written (no code generation), one frame per gRPC
 /// message. The first byte is the frame's kind; numbers are little-endian.
 ///
@@ -13,8 +13,6 @@ import RemoteHost
 /// | `0x04` chunk | both | 1…``maxChunkBytes`` bytes of the attachments owed |
 /// | `0x05` end | gateway → host, last | `u8` code, then JSON of a `TerminationReason`, bounded (or nothing) |
 ///
-/// This is the first piece of the `Connect` call, built and tested on its own: the gateway
-/// does not serve `Connect` yet, and no host speaks it.
 public enum ConnectFrame: Sendable, Hashable {
     /// The host asks for a service by its bare identifier.
     case open(identifier: String)
@@ -110,8 +108,8 @@ public enum ConnectFrame: Sendable, Hashable {
             for index in 0..<count {
                 let start = body.startIndex + 1 + 4 * index
                 let size = body[start..<start + 4].reversed().reduce(0) { $0 << 8 | Int($1) }
-                guard (1...maxAttachmentBytes).contains(size) else {
-                    throw violation("packet.attachment-size", "attachment \(index) of \(size) bytes, not 1…\(maxAttachmentBytes)")
+                guard (0...maxAttachmentBytes).contains(size) else {
+                    throw violation("packet.attachment-size", "attachment \(index) of \(size) bytes, not 0…\(maxAttachmentBytes)")
                 }
                 sizes.append(size)
             }
@@ -190,8 +188,8 @@ extension TerminationReason {
     }
 }
 
-/// The order of a `Connect` stream's frames, as one side reads them: a value state machine fed
-/// each message, giving what it means once it is whole.
+/// The order of a `Connect` stream's frames, as one side reads them: a state machine fed each
+/// message, giving what it means once it is whole.
 ///
 /// - Toward the gateway: `open` first and once, then packets.
 /// - Toward the host: `opened` (or `end`, when the service cannot be reached) first, then
@@ -199,23 +197,48 @@ extension TerminationReason {
 /// - A packet's attachments follow it as chunks, each filling its attachment in order, none
 ///   crossing into the next; nothing else comes until they are whole.
 ///
-/// Attachments are gathered in memory here, at most ``ConnectFrame/maxAttachments`` ×
-/// ``ConnectFrame/maxAttachmentBytes``; the step that carries them writes each chunk into a
-/// sealed memfd instead (docs/Gateway.md).
+/// Each attachment is written into a memfd of its own as its chunks arrive, and sealed against
+/// any change once whole (as a local share item is): nothing of it is gathered in memory. Its
+/// size was announced and is bounded (``ConnectFrame/maxAttachmentBytes``); the file grows
+/// only as bytes come.
 public struct ConnectReader: Sendable {
     /// What a frame, or the last chunk of a packet, meant.
-    public enum Event: Sendable, Hashable {
+    public enum Event: Sendable {
         case open(identifier: String)
         case opened
-        case packet(envelope: [UInt8], attachments: [[UInt8]])
+        /// A packet, whole: its envelope and its attachments, sealed memfds.
+        case packet(envelope: [UInt8], attachments: [Attachment])
         case end(ConnectEnd)
     }
 
     private enum State: Sendable {
         case start
         case flowing
-        case owing(envelope: [UInt8], sizes: [Int], whole: [[UInt8]], current: [UInt8])
+        case owing(envelope: [UInt8], sizes: [Int], whole: [Attachment], current: Item?)
         case ended
+    }
+
+    /// The attachment being filled: its memfd and how much has come.
+    private final class Item: @unchecked Sendable {
+        // @unchecked: owned by one reader, which one task feeds.
+        let file: MemoryFile
+        var written = 0
+
+        init() throws(RemoteError) {
+            do { file = try MemoryFile(name: "remoteview-item") } catch {
+                throw RemoteError(.interrupted, "cannot make a memfd for an item: \(error)")
+            }
+        }
+
+        /// The memfd, sealed, for a packet of its own.
+        func sealed() throws(RemoteError) -> Attachment {
+            do {
+                try file.addSeals([.shrink, .grow, .write, .seal])
+                return try Attachment(duplicating: file.fd)
+            } catch {
+                throw RemoteError(.interrupted, "cannot seal an item's memfd: \(error)")
+            }
+        }
     }
 
     /// Which way the frames read here travel.
@@ -231,7 +254,8 @@ public struct ConnectReader: Sendable {
     ///
     /// - Throws: `RemoteError` `protocolViolation` naming the rule (`connect.<rule>`): the
     ///   frame's own (``ConnectFrame/decode(_:direction:)``), or its place in the stream. After a
-    ///   violation the stream is over: read nothing more.
+    ///   violation the stream is over: read nothing more. `interrupted` when a memfd cannot be
+    ///   made or written (no memory).
     public mutating func read(_ bytes: [UInt8]) throws(RemoteError) -> Event? {
         let frame = try ConnectFrame.decode(bytes, direction: direction)
         switch (state, frame) {
@@ -256,34 +280,46 @@ public struct ConnectReader: Sendable {
             throw ConnectFrame.violation(direction == .toGateway ? "open.first" : "opened.first",
                                          direction == .toGateway ? "a frame before open" : "a frame before opened")
         case (.flowing, .packet(let envelope, let sizes)):
-            guard !sizes.isEmpty else { return .packet(envelope: envelope, attachments: []) }
-            state = .owing(envelope: envelope, sizes: sizes, whole: [], current: [])
-            return nil
+            return try owe(envelope: envelope, sizes: sizes, whole: [])
         case (.flowing, .chunk):
             throw ConnectFrame.violation("chunk.unowed", "a chunk when no attachment is owed")
         case (.owing, .packet):
             throw ConnectFrame.violation("chunk.missing", "a packet before the last packet's attachments were whole")
-        case (.owing(let envelope, let sizes, var whole, var current), .chunk(let payload)):
+        case (.owing(let envelope, let sizes, let whole, let current), .chunk(let payload)):
             let size = sizes[whole.count]
-            guard current.count + payload.count <= size else {
-                throw ConnectFrame.violation("chunk.overrun", "a chunk of \(payload.count) bytes past attachment \(whole.count)'s \(size) (\(current.count) had come)")
+            let item: Item
+            if let current { item = current } else { item = try Item() }
+            guard item.written + payload.count <= size else {
+                throw ConnectFrame.violation("chunk.overrun", "a chunk of \(payload.count) bytes past attachment \(whole.count)'s \(size) (\(item.written) had come)")
             }
-            current += payload
-            if current.count == size {
-                whole.append(current)
-                current = []
+            do { try item.file.write(payload, at: item.written) } catch {
+                throw RemoteError(.interrupted, "cannot write an item's memfd: \(error)")
             }
-            if whole.count == sizes.count {
-                state = .flowing
-                return .packet(envelope: envelope, attachments: whole)
+            item.written += payload.count
+            guard item.written == size else {
+                state = .owing(envelope: envelope, sizes: sizes, whole: whole, current: item)
+                return nil
             }
-            state = .owing(envelope: envelope, sizes: sizes, whole: whole, current: current)
-            return nil
+            return try owe(envelope: envelope, sizes: sizes, whole: whole + [try item.sealed()])
         }
     }
 
-    /// The frames that carry `envelope` and `attachments`: a packet, then each attachment in
-    /// chunks of at most ``ConnectFrame/maxChunkBytes``.
+    /// The packet once every attachment is whole (empty ones are at once: no chunk carries
+    /// them), or the state that waits for the next.
+    private mutating func owe(envelope: [UInt8], sizes: [Int], whole: [Attachment]) throws(RemoteError) -> Event? {
+        var whole = whole
+        while whole.count < sizes.count, sizes[whole.count] == 0 { whole.append(try Item().sealed()) }
+        guard whole.count < sizes.count else {
+            state = .flowing
+            return .packet(envelope: envelope, attachments: whole)
+        }
+        state = .owing(envelope: envelope, sizes: sizes, whole: whole, current: nil)
+        return nil
+    }
+
+    /// The frames that carry `envelope` and `attachments` (bytes in memory: for tests and small
+    /// items; ``ConnectWriter`` streams memfds): a packet, then each attachment in chunks of at
+    /// most ``ConnectFrame/maxChunkBytes``.
     public static func frames(envelope: [UInt8], attachments: [[UInt8]]) -> [ConnectFrame] {
         var frames = [ConnectFrame.packet(envelope: envelope, attachmentSizes: attachments.map(\.count))]
         for attachment in attachments {
@@ -295,5 +331,63 @@ public struct ConnectReader: Sendable {
             }
         }
         return frames
+    }
+}
+
+/// The sending side of a packet's attachments: each a sealed memfd, read and sent in chunks of
+/// at most ``ConnectFrame/maxChunkBytes`` as the stream takes them, never whole in memory.
+public enum ConnectWriter {
+    /// An attachment being sent: its memfd, and its size when checked.
+    private final class Source {
+        let file: MemoryFile
+        let size: Int
+        init(file: consuming MemoryFile, size: Int) {
+            self.file = file
+            self.size = size
+        }
+    }
+
+    /// The frames of `envelope` and `attachments`, handed to `write` in order (which waits
+    /// while the stream is full).
+    ///
+    /// Each attachment must be a memfd sealed against shrinking, growing and writing, as a share
+    /// item is (docs/Protocol.md), and at most ``ConnectFrame/maxAttachmentBytes``: its bytes
+    /// cannot change while they are read. The attachments are taken (closed once sent).
+    ///
+    /// - Throws: `RemoteError` `protocolViolation` naming the rule (`connect.item-unsealed`,
+    ///   `connect.item-size`) for an attachment that is not such a memfd, before anything is
+    ///   written; what `write` throws.
+    public static func write(envelope: [UInt8], attachments: [Attachment],
+                             to write: (ConnectFrame) async throws -> Void) async throws {
+        var files: [Source] = []
+        for (index, attachment) in attachments.enumerated() {
+            guard let fd = attachment.take() else { throw ConnectFrame.violation("item-unsealed", "attachment \(index) was taken") }
+            let file = MemoryFile(adopting: fd)
+            let seals: MemoryFile.Seals, size: Int
+            do throws(SystemCallError) {
+                seals = try file.seals
+                size = try file.size
+            } catch {
+                throw ConnectFrame.violation("item-unsealed", "attachment \(index) is not a sealable memfd (\(error))")
+            }
+            guard seals.isSuperset(of: [.shrink, .grow, .write]) else {
+                throw ConnectFrame.violation("item-unsealed", "attachment \(index) is a memfd not sealed against shrinking, growing and writing")
+            }
+            guard size <= ConnectFrame.maxAttachmentBytes else {
+                throw ConnectFrame.violation("item-size", "attachment \(index) holds \(size) bytes, over \(ConnectFrame.maxAttachmentBytes)")
+            }
+            files.append(Source(file: file, size: size))
+        }
+        try await write(.packet(envelope: envelope, attachmentSizes: files.map(\.size)))
+        for source in files {
+            let size = source.size
+            var offset = 0
+            while offset < size {
+                let chunk = try source.file.read(count: min(ConnectFrame.maxChunkBytes, size - offset), at: offset)
+                guard !chunk.isEmpty else { throw RemoteError(.interrupted, "an item's memfd ended at \(offset) of its \(size) bytes") }
+                try await write(.chunk(chunk))
+                offset += chunk.count
+            }
+        }
     }
 }

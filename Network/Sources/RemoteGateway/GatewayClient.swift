@@ -2,9 +2,9 @@ import FoundationEssentials
 import GRPCCore
 import GRPCNIOTransportHTTP2
 
-/// A client of a gateway, for what is built so far: the catalog of what it may reach
-/// (`Activities`). With a certificate from the gateway's client CA, trusting the gateway's CA
-/// alone. What a host will use to reach services through a gateway is not built yet.
+/// A client of a gateway: the catalog of what it may reach (`Activities`), and connections to
+/// those services (`Connect`, ``connect(to:configuration:onRequest:onMessage:within:)``). With a
+/// certificate from the gateway's client CA, trusting the gateway's CA alone.
 public struct GatewayClient: Sendable {
     /// Where the gateway listens.
     public var address: GRPCNIOTransportCore.SocketAddress
@@ -31,25 +31,9 @@ public struct GatewayClient: Sendable {
     ///   refused the TLS handshake (with what to check), it refused the client, or its answer is
     ///   not a catalog.
     public func activities(timeout: Duration = .seconds(10)) async throws(GatewayError) -> GatewayCatalog {
-        var config = HTTP2ClientTransport.Posix.Config.defaults
-        if let serverName { config.http2.authority = serverName }
-        let security = HTTP2ClientTransport.Posix.TransportSecurity.mTLS(
-            certificateChain: [.file(path: certificateChain, format: .pem)], privateKey: .file(path: privateKey, format: .pem)) { tls in
-            tls.trustRoots = .certificates([.file(path: gatewayCA, format: .pem)])
-        }
-        let target: any ResolvableTarget
-        if let ipv4 = address.ipv4 {
-            target = .ipv4(address: ipv4.host, port: ipv4.port)
-        } else if let ipv6 = address.ipv6 {
-            target = .ipv6(address: ipv6.host, port: ipv6.port)
-        } else if let unix = address.unixDomainSocket {
-            target = .unixDomainSocket(path: unix.path)
-        } else {
-            throw GatewayError("\(address): not an address a client reaches a gateway at")
-        }
+        let transport = try makeTransport()
         let bytes: [UInt8]
         do {
-            let transport = try HTTP2ClientTransport.Posix(target: target, transportSecurity: security, config: config)
             bytes = try await withGRPCClient(transport: transport) { client in
                 var options = CallOptions.defaults
                 options.timeout = timeout

@@ -29,6 +29,9 @@ public enum GatewayMethods {
     /// `Activities`: one request (empty), one response, the ``GatewayCatalog`` of the services
     /// the calling client may reach, as JSON.
     public static let activities = MethodDescriptor(fullyQualifiedService: "remoteview.gateway.v1.Gateway", method: "Activities")
+    /// `Connect`: one bidirectional stream per connection to a service, its messages
+    /// ``ConnectFrame``s (docs/Gateway.md, "Connect").
+    public static let connect = MethodDescriptor(fullyQualifiedService: "remoteview.gateway.v1.Gateway", method: "Connect")
 }
 
 /// Where a gateway's TLS material is: its certificate chain and key (PEM), and the one CA that
@@ -109,12 +112,16 @@ public struct GatewayTLS: Sendable, Hashable {
 public struct GatewayService: RegistrableRPCService {
     let registry: ServiceRegistry
     let authorization: GatewayAuthorization
+    let launcher: Launcher?
     let logger: Logger
 
-    /// The service over `registry`'s services, as `authorization` grants them.
-    public init(registry: ServiceRegistry, authorization: GatewayAuthorization, logger: Logger) {
+    /// The service over `registry`'s services, as `authorization` grants them, reached through
+    /// `launcher` (a launcher over the same registry, running). Without one, the gateway shows
+    /// its catalog but `Connect` fails with `unavailable`.
+    public init(registry: ServiceRegistry, authorization: GatewayAuthorization, launcher: Launcher? = nil, logger: Logger) {
         self.registry = registry
         self.authorization = authorization
+        self.launcher = launcher
         self.logger = logger
     }
 
@@ -128,6 +135,18 @@ public struct GatewayService: RegistrableRPCService {
             try await Self.readEmptyRequest(request.messages, within: Self.requestDeadline)
             let bytes = try catalogs.encoded(for: authorization.grant(for: client), client: client)
             return StreamingServerResponse(single: ServerResponse(message: bytes))
+        }
+        let (launcher, registry) = (launcher, registry)
+        router.registerHandler(forMethod: GatewayMethods.connect, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
+            let client = try Self.identify(context, logger: logger)
+            guard let launcher else {
+                throw RPCError(code: .unavailable, message: "this gateway serves its catalog only: it runs no launcher")
+            }
+            let call = ConnectCall(launcher: launcher, registry: registry, grant: authorization.grant(for: client), client: client, logger: logger)
+            return StreamingServerResponse { writer in
+                try await call.run(request.messages, writer)
+                return [:]
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 // remoteview-gateway: serves this machine's services to hosts elsewhere, over gRPC (HTTP/2) with
-// mutual TLS (docs/Gateway.md). What is built so far: the TLS perimeter, who a client is, what
-// it may reach, and the catalog of those services (`Activities`); connections to them
-// (`Connect`) are the next step of issue 34.
+// mutual TLS (docs/Gateway.md): who a client is, what it may reach, the catalog of those
+// services (`Activities`), and connections to them (`Connect`), relayed to processes that this
+// machine's own launcher starts and sandboxes.
 import ArgumentParser
 import Glibc
 import GRPCNIOTransportHTTP2
@@ -71,9 +71,21 @@ struct Serve: AsyncParsableCommand {
         let registry = ServiceRegistry(scanning: serviceFolders, includingInstalled: installed)
         for problem in registry.problems { logger.warning("invalid manifest: \(problem)") }
         for warning in registry.warnings { logger.warning("\(warning)") }
-        let gateway = Gateway(address: try Self.address(listen),
-                              tls: tls,
-                              service: GatewayService(registry: registry, authorization: authorization, logger: logger))
+        var launcherConfiguration = Launcher.Configuration(hostIdentifier: "remoteview-gateway")
+        launcherConfiguration.logger = logger
+        let address = try Self.address(listen)
+        // The launcher outlives the server: once the calls have ended (each stops its process
+        // in order), it stops what is left the same way, every service given its goodbye.
+        try await withLauncher(registry: registry, configuration: launcherConfiguration) { [logger] launcher in
+            try await Self.serve(address: address, tls: tls, authorization: authorization, registry: registry, launcher: launcher, logger: logger)
+        }
+        say("remoteview-gateway: stopped")
+    }
+
+    static func serve(address: GRPCNIOTransportCore.SocketAddress, tls: GatewayTLS, authorization: GatewayAuthorization,
+                      registry: ServiceRegistry, launcher: Launcher, logger: Logger) async throws {
+        let gateway = Gateway(address: address, tls: tls,
+                              service: GatewayService(registry: registry, authorization: authorization, launcher: launcher, logger: logger))
         let announce = Task {
             if let address = try? await gateway.transport.listeningAddress {
                 logger.info("listening on \(address) for \(authorization.entries.count) client entries, \(registry.services.count) services")
@@ -88,7 +100,6 @@ struct Serve: AsyncParsableCommand {
         configuration.maximumGracefulShutdownDuration = .seconds(40)
         let group = ServiceGroup(configuration: configuration)
         try await group.run()
-        say("remoteview-gateway: stopped")
     }
 
     /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address.

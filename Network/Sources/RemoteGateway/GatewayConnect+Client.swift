@@ -1,0 +1,209 @@
+import GRPCCore
+import GRPCNIOTransportHTTP2
+@_spi(RemoteViewTransport) import RemoteHost
+import Synchronization
+
+extension GatewayClient {
+    /// A connection to the service `identifier` on the gateway, over a `Connect` stream: the
+    /// same ``Connection`` as to a local service's socket, run the same way (`run()` or
+    /// `withRunning`), its handshake, requests, deadlines, cancels and share items end to end
+    /// with the process the gateway's launcher runs.
+    ///
+    /// Returns once the gateway has opened a channel to a process of the service (launching it
+    /// if needed); the handshake is the connection's, when it runs. A share item (a sealed memfd)
+    /// crosses in chunks of at most 60 KiB and is a sealed memfd again on the other side.
+    ///
+    /// When the stream ends, the connection ends with it: the gateway's `end` says how (the
+    /// service's process ended, with the far launcher's reason; or the channel was closed), and
+    /// a lost link ends it as *interrupted* ("the gateway at … is unreachable: …"). Closing the
+    /// connection ends the stream, and the gateway stops the process in order unless other
+    /// connections share it.
+    ///
+    /// - Parameter within: how long the gateway has to open the channel (a service's launch
+    ///   included).
+    /// - Throws: ``RemoteError``: *interrupted* when the gateway cannot be reached or cannot
+    ///   reach the service now; *invalidated* when it refuses this client the service, or has
+    ///   no such service; *timeout* when it did not open in time. Each names the gateway and
+    ///   says why, escaped.
+    public func connect(to identifier: String, configuration: Connection.Configuration,
+                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                        onMessage: @escaping Connection.MessageHandler = { _, _ in },
+                        within timeout: Duration = .seconds(30)) async throws(RemoteError) -> Connection {
+        let transport: HTTP2ClientTransport.Posix
+        do { transport = try makeTransport() } catch {
+            throw RemoteError(.invalidated, error.description)
+        }
+        let (outgoing, outgoingSink) = AsyncStream<TransportChannel.Output>.makeStream()
+        let channel = TransportChannel { output in outgoingSink.yield(output) }
+        let opened = Latch()
+        let gateway = "the gateway at \(address)"
+        let task = Task {
+            do {
+                try await withGRPCClient(transport: transport) { client in
+                    let request = StreamingClientRequest<[UInt8]> { writer in
+                        try await writer.write(ConnectFrame.open(identifier: identifier).encoded())
+                        for await output in outgoing {
+                            guard case .packets(let packets) = output else { break }
+                            for packet in packets {
+                                try await ConnectWriter.write(envelope: packet.bytes, attachments: packet.attachments) { frame in
+                                    try await writer.write(frame.encoded())
+                                }
+                                channel.didSend(bytes: packet.bytes.count)
+                            }
+                        }
+                    }
+                    try await client.bidirectionalStreaming(request: request, descriptor: GatewayMethods.connect, serializer: RawBytes(),
+                                                            deserializer: RawBytes(), options: .defaults) { response in
+                        var reader = ConnectReader(direction: .toHost)
+                        for try await message in response.messages {
+                            guard let event = try reader.read(message) else { continue }
+                            switch event {
+                            case .opened:
+                                opened.open(nil)
+                            case .packet(let envelope, let attachments):
+                                channel.receive(TransportPacket(bytes: envelope, attachments: attachments))
+                                // A gateway faster than the connection waits (HTTP/2's flow
+                                // control carries the wait to it).
+                                await channel.waitForRoom()
+                            case .end(let end):
+                                channel.receiveEnd(Self.error(of: end, gateway: gateway, identifier: identifier))
+                                opened.open(RemoteError(.interrupted, "\(gateway) could not open \(identifier)"))
+                                return
+                            case .open:
+                                break  // the reader refuses it toward the host
+                            }
+                        }
+                        let error = RemoteError(.interrupted, "\(gateway) ended the stream to \(identifier) without saying how")
+                        channel.receiveEnd(error)
+                        opened.open(error)
+                    }
+                }
+            } catch let error as RemoteError {
+                // The gateway broke the stream's rules: it is cut off, naming the rule.
+                let cut = RemoteError(error.code, "\(gateway): \(error.reason)")
+                channel.receiveEnd(cut)
+                opened.open(cut)
+            } catch {
+                let failure = self.error(of: error, gateway: gateway, identifier: identifier)
+                channel.receiveEnd(failure)
+                opened.open(failure)
+            }
+            outgoingSink.finish()
+        }
+        enum Outcome: Sendable { case opened, failed(RemoteError), late }
+        let outcome: Outcome
+        do {
+            outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
+                group.addTask { await opened.wait().map(Outcome.failed) ?? .opened }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    return .late
+                }
+                defer { group.cancelAll() }
+                return try await group.next() ?? .late
+            }
+        } catch {
+            task.cancel()
+            throw RemoteError(.cancelled, "cancelled while \(gateway) opened \(identifier)")
+        }
+        switch outcome {
+        case .opened:
+            break
+        case .failed(let error):
+            throw error
+        case .late:
+            task.cancel()
+            throw RemoteError(.timeout, "\(gateway) did not open \(identifier) within \(timeout)")
+        }
+        return Connection(transport: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+    }
+
+    /// The client transport to the gateway: mutual TLS, trusting ``gatewayCA`` alone.
+    func makeTransport() throws(GatewayError) -> HTTP2ClientTransport.Posix {
+        var config = HTTP2ClientTransport.Posix.Config.defaults
+        if let serverName { config.http2.authority = serverName }
+        let security = HTTP2ClientTransport.Posix.TransportSecurity.mTLS(
+            certificateChain: [.file(path: certificateChain, format: .pem)], privateKey: .file(path: privateKey, format: .pem)) { tls in
+            tls.trustRoots = .certificates([.file(path: gatewayCA, format: .pem)])
+        }
+        let target: any ResolvableTarget
+        if let ipv4 = address.ipv4 {
+            target = .ipv4(address: ipv4.host, port: ipv4.port)
+        } else if let ipv6 = address.ipv6 {
+            target = .ipv6(address: ipv6.host, port: ipv6.port)
+        } else if let unix = address.unixDomainSocket {
+            target = .unixDomainSocket(path: unix.path)
+        } else {
+            throw GatewayError("\(address): not an address a client reaches a gateway at")
+        }
+        do { return try HTTP2ClientTransport.Posix(target: target, transportSecurity: security, config: config) } catch {
+            throw GatewayError("cannot make a transport to the gateway at \(address): \(String(describing: error).escapedForTerminal())")
+        }
+    }
+
+    /// What a `Connect` stream's end means to the host's connection.
+    static func error(of end: ConnectEnd, gateway: String, identifier: String) -> RemoteError? {
+        switch end.code {
+        case .closed:
+            return nil
+        case .ended:
+            let how = end.reason.map { "\($0)" } ?? "its process ended"
+            return RemoteError(.interrupted, "\(identifier) on \(gateway) ended: \(how.escapedForTerminal())")
+        case .interrupted:
+            return RemoteError(.interrupted, "\(gateway) cannot reach \(identifier) now")
+        case .invalidated:
+            return RemoteError(.invalidated, "\(gateway) cannot reach \(identifier)")
+        }
+    }
+
+    /// What a failed `Connect` call means to the host, in words.
+    func error(of failure: any Error, gateway: String, identifier: String) -> RemoteError {
+        guard let error = failure as? RPCError else {
+            if failure is CancellationError { return RemoteError(.cancelled, "the stream to \(identifier) on \(gateway) was cancelled") }
+            return RemoteError(.interrupted, "\(gateway) is unreachable: \(String(describing: failure).escapedForTerminal())")
+        }
+        let message = error.message.escapedForTerminal()
+        switch error.code {
+        case .unavailable:
+            return RemoteError(.interrupted, "\(gateway) is unreachable, or refused the TLS handshake (is this certificate from its client CA, valid now and made for a client; is its certificate from the CA given and named \(serverName ?? "by its address")?): \(message)")
+        case .unauthenticated:
+            return RemoteError(.invalidated, "\(gateway) refused this client: \(message)")
+        case .permissionDenied:
+            return RemoteError(.invalidated, "\(gateway) does not allow this client \(identifier): \(message)")
+        case .notFound:
+            return RemoteError(.invalidated, "\(gateway) has no service \(identifier): \(message)")
+        case .invalidArgument:
+            return RemoteError(.protocolViolation, "\(gateway) refused the stream: \(message)")
+        case .cancelled:
+            return RemoteError(.cancelled, "the stream to \(identifier) on \(gateway) was cancelled: \(message)")
+        default:
+            return RemoteError(.interrupted, "\(gateway): \(error.code): \(message)")
+        }
+    }
+}
+
+/// Opened once with the outcome of a `Connect` stream's opening: `nil` when opened, or why not.
+final class Latch: Sendable {
+    private let state = Mutex<(value: RemoteError??, waiters: [CheckedContinuation<RemoteError?, Never>])>((nil, []))
+
+    func open(_ value: RemoteError?) {
+        let waiters = state.withLock { state -> [CheckedContinuation<RemoteError?, Never>] in
+            guard state.value == nil else { return [] }
+            state.value = .some(value)
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: value) }
+    }
+
+    func wait() async -> RemoteError? {
+        await withCheckedContinuation { continuation in
+            let value = state.withLock { state -> RemoteError?? in
+                if let value = state.value { return value }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let value { continuation.resume(returning: value) }
+        }
+    }
+}
