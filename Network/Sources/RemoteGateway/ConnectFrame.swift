@@ -42,6 +42,10 @@ public enum ConnectFrame: Sendable, Hashable {
     public static let maxAttachmentBytes = ShareLimits.maxFileBytes
     /// The most bytes a chunk carries (60 KiB): with its framing, under a 64 KiB packet.
     public static let maxChunkBytes = 61_440
+    /// The largest frame: a packet with the most attachments and the largest envelope. Each
+    /// side refuses a larger gRPC message before reading it (the gateway's
+    /// `maxRequestPayloadSize`, the client's `maxResponseMessageBytes`).
+    public static let maxFrameBytes = 2 + 4 * maxAttachments + maxEnvelopeBytes
     /// The largest `end` frame's JSON (60 KiB): a bounded reason's words, each control
     /// character escaped as six bytes at worst.
     public static let maxEndBytes = 61_440

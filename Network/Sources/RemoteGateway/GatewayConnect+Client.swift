@@ -52,8 +52,14 @@ extension GatewayClient {
                             }
                         }
                     }
+                    // A larger message than a frame is refused before it is read.
+                    var options = CallOptions.defaults
+                    options.maxResponseMessageBytes = ConnectFrame.maxFrameBytes
+                    // grpc-swift-nio-transport 2.9 bounds the messages a client *reads* by this
+                    // one (its stream handler's deframer), not by the above.
+                    options.maxRequestMessageBytes = ConnectFrame.maxFrameBytes
                     try await client.bidirectionalStreaming(request: request, descriptor: GatewayMethods.connect, serializer: RawBytes(),
-                                                            deserializer: RawBytes(), options: .defaults) { response in
+                                                            deserializer: RawBytes(), options: options) { response in
                         var reader = ConnectReader(direction: .toHost)
                         for try await message in response.messages {
                             guard let event = try reader.read(message) else { continue }
@@ -90,30 +96,21 @@ extension GatewayClient {
             }
             outgoingSink.finish()
         }
-        enum Outcome: Sendable { case opened, failed(RemoteError), late }
-        let outcome: Outcome
-        do {
-            outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
-                group.addTask { await opened.wait().map(Outcome.failed) ?? .opened }
-                group.addTask {
-                    try await Task.sleep(for: timeout)
-                    return .late
-                }
-                defer { group.cancelAll() }
-                return try await group.next() ?? .late
-            }
-        } catch {
-            task.cancel()
-            throw RemoteError(.cancelled, "cancelled while \(gateway) opened \(identifier)")
+        // The stream's task opens the latch with its outcome; the deadline, or the caller's
+        // cancellation, opens it first otherwise.
+        let deadline = Task {
+            try await Task.sleep(for: timeout)
+            opened.open(RemoteError(.timeout, "\(gateway) did not open \(identifier) within \(timeout)"))
         }
-        switch outcome {
-        case .opened:
-            break
-        case .failed(let error):
-            throw error
-        case .late:
+        let failure = await withTaskCancellationHandler {
+            await opened.wait()
+        } onCancel: {
+            opened.open(RemoteError(.cancelled, "cancelled while \(gateway) opened \(identifier)"))
+        }
+        deadline.cancel()
+        if let failure {
             task.cancel()
-            throw RemoteError(.timeout, "\(gateway) did not open \(identifier) within \(timeout)")
+            throw failure
         }
         return Connection(transport: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
     }
@@ -174,6 +171,12 @@ extension GatewayClient {
             return RemoteError(.invalidated, "\(gateway) has no service \(identifier): \(message)")
         case .invalidArgument:
             return RemoteError(.protocolViolation, "\(gateway) refused the stream: \(message)")
+        case .internalError where error.message.hasPrefix("Failed to decode message"):
+            // What grpc-swift-nio-transport reports for a message over the bound it was given
+            // (its cause, resourceExhausted, does not reach the call).
+            return RemoteError(.protocolViolation, "rule connect.frame-size: \(gateway) sent a message the transport could not read (over \(ConnectFrame.maxFrameBytes) bytes, or not a gRPC message): \(message)")
+        case .resourceExhausted:
+            return RemoteError(.protocolViolation, "rule connect.frame-size: \(gateway) sent a message over \(ConnectFrame.maxFrameBytes) bytes: \(message)")
         case .cancelled:
             return RemoteError(.cancelled, "the stream to \(identifier) on \(gateway) was cancelled: \(message)")
         default:

@@ -272,8 +272,9 @@ public final class Gateway: Service, Sendable {
                 try channel.pipeline.syncOperations.addHandler(HandshakeRefusalLogger(logger: logger), position: .after(tls))
             }
         }
-        // A request is at most a RemoteView packet (64 KiB); the catalog's request is empty.
-        config.rpc.maxRequestPayloadSize = 64 << 10
+        // A message is at most a Connect frame (a RemoteView packet of 64 KiB, and its
+        // header); the catalog's request is empty.
+        config.rpc.maxRequestPayloadSize = ConnectFrame.maxFrameBytes
         // A connection with no call open for 60 s is closed; none lives over an hour, so a
         // certificate that expired is not used for long; after that, calls have 30 s to end.
         config.connection.maxIdleTime = .seconds(60)
