@@ -18,7 +18,7 @@ func isServiceIdentifier(_ text: String) -> Bool {
 ///
 /// - Throws: ``GatewayError`` naming `what` and `path`: it cannot be opened, is not a
 ///   regular file, is larger, or a read fails.
-func readBoundedFile(_ path: String, limit: Int, what: String) throws(GatewayError) -> [UInt8] {
+public func readBoundedFile(_ path: String, limit: Int, what: String) throws(GatewayError) -> [UInt8] {
     let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
     guard fd >= 0 else { throw GatewayError("cannot read \(what) \(path.escapedForTerminal()): \(String(cString: strerror(errno)))") }
     defer { close(fd) }

@@ -3,6 +3,7 @@
 // services (`Activities`), and connections to them (`Connect`), relayed to processes that this
 // machine's own launcher starts and sandboxes.
 import ArgumentParser
+import FoundationEssentials
 import Glibc
 import GRPCNIOTransportHTTP2
 import Logging
@@ -15,7 +16,7 @@ struct GatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remoteview-gateway",
         abstract: "Serve this machine's RemoteView services to hosts elsewhere, over gRPC with mutual TLS.",
-        subcommands: [Serve.self, ActivitiesCommand.self],
+        subcommands: [Serve.self, ActivitiesCommand.self, CallCommand.self],
         defaultSubcommand: Serve.self)
 }
 
@@ -142,12 +143,8 @@ func say(_ line: String) {
     }
 }
 
-/// `remoteview-gateway activities`: what a gateway shows this client.
-struct ActivitiesCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "activities",
-        abstract: "Ask a gateway, as a client, for the services it lets this client reach (its catalog).")
-
+/// How a client reaches a gateway: its address and the TLS material (`activities`, `call`).
+struct ClientOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The gateway's address: ADDRESS:PORT, [IPv6]:PORT or unix:PATH.", valueName: "address"))
     var gateway: String
 
@@ -163,18 +160,32 @@ struct ActivitiesCommand: AsyncParsableCommand {
     @Option(name: .customLong("server-name"), help: ArgumentHelp("The name the gateway's certificate must carry (default: its address).", valueName: "name"))
     var serverName: String?
 
-    @Flag(help: "Print the catalog's JSON instead of a list.")
-    var json = false
-
     func validate() throws {
         _ = try Serve.address(gateway, option: "--gateway")
     }
 
+    var client: GatewayClient {
+        get throws {
+            GatewayClient(address: try Serve.address(gateway, option: "--gateway"), certificateChain: certificate, privateKey: key,
+                          gatewayCA: ca, serverName: serverName)
+        }
+    }
+}
+
+/// `remoteview-gateway activities`: what a gateway shows this client.
+struct ActivitiesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "activities",
+        abstract: "Ask a gateway, as a client, for the services it lets this client reach (its catalog).")
+
+    @OptionGroup var options: ClientOptions
+
+    @Flag(help: "Print the catalog's JSON instead of a list.")
+    var json = false
+
     func run() async throws {
-        let client = GatewayClient(address: try Serve.address(gateway, option: "--gateway"), certificateChain: certificate, privateKey: key,
-                                   gatewayCA: ca, serverName: serverName)
         let catalog: GatewayCatalog
-        do { catalog = try await client.activities() } catch { throw ValidationError(error.description) }
+        do { catalog = try await options.client.activities() } catch let error as GatewayError { throw ValidationError(error.description) }
         if json {
             say(String(decoding: try catalog.encoded(), as: UTF8.self).escapedForTerminal())
             return
@@ -185,4 +196,87 @@ struct ActivitiesCommand: AsyncParsableCommand {
             say("\(service.identifier)  \(service.title)  (\(kind))".escapedForTerminal())
         }
     }
+}
+
+/// `remoteview-gateway call`: one request to a service through a gateway, as a host would make
+/// it (for trying a gateway, and for scripts).
+struct CallCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "call",
+        abstract: "Connect to a service through a gateway, send it one-way messages, then a request, and print the reply.",
+        discussion: """
+            The connection is a host's, over the gateway's Connect stream: the service runs on the \
+            gateway's machine, sandboxed there. Files given with --file travel as sealed memfds \
+            (share items), in 60 KiB chunks. Exits 0 with the reply, 1 with why the call failed \
+            (its RemoteError code and reason).
+            """)
+
+    @OptionGroup var options: ClientOptions
+
+    @Argument(help: ArgumentHelp("The service's identifier (on the gateway).", valueName: "service"))
+    var service: String
+
+    @Argument(help: ArgumentHelp("The request's type.", valueName: "type"))
+    var type: String
+
+    @Option(help: ArgumentHelp("The request's text.", valueName: "text"))
+    var text: String?
+
+    @Option(help: ArgumentHelp("A file to attach to the request, as a sealed memfd; repeat for several.", valueName: "path"))
+    var file: [String] = []
+
+    @Option(help: ArgumentHelp("A one-way message TYPE:TEXT sent before the request; repeat for several, sent in order.", valueName: "type:text"))
+    var message: [String] = []
+
+    @Option(help: ArgumentHelp("A folder to write the reply's attachments into (attachment-0, attachment-1, …).", valueName: "dir"))
+    var save: String?
+
+    @Option(help: ArgumentHelp("How long the reply may take, in seconds (the service's launch included).", valueName: "seconds"))
+    var timeout: Double = 30
+
+    @Option(help: ArgumentHelp("The identifier this host gives in its handshake.", valueName: "identifier"))
+    var hostIdentifier = "remoteview-gateway.call"
+
+    func run() async throws {
+        var attachments: [Attachment] = []
+        for path in file {
+            let bytes: [UInt8]
+            do { bytes = try readBoundedFile(path, limit: ShareLimits.maxFileBytes, what: "--file") } catch { throw ValidationError(error.description) }
+            attachments.append(Attachment(try MemoryFile.sealed(name: "item", contents: bytes).takeDescriptor()))
+        }
+        let request = text.map { ServiceMessage(type: type, text: $0, attachments: attachments) } ?? ServiceMessage(type: type, attachments: attachments)
+        let messages = message.map { entry in
+            let parts = entry.split(separator: ":", maxSplits: 1).map(String.init)
+            return parts.count > 1 ? ServiceMessage(type: parts[0], text: parts[1]) : ServiceMessage(type: parts[0])
+        }
+        let configuration = Connection.Configuration(role: .host, identifier: hostIdentifier, expectedPeerIdentifier: service)
+        let timeout = Duration.milliseconds(Int64(self.timeout * 1000))
+        do {
+            let connection = try await options.client.connect(to: service, configuration: configuration, within: timeout)
+            let reply = try await connection.withRunning { connection in
+                for message in messages { try await connection.send(message) }
+                let reply = try await connection.request(request, timeout: timeout)
+                await connection.close(reason: "the call is done")
+                return reply
+            }
+            say("reply \(reply.type): \(reply.text ?? "")".escapedForTerminal())
+            for (index, attachment) in reply.attachments.enumerated() {
+                guard let fd = attachment.take() else { continue }
+                let contents = try MemoryFile(adopting: fd).contents(limit: ShareLimits.maxFileBytes)
+                say("attachment \(index): \(contents.count) bytes")
+                if let save {
+                    try Data(contents).write(to: URL(filePath: save + "/attachment-\(index)"))
+                }
+            }
+        } catch let error as RemoteError {
+            sayError("remoteview-gateway: \(error.code): \(error.reason)".escapedForTerminal())
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Writes `line` to standard error at once.
+func sayError(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
 }

@@ -16,7 +16,7 @@ struct NamespaceTests {
         return (await GatewayProcessTests.exit(of: process, within: 30), lines.seen.joined(separator: "\n"))
     }
 
-    @Test("a client in another namespace, across the veth pair, gets its catalog from the gateway; an expired certificate is refused with a clear error; the root namespace cannot reach it")
+    @Test("a client in another namespace, across the veth pair, gets its catalog from the gateway; an expired certificate is refused with a clear error; the root namespace cannot reach it; a request with one-way messages and a 1 MiB item crosses; kill -9 of the remote service, and of the gateway, end the call as interrupted, saying why; a restarted gateway serves again")
     func acrossNamespaces() async throws {
         guard geteuid() == 0 else {
             print("skipped: making network namespaces needs root")
@@ -38,6 +38,17 @@ struct NamespaceTests {
             let (deleted, output) = try await Self.ip(["netns", "del", namespace])
             #expect(deleted == .exited(0), "\(output)")
         }
+    }
+
+    /// The deepest descendant of `pid` along first children (bubblewrap, its pid 1, the
+    /// service): the service itself.
+    static func deepestDescendant(of pid: Int32) -> Int32 {
+        var current = pid
+        while let text = try? String(contentsOfFile: "/proc/\(current)/task/\(current)/children", encoding: .utf8),
+              let child = text.split(separator: " ").first.flatMap({ Int32($0) }) {
+            current = child
+        }
+        return current
     }
 
     static func across(server: String, client: String, serverLink: String, clientLink: String, serverAddress: String, clientAddress: String) async throws {
@@ -63,15 +74,22 @@ struct NamespaceTests {
             .write(to: URL(filePath: folder + "/clients.json"))
         try Data(#"{"identifier": "com.example.notes", "executable": "/bin/true", "display": {"title": "Notes"}, "activation": {"contentTypes": [{"type": "text/plain", "max": 1}]}}"#.utf8)
             .write(to: URL(filePath: folder + "/notes.json"))
+        try #require(FileManager.default.isExecutableFile(atPath: ConnectTests.testService), "the main package's fixture service is built first: \(ConnectTests.testService)")
+        try Data(#"{"identifier": "com.example.test", "executable": "\#(ConnectTests.testService)", "arguments": ["serve", "com.example.test"], "display": {"title": "Test"}}"#.utf8)
+            .write(to: URL(filePath: folder + "/test.json"))
 
-        let (gateway, gatewayLines) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
-            "netns", "exec", server, GatewayProcessTests.executable, "--listen", serverAddress + ":0", "--certificate", pki.serverCertificate,
-            "--key", pki.serverKey, "--client-ca", pki.caCertificate, "--authorization", folder + "/clients.json",
-            "--services", folder, "--no-installed"])
+        // A port of the namespace's own: the gateway restarted below listens on it again.
+        func startGateway() async throws -> (ChildProcess, GatewayProcessTests.Lines) {
+            let (gateway, lines) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
+                "netns", "exec", server, GatewayProcessTests.executable, "--listen", serverAddress + ":7443", "--certificate", pki.serverCertificate,
+                "--key", pki.serverKey, "--client-ca", pki.caCertificate, "--authorization", folder + "/clients.json",
+                "--services", folder, "--no-installed"])
+            try #require(lines.line(containing: "remoteview-gateway: listening on", within: 30) != nil, "\(lines.seen)")
+            return (gateway, lines)
+        }
+        var (gateway, gatewayLines) = try await startGateway()
         defer { gateway.send(signal: SIGKILL) }
-        let listening = try #require(gatewayLines.line(containing: "remoteview-gateway: listening on", within: 30), "\(gatewayLines.seen)")
-        let port = try #require(listening.split(separator: ":").last.map(String.init))
-        let address = "\(serverAddress):\(port)"
+        let address = "\(serverAddress):7443"
 
         func ask(in namespace: String?, with certificate: TestPKI.Client) async throws -> (Termination?, String) {
             let arguments = ["activities", "--gateway", address, "--certificate", certificate.certificate, "--key", certificate.key,
@@ -91,6 +109,47 @@ struct NamespaceTests {
         // The root namespace has no route to the pair's addresses.
         let (outside, _) = try await ask(in: nil, with: laptop)
         #expect(outside != .exited(0))
+
+        /// `remoteview-gateway call ARGUMENTS` in the client's namespace, started.
+        func call(_ arguments: [String]) async throws -> (ChildProcess, GatewayProcessTests.Lines) {
+            try await GatewayProcessTests.start(executable: "/usr/sbin/ip", ["netns", "exec", client, GatewayProcessTests.executable, "call",
+                "--gateway", address, "--certificate", laptop.certificate, "--key", laptop.key, "--ca", pki.caCertificate,
+                "--server-name", "localhost"] + arguments)
+        }
+        func finished(_ started: (ChildProcess, GatewayProcessTests.Lines)) async -> (Termination?, String) {
+            _ = started.1.line(containing: "\u{0}", within: 60)
+            return (await GatewayProcessTests.exit(of: started.0, within: 60), started.1.seen.joined(separator: "\n"))
+        }
+        // A request after two one-way messages, in order, on one connection.
+        let (noted, notes) = await finished(try await call(["com.example.test", "notes", "--message", "note:across", "--message", "note:namespaces"]))
+        #expect(noted == .exited(0) && notes.contains("reply notes: across namespaces"), "\(notes)")
+        // A 1 MiB item there and back: a sealed memfd on each side, the same bytes.
+        let item = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
+        try Data(item).write(to: URL(filePath: folder + "/item"))
+        try FileManager.default.createDirectory(atPath: folder + "/back", withIntermediateDirectories: true)
+        let (echoed, echo) = await finished(try await call(["com.example.test", "echo", "--file", folder + "/item", "--save", folder + "/back"]))
+        #expect(echoed == .exited(0) && echo.contains("attachment 0: 1048576 bytes"), "\(echo)")
+        #expect(try Data(contentsOf: URL(filePath: folder + "/back/attachment-0")) == Data(item))
+        for _ in 0..<2 { _ = gatewayLines.line(containing: "connection to com.example.test ended", within: 30) }
+
+        // kill -9 of the service on the gateway's side, under a call waiting for its reply.
+        let sleeper = try await call(["com.example.test", "sleep", "--text", "30"])
+        let connected = try #require(gatewayLines.line(containing: "connected to com.example.test (pid ", within: 30), "\(gatewayLines.seen)")
+        let launched = try #require(Int32(connected.split(separator: "(pid ").last?.dropLast() ?? ""))
+        kill(Self.deepestDescendant(of: launched), SIGKILL)
+        let (killed, killedWhy) = await finished(sleeper)
+        #expect(killed == .exited(1) && killedWhy.contains("interrupted") && killedWhy.contains("killed by SIGKILL"), "\(killedWhy)")
+
+        // kill -9 of the gateway itself, under a call: interrupted, unreachable; restarted, it serves again.
+        let waiting = try await call(["com.example.test", "sleep", "--text", "30"])
+        _ = try #require(gatewayLines.line(containing: "connected to com.example.test (pid ", within: 30), "\(gatewayLines.seen)")
+        gateway.send(signal: SIGKILL)
+        _ = await GatewayProcessTests.exit(of: gateway, within: 30)
+        let (cut, cutWhy) = await finished(waiting)
+        #expect(cut == .exited(1) && cutWhy.contains("interrupted") && cutWhy.contains("unreachable"), "\(cutWhy)")
+        (gateway, gatewayLines) = try await startGateway()
+        let (again, answer) = await finished(try await call(["com.example.test", "echo", "--text", "again"]))
+        #expect(again == .exited(0) && answer.contains("reply echo: again"), "\(answer)")
 
         gateway.send(signal: SIGTERM)
         #expect(gatewayLines.line(containing: "remoteview-gateway: stopped", within: 60) != nil, "\(gatewayLines.seen)")
