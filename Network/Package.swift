@@ -54,6 +54,21 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The gateway's figures across a veth pair, beside bare gRPC-Swift with the same mutual
+        // TLS (docs/Benchmarks.md, "The gateway"), and the lean service they reach.
+        .executableTarget(
+            name: "gateway-bench",
+            dependencies: [
+                "RemoteGateway",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "gateway-bench-service",
+            dependencies: [.product(name: "RemoteService", package: "RemoteView")]
+        ),
         .testTarget(
             name: "RemoteGatewayTests",
             dependencies: [

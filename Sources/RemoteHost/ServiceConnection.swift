@@ -44,24 +44,55 @@ public final class ServiceConnection: Sendable {
     public let events: AsyncStream<Event>
 
     private let client: ServiceClient
-    /// `nil` for a service the launcher does not know (the connection is invalidated at once).
+    /// `nil` for a service the launcher does not know (the connection is invalidated at once),
+    /// and for a remote one.
     private let supervisor: ServiceSupervisor?
+    /// A remote service's link (through a gateway), in place of a supervisor.
+    private let remote: RemoteLink?
 
     init(identifier: String, supervisor: ServiceSupervisor?, onRequest: @escaping Connection.RequestHandler,
          onMessage: @escaping Connection.MessageHandler) {
         self.identifier = identifier
         self.supervisor = supervisor
+        remote = nil
         let (events, eventSink) = AsyncStream.makeStream(of: Event.self)
         self.events = events
         client = ServiceClient(eventSink: eventSink, onRequest: onRequest, onMessage: onMessage)
     }
 
+    /// A connection to a service on another machine, through `connector`.
+    init(identifier: String, target: RemoteTarget, connector: any RemoteServiceConnector, configuration: Launcher.Configuration,
+         onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler) {
+        self.identifier = identifier
+        supervisor = nil
+        let (events, eventSink) = AsyncStream.makeStream(of: Event.self)
+        self.events = events
+        let client = ServiceClient(eventSink: eventSink, onRequest: onRequest, onMessage: onMessage)
+        self.client = client
+        remote = RemoteLink(target: target, connector: connector, configuration: configuration, client: client)
+    }
+
     /// Called by the launcher once it made the connection: the supervisor starts serving it, or,
-    /// when there is none (or it has finished), it is invalidated with `error`.
+    /// when there is none (or it has finished), it is invalidated with `error`. A remote
+    /// service's serves itself.
     func register(orInvalidateWith error: @autoclosure () -> RemoteError) {
+        if remote != nil { return }
         if let supervisor, supervisor.post(.clientAdded(client)) { return }
         client.invalidate(error())
     }
+
+    /// The gateway a remote service is reached through, by its name in the host's configuration
+    /// (`identifier@name`); `nil` for a local service, and for a remote one named by its bare
+    /// identifier (the first gateway offering it is found on first use).
+    public var gateway: String? { remote?.target.gateway }
+
+    /// Ends a remote service's connection for good with `error` (the launcher shut down).
+    func invalidateRemote(_ error: RemoteError) {
+        remote?.invalidate(error)
+    }
+
+    /// Whether the service runs on another machine, reached through a gateway.
+    public var isRemote: Bool { remote != nil }
 
     /// The executor of the thread that reads every connection of this process (RemoteView's
     /// event loop): the low-latency path for a caller that makes many small requests.
@@ -86,7 +117,7 @@ public final class ServiceConnection: Sendable {
     /// The pid of the process serving this connection right now (bubblewrap's when sandboxed),
     /// or `nil` when none is.
     public var processIdentifier: Int32? {
-        guard let route = client.announced, route.instance.ended == nil else { return nil }
+        guard remote == nil, let route = client.announced, route.instance.ended == nil else { return nil }
         return route.instance.process.pid
     }
 
@@ -96,12 +127,14 @@ public final class ServiceConnection: Sendable {
     package func allowOneProcess(refusal: @escaping @Sendable () async -> RemoteError) {
         client.launchRefusal.withLock { $0 = refusal }
         supervisor?.post(.oneProcess(client.id))
+        remote?.allowOneChannel(refusal: refusal)
     }
 
     /// Attaches `listener` (a libwayland listener attached to its object), held weakly: it
     /// hears about every channel opened from now on, and about the channel open now, if any
     /// (``ServiceChannelListener/channelWillRun(_:)`` at once; there is nothing to replay yet).
     package func addListener(_ listener: any ServiceChannelListener) {
+        if let remote { return remote.addListener(listener) }
         if let open = client.addListener(listener), open.instance.ended == nil, let supervisor {
             listener.channelWillRun(ServiceChannel(route: open, supervisor: supervisor))
         }
@@ -115,7 +148,8 @@ public final class ServiceConnection: Sendable {
     ///   can never be reached, `timeout`, `cancelled`, `remoteError` (the service's own failure),
     ///   `protocolViolation`.
     public func request(_ message: ServiceMessage, timeout: Duration? = nil) async throws(RemoteError) -> ServiceMessage {
-        try await perform(retrying: true) { route, handedOff throws(RemoteError) in
+        if let remote { return try await remote.channel().request(message, timeout: timeout) }
+        return try await perform(retrying: true) { route, handedOff throws(RemoteError) in
             route.instance.idleClock.begin()
             defer { route.instance.idleClock.end() }
             if let handedOff { return try await route.connection.request(message, timeout: timeout, handedOff: handedOff) }
@@ -150,6 +184,7 @@ public final class ServiceConnection: Sendable {
         guard !EventLoop.shared.isLoopThread else {
             throw RemoteError(.invalidArgument, "requestSync(\"\(message.type.escapedForTerminal())\") to \(identifier) was called on RemoteView's event loop thread, which must read the reply: it would wait for itself (use request(_:timeout:) there)")
         }
+        if remote != nil { return try remoteRequestSync(message, timeout: timeout) }
         let deadline = timeout.map { ContinuousClock.now.advanced(by: $0) }
         let first: ServiceRoute
         if let published = client.route.load() {
@@ -174,6 +209,20 @@ public final class ServiceConnection: Sendable {
                 throw error
             }
         }
+    }
+
+    /// A blocking request to a remote service: the calling thread waits for a task that makes
+    /// it (the channel is a network stream's, with no socket to read on this thread).
+    private func remoteRequestSync(_ message: ServiceMessage, timeout: Duration?) throws(RemoteError) -> ServiceMessage {
+        let result = BlockingResult<Result<ServiceMessage, RemoteError>>.make()
+        let task = Task {
+            do throws(RemoteError) { result.complete(.success(try await request(message, timeout: timeout))) } catch { result.complete(.failure(error)) }
+        }
+        guard let outcome = result.wait(timeout: timeout) else {
+            task.cancel()
+            throw RemoteError(.timeout, "no reply to request \"\(message.type.escapedForTerminal())\" from \(identifier) within its timeout, its connection included")
+        }
+        return try outcome.get()
     }
 
     /// One blocking request on `route`, as traffic on its process's idle clock.
@@ -206,6 +255,7 @@ public final class ServiceConnection: Sendable {
 
     /// Sends a one-way message, launching the service if needed; returns once it is sent.
     public func send(_ message: ServiceMessage) async throws(RemoteError) {
+        if let remote { return try await remote.channel().send(message) }
         if let route = client.route.load() {
             route.instance.idleClock.touch()
             do throws(RemoteError) {
@@ -231,7 +281,8 @@ public final class ServiceConnection: Sendable {
     /// traffic on the idle clock: how listeners send what they add to the conversation. It is
     /// not run again after an idle exit; its failure says how the process ended.
     package func withChannel<R>(_ body: (Connection) async throws(RemoteError) -> R) async throws(RemoteError) -> R {
-        try await perform(retrying: false) { route, handedOff throws(RemoteError) in
+        if let remote { return try await body(remote.channel()) }
+        return try await perform(retrying: false) { route, handedOff throws(RemoteError) in
             handedOff?()
             route.instance.idleClock.touch()
             return try await body(route.connection)
@@ -301,6 +352,7 @@ public final class ServiceConnection: Sendable {
     /// supervisor sees the stop through.
     public func invalidate() async {
         let error = RemoteError(.invalidated, "the connection to \(identifier) was invalidated by the host")
+        if let remote { return remote.invalidate(error) }
         let done = Latch<Void>()
         guard let supervisor, supervisor.post(.clientRemoved(client.id, error, stopDetail: "invalidated by the host", done: done)) else {
             client.invalidate(error)
@@ -322,6 +374,7 @@ public final class ServiceConnection: Sendable {
         let error = RemoteError(.invalidated, "the connection to \(identifier) was released without being invalidated")
         client.invalidate(error)
         supervisor?.post(.clientRemoved(client.id, error, stopDetail: "released by the host", done: nil))
+        remote?.invalidate(error)
     }
 }
 
@@ -354,33 +407,56 @@ extension ServiceChannelListener {
 }
 
 /// One channel of a ``ServiceConnection``, as its listeners see it: the connection to one
-/// process of the service, and what a listener may do about that process.
+/// process of the service, and what a listener may do about that process. The process is a
+/// local one (its supervisor's), or one on another machine, reached through a gateway.
 package struct ServiceChannel: Sendable {
     /// The connection to the process.
-    package var connection: Connection { route.connection }
-    private let route: ServiceRoute
-    private let supervisor: ServiceSupervisor
+    package let connection: Connection
+    private let owner: Owner
 
-    init(route: ServiceRoute, supervisor: ServiceSupervisor) {
-        self.route = route
-        self.supervisor = supervisor
+    private enum Owner: Sendable {
+        case local(ServiceRoute, ServiceSupervisor)
+        case remote(RemoteLink)
     }
 
-    private var instance: ServiceInstance { route.instance }
+    init(route: ServiceRoute, supervisor: ServiceSupervisor) {
+        connection = route.connection
+        owner = .local(route, supervisor)
+    }
+
+    init(connection: Connection, remote: RemoteLink) {
+        self.connection = connection
+        owner = .remote(remote)
+    }
+
+    /// The local process's idle clock; `nil` for a remote one (its machine keeps it).
+    private var idleClock: IdleClock? {
+        if case .local(let route, _) = owner { return route.instance.idleClock }
+        return nil
+    }
 
     /// What the process's surfaces map in the host together, against the launcher's bound.
-    package var mappings: SharedBudget { instance.mappings }
+    package var mappings: SharedBudget {
+        switch owner {
+        case .local(let route, _): route.instance.mappings
+        case .remote(let link): link.mappings
+        }
+    }
 
     /// The most bytes a view's restorable state may hold (the manifest's
-    /// `limits.restorableStateKiB`); 0: the host keeps no state for this service.
-    package var restorableStateLimit: Int { instance.manifest.limits.restorableStateBytes }
+    /// `limits.restorableStateKiB`); 0: the host keeps no state for this service (nor for a
+    /// remote one).
+    package var restorableStateLimit: Int {
+        if case .local(let route, _) = owner { return route.instance.manifest.limits.restorableStateBytes }
+        return 0
+    }
 
     /// Routes the surface family from the service to `handler` (each message counts as activity
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(surface handler: @escaping Connection.SurfaceHandler) {
-        let clock = instance.idleClock
+        let clock = idleClock
         connection.route(surface: { message, attachments, context throws(RemoteError) in
-            clock.touch()
+            clock?.touch()
             try await handler(message, attachments, context)
         })
     }
@@ -388,22 +464,22 @@ package struct ServiceChannel: Sendable {
     /// Routes the share family from the service to `handler` (each message counts as activity
     /// on the process's idle clock). Only in ``ServiceChannelListener/channelWillRun(_:)``.
     package func route(share handler: @escaping Connection.ShareHandler) {
-        let clock = instance.idleClock
+        let clock = idleClock
         connection.route(share: { message, attachments, context throws(RemoteError) in
-            clock.touch()
+            clock?.touch()
             try await handler(message, attachments, context)
         })
     }
 
     /// Work in progress on the process (a share running): it does not count as idle until
-    /// ``endWork()``, like an outstanding request.
+    /// ``endWork()``, like an outstanding request. A remote process's machine keeps its clock.
     package func beginWork() {
-        instance.idleClock.begin()
+        idleClock?.begin()
     }
 
     /// The work ``beginWork()`` began is over.
     package func endWork() {
-        instance.idleClock.end()
+        idleClock?.end()
     }
 
     /// Whether `other` is the same channel (the same connection to the same process).
@@ -412,8 +488,14 @@ package struct ServiceChannel: Sendable {
     }
 
     /// Ends the process for breaking a rule of what the listener handles (named in `rule`): its
-    /// supervisor stops it, and its end is reported as a protocol violation.
+    /// supervisor stops it, and its end is reported as a protocol violation. A remote one's
+    /// channel is closed, and its machine's launcher stops it in order.
     package func endService(violating rule: String) {
-        supervisor.post(.stopRequested(instance, TerminationReason(kind: .protocolViolation, detail: rule)))
+        switch owner {
+        case .local(let route, let supervisor):
+            supervisor.post(.stopRequested(route.instance, TerminationReason(kind: .protocolViolation, detail: rule)))
+        case .remote(let link):
+            link.endService(violating: rule, on: connection)
+        }
     }
 }

@@ -9,7 +9,7 @@ import RemoteHost
 /// | --- | --- | --- |
 /// | `0x01` open | host → gateway, first and once | `u8` version (1), `u8` n, the service's identifier (n bytes) |
 /// | `0x02` opened | gateway → host, once | nothing |
-/// | `0x03` packet | both | `u8` k, k × `u32` attachment sizes, the envelope's bytes |
+/// | `0x03` packet | both | `u8` k, k × (`u32` attachment size, `u8` its seals: `F_SEAL_*` bits), the envelope's bytes |
 /// | `0x04` chunk | both | 1…``maxChunkBytes`` bytes of the attachments owed |
 /// | `0x05` end | gateway → host, last | `u8` code, then JSON of a `TerminationReason`, bounded (or nothing) |
 ///
@@ -19,8 +19,12 @@ public enum ConnectFrame: Sendable, Hashable {
     /// The gateway has a channel to the service: packets may flow.
     case opened
     /// A RemoteView packet: its envelope's bytes, and the sizes of the attachments (memfds on
-    /// a local socket) whose bytes follow as chunks, in order.
-    case packet(envelope: [UInt8], attachmentSizes: [Int])
+    /// a local socket) whose bytes follow as chunks, in order. `seals` are each attachment's
+    /// seals where it came from (empty: every one sealed against any change, as a share item
+    /// is); the far side seals its copy the same way, so that the receiver's own checks (a
+    /// share item sealed against any change, a surface's buffer against resizing) hold end to
+    /// end.
+    case packet(envelope: [UInt8], attachmentSizes: [Int], seals: [MemoryFile.Seals] = [])
     /// Bytes of the attachments the last packet announced.
     case chunk([UInt8])
     /// The far side ended: how.
@@ -45,7 +49,11 @@ public enum ConnectFrame: Sendable, Hashable {
     /// The largest frame: a packet with the most attachments and the largest envelope. Each
     /// side refuses a larger gRPC message before reading it (the gateway's
     /// `maxRequestPayloadSize`, the client's `maxResponseMessageBytes`).
-    public static let maxFrameBytes = 2 + 4 * maxAttachments + maxEnvelopeBytes
+    public static let maxFrameBytes = 2 + 5 * maxAttachments + maxEnvelopeBytes
+    /// A share item's seals: against any change.
+    public static let allSeals: MemoryFile.Seals = [.seal, .shrink, .grow, .write]
+    /// The seals a frame may carry (`F_SEAL_SEAL`, `SHRINK`, `GROW`, `WRITE`, `FUTURE_WRITE`).
+    static let knownSeals: Int32 = 0x1F
     /// The largest `end` frame's JSON (60 KiB): a bounded reason's words, each control
     /// character escaped as six bytes at worst.
     public static let maxEndBytes = 61_440
@@ -62,9 +70,12 @@ public enum ConnectFrame: Sendable, Hashable {
             return [Kind.open.rawValue, Self.version, UInt8(truncatingIfNeeded: bytes.count)] + bytes
         case .opened:
             return [Kind.opened.rawValue]
-        case .packet(let envelope, let sizes):
+        case .packet(let envelope, let sizes, let seals):
             var bytes: [UInt8] = [Kind.packet.rawValue, UInt8(truncatingIfNeeded: sizes.count)]
-            for size in sizes { withUnsafeBytes(of: UInt32(truncatingIfNeeded: size).littleEndian) { bytes += $0 } }
+            for (index, size) in sizes.enumerated() {
+                withUnsafeBytes(of: UInt32(truncatingIfNeeded: size).littleEndian) { bytes += $0 }
+                bytes.append(UInt8(truncatingIfNeeded: (index < seals.count ? seals[index] : Self.allSeals).rawValue))
+            }
             return bytes + envelope
         case .chunk(let payload):
             return [Kind.chunk.rawValue] + payload
@@ -107,21 +118,26 @@ public enum ConnectFrame: Sendable, Hashable {
         case .packet:
             guard let count = body.first.map(Int.init) else { throw violation("packet.length", "a packet frame without its attachment count") }
             guard count <= maxAttachments else { throw violation("packet.attachments", "\(count) attachments, more than \(maxAttachments)") }
-            guard body.count >= 1 + 4 * count else { throw violation("packet.length", "a packet frame too short for its \(count) attachment sizes") }
-            var sizes: [Int] = []
+            guard body.count >= 1 + 5 * count else { throw violation("packet.length", "a packet frame too short for its \(count) attachment sizes") }
+            var sizes: [Int] = [], seals: [MemoryFile.Seals] = []
             for index in 0..<count {
-                let start = body.startIndex + 1 + 4 * index
+                let start = body.startIndex + 1 + 5 * index
                 let size = body[start..<start + 4].reversed().reduce(0) { $0 << 8 | Int($1) }
+                let sealBits = Int32(body[start + 4])
+                guard sealBits & ~knownSeals == 0 else {
+                    throw violation("packet.seals", "attachment \(index) with seals 0x\(String(sealBits, radix: 16)), not F_SEAL_* bits")
+                }
+                seals.append(MemoryFile.Seals(rawValue: sealBits))
                 guard (0...maxAttachmentBytes).contains(size) else {
                     throw violation("packet.attachment-size", "attachment \(index) of \(size) bytes, not 0…\(maxAttachmentBytes)")
                 }
                 sizes.append(size)
             }
-            let envelope = body.dropFirst(1 + 4 * count)
+            let envelope = body.dropFirst(1 + 5 * count)
             guard (1...maxEnvelopeBytes).contains(envelope.count) else {
                 throw violation("packet.envelope", "an envelope of \(envelope.count) bytes, not 1…\(maxEnvelopeBytes)")
             }
-            return .packet(envelope: Array(envelope), attachmentSizes: sizes)
+            return .packet(envelope: Array(envelope), attachmentSizes: sizes, seals: seals.allSatisfy { $0 == allSeals } ? [] : seals)
         case .chunk:
             guard (1...maxChunkBytes).contains(body.count) else { throw violation("chunk.length", "a chunk of \(body.count) bytes, not 1…\(maxChunkBytes)") }
             return .chunk(Array(body))
@@ -202,9 +218,9 @@ extension TerminationReason {
 ///   crossing into the next; nothing else comes until they are whole.
 ///
 /// Each attachment is written into a memfd of its own as its chunks arrive, and sealed against
-/// any change once whole (as a local share item is): nothing of it is gathered in memory. Its
-/// size was announced and is bounded (``ConnectFrame/maxAttachmentBytes``); the file grows
-/// only as bytes come.
+/// once whole with the seals its packet says it had where it came from (a share item's: against
+/// any change): nothing of it is gathered in memory. Its size was announced and is
+/// bounded (``ConnectFrame/maxAttachmentBytes``); the file grows only as bytes come.
 public struct ConnectReader: Sendable {
     /// What a frame, or the last chunk of a packet, meant.
     public enum Event: Sendable {
@@ -218,7 +234,7 @@ public struct ConnectReader: Sendable {
     private enum State: Sendable {
         case start
         case flowing
-        case owing(envelope: [UInt8], sizes: [Int], whole: [Attachment], current: Item?)
+        case owing(envelope: [UInt8], sizes: [Int], seals: [MemoryFile.Seals], whole: [Attachment], current: Item?)
         case ended
     }
 
@@ -234,10 +250,11 @@ public struct ConnectReader: Sendable {
             }
         }
 
-        /// The memfd, sealed, for a packet of its own.
-        func sealed() throws(RemoteError) -> Attachment {
+        /// The memfd, sealed with `seals` (those it had where it came from), for a packet of its
+        /// own.
+        func finished(sealing seals: MemoryFile.Seals) throws(RemoteError) -> Attachment {
             do {
-                try file.addSeals([.shrink, .grow, .write, .seal])
+                if !seals.isEmpty { try file.addSeals(seals) }
                 return try Attachment(duplicating: file.fd)
             } catch {
                 throw RemoteError(.interrupted, "cannot seal an item's memfd: \(error)")
@@ -283,13 +300,13 @@ public struct ConnectReader: Sendable {
         case (.start, _):
             throw ConnectFrame.violation(direction == .toGateway ? "open.first" : "opened.first",
                                          direction == .toGateway ? "a frame before open" : "a frame before opened")
-        case (.flowing, .packet(let envelope, let sizes)):
-            return try owe(envelope: envelope, sizes: sizes, whole: [])
+        case (.flowing, .packet(let envelope, let sizes, let seals)):
+            return try owe(envelope: envelope, sizes: sizes, seals: seals, whole: [])
         case (.flowing, .chunk):
             throw ConnectFrame.violation("chunk.unowed", "a chunk when no attachment is owed")
         case (.owing, .packet):
             throw ConnectFrame.violation("chunk.missing", "a packet before the last packet's attachments were whole")
-        case (.owing(let envelope, let sizes, let whole, let current), .chunk(let payload)):
+        case (.owing(let envelope, let sizes, let seals, let whole, let current), .chunk(let payload)):
             let size = sizes[whole.count]
             let item: Item
             if let current { item = current } else { item = try Item() }
@@ -301,24 +318,32 @@ public struct ConnectReader: Sendable {
             }
             item.written += payload.count
             guard item.written == size else {
-                state = .owing(envelope: envelope, sizes: sizes, whole: whole, current: item)
+                state = .owing(envelope: envelope, sizes: sizes, seals: seals, whole: whole, current: item)
                 return nil
             }
-            return try owe(envelope: envelope, sizes: sizes, whole: whole + [try item.sealed()])
+            return try owe(envelope: envelope, sizes: sizes, seals: seals,
+                           whole: whole + [try item.finished(sealing: Self.seals(seals, whole.count))])
         }
     }
 
     /// The packet once every attachment is whole (empty ones are at once: no chunk carries
     /// them), or the state that waits for the next.
-    private mutating func owe(envelope: [UInt8], sizes: [Int], whole: [Attachment]) throws(RemoteError) -> Event? {
+    private mutating func owe(envelope: [UInt8], sizes: [Int], seals: [MemoryFile.Seals], whole: [Attachment]) throws(RemoteError) -> Event? {
         var whole = whole
-        while whole.count < sizes.count, sizes[whole.count] == 0 { whole.append(try Item().sealed()) }
+        while whole.count < sizes.count, sizes[whole.count] == 0 {
+            whole.append(try Item().finished(sealing: Self.seals(seals, whole.count)))
+        }
         guard whole.count < sizes.count else {
             state = .flowing
             return .packet(envelope: envelope, attachments: whole)
         }
-        state = .owing(envelope: envelope, sizes: sizes, whole: whole, current: nil)
+        state = .owing(envelope: envelope, sizes: sizes, seals: seals, whole: whole, current: nil)
         return nil
+    }
+
+    /// Attachment `index`'s seals in a packet's `seals` (empty: all sealed against any change).
+    private static func seals(_ seals: [MemoryFile.Seals], _ index: Int) -> MemoryFile.Seals {
+        index < seals.count ? seals[index] : ConnectFrame.allSeals
     }
 
     /// The frames that carry `envelope` and `attachments` (bytes in memory: for tests and small
@@ -338,8 +363,8 @@ public struct ConnectReader: Sendable {
     }
 }
 
-/// The sending side of a packet's attachments: each a sealed memfd, read and sent in chunks of
-/// at most ``ConnectFrame/maxChunkBytes`` as the stream takes them, never whole in memory.
+/// The sending side of a packet's attachments: each a memfd, read and sent in chunks of at
+/// most ``ConnectFrame/maxChunkBytes`` as the stream takes them, never whole in memory.
 public enum ConnectWriter {
     /// An attachment being sent: its memfd, and its size when checked.
     private final class Source {
@@ -354,35 +379,39 @@ public enum ConnectWriter {
     /// The frames of `envelope` and `attachments`, handed to `write` in order (which waits
     /// while the stream is full).
     ///
-    /// Each attachment must be a memfd sealed against shrinking, growing and writing, as a share
-    /// item is (docs/Protocol.md), and at most ``ConnectFrame/maxAttachmentBytes``: its bytes
-    /// cannot change while they are read. The attachments are taken (closed once sent).
+    /// Each attachment must be a memfd (`F_GET_SEALS` answers), of at most
+    /// ``ConnectFrame/maxAttachmentBytes``. Its seals travel with it, and the far side's copy
+    /// gets the same ones, so the receiver's own checks hold end to end (a share item sealed
+    /// against any change, a surface's buffer against resizing). One not sealed against
+    /// writing is read as it is at the time: its later writes do not cross (views do not cross
+    /// yet, issue 35). The
+    /// attachments are taken (closed once sent).
     ///
-    /// - Throws: `RemoteError` `protocolViolation` naming the rule (`connect.item-unsealed`,
+    /// - Throws: `RemoteError` `protocolViolation` naming the rule (`connect.item-not-memfd`,
     ///   `connect.item-size`) for an attachment that is not such a memfd, before anything is
-    ///   written; what `write` throws.
+    ///   written; `interrupted` when an unsealed one shrank while it was read; what `write`
+    ///   throws.
     public static func write(envelope: [UInt8], attachments: [Attachment],
                              to write: (ConnectFrame) async throws -> Void) async throws {
-        var files: [Source] = []
+        var files: [Source] = [], allSeals: [MemoryFile.Seals] = []
         for (index, attachment) in attachments.enumerated() {
-            guard let fd = attachment.take() else { throw ConnectFrame.violation("item-unsealed", "attachment \(index) was taken") }
+            guard let fd = attachment.take() else { throw ConnectFrame.violation("item-not-memfd", "attachment \(index) was taken") }
             let file = MemoryFile(adopting: fd)
             let seals: MemoryFile.Seals, size: Int
             do throws(SystemCallError) {
                 seals = try file.seals
                 size = try file.size
             } catch {
-                throw ConnectFrame.violation("item-unsealed", "attachment \(index) is not a sealable memfd (\(error))")
+                throw ConnectFrame.violation("item-not-memfd", "attachment \(index) is not a memfd, which is all that crosses a gateway (\(error))")
             }
-            guard seals.isSuperset(of: [.shrink, .grow, .write]) else {
-                throw ConnectFrame.violation("item-unsealed", "attachment \(index) is a memfd not sealed against shrinking, growing and writing")
-            }
+            allSeals.append(MemoryFile.Seals(rawValue: seals.rawValue & ConnectFrame.knownSeals))
             guard size <= ConnectFrame.maxAttachmentBytes else {
                 throw ConnectFrame.violation("item-size", "attachment \(index) holds \(size) bytes, over \(ConnectFrame.maxAttachmentBytes)")
             }
             files.append(Source(file: file, size: size))
         }
-        try await write(.packet(envelope: envelope, attachmentSizes: files.map(\.size)))
+        let uniform = allSeals.allSatisfy { $0 == ConnectFrame.allSeals }
+        try await write(.packet(envelope: envelope, attachmentSizes: files.map(\.size), seals: uniform ? [] : allSeals))
         for source in files {
             let size = source.size
             var offset = 0

@@ -143,6 +143,9 @@ extension GatewayClient {
         switch end.code {
         case .closed:
             return nil
+        case .ended where end.reason?.kind == .idleExit:
+            // No news, as a local service's idle exit: the next call reconnects.
+            return nil
         case .ended:
             let how = end.reason.map { "\($0)" } ?? "its process ended"
             return RemoteError(.interrupted, "\(identifier) on \(gateway) ended: \(how.escapedForTerminal())")

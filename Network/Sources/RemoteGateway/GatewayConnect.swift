@@ -82,6 +82,7 @@ struct ConnectCall: Sendable {
                         }
                     }
                     relay?.close()
+                    backlog.clientEnded.open(nil)
                     outboundSink.yield(.closedByClient)
                 } catch let error as RemoteError {
                     relay?.close()
@@ -163,8 +164,8 @@ struct ConnectCall: Sendable {
                         try await writer.write(frame.encoded())
                     }
                 } catch let error as RemoteError where error.code == .protocolViolation {
-                    // The service sent what cannot cross: it is cut off, as a local host cuts
-                    // off a service that breaks the protocol.
+                    // The service sent what cannot cross (an fd that is no memfd): it is cut
+                    // off, as a local host cuts off a service that breaks the protocol.
                     relay.close()
                     logger.warning("\(identifier) sent what cannot cross the gateway: \(error.reason.escapedForTerminal())")
                     let reason = TerminationReason(kind: .protocolViolation, detail: error.reason)
@@ -173,7 +174,7 @@ struct ConnectCall: Sendable {
                 }
                 backlog.written()
             case .ended(let error):
-                let end = await Self.end(after: error, pid: pid, identifier: identifier, events: events)
+                let end = await Self.end(after: error, pid: pid, identifier: identifier, events: events, clientEnded: backlog.clientEnded)
                 try await writer.write(ConnectFrame.end(end).encoded())
                 return
             case .closedByClient:
@@ -187,16 +188,30 @@ struct ConnectCall: Sendable {
 
     /// The `end` frame once the relay ended (`error`: why the channel failed, if it did): the
     /// process's termination reason when it ended (waited for at most ``reasonPatience``),
-    /// `closed` when it lives on (it closed the channel, or the client ended its side).
+    /// `closed` when it lives on: it closed the channel (a goodbye from the client's side makes
+    /// it), or the client ended its side meanwhile (`clientEnded` opens: nothing is waited for).
     static func end(after error: RemoteError?, pid: Int32?, identifier: String,
-                    events: AsyncStream<LauncherEvent>) async -> ConnectEnd {
+                    events: AsyncStream<LauncherEvent>, clientEnded: Latch) async -> ConnectEnd {
         guard let pid else { return ConnectEnd(code: .closed, reason: nil) }
-        let reason: TerminationReason? = try? await withDeadline(reasonPatience) {
-            for await event in events {
-                if case .terminated(identifier, pid, let reason) = event { return reason }
+        let reason: TerminationReason? = try? await withDeadline(reasonPatience) { () -> TerminationReason?? in
+            await withTaskGroup(of: TerminationReason??.self) { group in
+                group.addTask {
+                    for await event in events {
+                        if case .terminated(identifier, pid, let reason) = event { return .some(reason) }
+                    }
+                    return .some(nil)
+                }
+                group.addTask {
+                    _ = await clientEnded.wait()
+                    return .some(nil)
+                }
+                defer { group.cancelAll() }
+                let first = await group.next() ?? .some(nil)
+                // The latch does not end by cancellation: opened, it lets its task go.
+                clientEnded.open(nil)
+                return first
             }
-            return nil
-        }
+        } ?? nil
         return reason.map { ConnectEnd(code: .ended, reason: $0.bounded()) } ?? ConnectEnd(code: .closed, reason: nil)
     }
 }
@@ -205,6 +220,8 @@ struct ConnectCall: Sendable {
 /// ``ConnectCall/pauseAbove`` and resuming it below ``ConnectCall/resumeBelow``.
 final class Backlog: Sendable {
     let relay = Mutex<ServiceRelay?>(nil)
+    /// Opened once the client's side has ended (or the call's end no longer waits for it).
+    let clientEnded = Latch()
     private let state = Mutex<(count: Int, paused: Bool)>((0, false))
 
     func added() {

@@ -97,7 +97,7 @@ public struct GatewayTLS: Sendable, Hashable {
     /// The server transport's security: mutual TLS only, client certificates verified against
     /// ``clientCA`` alone (chain, validity dates, key usage; not a hostname: a client is named
     /// by its subject alternative names instead), and ALPN required (HTTP/2).
-    var transportSecurity: HTTP2ServerTransport.Posix.TransportSecurity {
+    public var transportSecurity: HTTP2ServerTransport.Posix.TransportSecurity {
         .mTLS(certificateChain: [.file(path: certificateChain, format: .pem)], privateKey: .file(path: privateKey, format: .pem)) { tls in
             tls.trustRoots = .certificates([.file(path: clientCA, format: .pem)])
             tls.clientCertificateVerification = .noHostnameVerification

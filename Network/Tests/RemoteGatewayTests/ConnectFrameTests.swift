@@ -20,6 +20,8 @@ struct ConnectFrameTests {
             (.open(identifier: "com.example.demo-share.notes"), .toGateway), (.opened, .toHost),
             (.packet(envelope: [1, 2, 3], attachmentSizes: []), .toGateway),
             (.packet(envelope: Array(repeating: 7, count: 65_536), attachmentSizes: [1, 256 << 20]), .toHost),
+            // A surface's buffer (sealed against resizing only) beside a share item.
+            (.packet(envelope: [4], attachmentSizes: [64, 8], seals: [[.shrink, .grow, .seal], ConnectFrame.allSeals]), .toHost),
             (.chunk(Array(repeating: 9, count: 61_440)), .toGateway),
             (.end(ConnectEnd(code: .ended, reason: reason)), .toHost), (.end(ConnectEnd(code: .closed, reason: nil)), .toHost),
         ]
@@ -28,7 +30,7 @@ struct ConnectFrameTests {
         }
     }
 
-    @Test("every broken rule is refused, naming it: emptiness, kind, direction, version, identifier, lengths, counts and sizes, the end's code and reason")
+    @Test("every broken rule is refused, naming it: emptiness, kind, direction, version, identifier, lengths, counts, sizes and seals, the end's code and reason")
     func rules() {
         let packet = ConnectFrame.packet(envelope: [1], attachmentSizes: [5]).encoded()
         let cases: [([UInt8], ConnectFrame.Direction, String)] = [
@@ -44,8 +46,9 @@ struct ConnectFrameTests {
             ([3], .toGateway, "connect.packet.length"),
             ([3, 17] + Array(repeating: 1, count: 100), .toGateway, "connect.packet.attachments"),
             ([3, 1, 5, 0], .toGateway, "connect.packet.length"),
-            ([3, 1, 1, 0, 0, 0x10, 1], .toGateway, "connect.packet.attachment-size"),
-            (Array(packet.prefix(6)), .toGateway, "connect.packet.envelope"),
+            ([3, 1, 1, 0, 0, 0x10, 0x0F, 1], .toGateway, "connect.packet.attachment-size"),
+            ([3, 1, 1, 0, 0, 0, 0x40, 1], .toGateway, "connect.packet.seals"),
+            (Array(packet.prefix(7)), .toGateway, "connect.packet.envelope"),
             ([3, 0] + Array(repeating: 1, count: 65_537), .toGateway, "connect.packet.envelope"),
             ([4], .toGateway, "connect.chunk.length"),
             ([4] + Array(repeating: 1, count: 61_441), .toHost, "connect.chunk.length"),

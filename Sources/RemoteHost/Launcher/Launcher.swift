@@ -73,6 +73,17 @@ public actor Launcher {
         /// trees after the frames that change them. On by default; a host that never reads the
         /// tree (a headless renderer) turns it off and spares each service the work.
         public var readsAccessibility = true
+        /// How this launcher reaches services on other machines: the client of its gateways
+        /// (`Network/`'s `GatewayConnector`, docs/Gateway.md). `nil` (the default): local
+        /// services only.
+        ///
+        /// With it, ``Launcher/connection(to:onRequest:onMessage:)`` reaches `identifier@name`
+        /// on the gateway named `name`, and a bare identifier that no local manifest declares on
+        /// the first gateway whose catalog offers it. A local service wins a shared identifier.
+        public var remoteServices: (any RemoteServiceConnector)?
+
+        /// Whether `name` can name a gateway: `[a-z0-9-]+`, at most 63 bytes.
+        public static func isGatewayName(_ name: String) -> Bool { RemoteTarget.isGatewayName(name) }
         /// Where the launcher and the services' stdout/stderr are logged.
         public var logger: Logger
         /// Whether the launcher makes the host process a child subreaper
@@ -151,6 +162,8 @@ public actor Launcher {
     private nonisolated let nextSubscriber = Atomic<Int>(0)
     /// One supervisor for each registered service.
     private nonisolated let supervisors: [String: ServiceSupervisor]
+    /// The connections to remote services, invalidated when the launcher shuts down.
+    private nonisolated let remoteConnections = RemoteConnections()
     /// Whether ``run()`` has begun, and whether the launcher has shut down.
     private nonisolated let phase = Mutex<(running: Bool, shutDown: Bool)>((false, false))
     /// The control groups that enforce memory and processes limits.
@@ -255,6 +268,7 @@ public actor Launcher {
         if first {
             let error = RemoteError.launcherShutDown
             for supervisor in supervisors.values { supervisor.post(.shutdown(error)) }
+            for connection in remoteConnections.shutDown() { connection.invalidateRemote(error) }
         }
         guard running else { return }
         for supervisor in supervisors.values { _ = await supervisor.finished.waitUncancellably() }
@@ -264,6 +278,12 @@ public actor Launcher {
     public nonisolated func connection(to identifier: String,
                                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
                                        onMessage: @escaping Connection.MessageHandler = { _, _ in }) -> ServiceConnection {
+        if let connector = configuration.remoteServices, let target = remoteTarget(identifier, connector) {
+            let connection = ServiceConnection(identifier: identifier, target: target, connector: connector, configuration: configuration,
+                                               onRequest: onRequest, onMessage: onMessage)
+            if !remoteConnections.add(connection) { connection.invalidateRemote(.launcherShutDown) }
+            return connection
+        }
         let supervisor = phase.withLock { $0.shutDown } ? nil : supervisors[identifier]
         let connection = ServiceConnection(identifier: identifier, supervisor: supervisor, onRequest: onRequest, onMessage: onMessage)
         connection.register(orInvalidateWith: {
@@ -272,6 +292,28 @@ public actor Launcher {
             return RemoteError(.invalidated, "\(identifier) is not a registered service")
         }())
         return connection
+    }
+
+    /// The services the launcher's gateways offer this host (``Configuration/remoteServices``),
+    /// asked in their order, each checked as a manifest, and the gateways that could not be
+    /// asked, with why. Add them to a share sheet's registry with
+    /// ``ServiceRegistry/adding(remote:)``.
+    public nonisolated func remoteServices() async -> (services: [ServiceManifest], problems: [RemoteError]) {
+        guard let connector = configuration.remoteServices else { return ([], []) }
+        var services: [ServiceManifest] = [], problems: [RemoteError] = []
+        for gateway in connector.gateways {
+            do throws(RemoteError) { services += try await connector.services(on: gateway) } catch { problems.append(error) }
+        }
+        return (services, problems)
+    }
+
+    /// Where `identifier` is reached through `connector`, if not here: `identifier@name` on a
+    /// gateway of that name; a bare identifier no local manifest declares (valid or not) on the
+    /// first gateway offering it.
+    private nonisolated func remoteTarget(_ identifier: String, _ connector: any RemoteServiceConnector) -> RemoteTarget? {
+        if let target = RemoteTarget(qualified: identifier, gateways: connector.gateways) { return target }
+        guard supervisors[identifier] == nil, case .failure(.unknown) = registry.lookup(identifier), !connector.gateways.isEmpty else { return nil }
+        return RemoteTarget(identifier: identifier, gateway: nil)
     }
 
     /// What the launcher is doing, service by service: one entry per registered service. It
@@ -423,4 +465,32 @@ public struct ServiceStatus: Sendable, Codable, Hashable {
     public var invalidation: String?
     /// Its running processes.
     public var processes: [Process]
+}
+
+/// A launcher's connections to remote services, held weakly, until it shuts down.
+final class RemoteConnections: Sendable {
+    private struct Weak {
+        weak var connection: ServiceConnection?
+    }
+
+    private let state = Mutex<(entries: [Weak], shutDown: Bool)>(([], false))
+
+    /// Adds `connection`; `false` once the launcher has shut down.
+    func add(_ connection: ServiceConnection) -> Bool {
+        state.withLock { state in
+            guard !state.shutDown else { return false }
+            state.entries.removeAll { $0.connection == nil }
+            state.entries.append(Weak(connection: connection))
+            return true
+        }
+    }
+
+    /// The connections still alive; none is added after.
+    func shutDown() -> [ServiceConnection] {
+        state.withLock { state in
+            state.shutDown = true
+            defer { state.entries = [] }
+            return state.entries.compactMap(\.connection)
+        }
+    }
 }

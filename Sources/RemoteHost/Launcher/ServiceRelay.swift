@@ -7,8 +7,12 @@
 /// The host that speaks on it is the far one: its handshake, its requests and their deadlines
 /// and cancels, its shares and their items. This side parses nothing. The process is this
 /// launcher's, started, sandboxed and supervised as for any ``ServiceConnection`` (the relay's
-/// connection holds it; invalidating that connection stops it as usual), and every packet either
-/// way counts as traffic on its idle clock.
+/// connection holds it; invalidating that connection stops it as usual).
+///
+/// While the relay is open it counts as work in progress on the process's idle clock, as an
+/// outstanding request does: this side cannot see a far share in progress (a user reading its
+/// view sends nothing), so it does not stop the process for idleness meanwhile. The service's
+/// own idle exit still ends it, and the far host reconnects on its next call.
 ///
 /// Made by ``ServiceConnection/openRelay(onPacket:onEnd:)``. Thread-safe: the channel itself is
 /// confined to RemoteView's event loop, and every call posts to it, in order.
@@ -38,6 +42,8 @@ public final class ServiceRelay: Sendable {
         self.instance = instance
         identifier = instance.manifest.identifier
         bound = LoopBound(State(channel: channel), loop: channel.loop)
+        instance.idleClock.begin()
+        inbound.finished = { [weak instance] in instance?.idleClock.end() }
         bound.loop.run { [bound] in
             bound.value.inbound = inbound
             inbound.writable = { [weak state = bound.value] in state?.release() }
@@ -92,10 +98,11 @@ public final class ServiceRelay: Sendable {
     /// is not called. Idempotent.
     public func close() {
         bound.loop.run { [bound] in
-            guard bound.value.inbound != nil else { return }
+            guard let inbound = bound.value.inbound else { return }
             bound.value.inbound = nil
             bound.value.channel.close()
             bound.value.release()
+            inbound.finish()
         }
     }
 
@@ -107,6 +114,8 @@ public final class ServiceRelay: Sendable {
         weak var instance: ServiceInstance?
         /// Called when the channel becomes writable again, or ends.
         var writable: (() -> Void)?
+        /// Called once when the relay is over (ended or closed).
+        var finished: (@Sendable () -> Void)?
         private(set) var done = false
 
         init(instance: ServiceInstance, onPacket: @escaping @Sendable (TransportPacket) -> Void,
@@ -132,7 +141,15 @@ public final class ServiceRelay: Sendable {
             guard !done else { return }
             done = true
             writable?()
+            finish()
             onEnd(error)
+        }
+
+        /// The relay is over: once.
+        func finish() {
+            let finished = self.finished
+            self.finished = nil
+            finished?()
         }
     }
 }

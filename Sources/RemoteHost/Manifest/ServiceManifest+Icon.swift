@@ -76,6 +76,14 @@ extension ServiceManifest.Icon {
         return Self(path: path, pngData: bytes, width: width, height: height)
     }
 
+    /// Checks an icon's bytes that came from elsewhere (a gateway's catalog), named `what`: at
+    /// most ``maxBytes``, a PNG signature, and at most ``maxSide`` × ``maxSide`` pixels declared.
+    static func checking(_ bytes: [UInt8], what: String) throws(Refusal) -> Self {
+        guard bytes.count <= maxBytes else { throw Refusal(reason: "\(what) is \(bytes.count) bytes, more than \(maxBytes) (1 MiB)") }
+        let (width, height) = try dimensions(of: bytes, path: what)
+        return Self(path: what, pngData: bytes, width: width, height: height)
+    }
+
     /// The folder to open `written` beneath, and the path below it.
     private static func place(of written: String, manifestFolder: String, iconFolders: [String]) throws(Refusal) -> (String, String) {
         guard written.hasPrefix("/") else { return (manifestFolder, written) }

@@ -45,6 +45,10 @@ public struct ServiceManifest: Sendable, Hashable {
     /// The manifests of the same identifier this one hides: installed system-wide, while this
     /// one is the user's (``ServiceRegistry/init(scanning:includingInstalled:)``). Empty otherwise.
     public internal(set) var shadows: [String] = []
+    /// The gateway a remote service is reached through, by its name in the host's
+    /// configuration; `nil` for a local one. Its ``executable`` is then empty: nothing runs
+    /// here (``remote(identifier:title:subtitle:iconPNG:activation:gateway:)``).
+    public internal(set) var gateway: String?
 
     /// Display metadata.
     public struct Display: Sendable, Hashable, Codable {
@@ -355,5 +359,51 @@ extension ServiceManifest: Encodable {
         try container.encode(idleTimeout.inSeconds, forKey: .idleTimeout)
         try container.encode(instances.rawValue, forKey: .instances)
         try container.encode(limits, forKey: .limits)
+    }
+}
+
+// MARK: remote services
+
+extension ServiceManifest {
+    /// A remote service's manifest, from what its gateway's catalog says, checked as a manifest
+    /// file is: the identifier, the title and subtitle (the string rules), the activation rules,
+    /// and the icon's bytes (a PNG of at most 1 MiB and 1024 × 1024 pixels, else it is left
+    /// out, as a local manifest's would be, with a warning). Marked with `gateway`; nothing of
+    /// it runs here.
+    ///
+    /// - Throws: ``ManifestError`` naming the gateway and the key, as a manifest file's would.
+    public static func remote(identifier: String, title: String, subtitle: String?, iconPNG: [UInt8]?,
+                              activation: Activation?, gateway: String, warnings: inout [ManifestError]) throws(ManifestError) -> ServiceManifest {
+        struct Written: Encodable {
+            var identifier: String
+            var executable = "remote"
+            var display: [String: String]
+            var activation: Activation?
+        }
+        let source = "the catalog of gateway \(gateway)"
+        var display = ["title": title]
+        if let subtitle { display["subtitle"] = subtitle }
+        var manifest: ServiceManifest
+        do {
+            let data = try JSONEncoder().encode(Written(identifier: identifier, display: display, activation: activation))
+            manifest = try JSONDecoder().decode(ServiceManifest.self, from: data)
+        } catch let error as DecodingError {
+            var problem = ServiceRegistry.describe(error, file: source)
+            problem.identifier = identifier
+            throw problem
+        } catch {
+            throw ManifestError(file: source, reason: "\(error)", identifier: identifier)
+        }
+        manifest.executable = ""
+        manifest.file = source
+        manifest.gateway = gateway
+        if let iconPNG {
+            do throws(Icon.Refusal) {
+                manifest.icon = try Icon.checking(iconPNG, what: "the icon of \(identifier) from gateway \(gateway)")
+            } catch {
+                warnings.append(ManifestError(file: source, key: "display.icon", reason: "\(error.reason); shown without it", identifier: identifier))
+            }
+        }
+        return manifest
     }
 }

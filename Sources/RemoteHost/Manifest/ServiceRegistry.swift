@@ -122,6 +122,24 @@ public struct ServiceRegistry: Sendable {
         return .failure(.unknown(identifier: identifier, folders: folders))
     }
 
+    /// This registry with remote services (``ServiceManifest/remote(identifier:title:subtitle:iconPNG:activation:gateway:warnings:)``,
+    /// from gateways' catalogs, in the order the gateways are asked) next to its own, as a
+    /// share sheet lists them: a local service wins a shared identifier, and the remote one is
+    /// listed as `identifier@gateway`, which ``Launcher/connection(to:onRequest:onMessage:)``
+    /// reaches; of two gateways offering one identifier, the first keeps the bare one.
+    public func adding(remote manifests: [ServiceManifest]) -> ServiceRegistry {
+        var registry = self
+        for var manifest in manifests {
+            guard let gateway = manifest.gateway else { continue }
+            if registry.services[manifest.identifier] != nil || problems.contains(where: { $0.identifier == manifest.identifier }) {
+                manifest.identifier += "@" + gateway
+            }
+            guard registry.services[manifest.identifier] == nil else { continue }
+            registry.services[manifest.identifier] = manifest
+        }
+        return registry
+    }
+
     /// Valid services, sorted by identifier.
     public var sortedServices: [ServiceManifest] {
         services.values.sorted { $0.identifier < $1.identifier }
@@ -291,7 +309,7 @@ public struct ServiceRegistry: Sendable {
         return try? JSONDecoder().decode(Declared.self, from: data).identifier
     }
 
-    private static func describe(_ error: DecodingError, file: String) -> ManifestError {
+    static func describe(_ error: DecodingError, file: String) -> ManifestError {
         func path(_ codingPath: [any CodingKey]) -> String? {
             var result = ""
             for key in codingPath {

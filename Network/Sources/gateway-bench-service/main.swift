@@ -1,0 +1,22 @@
+// gateway-bench's service, as lean as a RemoteView service gets: "echo" (the payload back) and
+// "size" (the bytes of the attachments it was sent, fstat'ed: what crossed), for the gateway's
+// figures (Network/Sources/gateway-bench).
+import Glibc
+import RemoteService
+
+await ServiceMain.exit(serving: CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "com.example.gateway-bench",
+                       onSynchronousRequest: { request, _ in
+    switch request.type {
+    case "echo":
+        return ServiceMessage(type: "echo", payload: request.payload)
+    case "size":
+        var total = 0
+        for attachment in request.attachments {
+            guard let fd = attachment.take() else { continue }
+            total += try MemoryFile(adopting: fd).size
+        }
+        return ServiceMessage(type: "size", text: String(total))
+    default:
+        throw ServiceFailure(domain: "gateway-bench", code: 404, message: "unknown request \(request.type)")
+    }
+})

@@ -1,0 +1,327 @@
+// gateway-bench: the gateway's figures across a veth pair, each beside its baseline measured in
+// the same run (docs/Benchmarks.md, "The gateway"). Root only (network namespaces).
+//
+//   gateway-bench [--round-trips N] [--transfers M]
+//       makes two network namespaces joined by a veth pair, a PKI (openssl), starts
+//       remoteview-gateway and the bare gRPC baseline server in one namespace, runs the client
+//       in the other, prints the figures and removes everything.
+//   gateway-bench baseline-server ...   the bare gRPC-Swift server, same mutual TLS
+//   gateway-bench client ...            the measuring client (prints JSON)
+import ArgumentParser
+import Foundation
+import Glibc
+import GRPCCore
+import GRPCNIOTransportHTTP2
+@_spi(RemoteViewTransport) import RemoteHost
+import RemoteGateway
+
+/// The bare gRPC-Swift peer: unary `Echo` and client-streaming `Sink` (the bytes it took).
+enum Baseline {
+    static let echo = MethodDescriptor(fullyQualifiedService: "bench.Baseline", method: "Echo")
+    static let sink = MethodDescriptor(fullyQualifiedService: "bench.Baseline", method: "Sink")
+
+    struct Service: RegistrableRPCService {
+        func registerMethods<Transport: ServerTransport>(with router: inout RPCRouter<Transport>) {
+            router.registerHandler(forMethod: Baseline.echo, deserializer: RawBytes(), serializer: RawBytes()) { request, _ in
+                StreamingServerResponse(of: [UInt8].self) { writer in
+                    for try await message in request.messages { try await writer.write(message) }
+                    return [:]
+                }
+            }
+            router.registerHandler(forMethod: Baseline.sink, deserializer: RawBytes(), serializer: RawBytes()) { request, _ in
+                var total = 0
+                for try await message in request.messages { total += message.count }
+                return StreamingServerResponse(single: ServerResponse(message: Array(String(total).utf8)))
+            }
+        }
+    }
+}
+
+func microseconds() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) * 1e6 + Double(now.tv_nsec) / 1e3
+}
+
+/// CPU time (user + system) of this process so far, µs.
+func cpuMicroseconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double((usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
+}
+
+struct Figure: Codable {
+    var name: String
+    var median: Double
+    var p99: Double
+    var perSecond: Double
+    var clientCPUPerOperation: Double
+
+    init(_ name: String, samples: [Double], cpu: Double) {
+        let sorted = samples.sorted()
+        self.name = name
+        median = sorted[sorted.count / 2]
+        p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+        perSecond = Double(sorted.count) / (samples.reduce(0, +) / 1e6)
+        clientCPUPerOperation = cpu / Double(sorted.count)
+    }
+}
+
+@main
+struct GatewayBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gateway-bench",
+        abstract: "The gateway's figures across a veth pair, beside bare gRPC-Swift with the same mutual TLS, in one run (root).",
+        subcommands: [Run.self, BaselineServer.self, Client.self], defaultSubcommand: Run.self)
+}
+
+struct TLSOptions: ParsableArguments {
+    @Option var certificate: String
+    @Option var key: String
+    @Option var ca: String
+}
+
+struct BaselineServer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "baseline-server", abstract: "The bare gRPC-Swift server, with the gateway's TLS settings.")
+    @Option var listen: String
+    @Option var port: Int
+    @OptionGroup var tls: TLSOptions
+
+    func run() async throws {
+        let security = GatewayTLS(certificateChain: tls.certificate, privateKey: tls.key, clientCA: tls.ca)
+        let transport = HTTP2ServerTransport.Posix(address: .ipv4(host: listen, port: port), transportSecurity: security.transportSecurity)
+        let server = GRPCServer(transport: transport, services: [Baseline.Service()])
+        let announce = Task {
+            if (try? await transport.listeningAddress) != nil { print("baseline: listening"); fflush(stdout) }
+        }
+        defer { announce.cancel() }
+        try await server.serve()
+    }
+}
+
+struct Client: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "client", abstract: "Measure, as the host, and print the figures as JSON.")
+    @Option var gateway: String
+    @Option var baseline: String
+    @Option(name: .customLong("round-trips")) var roundTrips = 5000
+    @Option var transfers = 20
+    @OptionGroup var tls: TLSOptions
+
+    func run() async throws {
+        let host = String(gateway.split(separator: ":")[0])
+        let gatewayPort = Int(gateway.split(separator: ":")[1])!, baselinePort = Int(baseline.split(separator: ":")[1])!
+        let client = GatewayClient(address: .ipv4(host: host, port: gatewayPort), certificateChain: tls.certificate, privateKey: tls.key,
+                                   gatewayCA: tls.ca, serverName: "localhost")
+        var config = HTTP2ClientTransport.Posix.Config.defaults
+        config.http2.authority = "localhost"
+        let security = HTTP2ClientTransport.Posix.TransportSecurity.mTLS(
+            certificateChain: [.file(path: tls.certificate, format: .pem)], privateKey: .file(path: tls.key, format: .pem)) { tls in
+            tls.trustRoots = .certificates([.file(path: self.tls.ca, format: .pem)])
+        }
+        let payload = [UInt8](repeating: 0x2A, count: 64)
+        let mebibyte = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        var figures: [Figure] = []
+
+        // Bare gRPC-Swift: unary 64 B, and 1 MiB on a client stream in 60 KiB messages.
+        let transport = try HTTP2ClientTransport.Posix(target: .ipv4(address: host, port: baselinePort), transportSecurity: security, config: config)
+        figures += try await withGRPCClient(transport: transport) { grpc -> [Figure] in
+            func call() async throws {
+                let reply = try await grpc.unary(request: ClientRequest(message: payload), descriptor: Baseline.echo, serializer: RawBytes(),
+                                                 deserializer: RawBytes(), options: .defaults) { try $0.message }
+                guard reply.count == 64 else { throw RPCError(code: .dataLoss, message: "short reply") }
+            }
+            for _ in 0..<500 { try await call() }
+            var samples: [Double] = []
+            var cpu = cpuMicroseconds()
+            for _ in 0..<roundTrips {
+                let start = microseconds()
+                try await call()
+                samples.append(microseconds() - start)
+            }
+            let unary = Figure("bare gRPC unary, 64 B", samples: samples, cpu: cpuMicroseconds() - cpu)
+            func sink() async throws {
+                let request = StreamingClientRequest<[UInt8]> { writer in
+                    var start = 0
+                    while start < mebibyte.count {
+                        let end = min(start + ConnectFrame.maxChunkBytes, mebibyte.count)
+                        try await writer.write(Array(mebibyte[start..<end]))
+                        start = end
+                    }
+                }
+                let reply = try await grpc.clientStreaming(request: request, descriptor: Baseline.sink, serializer: RawBytes(),
+                                                           deserializer: RawBytes(), options: .defaults) { try $0.message }
+                guard String(decoding: reply, as: UTF8.self) == String(1 << 20) else { throw RPCError(code: .dataLoss, message: "short sink") }
+            }
+            for _ in 0..<3 { try await sink() }
+            samples = []
+            cpu = cpuMicroseconds()
+            for _ in 0..<transfers {
+                let start = microseconds()
+                try await sink()
+                samples.append(microseconds() - start)
+            }
+            return [unary, Figure("bare gRPC stream, 1 MiB", samples: samples, cpu: cpuMicroseconds() - cpu)]
+        }
+
+        // RemoteView through the gateway: a request/reply of 64 B, and a 1 MiB file item.
+        let configuration = Connection.Configuration(role: .host, identifier: "com.example.gateway-bench-host",
+                                                     expectedPeerIdentifier: "com.example.gateway-bench")
+        let connection = try await client.connect(to: "com.example.gateway-bench", configuration: configuration)
+        figures += try await connection.withRunning { connection -> [Figure] in
+            func call() async throws {
+                let reply = try await connection.request(ServiceMessage(type: "echo", payload: payload), timeout: .seconds(10))
+                guard reply.payload.count == 64 else { throw RemoteError(.protocolViolation, "short reply") }
+            }
+            for _ in 0..<500 { try await call() }
+            var samples: [Double] = []
+            var cpu = cpuMicroseconds()
+            for _ in 0..<roundTrips {
+                let start = microseconds()
+                try await call()
+                samples.append(microseconds() - start)
+            }
+            let request = Figure("RemoteView request/reply through the gateway, 64 B", samples: samples, cpu: cpuMicroseconds() - cpu)
+            let file = try MemoryFile.sealed(name: "bench-item", contents: mebibyte)
+            func send() async throws {
+                let reply = try await connection.request(ServiceMessage(type: "size", attachments: [try Attachment(duplicating: file.fd)]),
+                                                         timeout: .seconds(30))
+                guard reply.text == String(1 << 20) else { throw RemoteError(.protocolViolation, "the item arrived as \(reply.text ?? "?") bytes") }
+            }
+            for _ in 0..<3 { try await send() }
+            samples = []
+            cpu = cpuMicroseconds()
+            for _ in 0..<transfers {
+                let start = microseconds()
+                try await send()
+                samples.append(microseconds() - start)
+            }
+            await connection.close(reason: "done")
+            return [request, Figure("RemoteView 1 MiB file item through the gateway", samples: samples, cpu: cpuMicroseconds() - cpu)]
+        }
+        let encoder = JSONEncoder()
+        print(String(decoding: try encoder.encode(figures), as: UTF8.self))
+    }
+}
+
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "run", abstract: "Set up two namespaces and a veth pair, measure, clean up (root).")
+    @Option(name: .customLong("round-trips")) var roundTrips = 5000
+    @Option var transfers = 20
+
+    func run() async throws {
+        guard geteuid() == 0 else { throw ValidationError("gateway-bench makes network namespaces: run it as root") }
+        let own = URL(filePath: CommandLine.arguments[0]).deletingLastPathComponent().path
+        let service = own + "/gateway-bench-service", gatewayExecutable = own + "/remoteview-gateway", bench = CommandLine.arguments[0]
+        let tag = String(getpid() % 100_000)
+        let (server, client, serverLink, clientLink) = ("rvb\(tag)s", "rvb\(tag)c", "rvbs\(tag)", "rvbc\(tag)")
+        let (serverAddress, clientAddress) = ("10.213.8.1", "10.213.8.2")
+        let folder = FileManager.default.temporaryDirectory.appending(path: "gateway-bench-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: folder + "/services", withIntermediateDirectories: true)
+        var children: [Process] = []
+        defer {
+            for child in children where child.isRunning { child.terminate() }
+            for child in children { child.waitUntilExit() }
+            for namespace in [server, client] { _ = try? Self.run("/usr/sbin/ip", ["netns", "del", namespace]) }
+            try? FileManager.default.removeItem(atPath: folder)
+        }
+        for command in [["netns", "add", server], ["netns", "add", client],
+                        ["link", "add", serverLink, "type", "veth", "peer", "name", clientLink],
+                        ["link", "set", serverLink, "netns", server], ["link", "set", clientLink, "netns", client],
+                        ["-n", server, "addr", "add", serverAddress + "/30", "dev", serverLink],
+                        ["-n", client, "addr", "add", clientAddress + "/30", "dev", clientLink],
+                        ["-n", server, "link", "set", serverLink, "up"], ["-n", client, "link", "set", clientLink, "up"],
+                        ["-n", server, "link", "set", "lo", "up"], ["-n", client, "link", "set", "lo", "up"]] {
+            _ = try Self.run("/usr/sbin/ip", command)
+        }
+        // A PKI: a CA, the gateway's certificate (localhost and its address), a client's (a URI).
+        func openssl(_ arguments: [String]) throws { _ = try Self.run("/usr/bin/openssl", arguments) }
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        try openssl(["req", "-x509"] + ec + ["-keyout", folder + "/ca.key", "-out", folder + "/ca.pem", "-days", "2", "-subj", "/CN=gateway-bench CA",
+                     "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        for (name, extensions) in [("gateway", "subjectAltName=DNS:localhost,IP:\(serverAddress)\nextendedKeyUsage=serverAuth\n"),
+                                   ("client", "subjectAltName=URI:spiffe://gateway-bench/client\nextendedKeyUsage=clientAuth\n")] {
+            try openssl(["req"] + ec + ["-keyout", "\(folder)/\(name).key", "-out", "\(folder)/\(name).csr", "-subj", "/CN=\(name)"])
+            try Data(extensions.utf8).write(to: URL(filePath: "\(folder)/\(name).ext"))
+            try openssl(["x509", "-req", "-in", "\(folder)/\(name).csr", "-CA", folder + "/ca.pem", "-CAkey", folder + "/ca.key", "-CAcreateserial",
+                         "-out", "\(folder)/\(name).pem", "-days", "2", "-extfile", "\(folder)/\(name).ext"])
+        }
+        try Data(#"{"version": 1, "clients": [{"identity": "uri:spiffe://gateway-bench/client", "services": ["*"]}]}"#.utf8)
+            .write(to: URL(filePath: folder + "/clients.json"))
+        try Data(#"{"identifier": "com.example.gateway-bench", "executable": "\#(service)", "arguments": ["com.example.gateway-bench"], "display": {"title": "Bench"}, "idleTimeout": 600}"#.utf8)
+            .write(to: URL(filePath: folder + "/services/bench.json"))
+
+        let tls = ["--certificate", folder + "/gateway.pem", "--key", folder + "/gateway.key"]
+        children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, gatewayExecutable, "--listen", serverAddress + ":7443"] + tls
+                                       + ["--client-ca", folder + "/ca.pem", "--authorization", folder + "/clients.json",
+                                          "--services", folder + "/services", "--no-installed", "--log-level", "warning"], until: "listening on"))
+        children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, bench, "baseline-server", "--listen", serverAddress, "--port", "7444",
+                                                         "--certificate", folder + "/gateway.pem", "--key", folder + "/gateway.key", "--ca", folder + "/ca.pem"],
+                                       until: "baseline: listening"))
+        var load = [Double](repeating: 0, count: 3)
+        getloadavg(&load, 3)
+        let before = try Self.counters(server, serverLink)
+        let output = try Self.run("/usr/sbin/ip", ["netns", "exec", client, bench, "client", "--gateway", serverAddress + ":7443",
+                                                   "--baseline", serverAddress + ":7444", "--round-trips", String(roundTrips),
+                                                   "--transfers", String(transfers), "--certificate", folder + "/client.pem",
+                                                   "--key", folder + "/client.key", "--ca", folder + "/ca.pem"])
+        let after = try Self.counters(server, serverLink)
+        let figures = try JSONDecoder().decode([Figure].self, from: Data(output.split(separator: "\n").last.map(String.init)?.utf8 ?? "".utf8))
+        print(String(format: "load average before the run: %.2f %.2f %.2f", load[0], load[1], load[2]))
+        print("| figure | median | p99 | per second | client CPU per op |")
+        print("| --- | --- | --- | --- | --- |")
+        for figure in figures {
+            print(String(format: "| %@ | %.1f µs | %.1f µs | %.1f | %.1f µs |", figure.name, figure.median, figure.p99, figure.perSecond, figure.clientCPUPerOperation))
+        }
+        let named = Dictionary(uniqueKeysWithValues: figures.map { ($0.name, $0) })
+        if let bare = named["bare gRPC unary, 64 B"], let remote = named["RemoteView request/reply through the gateway, 64 B"] {
+            print(String(format: "request/reply 64 B, RemoteView through the gateway vs bare gRPC unary: %.2f× (median), target ≤ 1.3×", remote.median / bare.median))
+        }
+        if let bare = named["bare gRPC stream, 1 MiB"], let remote = named["RemoteView 1 MiB file item through the gateway"] {
+            print(String(format: "1 MiB, RemoteView item throughput vs bare gRPC stream: %.2f× (%.1f vs %.1f MiB/s), target ≥ 0.8×",
+                         remote.perSecond / bare.perSecond, remote.perSecond, bare.perSecond))
+        }
+        print("veth \(serverLink) during the run: \(after.0 - before.0) bytes received, \(after.1 - before.1) bytes sent (both figures' traffic)")
+    }
+
+    /// The veth end's byte counters in `namespace` (received, sent).
+    static func counters(_ namespace: String, _ link: String) throws -> (Int, Int) {
+        let read = { (what: String) in Int(try Self.run("/usr/sbin/ip", ["netns", "exec", namespace, "cat", "/sys/class/net/\(link)/statistics/\(what)"])
+                                                .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 }
+        return (try read("rx_bytes"), try read("tx_bytes"))
+    }
+
+    /// Runs `executable` to its end; its output, or an error with it.
+    static func run(_ executable: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(filePath: executable)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw ValidationError("\(executable) \(arguments.joined(separator: " ")) failed: \(output)")
+        }
+        return output
+    }
+
+    /// Starts `executable` and waits (60 s at most) until it prints a line containing `ready`.
+    static func start(_ executable: String, _ arguments: [String], until ready: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(filePath: executable)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        var seen = ""
+        let deadline = Date() + 60
+        while !seen.contains(ready) {
+            let data = pipe.fileHandleForReading.availableData
+            guard !data.isEmpty, Date() < deadline else { throw ValidationError("\(executable) did not say \(ready): \(seen)") }
+            seen += String(decoding: data, as: UTF8.self)
+        }
+        return process
+    }
+}
