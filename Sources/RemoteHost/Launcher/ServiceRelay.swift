@@ -164,7 +164,7 @@ extension ServiceConnection {
     /// the channel fails (why); not after ``ServiceRelay/close()``. How the process ended, when
     /// it did, comes as this connection's ``Event/interrupted(_:)``.
     ///
-    /// - Throws: ``RemoteError`` as a request would: the service cannot be launched, the
+    /// - Throws: `RemoteError` as a request would: the service cannot be launched, the
     ///   connection is invalidated, the process ended before it took the channel.
     @_spi(RemoteViewTransport)
     public func openRelay(onPacket: @escaping @Sendable (TransportPacket) -> Void,

@@ -47,7 +47,7 @@ public struct ServiceManifest: Sendable, Hashable {
     public internal(set) var shadows: [String] = []
     /// The gateway a remote service is reached through, by its name in the host's
     /// configuration; `nil` for a local one. Its ``executable`` is then empty: nothing runs
-    /// here (``remote(identifier:title:subtitle:iconPNG:activation:gateway:)``).
+    /// here (``remote(identifier:title:subtitle:iconPNG:activation:gateway:warnings:)``).
     public internal(set) var gateway: String?
 
     /// Display metadata.

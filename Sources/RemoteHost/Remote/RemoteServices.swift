@@ -6,7 +6,7 @@ import RemoteCore
 /// that library and hands its connector to ``Launcher/Configuration/remoteServices``.
 ///
 /// RemoteHost cannot name the network transport (it lives in a package that depends on this
-/// one): this protocol is the seam. What it gives back is a ``Connection`` like a local one,
+/// one): this protocol is the seam. What it gives back is a `Connection` like a local one,
 /// whose packets travel to a process that the far machine's launcher runs.
 public protocol RemoteServiceConnector: Sendable {
     /// The names of the gateways it reaches (each `[a-z0-9-]+`, the names a host writes after
@@ -17,14 +17,14 @@ public protocol RemoteServiceConnector: Sendable {
     /// (their strings, icons and activation rules), each marked with its gateway
     /// (``ServiceManifest/gateway``). Nothing of them runs here.
     ///
-    /// - Throws: ``RemoteError`` naming the gateway: *interrupted* when it cannot be reached,
+    /// - Throws: `RemoteError` naming the gateway: *interrupted* when it cannot be reached,
     ///   *protocolViolation* when what it sent is no catalog.
     func services(on gateway: String) async throws(RemoteError) -> [ServiceManifest]
 
     /// A connection to the service `identifier` (bare: its handshake's) on `gateway`, opened:
     /// the far launcher has a process of it. The caller runs the connection.
     ///
-    /// - Throws: ``RemoteError`` naming the gateway and saying why: *interrupted* when the
+    /// - Throws: `RemoteError` naming the gateway and saying why: *interrupted* when the
     ///   gateway cannot be reached or cannot reach the service now, *invalidated* when it will
     ///   never give this host the service.
     func connect(to identifier: String, on gateway: String, configuration: Connection.Configuration,
