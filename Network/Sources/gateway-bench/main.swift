@@ -92,7 +92,11 @@ struct BaselineServer: AsyncParsableCommand {
         let transport = HTTP2ServerTransport.Posix(address: .ipv4(host: listen, port: port), transportSecurity: security.transportSecurity)
         let server = GRPCServer(transport: transport, services: [Baseline.Service()])
         let announce = Task {
-            if (try? await transport.listeningAddress) != nil { print("baseline: listening"); fflush(stdout) }
+            if (try? await transport.listeningAddress) != nil {
+                // At once, unbuffered: the parent waits for the line.
+                let line = Array("baseline: listening\n".utf8)
+                _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+            }
         }
         defer { announce.cancel() }
         try await server.serve()
