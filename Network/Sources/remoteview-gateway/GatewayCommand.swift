@@ -4,6 +4,7 @@
 // machine's own launcher starts and sandboxes.
 import ArgumentParser
 import FoundationEssentials
+import class Foundation.Thread
 import Glibc
 import GRPCNIOTransportHTTP2
 import Logging
@@ -16,7 +17,7 @@ struct GatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remoteview-gateway",
         abstract: "Serve this machine's RemoteView services to hosts elsewhere, over gRPC with mutual TLS.",
-        subcommands: [Serve.self, ActivitiesCommand.self, CallCommand.self],
+        subcommands: [Serve.self, ActivitiesCommand.self, CallCommand.self, HostCommand.self],
         defaultSubcommand: Serve.self)
 }
 
@@ -279,4 +280,123 @@ struct CallCommand: AsyncParsableCommand {
 func sayError(_ line: String) {
     let bytes = Array((line + "\n").utf8)
     _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+/// `remoteview-gateway host`: a host whose launcher is given one gateway, driven line by line
+/// from standard input (for trying a gateway's services as a host's launcher reaches them, and
+/// for tests across machines).
+struct HostCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "host",
+        abstract: "Be a host whose launcher reaches services through one gateway, driven by commands on standard input.",
+        discussion: """
+            Commands, one per line: \
+            `request SERVICE TYPE [TEXT]` (SERVICE as the launcher takes it: an identifier, or \
+            IDENTIFIER@NAME), printing `reply SERVICE TYPE: TEXT` or `error SERVICE CODE: REASON`; \
+            `send SERVICE TYPE [TEXT]` (one-way); \
+            `share SERVICE TEXT` (a share of one text item through the share sheet, its view \
+            presented at 40×30), printing `share started` once its first frame is shown; \
+            `share-request TYPE [TEXT]` on the share's connection; `share-outcome`, printing \
+            `outcome …` once the share has ended; \
+            `activities`, printing the gateway's services as the share sheet lists them. \
+            Each connection's events print as `event SERVICE interrupted: REASON`. Standard \
+            input's end ends it.
+            """)
+
+    @OptionGroup var options: ClientOptions
+
+    @Option(help: ArgumentHelp("The gateway's name in this host's configuration ([a-z0-9-]+).", valueName: "name"))
+    var name = "remote"
+
+    func run() async throws {
+        var quiet = Logger(label: "remoteview-gateway.host")
+        quiet.logLevel = .error
+        var configuration = Launcher.Configuration(hostIdentifier: "remoteview-gateway.host", backoff: .milliseconds(100))
+        configuration.logger = quiet
+        do {
+            configuration.remoteServices = try GatewayConnector(gateways: [(name: name, client: try options.client)], logger: quiet)
+        } catch let error as GatewayError {
+            throw ValidationError(error.description)
+        }
+        let lines = Self.standardInputLines()
+        try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
+            var connections: [String: ServiceConnection] = [:]
+            var watchers: [Task<Void, Never>] = []
+            var session: ShareSession?
+            func connection(_ service: String) -> ServiceConnection {
+                if let open = connections[service] { return open }
+                let made = launcher.connection(to: service)
+                connections[service] = made
+                watchers.append(Task {
+                    for await event in made.events {
+                        if case .interrupted(let error) = event { say("event \(service) interrupted: \(error.reason)".escapedForTerminal()) }
+                    }
+                })
+                return made
+            }
+            for await line in lines {
+                let words = line.split(separator: " ", maxSplits: 3).map(String.init)
+                guard let command = words.first else { continue }
+                let text = words.count > 3 ? words[3] : nil
+                func message(_ type: String, _ text: String?) -> ServiceMessage {
+                    text.map { ServiceMessage(type: type, text: $0) } ?? ServiceMessage(type: type)
+                }
+                do throws(RemoteError) {
+                    switch command {
+                    case "request" where words.count >= 3:
+                        let reply = try await connection(words[1]).request(message(words[2], text), timeout: .seconds(30))
+                        say("reply \(words[1]) \(reply.type): \(reply.text ?? "")".escapedForTerminal())
+                    case "send" where words.count >= 3:
+                        try await connection(words[1]).send(message(words[2], text))
+                        say("sent \(words[1]) \(words[2])".escapedForTerminal())
+                    case "activities":
+                        let (services, problems) = await launcher.remoteServices()
+                        for service in ServiceRegistry(manifests: []).adding(remote: services).sortedServices {
+                            say("activity \(service.identifier) \(service.display.title) (gateway \(service.gateway ?? "?"))".escapedForTerminal())
+                        }
+                        for problem in problems { say("error activities \(problem.code): \(problem.reason)".escapedForTerminal()) }
+                    case "share" where words.count >= 3:
+                        let (services, _) = await launcher.remoteServices()
+                        let item = try ShareItem.text(words.dropFirst(2).joined(separator: " "))
+                        let sheet = ShareSheet(registry: ServiceRegistry(manifests: []).adding(remote: services), items: [item])
+                        guard let activity = sheet.activity(words[1]) else {
+                            throw RemoteError(.invalidArgument, "\(words[1]) is not offered for the text: \(sheet.explanation(for: words[1]) ?? "not listed")")
+                        }
+                        let started = try await sheet.perform(activity, launcher: launcher)
+                        session = started
+                        try await started.view.present(width: 40, height: 30)
+                        var frames = started.view.damage.makeAsyncIterator()
+                        _ = await frames.next()
+                        say("share started")
+                    case "share-request" where words.count >= 2:
+                        guard let session else { throw RemoteError(.invalidArgument, "no share") }
+                        let rest = line.split(separator: " ", maxSplits: 2).map(String.init)
+                        let reply = try await session.connection.request(message(rest[1], rest.count > 2 ? rest[2] : nil), timeout: .seconds(30))
+                        say("reply share \(reply.type): \(reply.text ?? "")".escapedForTerminal())
+                    case "share-outcome":
+                        guard let session else { throw RemoteError(.invalidArgument, "no share") }
+                        let outcome = try await session.outcome(timeout: .seconds(30))
+                        say("outcome \(outcome)".escapedForTerminal())
+                    default:
+                        say("error \(command) invalidArgument: not a command (request, send, activities, share, share-request, share-outcome)".escapedForTerminal())
+                    }
+                } catch {
+                    say("error \(words.count > 1 ? words[1] : command) \(error.code): \(error.reason)".escapedForTerminal())
+                }
+            }
+            for connection in connections.values { await connection.invalidate() }
+            for watcher in watchers { await watcher.value }
+        }
+    }
+
+    /// Standard input's lines, read on a thread of their own (a blocking read).
+    static func standardInputLines() -> AsyncStream<String> {
+        let (lines, sink) = AsyncStream<String>.makeStream()
+        let thread = Thread {
+            while let line = readLine() { sink.yield(line) }
+            sink.finish()
+        }
+        thread.start()
+        return lines
+    }
 }

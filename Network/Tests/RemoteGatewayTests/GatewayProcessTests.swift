@@ -52,20 +52,37 @@ struct GatewayProcessTests {
 
     /// Starts `executable` with `arguments`, its stdout and stderr into one pipe.
     static func start(executable: String, _ arguments: [String]) async throws -> (ChildProcess, Lines) {
+        let (process, lines, _) = try await start(executable: executable, arguments, input: false)
+        return (process, lines)
+    }
+
+    /// Starts `executable` with `arguments`, its stdout and stderr into one pipe, and, with
+    /// `input`, its stdin from a pipe whose write end is returned (the caller closes it).
+    static func start(executable: String, _ arguments: [String], input: Bool) async throws -> (ChildProcess, Lines, Int32?) {
+        // Both ends close-on-exec from the start (a socket pair made with SOCK_CLOEXEC; Glibc's
+        // pipe2 is not visible to Swift): a process another thread starts meanwhile inherits
+        // neither, and cannot hold the output open.
         var ends: [Int32] = [0, 0]
-        try #require(pipe(&ends) == 0)
-        // The read end stays here (close-on-exec); the write end is the child's stdout and stderr.
-        _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
         let writeEnd = OwnedFD(adopting: ends[1])
         var options = ChildProcess.Options()
         options.pass(writeEnd, as: 1)
         options.pass(writeEnd, as: 2)
         options.environment = ["PATH": "/usr/bin:/bin"]
         let lines = Lines(fd: ends[0])
+        guard input else {
+            let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
+            _ = consume writeEnd
+            return (process, lines, nil)
+        }
+        var inputEnds: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &inputEnds) == 0)
+        let readEnd = OwnedFD(adopting: inputEnds[0])
+        options.pass(readEnd, as: 0)
         let process = try await ChildProcess.launch(executable: executable, arguments: arguments, options: options)
         _ = consume writeEnd
-        return (process, lines)
+        _ = consume readEnd
+        return (process, lines, inputEnds[1])
     }
 
     /// How `process` ended, within `seconds`; killed (SIGKILL) and `nil` when it had not by then.

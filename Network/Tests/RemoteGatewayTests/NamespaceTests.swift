@@ -77,6 +77,8 @@ struct NamespaceTests {
         try #require(FileManager.default.isExecutableFile(atPath: ConnectTests.testService), "the main package's fixture service is built first: \(ConnectTests.testService)")
         try Data(#"{"identifier": "com.example.test", "executable": "\#(ConnectTests.testService)", "arguments": ["serve", "com.example.test"], "display": {"title": "Test"}}"#.utf8)
             .write(to: URL(filePath: folder + "/test.json"))
+        try Data(#"{"identifier": "com.example.share", "executable": "\#(ConnectTests.testService)", "arguments": ["share", "com.example.share"], "display": {"title": "Remote share"}, "activation": {"contentTypes": [{"type": "text/plain", "min": 1, "max": 1}]}, "instances": "perConnection"}"#.utf8)
+            .write(to: URL(filePath: folder + "/share.json"))
 
         // A port of the namespace's own: the gateway restarted below listens on it again.
         func startGateway() async throws -> (ChildProcess, GatewayProcessTests.Lines) {
@@ -150,6 +152,35 @@ struct NamespaceTests {
         (gateway, gatewayLines) = try await startGateway()
         let (again, answer) = await finished(try await call(["com.example.test", "echo", "--text", "again"]))
         #expect(again == .exited(0) && answer.contains("reply echo: again"), "\(answer)")
+
+        // A host's launcher in the client's namespace (remoteview-gateway host), the gateway
+        // named "farm": its activities, a message and a request, a share through the share
+        // sheet; the gateway killed under it (interrupted, unreachable) and restarted (the next
+        // call reconnects).
+        let (host, hostLines, input) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
+            "netns", "exec", client, GatewayProcessTests.executable, "host", "--name", "farm", "--gateway", address,
+            "--certificate", laptop.certificate, "--key", laptop.key, "--ca", pki.caCertificate, "--server-name", "localhost"], input: true)
+        defer { host.send(signal: SIGKILL) }
+        let hostInput = try #require(input)
+        func tell(_ line: String, expect: String) -> String? {
+            _ = Array((line + "\n").utf8).withUnsafeBytes { write(hostInput, $0.baseAddress, $0.count) }
+            return hostLines.line(containing: expect, within: 30)
+        }
+        #expect(tell("activities", expect: "activity com.example.share Remote share (gateway farm)") != nil, "\(hostLines.seen)")
+        #expect(tell("send com.example.test@farm note across", expect: "sent com.example.test@farm note") != nil, "\(hostLines.seen)")
+        #expect(tell("request com.example.test@farm notes", expect: "reply com.example.test@farm notes: across") != nil, "\(hostLines.seen)")
+        #expect(tell("share com.example.share hello share", expect: "share started") != nil, "\(hostLines.seen)")
+        #expect(tell("share-request share.items", expect: "reply share share.items:") != nil, "\(hostLines.seen)")
+        #expect(tell("share-request share.complete", expect: "reply share") != nil, "\(hostLines.seen)")
+        #expect(tell("share-outcome", expect: "outcome completed") != nil, "\(hostLines.seen)")
+        gateway.send(signal: SIGKILL)
+        _ = await GatewayProcessTests.exit(of: gateway, within: 30)
+        #expect(hostLines.line(containing: "event com.example.test@farm interrupted", within: 30)?.contains("unreachable") == true, "\(hostLines.seen)")
+        (gateway, gatewayLines) = try await startGateway()
+        #expect(tell("request com.example.test@farm echo reconnected", expect: "com.example.test@farm echo") != nil, "\(hostLines.seen)")
+        #expect(hostLines.seen.last?.contains("reply com.example.test@farm echo: reconnected") == true, "\(hostLines.seen)")
+        close(hostInput)
+        #expect(await GatewayProcessTests.exit(of: host, within: 30) == .exited(0), "\(hostLines.seen)")
 
         gateway.send(signal: SIGTERM)
         #expect(gatewayLines.line(containing: "remoteview-gateway: stopped", within: 60) != nil, "\(gatewayLines.seen)")
