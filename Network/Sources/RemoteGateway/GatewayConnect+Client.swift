@@ -33,13 +33,23 @@ extension GatewayClient {
         do { transport = try makeTransport() } catch {
             throw RemoteError(.invalidated, error.description)
         }
+        return try await connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage, within: timeout) { body in
+            try await withGRPCClient(transport: transport) { client in try await body(client) }
+        }
+    }
+
+    /// ``connect(to:configuration:onRequest:onMessage:within:)`` over the gRPC client that
+    /// `using` runs `body` with: one of its own, or a ``GatewayLink``'s, shared.
+    func connect(to identifier: String, configuration: Connection.Configuration,
+                 onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler, within timeout: Duration,
+                 using: @escaping @Sendable (@Sendable (GRPCClient<HTTP2ClientTransport.Posix>) async throws -> Void) async throws -> Void) async throws(RemoteError) -> Connection {
         let (outgoing, outgoingSink) = AsyncStream<TransportChannel.Output>.makeStream()
         let channel = TransportChannel { output in outgoingSink.yield(output) }
         let opened = Latch()
         let gateway = "the gateway at \(address)"
         let task = Task {
             do {
-                try await withGRPCClient(transport: transport) { client in
+                try await using { client in
                     let request = StreamingClientRequest<[UInt8]> { writer in
                         try await writer.write(ConnectFrame.open(identifier: identifier).encoded())
                         for await output in outgoing {
@@ -211,5 +221,44 @@ final class Latch: Sendable {
             }
             if let value { continuation.resume(returning: value) }
         }
+    }
+}
+
+/// One long-lived HTTP/2 connection (TCP and TLS) to a gateway, which its `Connect` streams and
+/// catalog calls share: a stream costs one round trip to open instead of a new TCP and TLS
+/// handshake. gRPC-Swift reconnects it, with backoff, after the gateway went away.
+public final class GatewayLink: Sendable {
+    /// The gateway and the TLS material.
+    public let client: GatewayClient
+    private let grpc: GRPCClient<HTTP2ClientTransport.Posix>
+    private let running: Task<Void, Never>
+
+    /// A link to `client`'s gateway (connected on first use).
+    ///
+    /// - Throws: ``GatewayError`` when the transport cannot be made (an address that is none).
+    public init(_ client: GatewayClient) throws(GatewayError) {
+        self.client = client
+        let grpc = GRPCClient(transport: try client.makeTransport())
+        self.grpc = grpc
+        running = Task { try? await grpc.runConnections() }
+    }
+
+    deinit {
+        grpc.beginGracefulShutdown()
+    }
+
+    /// A connection to `identifier` over this link, as ``GatewayClient/connect(to:configuration:onRequest:onMessage:within:)``.
+    public func connect(to identifier: String, configuration: Connection.Configuration,
+                        onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                        onMessage: @escaping Connection.MessageHandler = { _, _ in },
+                        within timeout: Duration = .seconds(30)) async throws(RemoteError) -> Connection {
+        let grpc = grpc
+        return try await client.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
+                                        within: timeout) { body in try await body(grpc) }
+    }
+
+    /// Ends the link once its streams have ended.
+    public func close() {
+        grpc.beginGracefulShutdown()
     }
 }

@@ -17,11 +17,14 @@ import Synchronization
 /// }
 /// ```
 ///
-/// A gateway's catalog is asked once and kept for ``catalogLifetime``; each service in it is
+/// Each gateway's `Connect` streams share one HTTP/2 connection (``GatewayLink``). A gateway's
+/// catalog is asked once and kept for ``catalogLifetime``; each service in it is
 /// checked as a manifest (`ServiceManifest.remote`), and one that fails is left out, logged.
 public final class GatewayConnector: RemoteServiceConnector {
     public let gateways: [String]
     private let clients: [String: GatewayClient]
+    /// Each gateway's shared connection, for its `Connect` streams.
+    private let links: Mutex<[String: GatewayLink]>
     private let logger: Logger
     private let catalogs = Mutex<[String: (services: [ServiceManifest], at: ContinuousClock.Instant)]>([:])
     /// How long a catalog is kept before it is asked again (60 s).
@@ -42,6 +45,9 @@ public final class GatewayConnector: RemoteServiceConnector {
         }
         self.gateways = gateways.map(\.name)
         self.clients = clients
+        var links: [String: GatewayLink] = [:]
+        for (name, client) in clients { links[name] = try GatewayLink(client) }
+        self.links = Mutex(links)
         self.logger = logger
     }
 
@@ -73,7 +79,18 @@ public final class GatewayConnector: RemoteServiceConnector {
     public func connect(to identifier: String, on gateway: String, configuration: Connection.Configuration,
                         onRequest: @escaping Connection.RequestHandler,
                         onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
-        guard let client = clients[gateway] else { throw RemoteError(.invalidated, "no gateway is named \(gateway.escapedForTerminal())") }
-        return try await client.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+        guard let link = links.withLock({ $0[gateway] }), let client = clients[gateway] else {
+            throw RemoteError(.invalidated, "no gateway is named \(gateway.escapedForTerminal())")
+        }
+        do throws(RemoteError) {
+            return try await link.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+        } catch where error.code == .interrupted {
+            // The shared connection may be one the gateway's end left behind (it went away and
+            // came back, and gRPC waits out its own reconnection backoff): once, a fresh one.
+            let fresh: GatewayLink
+            do { fresh = try GatewayLink(client) } catch { throw RemoteError(.invalidated, error.description) }
+            links.withLock { $0[gateway] = fresh }
+            return try await fresh.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+        }
     }
 }

@@ -12,6 +12,7 @@ import Foundation
 import Glibc
 import GRPCCore
 import GRPCNIOTransportHTTP2
+import Logging
 @_spi(RemoteViewTransport) import RemoteHost
 import RemoteGateway
 
@@ -67,6 +68,94 @@ struct Figure: Codable {
     }
 }
 
+/// A TCP relay that delays every byte by `delay` each way: a link shaped to a round trip of
+/// twice `delay` (this kernel has no `netem`; `tbf` shapes rate only). Threads and blocking
+/// sockets: each direction has a reader, which stamps what it reads, and a writer, which
+/// writes it once its time has come.
+final class DelayingRelay: @unchecked Sendable {
+    // @unchecked: `listener` is set once in init; the rest lives in the threads.
+    let port: Int
+    private let listener: Int32
+
+    init(to target: (host: String, port: Int), delay: Duration) throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        guard bound == 0, listen(listener, 16) == 0 else { throw ValidationError("the relay cannot listen: \(String(cString: strerror(errno)))") }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread {
+            while true {
+                let accepted = accept(listener, nil, nil)
+                guard accepted >= 0 else { return }
+                let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                var remote = sockaddr_in()
+                remote.sin_family = sa_family_t(AF_INET)
+                remote.sin_port = in_port_t(UInt16(target.port).bigEndian)
+                remote.sin_addr.s_addr = inet_addr(target.host)
+                let connected = withUnsafePointer(to: &remote) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+                guard connected == 0 else { close(accepted); close(upstream); continue }
+                for socket in [accepted, upstream] {
+                    var one: Int32 = 1
+                    setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+                }
+                Self.pump(from: accepted, to: upstream, delay: delay)
+                Self.pump(from: upstream, to: accepted, delay: delay)
+            }
+        }
+    }
+
+    /// Copies `from` to `to`, each chunk `delay` after it was read.
+    private static func pump(from: Int32, to: Int32, delay: Duration) {
+        let condition = NSCondition()
+        nonisolated(unsafe) var queue: [(due: ContinuousClock.Instant, bytes: [UInt8])] = []
+        nonisolated(unsafe) var ended = false
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
+                condition.lock()
+                if count <= 0 { ended = true } else { queue.append((.now.advanced(by: delay), Array(buffer[..<count]))) }
+                condition.signal()
+                condition.unlock()
+                if count <= 0 { return }
+            }
+        }
+        Thread.detachNewThread {
+            while true {
+                condition.lock()
+                while queue.isEmpty && !ended { condition.wait() }
+                if queue.isEmpty && ended {
+                    condition.unlock()
+                    shutdown(to, Int32(SHUT_WR))
+                    return
+                }
+                let next = queue.removeFirst()
+                condition.unlock()
+                let wait = ContinuousClock.now.duration(to: next.due)
+                if wait > .zero {
+                    let (seconds, attoseconds) = wait.components
+                    var pause = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+                    var left = timespec()
+                    while nanosleep(&pause, &left) != 0 && errno == EINTR { pause = left }
+                }
+                var written = 0
+                while written < next.bytes.count {
+                    let count = next.bytes[written...].withUnsafeBytes { write(to, $0.baseAddress, $0.count) }
+                    guard count > 0 else { return }
+                    written += count
+                }
+            }
+        }
+    }
+}
+
 @main
 struct GatewayBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -109,9 +198,63 @@ struct Client: AsyncParsableCommand {
     @Option var baseline: String
     @Option(name: .customLong("round-trips")) var roundTrips = 5000
     @Option var transfers = 20
+    @Option var shares = 10
+    @Option(help: "The share activity's manifest folder, for the local baseline.") var localServices: String
     @OptionGroup var tls: TLSOptions
 
     func run() async throws {
+        var figures = try await measureLinks()
+        figures += try await measureShares()
+        let encoder = JSONEncoder()
+        print(String(decoding: try encoder.encode(figures), as: UTF8.self))
+    }
+
+    /// A share's perform → its view presented → the activity's first update (ready), as many
+    /// times as `shares`: locally (a launcher here, the same service sandboxed on this side),
+    /// and through the gateway over a relay that adds 5 ms each way (a 10 ms round trip).
+    func measureShares() async throws -> [Figure] {
+        let host = String(gateway.split(separator: ":")[0]), gatewayPort = Int(gateway.split(separator: ":")[1])!
+        let relay = try DelayingRelay(to: (host, gatewayPort), delay: .milliseconds(5))
+        var quiet = Logger(label: "gateway-bench")
+        quiet.logLevel = .error
+        var configuration = Launcher.Configuration(hostIdentifier: "com.example.gateway-bench-host")
+        configuration.logger = quiet
+        let shares = shares
+        @Sendable func measure(_ launcher: Launcher, registry: ServiceRegistry, name: String) async throws -> Figure {
+            let sheet = ShareSheet(registry: registry, items: [try .text("a shared text")])
+            guard let activity = sheet.activity(registry.services.keys.first { $0.hasPrefix("com.example.gateway-bench.share") } ?? "") else {
+                throw ValidationError("the bench share is not offered: \(sheet.explanations)")
+            }
+            var samples: [Double] = []
+            let cpu = cpuMicroseconds()
+            for round in 0..<(shares + 1) {
+                let start = microseconds()
+                let session = try await sheet.perform(activity, launcher: launcher)
+                try await session.view.present(width: 40, height: 30)
+                _ = try await session.wait(for: .ready, timeout: .seconds(30))
+                if round > 0 { samples.append(microseconds() - start) }  // the first warms the caches
+                _ = await session.cancel()
+                await session.close()
+            }
+            return Figure(name, samples: samples, cpu: cpuMicroseconds() - cpu)
+        }
+        let local = ServiceRegistry(scanning: [localServices], includingInstalled: false)
+        var figures = [try await withLauncher(registry: local, configuration: configuration) { launcher in
+            try await measure(launcher, registry: local, name: "share perform → first update, local")
+        }]
+        let shaped = GatewayClient(address: .ipv4(host: "127.0.0.1", port: relay.port), certificateChain: tls.certificate, privateKey: tls.key,
+                                   gatewayCA: tls.ca, serverName: "localhost")
+        configuration.remoteServices = try GatewayConnector(gateways: [(name: "bench", client: shaped)], logger: quiet)
+        figures.append(try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
+            let (services, problems) = await launcher.remoteServices()
+            guard problems.isEmpty else { throw ValidationError("the gateway's catalog: \(problems)") }
+            return try await measure(launcher, registry: ServiceRegistry(manifests: []).adding(remote: services),
+                                     name: "share perform → first update, through the gateway, 10 ms round trip")
+        })
+        return figures
+    }
+
+    func measureLinks() async throws -> [Figure] {
         let host = String(gateway.split(separator: ":")[0])
         let gatewayPort = Int(gateway.split(separator: ":")[1])!, baselinePort = Int(baseline.split(separator: ":")[1])!
         let client = GatewayClient(address: .ipv4(host: host, port: gatewayPort), certificateChain: tls.certificate, privateKey: tls.key,
@@ -202,8 +345,7 @@ struct Client: AsyncParsableCommand {
             await connection.close(reason: "done")
             return [request, Figure("RemoteView 1 MiB file item through the gateway", samples: samples, cpu: cpuMicroseconds() - cpu)]
         }
-        let encoder = JSONEncoder()
-        print(String(decoding: try encoder.encode(figures), as: UTF8.self))
+        return figures
     }
 }
 
@@ -211,6 +353,7 @@ struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "run", abstract: "Set up two namespaces and a veth pair, measure, clean up (root).")
     @Option(name: .customLong("round-trips")) var roundTrips = 5000
     @Option var transfers = 20
+    @Option var shares = 10
 
     func run() async throws {
         guard geteuid() == 0 else { throw ValidationError("gateway-bench makes network namespaces: run it as root") }
@@ -253,6 +396,11 @@ struct Run: AsyncParsableCommand {
             .write(to: URL(filePath: folder + "/clients.json"))
         try Data(#"{"identifier": "com.example.gateway-bench", "executable": "\#(service)", "arguments": ["com.example.gateway-bench"], "display": {"title": "Bench"}, "idleTimeout": 600}"#.utf8)
             .write(to: URL(filePath: folder + "/services/bench.json"))
+        // The share activity, on the gateway's side and (for the local baseline) on the host's.
+        let share = #"{"identifier": "com.example.gateway-bench.share", "executable": "\#(service)", "arguments": ["com.example.gateway-bench.share"], "display": {"title": "Bench share"}, "activation": {"contentTypes": [{"type": "text/plain", "min": 1, "max": 1}]}, "instances": "perConnection"}"#
+        try Data(share.utf8).write(to: URL(filePath: folder + "/services/share.json"))
+        try FileManager.default.createDirectory(atPath: folder + "/local", withIntermediateDirectories: true)
+        try Data(share.utf8).write(to: URL(filePath: folder + "/local/share.json"))
 
         let tls = ["--certificate", folder + "/gateway.pem", "--key", folder + "/gateway.key"]
         children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, gatewayExecutable, "--listen", serverAddress + ":7443"] + tls
@@ -266,7 +414,8 @@ struct Run: AsyncParsableCommand {
         let before = try Self.counters(server, serverLink)
         let output = try Self.run("/usr/sbin/ip", ["netns", "exec", client, bench, "client", "--gateway", serverAddress + ":7443",
                                                    "--baseline", serverAddress + ":7444", "--round-trips", String(roundTrips),
-                                                   "--transfers", String(transfers), "--certificate", folder + "/client.pem",
+                                                   "--transfers", String(transfers), "--shares", String(shares), "--local-services", folder + "/local",
+                                                   "--certificate", folder + "/client.pem",
                                                    "--key", folder + "/client.key", "--ca", folder + "/ca.pem"])
         let after = try Self.counters(server, serverLink)
         let figures = try JSONDecoder().decode([Figure].self, from: Data(output.split(separator: "\n").last.map(String.init)?.utf8 ?? "".utf8))
@@ -283,6 +432,10 @@ struct Run: AsyncParsableCommand {
         if let bare = named["bare gRPC stream, 1 MiB"], let remote = named["RemoteView 1 MiB file item through the gateway"] {
             print(String(format: "1 MiB, RemoteView item throughput vs bare gRPC stream: %.2f× (%.1f vs %.1f MiB/s), target ≥ 0.8×",
                          remote.perSecond / bare.perSecond, remote.perSecond, bare.perSecond))
+        }
+        if let local = named["share perform → first update, local"], let remote = named["share perform → first update, through the gateway, 10 ms round trip"] {
+            print(String(format: "share perform → first update through the gateway on a 10 ms round trip: local + %.1f ms (%.1f link round trips), target ≤ local + 3",
+                         (remote.median - local.median) / 1000, (remote.median - local.median) / 10_000))
         }
         print("veth \(serverLink) during the run: \(after.0 - before.0) bytes received, \(after.1 - before.1) bytes sent (both figures' traffic)")
     }
