@@ -16,7 +16,7 @@ struct NamespaceTests {
         return (await GatewayProcessTests.exit(of: process, within: 30), lines.seen.joined(separator: "\n"))
     }
 
-    @Test("a client in another namespace, across the veth pair, gets its catalog from the gateway; an expired certificate is refused with a clear error; the root namespace cannot reach it; a request with one-way messages and a 1 MiB item crosses; kill -9 of the remote service, and of the gateway, end the call as interrupted, saying why; a restarted gateway serves again")
+    @Test("across the veth pair: a client gets its catalog; an expired certificate, another CA's and a server's are refused with a clear error, and so is a service not granted; the root namespace cannot reach the gateway; a request after one-way messages and a 1 MiB item cross; kill -9 of the remote service, and of the gateway, end the call as interrupted, saying why; a host's launcher shares through the gateway, hears it die and reconnects to it restarted")
     func acrossNamespaces() async throws {
         guard geteuid() == 0 else {
             print("skipped: making network namespaces needs root")
@@ -77,6 +77,8 @@ struct NamespaceTests {
         try #require(FileManager.default.isExecutableFile(atPath: ConnectTests.testService), "the main package's fixture service is built first: \(ConnectTests.testService)")
         try Data(#"{"identifier": "com.example.test", "executable": "\#(ConnectTests.testService)", "arguments": ["serve", "com.example.test"], "display": {"title": "Test"}}"#.utf8)
             .write(to: URL(filePath: folder + "/test.json"))
+        try Data(#"{"identifier": "org.example.private", "executable": "\#(ConnectTests.testService)", "arguments": ["serve", "org.example.private"], "display": {"title": "Private"}}"#.utf8)
+            .write(to: URL(filePath: folder + "/private.json"))
         try Data(#"{"identifier": "com.example.share", "executable": "\#(ConnectTests.testService)", "arguments": ["share", "com.example.share"], "display": {"title": "Remote share"}, "activation": {"contentTypes": [{"type": "text/plain", "min": 1, "max": 1}]}, "instances": "perConnection"}"#.utf8)
             .write(to: URL(filePath: folder + "/share.json"))
 
@@ -108,6 +110,13 @@ struct NamespaceTests {
         #expect(asked == .exited(0) && catalog.contains("com.example.notes  Notes  (activity)"), "\(catalog)")
         let (refused, why) = try await ask(in: client, with: expired)
         #expect(refused != .exited(0) && why.contains("cannot be reached, or refused the TLS handshake"), "\(why)")
+        // A certificate from another CA, and one made for a server, are refused as well.
+        let foreign = try pki.client("foreign", names: [.uniformResourceIdentifier("spiffe://example.org/host/laptop")], foreign: true)
+        let (foreignRefused, foreignWhy) = try await ask(in: client, with: foreign)
+        #expect(foreignRefused != .exited(0) && foreignWhy.contains("cannot be reached, or refused the TLS handshake"), "\(foreignWhy)")
+        let madeForServer = try pki.client("made-for-server", names: [.dnsName("farm.example.org")], serverAuth: true)
+        let (serverRefused, serverWhy) = try await ask(in: client, with: madeForServer)
+        #expect(serverRefused != .exited(0) && (serverWhy.contains("refused this client") || serverWhy.contains("refused the TLS handshake")), "\(serverWhy)")
         // The root namespace has no route to the pair's addresses.
         let (outside, _) = try await ask(in: nil, with: laptop)
         #expect(outside != .exited(0))
@@ -133,6 +142,9 @@ struct NamespaceTests {
         #expect(echoed == .exited(0) && echo.contains("attachment 0: 1048576 bytes"), "\(echo)")
         #expect(try Data(contentsOf: URL(filePath: folder + "/back/attachment-0")) == Data(item))
         for _ in 0..<2 { _ = gatewayLines.line(containing: "connection to com.example.test ended", within: 30) }
+        // A service the client is not granted is refused, saying so, and nothing starts.
+        let (denied, deniedWhy) = await finished(try await call(["org.example.private", "echo", "--text", "x"]))
+        #expect(denied == .exited(1) && deniedWhy.contains("does not allow this client org.example.private"), "\(deniedWhy)")
 
         // kill -9 of the service on the gateway's side, under a call waiting for its reply.
         let sleeper = try await call(["com.example.test", "sleep", "--text", "30"])
