@@ -51,6 +51,20 @@ func cpuMicroseconds() -> Double {
     return Double((usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
 }
 
+/// Runs `operation` `warmUp` times untimed, then `count` times timed: the figure named `name`,
+/// with this process's CPU time per operation.
+func measure(_ name: String, warmUp: Int, count: Int, _ operation: () async throws -> Void) async throws -> Figure {
+    for _ in 0..<warmUp { try await operation() }
+    var samples: [Double] = []
+    let cpu = cpuMicroseconds()
+    for _ in 0..<count {
+        let start = microseconds()
+        try await operation()
+        samples.append(microseconds() - start)
+    }
+    return Figure(name, samples: samples, cpu: cpuMicroseconds() - cpu)
+}
+
 struct Figure: Codable {
     var name: String
     var median: Double
@@ -220,27 +234,23 @@ struct Client: AsyncParsableCommand {
         var configuration = Launcher.Configuration(hostIdentifier: "com.example.gateway-bench-host")
         configuration.logger = quiet
         let shares = shares
-        @Sendable func measure(_ launcher: Launcher, registry: ServiceRegistry, name: String) async throws -> Figure {
+        @Sendable func measureShare(_ launcher: Launcher, registry: ServiceRegistry, name: String) async throws -> Figure {
             let sheet = ShareSheet(registry: registry, items: [try .text("a shared text")])
             guard let activity = sheet.activity(registry.services.keys.first { $0.hasPrefix("com.example.gateway-bench.share") } ?? "") else {
                 throw ValidationError("the bench share is not offered: \(sheet.explanations)")
             }
-            var samples: [Double] = []
-            let cpu = cpuMicroseconds()
-            for round in 0..<(shares + 1) {
-                let start = microseconds()
+            // The first warms the caches (and, remote, opens the gateway's connection).
+            return try await measure(name, warmUp: 1, count: shares) {
                 let session = try await sheet.perform(activity, launcher: launcher)
                 try await session.view.present(width: 40, height: 30)
                 _ = try await session.wait(for: .ready, timeout: .seconds(30))
-                if round > 0 { samples.append(microseconds() - start) }  // the first warms the caches
                 _ = await session.cancel()
                 await session.close()
             }
-            return Figure(name, samples: samples, cpu: cpuMicroseconds() - cpu)
         }
         let local = ServiceRegistry(scanning: [localServices], includingInstalled: false)
         var figures = [try await withLauncher(registry: local, configuration: configuration) { launcher in
-            try await measure(launcher, registry: local, name: "share perform → first update, local")
+            try await measureShare(launcher, registry: local, name: "share perform → first update, local")
         }]
         let shaped = GatewayClient(address: .ipv4(host: "127.0.0.1", port: relay.port), certificateChain: tls.certificate, privateKey: tls.key,
                                    gatewayCA: tls.ca, serverName: "localhost")
@@ -248,7 +258,7 @@ struct Client: AsyncParsableCommand {
         figures.append(try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
             let (services, problems) = await launcher.remoteServices()
             guard problems.isEmpty else { throw ValidationError("the gateway's catalog: \(problems)") }
-            return try await measure(launcher, registry: ServiceRegistry(manifests: []).adding(remote: services),
+            return try await measureShare(launcher, registry: ServiceRegistry(manifests: []).adding(remote: services),
                                      name: "share perform → first update, through the gateway, 10 ms round trip")
         })
         return figures
@@ -277,15 +287,7 @@ struct Client: AsyncParsableCommand {
                                                  deserializer: RawBytes(), options: .defaults) { try $0.message }
                 guard reply.count == 64 else { throw RPCError(code: .dataLoss, message: "short reply") }
             }
-            for _ in 0..<500 { try await call() }
-            var samples: [Double] = []
-            var cpu = cpuMicroseconds()
-            for _ in 0..<roundTrips {
-                let start = microseconds()
-                try await call()
-                samples.append(microseconds() - start)
-            }
-            let unary = Figure("bare gRPC unary, 64 B", samples: samples, cpu: cpuMicroseconds() - cpu)
+            let unary = try await measure("bare gRPC unary, 64 B", warmUp: 500, count: roundTrips, call)
             func sink() async throws {
                 let request = StreamingClientRequest<[UInt8]> { writer in
                     var start = 0
@@ -299,15 +301,7 @@ struct Client: AsyncParsableCommand {
                                                            deserializer: RawBytes(), options: .defaults) { try $0.message }
                 guard String(decoding: reply, as: UTF8.self) == String(1 << 20) else { throw RPCError(code: .dataLoss, message: "short sink") }
             }
-            for _ in 0..<3 { try await sink() }
-            samples = []
-            cpu = cpuMicroseconds()
-            for _ in 0..<transfers {
-                let start = microseconds()
-                try await sink()
-                samples.append(microseconds() - start)
-            }
-            return [unary, Figure("bare gRPC stream, 1 MiB", samples: samples, cpu: cpuMicroseconds() - cpu)]
+            return [unary, try await measure("bare gRPC stream, 1 MiB", warmUp: 3, count: transfers, sink)]
         }
 
         // RemoteView through the gateway: a request/reply of 64 B, and a 1 MiB file item.
@@ -319,31 +313,16 @@ struct Client: AsyncParsableCommand {
                 let reply = try await connection.request(ServiceMessage(type: "echo", payload: payload), timeout: .seconds(10))
                 guard reply.payload.count == 64 else { throw RemoteError(.protocolViolation, "short reply") }
             }
-            for _ in 0..<500 { try await call() }
-            var samples: [Double] = []
-            var cpu = cpuMicroseconds()
-            for _ in 0..<roundTrips {
-                let start = microseconds()
-                try await call()
-                samples.append(microseconds() - start)
-            }
-            let request = Figure("RemoteView request/reply through the gateway, 64 B", samples: samples, cpu: cpuMicroseconds() - cpu)
+            let request = try await measure("RemoteView request/reply through the gateway, 64 B", warmUp: 500, count: roundTrips, call)
             let file = try MemoryFile.sealed(name: "bench-item", contents: mebibyte)
             func send() async throws {
                 let reply = try await connection.request(ServiceMessage(type: "size", attachments: [try Attachment(duplicating: file.fd)]),
                                                          timeout: .seconds(30))
                 guard reply.text == String(1 << 20) else { throw RemoteError(.protocolViolation, "the item arrived as \(reply.text ?? "?") bytes") }
             }
-            for _ in 0..<3 { try await send() }
-            samples = []
-            cpu = cpuMicroseconds()
-            for _ in 0..<transfers {
-                let start = microseconds()
-                try await send()
-                samples.append(microseconds() - start)
-            }
+            let item = try await measure("RemoteView 1 MiB file item through the gateway", warmUp: 3, count: transfers, send)
             await connection.close(reason: "done")
-            return [request, Figure("RemoteView 1 MiB file item through the gateway", samples: samples, cpu: cpuMicroseconds() - cpu)]
+            return [request, item]
         }
         return figures
     }
