@@ -1,3 +1,4 @@
+import Glibc
 import Synchronization
 
 /// One packet as a transport without an fd carries it: an envelope's bytes and the fds (share
@@ -221,11 +222,27 @@ public final class TransportChannel: PacketChannel, RoundFlusher, @unchecked Sen
         flushAsked = false
         guard !closed, !queue.isEmpty else { return }
         // The transport gets fds of its own, as SCM_RIGHTS gives a peer: the connection's
-        // attachments still own theirs.
-        let packets = queue.map { packet in
-            TransportPacket(bytes: packet.bytes, attachments: packet.attachments.compactMap { attachment in
-                attachment.descriptor.flatMap { try? Syscall.duplicate($0) }.map { Attachment(OwnedFD(adopting: $0)) }
-            })
+        // attachments still own theirs. One that cannot be duplicated (no fds left) ends the
+        // channel: a packet without it would not be the one written.
+        var packets: [TransportPacket] = []
+        do throws(SystemCallError) {
+            for packet in queue {
+                var attachments: [Attachment] = []
+                for attachment in packet.attachments {
+                    guard let fd = attachment.descriptor else { throw SystemCallError(call: "dup", errno: EBADF) }
+                    attachments.append(Attachment(OwnedFD(adopting: try Syscall.duplicate(fd))))
+                }
+                packets.append(TransportPacket(bytes: packet.bytes, attachments: attachments))
+            }
+        } catch {
+            queue.removeAll()
+            let inbound = self.inbound
+            self.inbound = nil
+            closed = true
+            dropArrived()
+            sink(.close)
+            inbound?.channelClosed(RemoteError(.interrupted, "cannot hand a packet's fds to the transport: \(error)"))
+            return
         }
         queue.removeAll()
         pending.add(packets.reduce(0) { $0 + $1.bytes.count }, ordering: .relaxed)

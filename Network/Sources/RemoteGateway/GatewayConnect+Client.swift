@@ -125,9 +125,18 @@ extension GatewayClient {
         return Connection(transport: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
     }
 
-    /// The client transport to the gateway: mutual TLS, trusting ``gatewayCA`` alone.
+    /// Whether `error` (from ``connect(to:configuration:onRequest:onMessage:within:)``) says the
+    /// gateway itself could not be reached, as a connection it went away from does.
+    static func isUnreachable(_ error: RemoteError) -> Bool {
+        error.code == .interrupted && error.reason.contains(" is unreachable")
+    }
+
+    /// The client transport to the gateway: mutual TLS, trusting ``gatewayCA`` alone, and a
+    /// ping every 20 s while a stream is open (answered within 10 s), so that a link that went
+    /// silent (a dropped route, a machine gone) ends its streams as *interrupted*.
     func makeTransport() throws(GatewayError) -> HTTP2ClientTransport.Posix {
         var config = HTTP2ClientTransport.Posix.Config.defaults
+        config.connection.keepalive = .init(time: .seconds(20), timeout: .seconds(10), allowWithoutCalls: false)
         if let serverName { config.http2.authority = serverName }
         let security = HTTP2ClientTransport.Posix.TransportSecurity.mTLS(
             certificateChain: [.file(path: certificateChain, format: .pem)], privateKey: .file(path: privateKey, format: .pem)) { tls in
@@ -174,6 +183,10 @@ extension GatewayClient {
         }
         let message = error.message.escapedForTerminal()
         switch error.code {
+        case .aborted:
+            return RemoteError(.interrupted, "\(gateway) cannot reach \(identifier) now: \(message)")
+        case .failedPrecondition:
+            return RemoteError(.invalidated, "\(gateway) cannot reach \(identifier): \(message)")
         case .unavailable:
             return RemoteError(.interrupted, "\(gateway) is unreachable, or refused the TLS handshake (is this certificate from its client CA, valid now and made for a client; is its certificate from the CA given and named \(serverName ?? "by its address")?): \(message)")
         case .unauthenticated:

@@ -11,7 +11,8 @@ import Synchronization
 ///    `notFound` (neither starts anything).
 /// 2. The gateway's launcher reaches the service as for a local host (on demand, sandboxed,
 ///    under its instance policy), and opens a ``ServiceRelay`` to its process; the gateway
-///    answers `opened`. A service that cannot be launched fails the call with `unavailable`,
+///    answers `opened`. A service that cannot be launched fails the call with `aborted` (not
+///    now) or `failedPrecondition` (never: its sandbox refused, a crash loop),
 ///    saying why.
 /// 3. Packets flow both ways as they are: the envelopes are the client's and the service's, so
 ///    the handshake, deadlines and cancels stay end to end. Items travel as chunks and become
@@ -59,7 +60,11 @@ struct ConnectCall: Sendable {
             // process until it ends its side (the relay is then closed, and the process sees the
             // channel end) or breaks a rule.
             group.addTask {
-                defer { openingSink.finish() }
+                // Whatever ends the reading ends the stream of what the writer sends.
+                defer {
+                    openingSink.finish()
+                    outboundSink.finish()
+                }
                 var reader = ConnectReader(direction: .toGateway)
                 var relay: ServiceRelay?
                 do {
@@ -88,8 +93,12 @@ struct ConnectCall: Sendable {
                     relay?.close()
                     logger.warning("\(client) broke the Connect stream's rules: \(error.reason.escapedForTerminal())")
                     outboundSink.yield(.failed(RPCError(code: .invalidArgument, message: error.reason)))
+                } catch {
+                    // The client's side failed (reset, cancelled): the relay goes with it.
+                    relay?.close()
+                    backlog.clientEnded.open(nil)
+                    outboundSink.yield(.closedByClient)
                 }
-                outboundSink.finish()
             }
             // A client that has not named its service within the deadline is cut off.
             group.addTask {
@@ -101,6 +110,9 @@ struct ConnectCall: Sendable {
             var opened = opening.makeAsyncIterator()
             guard let identifier = await opened.next() else {
                 relaySink.finish()
+                // The reader gave up already (a broken first frame: its failure is queued), or
+                // the deadline passed while it waits: it is not waited for.
+                group.cancelAll()
                 var rest = outbound.makeAsyncIterator()
                 if case .failed(let error)? = await rest.next() { throw error }
                 throw RPCError(code: .deadlineExceeded, message: "the Connect stream named no service within \(GatewayService.requestDeadline)")
@@ -120,7 +132,10 @@ struct ConnectCall: Sendable {
                 relaySink.finish()
                 await connection.invalidate()
                 logger.info("\(client) could not reach \(identifier): \(error.reason.escapedForTerminal())")
-                throw RPCError(code: .unavailable, message: "\(identifier) cannot be reached on the gateway: \(error.reason)")
+                // Not `unavailable`, which says the gateway itself cannot be reached: `aborted`
+                // (not now: interrupted) or `failedPrecondition` (never: invalidated).
+                throw RPCError(code: error.code == .invalidated ? .failedPrecondition : .aborted,
+                               message: "\(identifier) cannot be reached on the gateway: \(error.reason)")
             }
             backlog.relay.withLock { $0 = relay }
             relaySink.yield(relay)

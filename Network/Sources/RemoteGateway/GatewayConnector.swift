@@ -84,7 +84,7 @@ public final class GatewayConnector: RemoteServiceConnector {
         }
         do throws(RemoteError) {
             return try await link.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
-        } catch where error.code == .interrupted {
+        } catch where GatewayClient.isUnreachable(error) {
             // The shared connection may be one the gateway's end left behind (it went away and
             // came back, and gRPC waits out its own reconnection backoff): once, a fresh one.
             let fresh: GatewayLink

@@ -282,6 +282,9 @@ public final class Gateway: Service, Sendable {
         config.connection.maxGraceTime = .seconds(30)
         // At most 64 calls at once on one connection.
         config.http2.maxConcurrentStreams = 64
+        // A ping every 30 s (answered within 10 s): a client gone silent ends its streams,
+        // and their processes are let go. Clients ping while a stream is open.
+        config.connection.keepalive = .init(time: .seconds(30), timeout: .seconds(10), clientBehavior: .defaults)
         return config
     }
 

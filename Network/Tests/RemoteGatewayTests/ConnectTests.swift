@@ -1,7 +1,9 @@
 import FoundationEssentials
 import Glibc
+import GRPCCore
+import GRPCNIOTransportHTTP2
 import Logging
-import RemoteGateway
+@testable import RemoteGateway
 import RemoteHost
 import Testing
 import X509
@@ -148,6 +150,45 @@ struct ConnectTests {
 }
 
 extension ConnectTests {
+    /// What a raw `Connect` call ends with when its client sends `frames` and then holds its
+    /// side open (a hostile client), within 20 s.
+    static func rawConnect(_ client: GatewayClient, sending frames: [[UInt8]]) async throws -> RPCError? {
+        let transport = try client.makeTransport()
+        return try await firstTermination(within: .seconds(20)) { () -> RPCError?? in
+            do {
+                try await withGRPCClient(transport: transport) { grpc in
+                    let request = StreamingClientRequest<[UInt8]> { writer in
+                        for frame in frames { try await writer.write(frame) }
+                        // Holds its side open: the hostile part (the gateway must not wait).
+                        try await Task.sleep(for: .seconds(60))
+                    }
+                    try await grpc.bidirectionalStreaming(request: request, descriptor: GatewayMethods.connect, serializer: RawBytes(),
+                                                          deserializer: RawBytes(), options: .defaults) { response in
+                        for try await _ in response.messages {}
+                    }
+                }
+                return .some(nil)
+            } catch let error as RPCError {
+                return .some(error)
+            } catch {
+                return .some(RPCError(code: .unknown, message: "\(error)"))
+            }
+        } ?? nil
+    }
+
+    @Test("a client that names no service within 10 s is cut off (deadlineExceeded), and one whose first frame is not open is refused at once, naming the rule")
+    func silentClients() async throws {
+        try await Self.withConnectGateway { client, launcher, _ in
+            let start = ContinuousClock.now
+            let silent = try await Self.rawConnect(client, sending: [])
+            #expect(silent?.code == .deadlineExceeded, "\(String(describing: silent))")
+            #expect(ContinuousClock.now - start < .seconds(15))
+            let wrong = try await Self.rawConnect(client, sending: [ConnectFrame.chunk([1]).encoded()])
+            #expect(wrong?.code == .invalidArgument && wrong?.message.contains("connect.open.first") == true, "\(String(describing: wrong))")
+            #expect(await launcher.status().allSatisfy { $0.launches == 0 }, "nothing was started")
+        }
+    }
+
     /// A host's launcher whose remote services are the gateway's, named "farm", for `body`.
     static func withHostLauncher(_ client: GatewayClient, local: ServiceRegistry = ServiceRegistry(manifests: []),
                                  _ body: @Sendable (Launcher) async throws -> Void) async throws {

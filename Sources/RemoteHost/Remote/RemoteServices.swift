@@ -93,6 +93,8 @@ struct RemoteLinkStateMachine<Channel: AnyObject & Sendable>: Sendable {
         case interrupted(RemoteError)
         /// Close this channel (it opened after the connection was invalidated).
         case close(Channel)
+        /// The connection can never work again: its events end with this.
+        case invalidateClient(RemoteError)
     }
 
     private(set) var state = State.idle
@@ -142,7 +144,7 @@ struct RemoteLinkStateMachine<Channel: AnyObject & Sendable>: Sendable {
         guard case .connecting(attempt) = state else { return [] }
         if error.code == .invalidated {
             state = .invalidated(error)
-            return [.fail(error)]
+            return [.fail(error), .invalidateClient(error)]
         }
         failures += 1
         let wait = min(backoff * (1 << min(failures - 1, 20)), maximumBackoff)
@@ -235,6 +237,25 @@ final class RemoteLink: Sendable {
         return false
     }
 
+    /// Feeds the machine an event under the lock, and takes the waiting callers with it when
+    /// its actions resume or fail them: a caller that comes after the change waits for the next
+    /// attempt, not this one's outcome.
+    private func transition(_ event: (inout RemoteLinkStateMachine<Connection>) -> [RemoteLinkStateMachine<Connection>.Action])
+        -> (actions: [RemoteLinkStateMachine<Connection>.Action], waiters: [CheckedContinuation<Result<Connection, RemoteError>, Never>]) {
+        state.withLock { state in
+            let actions = event(&state.machine)
+            let settles = actions.contains { action in
+                switch action {
+                case .resume, .fail: true
+                default: false
+                }
+            }
+            guard settles else { return (actions, []) }
+            defer { state.waiters = [] }
+            return (actions, state.waiters)
+        }
+    }
+
     /// Attempt `attempt`: waits out the backoff, finds the gateway, opens and runs the channel.
     private func connect(attempt: UInt64, at: ContinuousClock.Instant?) async {
         if let at { try? await Task.sleep(until: at) }
@@ -245,7 +266,7 @@ final class RemoteLink: Sendable {
                                                      onRequest: client.onRequest, onMessage: client.onMessage)
         } catch {
             logger.info("cannot reach \(place): \(error.reason.escapedForTerminal())")
-            perform(state.withLock { $0.machine.failed(error, attempt: attempt, now: .now) })
+            perform(transition { $0.failed(error, attempt: attempt, now: .now) })
             return
         }
         let channel = ServiceChannel(connection: connection, remote: self)
@@ -264,13 +285,13 @@ final class RemoteLink: Sendable {
             defer { outcomeReported.open(()) }
             do throws(RemoteError) {
                 for listener in listeners { try await listener.channelDidOpen(channel) }
-                perform(state.withLock { state in
-                    state.channels += 1
-                    return state.machine.opened(connection, attempt: attempt)
-                })
+                state.withLock { $0.channels += 1 }
+                perform(transition { $0.opened(connection, attempt: attempt) })
             } catch {
                 connection.startClosing(reason: "it could not be told what a new channel must know: \(error.reason)")
-                perform(state.withLock { $0.machine.failed(error, attempt: attempt, now: .now) })
+                // The channel failed (its process went just then): a new one may work.
+                let failure = RemoteError(error.code == .invalidated ? .interrupted : error.code, error.reason)
+                perform(transition { $0.failed(failure, attempt: attempt, now: .now) })
             }
         }
     }
@@ -293,25 +314,23 @@ final class RemoteLink: Sendable {
     }
 
     private func ended(_ connection: Connection, error: RemoteError?) {
-        let actions = state.withLock { $0.machine.ended(connection, error: error) }
-        perform(actions)
+        perform(transition { $0.ended(connection, error: error) })
         let channel = ServiceChannel(connection: connection, remote: self)
         for listener in state.withLock({ $0.listeners.compactMap(\.listener) }) {
             listener.channelDidClose(channel, error: error)
         }
     }
 
-    private func perform(_ actions: [RemoteLinkStateMachine<Connection>.Action]) {
-        for action in actions {
+    private func perform(_ transition: (actions: [RemoteLinkStateMachine<Connection>.Action],
+                                        waiters: [CheckedContinuation<Result<Connection, RemoteError>, Never>])) {
+        for action in transition.actions {
             switch action {
             case .resume(let connection):
-                for waiter in state.withLock({ state in defer { state.waiters = [] }; return state.waiters }) {
-                    waiter.resume(returning: .success(connection))
-                }
+                for waiter in transition.waiters { waiter.resume(returning: .success(connection)) }
             case .fail(let error):
-                for waiter in state.withLock({ state in defer { state.waiters = [] }; return state.waiters }) {
-                    waiter.resume(returning: .failure(error))
-                }
+                for waiter in transition.waiters { waiter.resume(returning: .failure(error)) }
+            case .invalidateClient(let error):
+                client.invalidate(error)
             case .interrupted(let error):
                 client.eventSink.yield(.interrupted(error))
             case .close(let connection):
@@ -325,7 +344,7 @@ final class RemoteLink: Sendable {
     /// Ends the connection for good: its channel is closed (the far launcher then stops its
     /// process in order, unless others share it), waiting callers fail, and the events end.
     func invalidate(_ error: RemoteError) {
-        perform(state.withLock { $0.machine.invalidate(error) })
+        perform(transition { $0.invalidate(error) })
         client.invalidate(error)
     }
 
