@@ -167,6 +167,11 @@ final class ServiceClient: Sendable {
         }
     }
 
+    /// The listeners alive now: a remote service's link tells them of its channels itself.
+    var liveListeners: [any ServiceChannelListener] {
+        listeners.withLock { $0.entries.compactMap(\.listener) }
+    }
+
     /// The channel the listeners heard of last, if its process still runs.
     var announced: ServiceRoute? {
         listeners.withLock { $0.announced }

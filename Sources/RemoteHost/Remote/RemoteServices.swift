@@ -183,14 +183,12 @@ final class RemoteLink: Sendable {
     private let configuration: Connection.Configuration
     private let client: ServiceClient
     private let logger: Logger
+    /// The machine, the callers waiting for a channel, what ``allowOneChannel(refusal:)`` gave,
+    /// and how many channels opened. The listeners are the client's (held weakly there).
     private let state: Mutex<(machine: RemoteLinkStateMachine<Connection>, waiters: [CheckedContinuation<Result<Connection, RemoteError>, Never>],
-                               listeners: [WeakListener], oneChannel: (@Sendable () async -> RemoteError)?, channels: Int)>
+                               oneChannel: (@Sendable () async -> RemoteError)?, channels: Int)>
     /// What a remote service's surfaces may map here (they do not cross yet: issue 35).
     let mappings: SharedBudget
-
-    private struct WeakListener {
-        weak var listener: (any ServiceChannelListener)?
-    }
 
     init(target: RemoteTarget, connector: any RemoteServiceConnector, configuration: Launcher.Configuration, client: ServiceClient) {
         self.target = target
@@ -202,7 +200,7 @@ final class RemoteLink: Sendable {
                                                           + (configuration.readsAccessibility ? [AccessibilityCapability.name] : []),
                                                       expectedPeerIdentifier: target.identifier)
         mappings = SharedBudget(limit: configuration.maxMappedBytesPerService)
-        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], [], nil, 0))
+        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], nil, 0))
     }
 
     /// Where the service is, in words.
@@ -270,7 +268,7 @@ final class RemoteLink: Sendable {
             return
         }
         let channel = ServiceChannel(connection: connection, remote: self)
-        let listeners = state.withLock { $0.listeners.compactMap(\.listener) }
+        let listeners = client.liveListeners
         for listener in listeners { listener.channelWillRun(channel) }
         // The channel's end is reported after its opening's outcome, so the machine sees them
         // in that order.
@@ -316,9 +314,7 @@ final class RemoteLink: Sendable {
     private func ended(_ connection: Connection, error: RemoteError?) {
         perform(transition { $0.ended(connection, error: error) })
         let channel = ServiceChannel(connection: connection, remote: self)
-        for listener in state.withLock({ $0.listeners.compactMap(\.listener) }) {
-            listener.channelDidClose(channel, error: error)
-        }
+        for listener in client.liveListeners { listener.channelDidClose(channel, error: error) }
     }
 
     private func perform(_ transition: (actions: [RemoteLinkStateMachine<Connection>.Action],
@@ -350,9 +346,8 @@ final class RemoteLink: Sendable {
 
     /// Attaches `listener` (weakly); it hears about the channel open now, if any.
     func addListener(_ listener: any ServiceChannelListener) {
+        _ = client.addListener(listener)  // nothing is announced there: the link tells of its channels
         let open = state.withLock { state -> Connection? in
-            state.listeners.removeAll { $0.listener == nil }
-            state.listeners.append(WeakListener(listener: listener))
             if case .connected(let connection) = state.machine.state { return connection }
             return nil
         }
