@@ -25,6 +25,11 @@ public struct GatewayClient: Sendable {
         self.serverName = serverName
     }
 
+    /// What to check when the gateway cannot be reached or refused the TLS handshake, in words.
+    var handshakeHint: String {
+        "(is this certificate from its client CA, valid now and made for a client; is its certificate from the gateway CA given (--ca) and named \(serverName ?? "by its address")?)"
+    }
+
     /// The catalog of the services this client may reach, within `timeout`.
     ///
     /// - Throws: ``GatewayError`` saying what failed, in words: the gateway cannot be reached or
@@ -43,7 +48,7 @@ public struct GatewayClient: Sendable {
         } catch let error as RPCError {
             switch error.code {
             case .unavailable:
-                throw GatewayError("the gateway at \(address) cannot be reached, or refused the TLS handshake (is this certificate from its client CA, valid now and made for a client; is its certificate from --ca and named \(serverName ?? "by its address")?): \(error.message.escapedForTerminal())")
+                throw GatewayError("the gateway at \(address) cannot be reached, or refused the TLS handshake \(handshakeHint): \(error.message.escapedForTerminal())")
             case .unauthenticated, .permissionDenied:
                 throw GatewayError("the gateway at \(address) refused this client: \(error.message.escapedForTerminal())")
             default:

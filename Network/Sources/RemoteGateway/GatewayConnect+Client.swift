@@ -188,7 +188,7 @@ extension GatewayClient {
         case .failedPrecondition:
             return RemoteError(.invalidated, "\(gateway) cannot reach \(identifier): \(message)")
         case .unavailable:
-            return RemoteError(.interrupted, "\(gateway) is unreachable, or refused the TLS handshake (is this certificate from its client CA, valid now and made for a client; is its certificate from the CA given and named \(serverName ?? "by its address")?): \(message)")
+            return RemoteError(.interrupted, "\(gateway) is unreachable, or refused the TLS handshake \(handshakeHint): \(message)")
         case .unauthenticated:
             return RemoteError(.invalidated, "\(gateway) refused this client: \(message)")
         case .permissionDenied:
