@@ -189,7 +189,8 @@ struct ConnectCall: Sendable {
                 }
                 backlog.written()
             case .ended(let error):
-                let end = await Self.end(after: error, pid: pid, identifier: identifier, events: events, clientEnded: backlog.clientEnded)
+                if let error { logger.info("the relay to \(identifier) failed: \(error.reason.escapedForTerminal())") }
+                let end = await Self.end(pid: pid, identifier: identifier, events: events, clientEnded: backlog.clientEnded)
                 try await writer.write(ConnectFrame.end(end).encoded())
                 return
             case .closedByClient:
@@ -201,32 +202,33 @@ struct ConnectCall: Sendable {
         }
     }
 
-    /// The `end` frame once the relay ended (`error`: why the channel failed, if it did): the
-    /// process's termination reason when it ended (waited for at most ``reasonPatience``),
-    /// `closed` when it lives on: it closed the channel (a goodbye from the client's side makes
-    /// it), or the client ended its side meanwhile (`clientEnded` opens: nothing is waited for).
-    static func end(after error: RemoteError?, pid: Int32?, identifier: String,
-                    events: AsyncStream<LauncherEvent>, clientEnded: Latch) async -> ConnectEnd {
+    /// The `end` frame once the relay ended: the process's termination reason when it ended
+    /// (waited for at most ``reasonPatience``), `closed` when it lives on: it closed the channel
+    /// (a goodbye from the client's side makes it), or the client ended its side meanwhile
+    /// (`clientEnded` opens: nothing more is waited for).
+    static func end(pid: Int32?, identifier: String, events: AsyncStream<LauncherEvent>, clientEnded: Latch) async -> ConnectEnd {
         guard let pid else { return ConnectEnd(code: .closed, reason: nil) }
-        let reason: TerminationReason? = try? await withDeadline(reasonPatience) { () -> TerminationReason?? in
-            await withTaskGroup(of: TerminationReason??.self) { group in
-                group.addTask {
-                    for await event in events {
-                        if case .terminated(identifier, pid, let reason) = event { return .some(reason) }
-                    }
-                    return .some(nil)
+        let reason = await withTaskGroup(of: TerminationReason?.self) { group in
+            group.addTask {
+                for await event in events {
+                    if case .terminated(identifier, pid, let reason) = event { return reason }
                 }
-                group.addTask {
-                    _ = await clientEnded.wait()
-                    return .some(nil)
-                }
-                defer { group.cancelAll() }
-                let first = await group.next() ?? .some(nil)
-                // The latch does not end by cancellation: opened, it lets its task go.
-                clientEnded.open(nil)
-                return first
+                return nil
             }
-        } ?? nil
+            group.addTask {
+                _ = await clientEnded.wait()
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: reasonPatience)
+                return nil
+            }
+            defer { group.cancelAll() }
+            let first = await group.next() ?? nil
+            // The latch does not end by cancellation: opened, it lets its task go.
+            clientEnded.open(nil)
+            return first
+        }
         return reason.map { ConnectEnd(code: .ended, reason: $0.bounded()) } ?? ConnectEnd(code: .closed, reason: nil)
     }
 }
@@ -257,21 +259,5 @@ final class Backlog: Sendable {
             return true
         }
         if resume { relay.withLock { $0 }?.resumeReading() }
-    }
-}
-
-/// `body`'s value, or `deadlineExceeded` once `deadline` has passed.
-func withDeadline<T: Sendable>(_ deadline: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: deadline)
-            return nil
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else {
-            throw RPCError(code: .deadlineExceeded, message: "nothing came within \(deadline)")
-        }
-        return value
     }
 }
