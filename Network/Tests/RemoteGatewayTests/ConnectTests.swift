@@ -56,21 +56,12 @@ struct ConnectTests {
         try await withLauncher(registry: registry, configuration: configuration) { launcher in
             let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls,
                                   service: GatewayService(registry: registry, authorization: authorization, launcher: launcher, logger: logger))
-            let serving = Task { try await gateway.run() }
-            defer { gateway.shutDown() }
-            let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
-            let laptop = try pki.client("laptop", names: [.uniformResourceIdentifier(identity)])
-            let client = GatewayClient(address: .ipv4(host: "127.0.0.1", port: port), certificateChain: laptop.certificate,
-                                       privateKey: laptop.key, gatewayCA: pki.caCertificate, serverName: "localhost")
-            do {
+            try await GatewayTests.serving(gateway) { port in
+                let laptop = try pki.client("laptop", names: [.uniformResourceIdentifier(identity)])
+                let client = GatewayClient(address: .ipv4(host: "127.0.0.1", port: port), certificateChain: laptop.certificate,
+                                           privateKey: laptop.key, gatewayCA: pki.caCertificate, serverName: "localhost")
                 try await body(client, launcher, pki)
-            } catch {
-                gateway.shutDown()
-                _ = await serving.result
-                throw error
             }
-            gateway.shutDown()
-            _ = await serving.result
         }
     }
 

@@ -60,17 +60,23 @@ struct GatewayTests {
         try tls.check()
         let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls,
                               service: GatewayService(registry: try registry(), authorization: authorization, logger: logger))
+        try await serving(gateway) { port in try await body(port, pki, log) }
+    }
+
+    /// Runs `gateway` for `body`, given its port; then shuts it down and waits for it to end,
+    /// whether `body` threw or not.
+    static func serving(_ gateway: Gateway, _ body: (Int) async throws -> Void) async throws {
         let serving = Task { try await gateway.run() }
+        let outcome: Result<Void, any Error>
         do {
             let port = try #require(try await gateway.transport.listeningAddress.ipv4?.port)
-            try await body(port, pki, log)
+            outcome = .success(try await body(port))
         } catch {
-            gateway.shutDown()
-            _ = await serving.result
-            throw error
+            outcome = .failure(error)
         }
         gateway.shutDown()
         _ = await serving.result
+        try outcome.get()
     }
 
     /// The catalog a client with `client`'s certificate gets (TLS as `security` says).
