@@ -29,11 +29,14 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
+        // lz4 and zstd, for a remote view's frames (docs/Gateway.md, "Views").
+        .systemLibrary(name: "CCompression", path: "Sources/CCompression"),
         // The gateway's server side: its TLS settings, who a client is, what it may reach, and
         // the gRPC service.
         .target(
             name: "RemoteGateway",
             dependencies: [
+                "CCompression",
                 .product(name: "RemoteHost", package: "RemoteView"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
