@@ -46,7 +46,7 @@ public final class ServiceConnection: Sendable {
     private let client: ServiceClient
     /// `nil` for a service the launcher does not know (the connection is invalidated at once),
     /// and for a remote one.
-    private let supervisor: ServiceSupervisor?
+    let supervisor: ServiceSupervisor?
     /// A remote service's link (through a gateway), in place of a supervisor.
     private let remote: RemoteLink?
 
@@ -416,7 +416,7 @@ package struct ServiceChannel: Sendable {
 
     private enum Owner: Sendable {
         case local(ServiceRoute, ServiceSupervisor)
-        case remote(RemoteLink)
+        case remote(RemoteLink, (any RemoteViewStream)?)
     }
 
     init(route: ServiceRoute, supervisor: ServiceSupervisor) {
@@ -424,9 +424,16 @@ package struct ServiceChannel: Sendable {
         owner = .local(route, supervisor)
     }
 
-    init(connection: Connection, remote: RemoteLink) {
+    init(connection: Connection, remote: RemoteLink, view: (any RemoteViewStream)?) {
         self.connection = connection
-        owner = .remote(remote)
+        owner = .remote(remote, view)
+    }
+
+    /// A remote process's view streams, when its transport carries them: its frames arrive
+    /// there, composited on its machine, and its input goes there (not as surface messages).
+    package var viewStream: (any RemoteViewStream)? {
+        if case .remote(_, let view) = owner { return view }
+        return nil
     }
 
     /// The local process's idle clock; `nil` for a remote one (its machine keeps it).
@@ -439,7 +446,7 @@ package struct ServiceChannel: Sendable {
     package var mappings: SharedBudget {
         switch owner {
         case .local(let route, _): route.instance.mappings
-        case .remote(let link): link.mappings
+        case .remote(let link, _): link.mappings
         }
     }
 
@@ -487,6 +494,24 @@ package struct ServiceChannel: Sendable {
         connection === other.connection
     }
 
+    /// ``endService(violating:)`` for later, holding nothing of the channel: for what the
+    /// channel itself keeps (a view stream's receiver), which must not keep the channel.
+    package var endsService: @Sendable (String) -> Void {
+        switch owner {
+        case .local(let route, let supervisor):
+            let instance = route.instance
+            return { [weak instance, weak supervisor] rule in
+                guard let instance else { return }
+                supervisor?.post(.stopRequested(instance, TerminationReason(kind: .protocolViolation, detail: rule)))
+            }
+        case .remote(let link, _):
+            return { [weak link, weak connection] rule in
+                guard let connection else { return }
+                link?.endService(violating: rule, on: connection)
+            }
+        }
+    }
+
     /// Ends the process for breaking a rule of what the listener handles (named in `rule`): its
     /// supervisor stops it, and its end is reported as a protocol violation. A remote one's
     /// channel is closed, and its machine's launcher stops it in order.
@@ -494,7 +519,7 @@ package struct ServiceChannel: Sendable {
         switch owner {
         case .local(let route, let supervisor):
             supervisor.post(.stopRequested(route.instance, TerminationReason(kind: .protocolViolation, detail: rule)))
-        case .remote(let link):
+        case .remote(let link, _):
             link.endService(violating: rule, on: connection)
         }
     }

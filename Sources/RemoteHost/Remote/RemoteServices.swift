@@ -22,14 +22,15 @@ public protocol RemoteServiceConnector: Sendable {
     func services(on gateway: String) async throws(RemoteError) -> [ServiceManifest]
 
     /// A connection to the service `identifier` (bare: its handshake's) on `gateway`, opened:
-    /// the far launcher has a process of it. The caller runs the connection.
+    /// the far launcher has a process of it, with its view's streams when the transport has
+    /// them. The caller runs the connection.
     ///
     /// - Throws: `RemoteError` naming the gateway and saying why: *interrupted* when the
     ///   gateway cannot be reached or cannot reach the service now, *invalidated* when it will
     ///   never give this host the service.
     func connect(to identifier: String, on gateway: String, configuration: Connection.Configuration,
                  onRequest: @escaping Connection.RequestHandler,
-                 onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection
+                 onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> RemoteServiceChannel
 }
 
 /// Where a remote service is: its bare identifier, and its gateway's name (`nil`: the first of
@@ -186,8 +187,9 @@ final class RemoteLink: Sendable {
     /// The machine, the callers waiting for a channel, what ``allowOneChannel(refusal:)`` gave,
     /// and how many channels opened. The listeners are the client's (held weakly there).
     private let state: Mutex<(machine: RemoteLinkStateMachine<Connection>, waiters: [CheckedContinuation<Result<Connection, RemoteError>, Never>],
-                               oneChannel: (@Sendable () async -> RemoteError)?, channels: Int)>
-    /// What a remote service's surfaces may map here (they do not cross yet: issue 35).
+                               oneChannel: (@Sendable () async -> RemoteError)?, channels: Int, view: (any RemoteViewStream)?)>
+    /// What a remote service's surfaces may map here (none: its frames arrive composited, on
+    /// its view stream).
     let mappings: SharedBudget
 
     init(target: RemoteTarget, connector: any RemoteServiceConnector, configuration: Launcher.Configuration, client: ServiceClient) {
@@ -200,7 +202,7 @@ final class RemoteLink: Sendable {
                                                           + (configuration.readsAccessibility ? [AccessibilityCapability.name] : []),
                                                       expectedPeerIdentifier: target.identifier)
         mappings = SharedBudget(limit: configuration.maxMappedBytesPerService)
-        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], nil, 0))
+        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], nil, 0, nil))
     }
 
     /// Where the service is, in words.
@@ -257,17 +259,19 @@ final class RemoteLink: Sendable {
     /// Attempt `attempt`: waits out the backoff, finds the gateway, opens and runs the channel.
     private func connect(attempt: UInt64, at: ContinuousClock.Instant?) async {
         if let at { try? await Task.sleep(until: at) }
-        let connection: Connection
+        let opened: RemoteServiceChannel
         do throws(RemoteError) {
             let gateway = try await findGateway()
-            connection = try await connector.connect(to: target.identifier, on: gateway, configuration: configuration,
-                                                     onRequest: client.onRequest, onMessage: client.onMessage)
+            opened = try await connector.connect(to: target.identifier, on: gateway, configuration: configuration,
+                                                 onRequest: client.onRequest, onMessage: client.onMessage)
         } catch {
             logger.info("cannot reach \(place): \(error.reason.escapedForTerminal())")
             perform(transition { $0.failed(error, attempt: attempt, now: .now) })
             return
         }
-        let channel = ServiceChannel(connection: connection, remote: self)
+        let connection = opened.connection
+        state.withLock { $0.view = opened.view }
+        let channel = ServiceChannel(connection: connection, remote: self, view: opened.view)
         let listeners = client.liveListeners
         for listener in listeners { listener.channelWillRun(channel) }
         // The channel's end is reported after its opening's outcome, so the machine sees them
@@ -312,8 +316,9 @@ final class RemoteLink: Sendable {
     }
 
     private func ended(_ connection: Connection, error: RemoteError?) {
+        state.withLock { $0.view = nil }
         perform(transition { $0.ended(connection, error: error) })
-        let channel = ServiceChannel(connection: connection, remote: self)
+        let channel = ServiceChannel(connection: connection, remote: self, view: nil)
         for listener in client.liveListeners { listener.channelDidClose(channel, error: error) }
     }
 
@@ -347,11 +352,11 @@ final class RemoteLink: Sendable {
     /// Attaches `listener` (weakly); it hears about the channel open now, if any.
     func addListener(_ listener: any ServiceChannelListener) {
         _ = client.addListener(listener)  // nothing is announced there: the link tells of its channels
-        let open = state.withLock { state -> Connection? in
-            if case .connected(let connection) = state.machine.state { return connection }
+        let open = state.withLock { state -> (Connection, (any RemoteViewStream)?)? in
+            if case .connected(let connection) = state.machine.state { return (connection, state.view) }
             return nil
         }
-        if let open { listener.channelWillRun(ServiceChannel(connection: open, remote: self)) }
+        if let (connection, view) = open { listener.channelWillRun(ServiceChannel(connection: connection, remote: self, view: view)) }
     }
 
     /// Only the first channel is ever opened (a share's); later uses throw what `refusal` says.

@@ -69,6 +69,9 @@ public final class RemoteView: Sendable {
         /// That channel's connection: a frame's `release_buffer` and `frame_done` go to the
         /// process that drew it, never to a later one.
         var frames: Connection?
+        /// That channel's view streams, when it is a remote process's whose transport carries
+        /// them: its frames come from there, and input goes there.
+        var stream: (any RemoteViewStream)?
         /// What a new process is told first.
         var size: SurfaceSize?
         var traits: Traits?
@@ -216,9 +219,14 @@ public final class RemoteView: Sendable {
             let peer = try await Self.requireSurfaces(connection)
             // A direction only to a service that moves the focus across, on a channel whose host
             // announced it; to another, plain focus.
+            var event = event
             if case .focusEntering = event, !(peer.capabilities.contains(FocusLeaveCapability.name)
                                              && connection.configuration.capabilities.contains(FocusLeaveCapability.name)) {
-                try await connection.send(InputEvent.focus(true))
+                event = .focus(true)
+            }
+            // A remote view's input goes on its own stream, never behind a reply or a frame.
+            if let stream = state.withLock({ $0.frames === connection ? $0.stream : nil }) {
+                try await stream.send(input: event.relayPacket())
             } else {
                 try await connection.send(event)
             }
@@ -259,11 +267,18 @@ public final class RemoteView: Sendable {
     /// then what the service had committed before it read the ping is in ``image``, but an
     /// animation it has not drawn yet is not waited for.
     ///
+    /// A remote view's input travels on a stream of its own (``RemoteViewStream``): settling
+    /// first waits until the input sent before it has reached the service, and the far relay
+    /// holds the answer until the frames the service committed before it have reached the
+    /// host, so the same holds across machines.
+    ///
     /// - Throws: `RemoteError`: the reason the service was ended, if it was meanwhile (a broken
     ///   surface rule, a crash), `timeout`, or what the request throws.
     public func settle(timeout: Duration = .seconds(10)) async throws(RemoteError) {
         // The request and what its failure means, on one channel: the process that answered.
         try await connection.withChannel { connection throws(RemoteError) in
+            // A remote view's input travels on its own stream: it reaches the service first.
+            if let stream = state.withLock({ $0.frames === connection ? $0.stream : nil }) { try await stream.sync() }
             do throws(RemoteError) {
                 _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
             } catch let error where error.code == .remoteError {
@@ -322,7 +337,12 @@ public final class RemoteView: Sendable {
     /// that carried it; once that process has ended they are dropped, and nothing is launched
     /// for them. So a window may call this at every vsync whatever became of the service.
     public func framePresented() async throws(RemoteError) {
-        let (compositor, frames) = state.withLock { ($0.compositor, $0.frames) }
+        let (compositor, frames, stream) = state.withLock { ($0.compositor, $0.frames, $0.stream) }
+        if let stream {
+            // A remote view's frames were composited on the far machine: it hears on the stream.
+            if let frame = compositor.presentRemote() { stream.presented(frame: frame) }
+            return
+        }
         guard let frames else { return }
         for message in compositor.present() {
             do {
@@ -343,12 +363,14 @@ extension RemoteView: ServiceChannelListener {
         let compositor = state.withLock { state in
             state.compositor = SurfaceCompositor(keeping: state.compositor.image, budget: channel.mappings, checksSize: true)
             state.frames = channel.connection
+            state.stream = channel.viewStream
             state.stateLimit = channel.restorableStateLimit
             // The new process sends its whole tree; the old one's stays published until then.
             state.accessibility = AccessibilityTreeState()
             return state.compositor
         }
         accessibility.processChanged()
+        if let stream = channel.viewStream { receiveFrames(from: stream, of: channel, on: compositor) }
         let limit = channel.restorableStateLimit
         channel.route(surface: { [weak self] message, attachments, context throws(RemoteError) in
             // The host let go of the view while the service still drew for it: what was in
@@ -401,6 +423,30 @@ extension RemoteView: ServiceChannelListener {
                 try? await context.connection.send(reply)
             }
         })
+    }
+
+    /// Takes a remote view's frames from `stream` (the channel's) into `compositor`: each is
+    /// checked and applied as it arrives, its damage published, and with
+    /// ``Presentation/immediate`` acknowledged at once. A frame that breaks a rule ends the
+    /// channel, naming it; the image keeps the last good frame.
+    private func receiveFrames(from stream: any RemoteViewStream, of channel: ServiceChannel, on compositor: SurfaceCompositor) {
+        let immediate = presentation == .immediate
+        // The stream keeps its receiver: the receiver keeps neither the stream nor the channel.
+        let endService = channel.endsService
+        stream.start(RemoteFrameReceiver(handler: { [weak self, weak stream] frame, width, height, damage, write throws(RemoteError) in
+            guard let self else { return }
+            let applied: [PixelRect]
+            do throws(RemoteError) {
+                applied = try compositor.receiveRemote(frame: frame, width: width, height: height, damage: damage, write: write)
+            } catch {
+                endService(error.reason)
+                throw error
+            }
+            self.damageSink.yield(applied)
+            if immediate, let done = compositor.presentRemote() { stream?.presented(frame: done) }
+        }, onEnd: { error in
+            if let error { endService(error.reason) }
+        }))
     }
 
     /// Keeps a restorable state the service on `compositor`'s channel sent, once it is known to

@@ -38,7 +38,15 @@ package final class SurfaceCompositor: Sendable {
         /// answers one of them (a service may still draw for an older one while newer ones are
         /// on their way, as during a window drag).
         var sizes: [(width: Int, height: Int)] = []
+        /// Frames of a remote view's stream the host has not presented yet (at most
+        /// ``maxRemoteFramesInFlight``), oldest first.
+        var remoteInFlight: [UInt64] = []
     }
+
+    /// The most frames of a remote view in flight across the network: a frame's
+    /// `presented` need not come back before the next is sent, so a link's round trip does not
+    /// cost each frame (docs/Gateway.md, "Views").
+    package static let maxRemoteFramesInFlight = 2
 
     /// How many distinct sizes a commit may answer: the last ones the host gave. Not cut when a
     /// newer size is committed: two resizes recorded in one order may be written in the other.
@@ -196,6 +204,49 @@ package final class SurfaceCompositor: Sendable {
             guard let inFlight = state.inFlight else { return [] }
             state.inFlight = nil
             return [.releaseBuffer(inFlight.buffer), .frameDone(frame: inFlight.frame)]
+        }
+    }
+
+    /// Applies frame `frame` of a remote view's stream (composited on the far machine): it must
+    /// have a size the host gave, a number above the last, and at most
+    /// ``maxRemoteFramesInFlight`` frames may wait to be presented; `write` then changes the
+    /// image (all zero first when the size changed). Returns the damage (all of the image when
+    /// the size changed).
+    package func receiveRemote(frame: UInt64, width: Int, height: Int, damage: [PixelRect],
+                               write: (UnsafeMutableBufferPointer<UInt32>) throws(RemoteError) -> Void) throws(RemoteError) -> [PixelRect] {
+        try state.withLock { (state) throws(RemoteError) -> [PixelRect] in
+            guard state.remoteInFlight.count < Self.maxRemoteFramesInFlight else {
+                throw violation("frame \(frame) arrived while frames \(state.remoteInFlight.map(String.init).joined(separator: " and ")) wait to be presented: at most \(Self.maxRemoteFramesInFlight) may be in flight")
+            }
+            if let last = state.lastFrame, frame <= last {
+                throw violation("frame \(frame) after frame \(last): frame numbers must increase")
+            }
+            if checksSize, !state.sizes.contains(where: { $0 == (width, height) }) {
+                guard let latest = state.sizes.last else { throw violation("frame \(frame) before the host gave the view a size") }
+                throw violation("frame \(frame) at \(width)×\(height) pixels, but the view is \(latest.width)×\(latest.height) pixels\(state.sizes.count > 1 ? ", and none of the \(state.sizes.count - 1) other sizes given before" : "")")
+            }
+            // `write` checks the whole frame before it writes, so a frame that breaks a rule
+            // changes nothing; a new size is written into a new image, kept once it is whole.
+            let resized = state.image.width != width || state.image.height != height
+            if resized {
+                var image = CompositedImage(width: width, height: height)
+                try image.pixels.withUnsafeMutableBufferPointer { (pixels) throws(RemoteError) in try write(pixels) }
+                state.image = image
+            } else {
+                try state.image.pixels.withUnsafeMutableBufferPointer { (pixels) throws(RemoteError) in try write(pixels) }
+            }
+            state.remoteInFlight.append(frame)
+            state.lastFrame = frame
+            return resized ? [PixelRect(x: 0, y: 0, width: width, height: height)] : damage
+        }
+    }
+
+    /// The host has shown the remote frames in flight: the newest of them, to acknowledge with
+    /// every one before it (`nil`: none waits).
+    package func presentRemote() -> UInt64? {
+        state.withLock { state in
+            defer { state.remoteInFlight = [] }
+            return state.remoteInFlight.last
         }
     }
 
