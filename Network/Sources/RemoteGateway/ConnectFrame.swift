@@ -7,17 +7,18 @@ import RemoteHost
 ///
 /// | kind | direction | after the kind byte |
 /// | --- | --- | --- |
-/// | `0x01` open | host → gateway, first and once | `u8` version (1), `u8` n, the service's identifier (n bytes) |
-/// | `0x02` opened | gateway → host, once | nothing |
+/// | `0x01` open | host → gateway, first and once | `u8` version (1 or 2), `u8` n, the service's identifier (n bytes) |
+/// | `0x02` opened | gateway → host, once | version 1: nothing; version 2: the call's 16-byte token |
 /// | `0x03` packet | both | `u8` k, k × (`u32` attachment size, `u8` its seals: `F_SEAL_*` bits), the envelope's bytes |
 /// | `0x04` chunk | both | 1…``maxChunkBytes`` bytes of the attachments owed |
 /// | `0x05` end | gateway → host, last | `u8` code, then JSON of a `TerminationReason`, bounded (or nothing) |
 ///
 public enum ConnectFrame: Sendable, Hashable {
-    /// The host asks for a service by its bare identifier.
-    case open(identifier: String)
-    /// The gateway has a channel to the service: packets may flow.
-    case opened
+    /// The host asks for a service by its bare identifier, speaking framing `version`.
+    case open(identifier: String, version: UInt8 = ConnectFrame.version)
+    /// The gateway has a channel to the service: packets may flow. Under framing version 2,
+    /// with the call's token, which opens its view's `View` and `Input` streams.
+    case opened(token: [UInt8]? = nil)
     /// A RemoteView packet: its envelope's bytes, and the sizes of the attachments (memfds on
     /// a local socket) whose bytes follow as chunks, in order. `seals` are each attachment's
     /// seals where it came from (empty: every one sealed against any change, as a share item
@@ -36,8 +37,15 @@ public enum ConnectFrame: Sendable, Hashable {
         case toHost
     }
 
-    /// The framing's version, in `open`.
-    public static let version: UInt8 = 1
+    /// The framing's version, in `open`: 2. Under version 1 the gateway relays a view's surface
+    /// messages as they are (its buffer crosses once, as a copy); under version 2 it shows the
+    /// view itself and sends its frames on the `View` stream (docs/Gateway.md, "Views"). A
+    /// gateway serves both.
+    public static let version: UInt8 = 2
+    /// The versions a gateway serves.
+    public static let versions: ClosedRange<UInt8> = 1...2
+    /// The size of a call's token in `opened` (version 2).
+    public static let tokenBytes = 16
     /// The largest envelope: a RemoteView packet's bound.
     public static let maxEnvelopeBytes = 65_536
     /// The most attachments one packet carries.
@@ -65,11 +73,11 @@ public enum ConnectFrame: Sendable, Hashable {
     /// The frame's bytes.
     public func encoded() -> [UInt8] {
         switch self {
-        case .open(let identifier):
+        case .open(let identifier, let version):
             let bytes = Array(identifier.utf8)
-            return [Kind.open.rawValue, Self.version, UInt8(truncatingIfNeeded: bytes.count)] + bytes
-        case .opened:
-            return [Kind.opened.rawValue]
+            return [Kind.open.rawValue, version, UInt8(truncatingIfNeeded: bytes.count)] + bytes
+        case .opened(let token):
+            return [Kind.opened.rawValue] + (token ?? [])
         case .packet(let envelope, let sizes, let seals):
             var bytes: [UInt8] = [Kind.packet.rawValue, UInt8(truncatingIfNeeded: sizes.count)]
             for (index, size) in sizes.enumerated() {
@@ -105,16 +113,21 @@ public enum ConnectFrame: Sendable, Hashable {
         switch kind {
         case .open:
             guard body.count >= 2 else { throw violation("open.length", "an open frame of \(body.count) bytes, fewer than 2") }
-            guard body[body.startIndex] == version else { throw violation("open.version", "framing version \(body[body.startIndex]); this gateway speaks \(version)") }
+            let version = body[body.startIndex]
+            guard versions.contains(version) else {
+                throw violation("open.version", "framing version \(version); this gateway speaks \(versions.lowerBound) to \(versions.upperBound)")
+            }
             let length = Int(body[body.startIndex + 1]), name = body.dropFirst(2)
             guard name.count == length else { throw violation("open.length", "an identifier said to be \(length) bytes, \(name.count) given") }
             guard let identifier = String(validating: name, as: UTF8.self), isServiceIdentifier(identifier) else {
                 throw violation("open.identifier", "\"\(String(decoding: name, as: UTF8.self).escapedForTerminal())\" is not a service identifier")
             }
-            return .open(identifier: identifier)
+            return .open(identifier: identifier, version: version)
         case .opened:
-            guard body.isEmpty else { throw violation("opened.length", "an opened frame with \(body.count) bytes after its kind") }
-            return .opened
+            guard body.isEmpty || body.count == tokenBytes else {
+                throw violation("opened.length", "an opened frame with \(body.count) bytes after its kind, not 0 or a \(tokenBytes)-byte token")
+            }
+            return .opened(token: body.isEmpty ? nil : Array(body))
         case .packet:
             guard let count = body.first.map(Int.init) else { throw violation("packet.length", "a packet frame without its attachment count") }
             guard count <= maxAttachments else { throw violation("packet.attachments", "\(count) attachments, more than \(maxAttachments)") }
@@ -224,8 +237,8 @@ extension TerminationReason {
 public struct ConnectReader: Sendable {
     /// What a frame, or the last chunk of a packet, meant.
     public enum Event: Sendable {
-        case open(identifier: String)
-        case opened
+        case open(identifier: String, version: UInt8)
+        case opened(token: [UInt8]?)
         /// A packet, whole: its envelope and its attachments, sealed memfds.
         case packet(envelope: [UInt8], attachments: [Attachment])
         case end(ConnectEnd)
@@ -282,12 +295,12 @@ public struct ConnectReader: Sendable {
         switch (state, frame) {
         case (.ended, _):
             throw ConnectFrame.violation("after-end", "a frame after the end")
-        case (.start, .open(let identifier)):
+        case (.start, .open(let identifier, let version)):
             state = .flowing
-            return .open(identifier: identifier)
-        case (.start, .opened):
+            return .open(identifier: identifier, version: version)
+        case (.start, .opened(let token)):
             state = .flowing
-            return .opened
+            return .opened(token: token)
         case (_, .open):
             throw ConnectFrame.violation("open.again", "a second open")
         case (_, .opened):

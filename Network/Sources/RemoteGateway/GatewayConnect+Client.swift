@@ -33,30 +33,42 @@ extension GatewayClient {
         do { transport = try makeTransport() } catch {
             throw RemoteError(.invalidated, error.description)
         }
-        return try await connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage, within: timeout) { body in
+        return try await connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage, within: timeout,
+                                 counter: WireCounter()) { body in
             try await withGRPCClient(transport: transport) { client in try await body(client) }
-        }
+        }.connection
     }
 
     /// ``connect(to:configuration:onRequest:onMessage:within:)`` over the gRPC client that
     /// `using` runs `body` with: one of its own, or a ``GatewayLink``'s, shared.
+    ///
+    /// With framing version 2 (a gateway that serves it says so in `opened`), the channel comes
+    /// with its view's streams (``GatewayViewStream``), run over the same client once a view
+    /// takes the channel, and ended with the `Connect` stream.
     func connect(to identifier: String, configuration: Connection.Configuration,
                  onRequest: @escaping Connection.RequestHandler, onMessage: @escaping Connection.MessageHandler, within timeout: Duration,
-                 using: @escaping @Sendable (@Sendable (GRPCClient<HTTP2ClientTransport.Posix>) async throws -> Void) async throws -> Void) async throws(RemoteError) -> Connection {
+                 counter: WireCounter,
+                 using: @escaping @Sendable (@Sendable (GRPCClient<HTTP2ClientTransport.Posix>) async throws -> Void) async throws -> Void) async throws(RemoteError) -> RemoteServiceChannel {
         let (outgoing, outgoingSink) = AsyncStream<TransportChannel.Output>.makeStream()
         let channel = TransportChannel { output in outgoingSink.yield(output) }
         let opened = Latch()
         let gateway = "the gateway at \(address)"
+        let view = GatewayViewStream(gateway: "\(address)", identifier: identifier, counter: counter)
+        let hasView = Mutex(false)
         let task = Task {
             do {
                 try await using { client in
                     let request = StreamingClientRequest<[UInt8]> { writer in
-                        try await writer.write(ConnectFrame.open(identifier: identifier).encoded())
+                        let open = ConnectFrame.open(identifier: identifier).encoded()
+                        try await writer.write(open)
+                        counter.add(\.connectUp, open.count)
                         for await output in outgoing {
                             guard case .packets(let packets) = output else { break }
                             for packet in packets {
                                 try await ConnectWriter.write(envelope: packet.bytes, attachments: packet.attachments) { frame in
-                                    try await writer.write(frame.encoded())
+                                    let bytes = frame.encoded()
+                                    try await writer.write(bytes)
+                                    counter.add(\.connectUp, bytes.count)
                                 }
                                 channel.didSend(bytes: packet.bytes.count)
                             }
@@ -68,13 +80,21 @@ extension GatewayClient {
                     // grpc-swift-nio-transport 2.9 bounds the messages a client *reads* by this
                     // one (its stream handler's deframer), not by the above.
                     options.maxRequestMessageBytes = ConnectFrame.maxFrameBytes
+                    // The view's streams run beside the Connect stream, and end with it.
+                    let viewTask = Task { await view.run(client) }
+                    defer { viewTask.cancel() }
                     try await client.bidirectionalStreaming(request: request, descriptor: GatewayMethods.connect, serializer: RawBytes(),
                                                             deserializer: RawBytes(), options: options) { response in
                         var reader = ConnectReader(direction: .toHost)
                         for try await message in response.messages {
+                            counter.add(\.connectDown, message.count)
                             guard let event = try reader.read(message) else { continue }
                             switch event {
-                            case .opened:
+                            case .opened(let token):
+                                if let token {
+                                    view.opened(token: token)
+                                    hasView.withLock { $0 = true }
+                                }
                                 opened.open(nil)
                             case .packet(let envelope, let attachments):
                                 channel.receive(TransportPacket(bytes: envelope, attachments: attachments))
@@ -122,7 +142,8 @@ extension GatewayClient {
             task.cancel()
             throw failure
         }
-        return Connection(transport: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+        return RemoteServiceChannel(connection: Connection(transport: channel, configuration: configuration, onRequest: onRequest, onMessage: onMessage),
+                                    view: hasView.withLock { $0 } ? view : nil)
     }
 
     /// Whether `error` (from ``connect(to:configuration:onRequest:onMessage:within:)``) says the
@@ -245,6 +266,10 @@ public final class GatewayLink: Sendable {
     public let client: GatewayClient
     private let grpc: GRPCClient<HTTP2ClientTransport.Posix>
     private let running: Task<Void, Never>
+    private let counter = WireCounter()
+
+    /// The gRPC payload bytes this link's streams carried so far, each way.
+    public var wireBytes: WireBytes { counter.value }
 
     /// A link to `client`'s gateway (connected on first use).
     ///
@@ -265,9 +290,18 @@ public final class GatewayLink: Sendable {
                         onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
                         onMessage: @escaping Connection.MessageHandler = { _, _ in },
                         within timeout: Duration = .seconds(30)) async throws(RemoteError) -> Connection {
+        try await open(identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage, within: timeout).connection
+    }
+
+    /// A connection to `identifier` over this link with its view's streams, when the gateway
+    /// has them (framing version 2).
+    public func open(_ identifier: String, configuration: Connection.Configuration,
+                     onRequest: @escaping Connection.RequestHandler = Connection.refuseRequests,
+                     onMessage: @escaping Connection.MessageHandler = { _, _ in },
+                     within timeout: Duration = .seconds(30)) async throws(RemoteError) -> RemoteServiceChannel {
         let grpc = grpc
         return try await client.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage,
-                                        within: timeout) { body in try await body(grpc) }
+                                        within: timeout, counter: counter) { body in try await body(grpc) }
     }
 
     /// Ends the link once its streams have ended.

@@ -29,6 +29,7 @@ struct ConnectCall: Sendable {
     let registry: ServiceRegistry
     let grant: GatewayAuthorization.Grant
     let client: ClientIdentity
+    let sessions: ViewSessions
     let logger: Logger
 
     /// How long the process's termination reason is waited for once its channel ended.
@@ -50,7 +51,7 @@ struct ConnectCall: Sendable {
     }
 
     func run(_ messages: RPCAsyncSequence<[UInt8], any Error>, _ writer: RPCWriter<[UInt8]>) async throws {
-        let (opening, openingSink) = AsyncStream<String>.makeStream()
+        let (opening, openingSink) = AsyncStream<(identifier: String, version: UInt8)>.makeStream()
         let (relays, relaySink) = AsyncStream<ServiceRelay>.makeStream()
         let (outbound, outboundSink) = AsyncStream<Outbound>.makeStream()
         let backlog = Backlog()
@@ -71,8 +72,8 @@ struct ConnectCall: Sendable {
                     for try await message in messages {
                         guard let event = try reader.read(message) else { continue }
                         switch event {
-                        case .open(let identifier):
-                            openingSink.yield(identifier)
+                        case .open(let identifier, let version):
+                            openingSink.yield((identifier, version))
                             openingSink.finish()
                             var opened = relays.makeAsyncIterator()
                             relay = await opened.next()
@@ -108,7 +109,7 @@ struct ConnectCall: Sendable {
             defer { group.cancelAll() }
 
             var opened = opening.makeAsyncIterator()
-            guard let identifier = await opened.next() else {
+            guard let (identifier, version) = await opened.next() else {
                 relaySink.finish()
                 // The reader gave up already (a broken first frame: its failure is queued), or
                 // the deadline passed while it waits: it is not waited for.
@@ -122,7 +123,8 @@ struct ConnectCall: Sendable {
             let connection = launcher.connection(to: identifier)
             let relay: ServiceRelay
             do {
-                relay = try await connection.openRelay(onPacket: { packet in
+                // Framing version 2: the view's frames go on the host's View stream.
+                relay = try await connection.openRelay(view: version >= 2, onPacket: { packet in
                     outboundSink.yield(.packet(packet))
                     backlog.added()
                 }, onEnd: { error in
@@ -142,8 +144,11 @@ struct ConnectCall: Sendable {
             relaySink.finish()
             let pid = connection.processIdentifier
             logger.info("\(client) connected to \(identifier)\(pid.map { " (pid \($0))" } ?? "")")
+            let token = relay.hasView ? sessions.add(ViewSession(client: client, identifier: identifier, relay: relay, logger: logger)) : nil
+            // The view's streams end with the call.
+            defer { if let token { sessions.remove(token) } }
             do {
-                try await writer.write(ConnectFrame.opened.encoded())
+                try await writer.write(ConnectFrame.opened(token: token).encoded())
                 try await forward(outbound, to: writer, relay: relay, backlog: backlog, identifier: identifier, pid: pid, events: events)
             } catch {
                 relay.close()

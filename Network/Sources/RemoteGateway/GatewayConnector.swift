@@ -76,21 +76,26 @@ public final class GatewayConnector: RemoteServiceConnector {
         return services
     }
 
+    /// The gRPC payload bytes the streams to `gateway` carried so far (its current link's).
+    public func wireBytes(on gateway: String) -> WireBytes? {
+        links.withLock { $0[gateway] }?.wireBytes
+    }
+
     public func connect(to identifier: String, on gateway: String, configuration: Connection.Configuration,
                         onRequest: @escaping Connection.RequestHandler,
-                        onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> Connection {
+                        onMessage: @escaping Connection.MessageHandler) async throws(RemoteError) -> RemoteServiceChannel {
         guard let link = links.withLock({ $0[gateway] }), let client = clients[gateway] else {
             throw RemoteError(.invalidated, "no gateway is named \(gateway.escapedForTerminal())")
         }
         do throws(RemoteError) {
-            return try await link.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            return try await link.open(identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         } catch where GatewayClient.isUnreachable(error) {
             // The shared connection may be one the gateway's end left behind (it went away and
             // came back, and gRPC waits out its own reconnection backoff): once, a fresh one.
             let fresh: GatewayLink
             do { fresh = try GatewayLink(client) } catch { throw RemoteError(.invalidated, error.description) }
             links.withLock { $0[gateway] = fresh }
-            return try await fresh.connect(to: identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
+            return try await fresh.open(identifier, configuration: configuration, onRequest: onRequest, onMessage: onMessage)
         }
     }
 }

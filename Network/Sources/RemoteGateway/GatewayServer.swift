@@ -32,6 +32,12 @@ public enum GatewayMethods {
     /// `Connect`: one bidirectional stream per connection to a service, its messages
     /// ``ConnectFrame``s (docs/Gateway.md, "Connect").
     public static let connect = MethodDescriptor(fullyQualifiedService: "remoteview.gateway.v1.Gateway", method: "Connect")
+    /// `View`: a `Connect` call's view (framing version 2): its ``ViewFrame``s to the host, the
+    /// host's `presented` back. The first message is the call's token.
+    public static let view = MethodDescriptor(fullyQualifiedService: "remoteview.gateway.v1.Gateway", method: "View")
+    /// `Input`: a `Connect` call's view's input (``InputFrame``s), apart from its frames and
+    /// replies. The first message is the call's token.
+    public static let input = MethodDescriptor(fullyQualifiedService: "remoteview.gateway.v1.Gateway", method: "Input")
 }
 
 /// Where a gateway's TLS material is: its certificate chain and key (PEM), and the one CA that
@@ -114,6 +120,8 @@ public struct GatewayService: RegistrableRPCService {
     let authorization: GatewayAuthorization
     let launcher: Launcher?
     let logger: Logger
+    /// The `Connect` calls whose views stream, by token.
+    let sessions = ViewSessions()
 
     /// The service over `registry`'s services, as `authorization` grants them, reached through
     /// `launcher` (a launcher over the same registry, running). Without one, the gateway shows
@@ -136,15 +144,30 @@ public struct GatewayService: RegistrableRPCService {
             let bytes = try catalogs.encoded(for: authorization.grant(for: client), client: client)
             return StreamingServerResponse(single: ServerResponse(message: bytes))
         }
-        let (launcher, registry) = (launcher, registry)
+        let (launcher, registry, sessions) = (launcher, registry, sessions)
         router.registerHandler(forMethod: GatewayMethods.connect, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
             guard let launcher else {
                 throw RPCError(code: .unavailable, message: "this gateway serves its catalog only: it runs no launcher")
             }
-            let call = ConnectCall(launcher: launcher, registry: registry, grant: authorization.grant(for: client), client: client, logger: logger)
+            let call = ConnectCall(launcher: launcher, registry: registry, grant: authorization.grant(for: client), client: client,
+                                   sessions: sessions, logger: logger)
             return StreamingServerResponse { writer in
                 try await call.run(request.messages, writer)
+                return [:]
+            }
+        }
+        router.registerHandler(forMethod: GatewayMethods.view, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
+            let client = try Self.identify(context, logger: logger)
+            return StreamingServerResponse { writer in
+                try await Self.serveView(request.messages, writer, client: client, sessions: sessions, logger: logger)
+                return [:]
+            }
+        }
+        router.registerHandler(forMethod: GatewayMethods.input, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
+            let client = try Self.identify(context, logger: logger)
+            return StreamingServerResponse { writer in
+                try await Self.serveInput(request.messages, writer, client: client, sessions: sessions, logger: logger)
                 return [:]
             }
         }

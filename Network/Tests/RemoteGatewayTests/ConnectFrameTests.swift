@@ -17,7 +17,7 @@ struct ConnectFrameTests {
     func roundTrips() throws {
         let reason = TerminationReason(kind: .killed, detail: "killed by SIGKILL", signal: 9)
         let frames: [(ConnectFrame, ConnectFrame.Direction)] = [
-            (.open(identifier: "com.example.demo-share.notes"), .toGateway), (.opened, .toHost),
+            (.open(identifier: "com.example.demo-share.notes"), .toGateway), (.opened(), .toHost),
             (.packet(envelope: [1, 2, 3], attachmentSizes: []), .toGateway),
             (.packet(envelope: Array(repeating: 7, count: 65_536), attachmentSizes: [1, 256 << 20]), .toHost),
             // A surface's buffer (sealed against resizing only) beside a share item.
@@ -36,9 +36,9 @@ struct ConnectFrameTests {
         let cases: [([UInt8], ConnectFrame.Direction, String)] = [
             ([], .toGateway, "connect.empty"),
             ([9], .toGateway, "connect.kind"),
-            (ConnectFrame.opened.encoded(), .toGateway, "connect.direction"),
+            (ConnectFrame.opened().encoded(), .toGateway, "connect.direction"),
             (ConnectFrame.open(identifier: "a.b").encoded(), .toHost, "connect.direction"),
-            ([1, 2, 3] + Array("a.b".utf8), .toGateway, "connect.open.version"),
+            ([1, 3, 3] + Array("a.b".utf8), .toGateway, "connect.open.version"),
             ([1, 1, 4] + Array("a.b".utf8), .toGateway, "connect.open.length"),
             ([1, 1, 4] + Array("a..b".utf8), .toGateway, "connect.open.identifier"),
             ([1, 1, 3, 0xFF, 0xFE, 0x41], .toGateway, "connect.open.identifier"),
@@ -102,7 +102,7 @@ struct ConnectFrameTests {
         var refused = ConnectReader(direction: .toHost)
         #expect(try refused.read(ConnectFrame.end(ConnectEnd(code: .invalidated, reason: nil)).encoded())?.contents == .end(ConnectEnd(code: .invalidated, reason: nil)),
                 "an end in place of opened: the service cannot be reached")
-        #expect(violation(&refused, .opened)?.hasPrefix("rule connect.after-end") == true)
+        #expect(violation(&refused, .opened())?.hasPrefix("rule connect.after-end") == true)
     }
 
     @Test("attachments come back whole from their chunks (60 KiB at most each), in order, with their packet")
@@ -111,7 +111,7 @@ struct ConnectFrameTests {
         let frames = ConnectReader.frames(envelope: [5, 6, 7], attachments: [first, second])
         #expect(frames.count == 1 + 3 + 1, "150 000 bytes in three chunks, one byte in one")
         var reader = ConnectReader(direction: .toHost)
-        _ = try reader.read(ConnectFrame.opened.encoded())
+        _ = try reader.read(ConnectFrame.opened().encoded())
         var events: [ConnectReader.Event] = []
         for frame in frames {
             if let event = try reader.read(frame.encoded()) { events.append(event) }
@@ -124,7 +124,7 @@ struct ConnectFrameTests {
             }
         }
         var again = ConnectReader(direction: .toHost)
-        _ = try again.read(ConnectFrame.opened.encoded())
+        _ = try again.read(ConnectFrame.opened().encoded())
         events = []
         for frame in frames {
             if let event = try again.read(frame.encoded()) { events.append(event) }
@@ -163,7 +163,7 @@ enum EventContents: Equatable {
 extension ConnectReader.Event {
     var contents: EventContents {
         switch self {
-        case .open(let identifier): .open(identifier)
+        case .open(let identifier, _): .open(identifier)
         case .opened: .opened
         case .packet(let envelope, let attachments):
             .packet(envelope, attachments.map { attachment -> [UInt8] in

@@ -24,13 +24,17 @@ struct ConnectTests {
 
     static let identity = "spiffe://example.org/host/laptop"
     static let authorization = try! GatewayAuthorization(entries: [
-        .init(identity: "uri:" + identity, services: ["com.example.test", "com.example.missing", "com.example.share"]),
+        .init(identity: "uri:" + identity, services: ["com.example.test", "com.example.missing", "com.example.share", "com.example.ui"]),
     ])
 
     /// A gateway on 127.0.0.1 (a free port) with a launcher over the fixture service (as
     /// `com.example.test`, and `com.example.other`, which the client is not granted), and a
     /// client of it for `body`.
+    ///
+    /// With `lyingView`, the gateway's `View` stream answers with those frames instead
+    /// (``RemoteViewGatewayTests/LyingView``): a hostile gateway whose `Connect` is real.
     static func withConnectGateway(log: GatewayTests.LogLines = GatewayTests.LogLines(),
+                                   lyingView: (@Sendable (Int, Int) -> [[UInt8]])? = nil,
                                    _ body: @Sendable (GatewayClient, Launcher, TestPKI) async throws -> Void) async throws {
         try #require(FileManager.default.isExecutableFile(atPath: testService),
                      "the main package's fixture service is built first (swift build --build-tests at the repository's root): \(testService)")
@@ -41,6 +45,9 @@ struct ConnectTests {
             let manifest = #"{"identifier": "\#(identifier)", "executable": "\#(testService)", "arguments": ["serve", "\#(identifier)"], "display": {"title": "Test service"}}"#
             try Data(manifest.utf8).write(to: URL(filePath: folder + "/services/\(identifier).json"))
         }
+        // The fixture's toolkit screen (a view: label, button, text field, progress, canvas).
+        let ui = #"{"identifier": "com.example.ui", "executable": "\#(testService)", "arguments": ["ui", "com.example.ui"], "display": {"title": "Screen"}}"#
+        try Data(ui.utf8).write(to: URL(filePath: folder + "/services/com.example.ui.json"))
         // The fixture's share activity, one process per share.
         let rules = #"[{"type": "text/plain", "min": 0, "max": 2}, {"type": "text/uri-list", "min": 0, "max": 1}, {"type": "application/octet-stream", "min": 0, "max": 4}]"#
         let share = #"{"identifier": "com.example.share", "executable": "\#(testService)", "arguments": ["share", "com.example.share"], "display": {"title": "Remote share", "subtitle": "on the farm"}, "activation": {"contentTypes": \#(rules)}, "instances": "perConnection"}"#
@@ -54,13 +61,30 @@ struct ConnectTests {
         quiet.logLevel = .warning
         configuration.logger = quiet
         try await withLauncher(registry: registry, configuration: configuration) { launcher in
-            let gateway = Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls,
-                                  service: GatewayService(registry: registry, authorization: authorization, launcher: launcher, logger: logger))
-            try await GatewayTests.serving(gateway) { port in
+            let service = GatewayService(registry: registry, authorization: authorization, launcher: launcher, logger: logger)
+            func client(_ port: Int) throws -> GatewayClient {
                 let laptop = try pki.client("laptop", names: [.uniformResourceIdentifier(identity)])
-                let client = GatewayClient(address: .ipv4(host: "127.0.0.1", port: port), certificateChain: laptop.certificate,
-                                           privateKey: laptop.key, gatewayCA: pki.caCertificate, serverName: "localhost")
-                try await body(client, launcher, pki)
+                return GatewayClient(address: .ipv4(host: "127.0.0.1", port: port), certificateChain: laptop.certificate,
+                                     privateKey: laptop.key, gatewayCA: pki.caCertificate, serverName: "localhost")
+            }
+            if let lyingView {
+                let transport = HTTP2ServerTransport.Posix(address: .ipv4(host: "127.0.0.1", port: 0), transportSecurity: tls.transportSecurity,
+                                                           config: Gateway.config(logger: logger))
+                let server = GRPCServer(transport: transport, services: [RemoteViewGatewayTests.LyingView(real: service, frames: lyingView)])
+                let serving = Task { try await server.serve() }
+                let outcome: Result<Void, any Error>
+                do {
+                    let port = try #require(try await transport.listeningAddress.ipv4?.port)
+                    outcome = .success(try await body(client(port), launcher, pki))
+                } catch {
+                    outcome = .failure(error)
+                }
+                server.beginGracefulShutdown()
+                _ = await serving.result
+                return try outcome.get()
+            }
+            try await GatewayTests.serving(Gateway(address: .ipv4(host: "127.0.0.1", port: 0), tls: tls, service: service)) { port in
+                try await body(client(port), launcher, pki)
             }
         }
     }
@@ -235,7 +259,7 @@ extension ConnectTests {
             try await Self.withHostLauncher(client, local: local) { host in
                 let (services, problems) = await host.remoteServices()
                 #expect(problems.isEmpty, "\(problems)")
-                #expect(services.map(\.identifier).sorted() == ["com.example.share", "com.example.test"], "the catalog of what the client is granted")
+                #expect(services.map(\.identifier).sorted() == ["com.example.share", "com.example.test", "com.example.ui"], "the catalog of what the client is granted")
                 #expect(services.allSatisfy { $0.gateway == "farm" && $0.executable.isEmpty })
                 let registry = local.adding(remote: services)
                 #expect(registry.services["com.example.test"]?.gateway == nil, "the local one wins")
@@ -247,8 +271,8 @@ extension ConnectTests {
                 let sheet = ShareSheet(registry: registry, items: items)
                 let activity = try #require(sheet.activity("com.example.share"), "offered: \(sheet.explanations)")
                 let session = try await sheet.perform(activity, launcher: host)
-                // Its controller comes with its view. A surface's buffer crosses as it is when
-                // attached (views over a gateway are issue 35's): the first frame shows.
+                // Its controller comes with its view: composited on the far side, its frames
+                // stream to the host.
                 try await session.view.present(width: 40, height: 30)
                 let damage = try await firstTermination(within: .seconds(15)) { () -> Bool? in
                     var frames = session.view.damage.makeAsyncIterator()

@@ -80,13 +80,13 @@ struct HostileGatewayTests {
 
     @Test("garbage, oversized frames, items larger than announced, broken order and malformed envelopes: each cuts the connection off, naming its rule",
           arguments: [
-            ("a frame of no kind", [ConnectFrame.opened.encoded(), [9, 1, 2]], "connect.kind"),
-            ("an item larger than announced", [ConnectFrame.opened.encoded(), ConnectFrame.packet(envelope: [1], attachmentSizes: [4]).encoded(),
+            ("a frame of no kind", [ConnectFrame.opened().encoded(), [9, 1, 2]], "connect.kind"),
+            ("an item larger than announced", [ConnectFrame.opened().encoded(), ConnectFrame.packet(envelope: [1], attachmentSizes: [4]).encoded(),
                                                ConnectFrame.chunk([1, 2, 3, 4, 5, 6]).encoded()], "connect.chunk.overrun"),
-            ("17 attachments", [ConnectFrame.opened.encoded(), [3, 17] + Array(repeating: 0, count: 4 * 17) + [1]], "connect.packet.attachments"),
+            ("17 attachments", [ConnectFrame.opened().encoded(), [3, 17] + Array(repeating: 0, count: 4 * 17) + [1]], "connect.packet.attachments"),
             ("a chunk before opened", [ConnectFrame.chunk([1]).encoded()], "connect.opened.first"),
-            ("a second opened", [ConnectFrame.opened.encoded(), ConnectFrame.opened.encoded()], "connect.opened.again"),
-            ("an end whose reason is not one", [ConnectFrame.opened.encoded(), [5, 1] + Array("{\"kind\": \"exploded\"}".utf8)], "connect.end.reason"),
+            ("a second opened", [ConnectFrame.opened().encoded(), ConnectFrame.opened().encoded()], "connect.opened.again"),
+            ("an end whose reason is not one", [ConnectFrame.opened().encoded(), [5, 1] + Array("{\"kind\": \"exploded\"}".utf8)], "connect.end.reason"),
           ] as [(String, [[UInt8]], String)])
     func brokenFrames(what: String, script: [[UInt8]], rule: String) async throws {
         let failure = try await Self.failure(of: script)
@@ -96,13 +96,13 @@ struct HostileGatewayTests {
 
     @Test("a message over a frame's bound is refused before it is read")
     func oversized() async throws {
-        let failure = try await Self.failure(of: [ConnectFrame.opened.encoded(), [3, 0] + Array(repeating: 7, count: 100_000)])
+        let failure = try await Self.failure(of: [ConnectFrame.opened().encoded(), [3, 0] + Array(repeating: 7, count: 100_000)])
         #expect(failure?.code == .protocolViolation && failure?.reason.contains("connect.frame-size") == true, "\(String(describing: failure?.reason.prefix(300)))")
     }
 
     @Test("an envelope that is not one, inside a well-formed packet, is refused by the host's connection as a local service's would be")
     func garbageEnvelope() async throws {
-        let failure = try await Self.failure(of: [ConnectFrame.opened.encoded(), ConnectFrame.packet(envelope: [0xFF, 0xFF, 0xFF, 0x0F], attachmentSizes: []).encoded()])
+        let failure = try await Self.failure(of: [ConnectFrame.opened().encoded(), ConnectFrame.packet(envelope: [0xFF, 0xFF, 0xFF, 0x0F], attachmentSizes: []).encoded()])
         #expect(failure?.code == .protocolViolation, "\(String(describing: failure))")
     }
 
@@ -116,7 +116,7 @@ struct HostileGatewayTests {
     func escapedReason() async throws {
         var reason = TerminationReason(kind: .exited, detail: "\u{1B}]0;owned\u{07}gone", exitCode: 1)
         reason.standardErrorTail = ["\u{1B}[2J"]
-        let failure = try await Self.failure(of: [ConnectFrame.opened.encoded(), ConnectFrame.end(ConnectEnd(code: .ended, reason: reason)).encoded()])
+        let failure = try await Self.failure(of: [ConnectFrame.opened().encoded(), ConnectFrame.end(ConnectEnd(code: .ended, reason: reason)).encoded()])
         #expect(failure?.code == .interrupted, "\(String(describing: failure))")
         #expect(failure?.reason.contains("\u{1B}") == false, "\(String(describing: failure))")
     }

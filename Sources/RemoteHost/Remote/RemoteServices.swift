@@ -187,7 +187,8 @@ final class RemoteLink: Sendable {
     /// The machine, the callers waiting for a channel, what ``allowOneChannel(refusal:)`` gave,
     /// and how many channels opened. The listeners are the client's (held weakly there).
     private let state: Mutex<(machine: RemoteLinkStateMachine<Connection>, waiters: [CheckedContinuation<Result<Connection, RemoteError>, Never>],
-                               oneChannel: (@Sendable () async -> RemoteError)?, channels: Int, view: (any RemoteViewStream)?)>
+                               oneChannel: (@Sendable () async -> RemoteError)?, channels: Int, view: (any RemoteViewStream)?,
+                               violation: (connection: Connection, error: RemoteError)?)>
     /// What a remote service's surfaces may map here (none: its frames arrive composited, on
     /// its view stream).
     let mappings: SharedBudget
@@ -202,7 +203,7 @@ final class RemoteLink: Sendable {
                                                           + (configuration.readsAccessibility ? [AccessibilityCapability.name] : []),
                                                       expectedPeerIdentifier: target.identifier)
         mappings = SharedBudget(limit: configuration.maxMappedBytesPerService)
-        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], nil, 0, nil))
+        state = Mutex((RemoteLinkStateMachine(backoff: configuration.backoff, maximumBackoff: configuration.maximumBackoff), [], nil, 0, nil, nil))
     }
 
     /// Where the service is, in words.
@@ -316,7 +317,12 @@ final class RemoteLink: Sendable {
     }
 
     private func ended(_ connection: Connection, error: RemoteError?) {
-        state.withLock { $0.view = nil }
+        // A channel this side closed for a broken rule ended for that reason, whatever its end said.
+        let error = state.withLock { state -> RemoteError? in
+            state.view = nil
+            defer { state.violation = nil }
+            return state.violation?.connection === connection ? state.violation?.error : error
+        }
         perform(transition { $0.ended(connection, error: error) })
         let channel = ServiceChannel(connection: connection, remote: self, view: nil)
         for listener in client.liveListeners { listener.channelDidClose(channel, error: error) }
@@ -368,6 +374,7 @@ final class RemoteLink: Sendable {
     /// stops the process in order, unless others share it).
     func endService(violating rule: String, on connection: Connection) {
         logger.warning("\(place) broke a rule: \(rule.escapedForTerminal())")
+        state.withLock { $0.violation = (connection, RemoteError(.protocolViolation, "\(place) broke a rule: \(rule)")) }
         connection.startClosing(reason: "the service broke a rule: \(rule)")
     }
 }
