@@ -15,6 +15,9 @@ public struct GatewayClient: Sendable {
     /// The name the gateway's certificate must carry (and the TLS server name sent); `nil`:
     /// the address itself (an IP address the certificate names).
     public var serverName: String?
+    /// The `Connect` framing version the client speaks (the latest; tests set 1 to be a client
+    /// from before views had streams of their own).
+    package var framingVersion = ConnectFrame.version
 
     /// A client of the gateway at `address` with this TLS material.
     public init(address: GRPCNIOTransportCore.SocketAddress, certificateChain: String, privateKey: String, gatewayCA: String, serverName: String? = nil) {

@@ -59,7 +59,7 @@ extension GatewayClient {
             do {
                 try await using { client in
                     let request = StreamingClientRequest<[UInt8]> { writer in
-                        let open = ConnectFrame.open(identifier: identifier).encoded()
+                        let open = ConnectFrame.open(identifier: identifier, version: framingVersion).encoded()
                         try await writer.write(open)
                         counter.add(\.connectUp, open.count)
                         for await output in outgoing {

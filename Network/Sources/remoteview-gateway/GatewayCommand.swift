@@ -299,6 +299,11 @@ struct HostCommand: AsyncParsableCommand {
             `share-request TYPE [TEXT]` on the share's connection; `share-outcome`, printing \
             `outcome …` once the share has ended; \
             `activities`, printing the gateway's services as the share sheet lists them. \
+            The share's view: `view-present W H [SCALE]` (points, scale in thousandths), \
+            `view-type TEXT`, `view-key CODE` (a USB HID usage), `view-click X Y` (points), each \
+            printing `view ok`; `view-settle`, printing `view settled W×H` (its pixels); \
+            `view-snapshot PATH`, writing the view's image as a PNG; `view-bytes`, printing the \
+            gRPC payload bytes the gateway's streams carried so far (`bytes TOTAL: …`). \
             Each connection's events print as `event SERVICE interrupted: REASON`. Standard \
             input's end ends it.
             """)
@@ -313,11 +318,14 @@ struct HostCommand: AsyncParsableCommand {
         quiet.logLevel = .error
         var configuration = Launcher.Configuration(hostIdentifier: "remoteview-gateway.host", backoff: .milliseconds(100))
         configuration.logger = quiet
+        let connector: GatewayConnector
         do {
-            configuration.remoteServices = try GatewayConnector(gateways: [(name: name, client: try options.client)], logger: quiet)
+            connector = try GatewayConnector(gateways: [(name: name, client: try options.client)], logger: quiet)
         } catch let error as GatewayError {
             throw ValidationError(error.description)
         }
+        configuration.remoteServices = connector
+        let name = name
         let lines = Self.standardInputLines()
         try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
             var connections: [String: ServiceConnection] = [:]
@@ -377,8 +385,34 @@ struct HostCommand: AsyncParsableCommand {
                         guard let session else { throw RemoteError(.invalidArgument, "no share") }
                         let outcome = try await session.outcome(timeout: .seconds(30))
                         say("outcome \(outcome)".escapedForTerminal())
+                    case "view-present", "view-type", "view-key", "view-click", "view-settle", "view-snapshot":
+                        guard let view = session?.view else { throw RemoteError(.invalidArgument, "no share") }
+                        let rest = line.split(separator: " ", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+                        let numbers = rest.split(separator: " ").compactMap { Double($0) }
+                        switch command {
+                        case "view-present" where numbers.count >= 2:
+                            try await view.present(width: Int(numbers[0]), height: Int(numbers[1]), scalePermille: numbers.count > 2 ? Int(numbers[2]) : 1000)
+                        case "view-type" where !rest.isEmpty:
+                            try await view.type(rest)
+                        case "view-key" where numbers.count == 1:
+                            try await view.press(keyCode: UInt32(numbers[0]))
+                        case "view-click" where numbers.count == 2:
+                            try await view.click(x: numbers[0], y: numbers[1])
+                        case "view-settle":
+                            try await view.settle()
+                            say("view settled \(view.image.width)×\(view.image.height)")
+                            continue
+                        case "view-snapshot" where !rest.isEmpty:
+                            try view.snapshot(to: rest)
+                        default:
+                            throw RemoteError(.invalidArgument, "\(command) \(rest): missing or wrong arguments")
+                        }
+                        say("view ok")
+                    case "view-bytes":
+                        let bytes = connector.wireBytes(on: name) ?? WireBytes()
+                        say("bytes \(bytes.total): \(bytes)")
                     default:
-                        say("error \(command) invalidArgument: not a command (request, send, activities, share, share-request, share-outcome)".escapedForTerminal())
+                        say("error \(command) invalidArgument: not a command (request, send, activities, share, share-request, share-outcome, view-present, view-type, view-key, view-click, view-settle, view-snapshot, view-bytes)".escapedForTerminal())
                     }
                 } catch {
                     say("error \(words.count > 1 ? words[1] : command) \(error.code): \(error.reason)".escapedForTerminal())

@@ -18,17 +18,35 @@ struct NamespaceTests {
 
     @Test("across the veth pair: a client gets its catalog; an expired certificate, another CA's and a server's are refused with a clear error, and so is a service not granted; the root namespace cannot reach the gateway; a request after one-way messages and a 1 MiB item cross; kill -9 of the remote service, and of the gateway, end the call as interrupted, saying why; a host's launcher shares through the gateway, hears it die and reconnects to it restarted")
     func acrossNamespaces() async throws {
+        try await Self.withNamespaces(subnet: 7) { server, client, serverAddress in
+            try await Self.across(server: server, client: client, serverAddress: serverAddress)
+        }
+    }
+
+    /// Two namespaces, `rvgw<pid><kind>s` and `…c`, joined by a veth pair on 10.213.`subnet`.0/30
+    /// (the server .1, the client .2), for `body`; deleted after it, the veth pair with them.
+    /// Skipped, saying so, when not root.
+    static func withNamespaces(subnet: Int, _ body: (_ server: String, _ client: String, _ serverAddress: String) async throws -> Void) async throws {
         guard geteuid() == 0 else {
             print("skipped: making network namespaces needs root")
             return
         }
-        let tag = String(getpid() % 100_000)
+        let tag = "\(getpid() % 100_000)\(subnet)"
         let (server, client) = ("rvgw\(tag)s", "rvgw\(tag)c")
         let (serverLink, clientLink) = ("rvs\(tag)", "rvc\(tag)")
-        let (serverAddress, clientAddress) = ("10.213.7.1", "10.213.7.2")
+        let (serverAddress, clientAddress) = ("10.213.\(subnet).1", "10.213.\(subnet).2")
         do {
-            try await Self.across(server: server, client: client, serverLink: serverLink, clientLink: clientLink,
-                                  serverAddress: serverAddress, clientAddress: clientAddress)
+            for command in [["netns", "add", server], ["netns", "add", client],
+                            ["link", "add", serverLink, "type", "veth", "peer", "name", clientLink],
+                            ["link", "set", serverLink, "netns", server], ["link", "set", clientLink, "netns", client],
+                            ["-n", server, "addr", "add", serverAddress + "/30", "dev", serverLink],
+                            ["-n", client, "addr", "add", clientAddress + "/30", "dev", clientLink],
+                            ["-n", server, "link", "set", serverLink, "up"], ["-n", client, "link", "set", clientLink, "up"],
+                            ["-n", server, "link", "set", "lo", "up"], ["-n", client, "link", "set", "lo", "up"]] {
+                let (ended, output) = try await Self.ip(command)
+                try #require(ended == .exited(0), "ip \(command.joined(separator: " ")): \(output)")
+            }
+            try await body(server, client, serverAddress)
         } catch {
             // The veth pair goes with its namespaces.
             for namespace in [server, client] { _ = try? await Self.ip(["netns", "del", namespace]) }
@@ -38,6 +56,108 @@ struct NamespaceTests {
             let (deleted, output) = try await Self.ip(["netns", "del", namespace])
             #expect(deleted == .exited(0), "\(output)")
         }
+    }
+
+    /// `remoteview-gateway` in `namespace`, listening on `address`, serving the manifests in
+    /// `services` (by default `folder`) to the clients `folder`'s `clients.json` names;
+    /// returned once it listens.
+    static func startGateway(in namespace: String, listening address: String, pki: TestPKI, folder: String,
+                             services: String? = nil) async throws -> (ChildProcess, GatewayProcessTests.Lines) {
+        let (gateway, lines) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
+            "netns", "exec", namespace, GatewayProcessTests.executable, "--listen", address, "--certificate", pki.serverCertificate,
+            "--key", pki.serverKey, "--client-ca", pki.caCertificate, "--authorization", folder + "/clients.json",
+            "--services", services ?? folder, "--no-installed"])
+        try #require(lines.line(containing: "remoteview-gateway: listening on", within: 30) != nil, "\(lines.seen)")
+        return (gateway, lines)
+    }
+
+    /// The demo's executable, built by `swift build` at the repository's root.
+    static let demoShare: String = {
+        let testService = URL(filePath: ConnectTests.testService)
+        return testService.deletingLastPathComponent().appending(path: "demo-share").path
+    }()
+
+    @Test("a remote view across the veth pair: the demo's Notes, shared from a host in the client's namespace, typed into and resized, shows the pixels the same share shows locally; kill -9 of Notes keeps its last frame, and the share ends interrupted, saying so")
+    func remoteNotes() async throws {
+        try await Self.withNamespaces(subnet: 9) { server, client, serverAddress in
+            let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-notes-\(getpid())").path
+            try FileManager.default.createDirectory(atPath: folder + "/services", withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: folder) }
+            let pki = try TestPKI(folder: folder)
+            let laptop = try pki.client("laptop", names: [.uniformResourceIdentifier("spiffe://example.org/host/laptop")])
+            try Data(#"{"version": 1, "clients": [{"identity": "uri:spiffe://example.org/host/laptop", "services": ["com.example.*"]}]}"#.utf8)
+                .write(to: URL(filePath: folder + "/clients.json"))
+            try #require(FileManager.default.isExecutableFile(atPath: Self.demoShare), "the demo is built first (swift build at the repository's root): \(Self.demoShare)")
+            try Data(#"{"identifier": "com.example.demo-share.notes", "executable": "\#(Self.demoShare)", "arguments": ["activity", "notes"], "display": {"title": "Notes"}, "activation": {"contentTypes": [{"type": "text/plain", "min": 0, "max": 1}]}, "instances": "perConnection"}"#.utf8)
+                .write(to: URL(filePath: folder + "/services/notes.json"))
+            let (gateway, gatewayLines) = try await Self.startGateway(in: server, listening: serverAddress + ":7443", pki: pki, folder: folder, services: folder + "/services")
+            defer { gateway.send(signal: SIGKILL) }
+
+            let (host, lines, input) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
+                "netns", "exec", client, GatewayProcessTests.executable, "host", "--name", "farm", "--gateway", serverAddress + ":7443",
+                "--certificate", laptop.certificate, "--key", laptop.key, "--ca", pki.caCertificate, "--server-name", "localhost"], input: true)
+            defer { host.send(signal: SIGKILL) }
+            let hostInput = try #require(input)
+            func tell(_ line: String, expect: String) -> String? {
+                _ = Array((line + "\n").utf8).withUnsafeBytes { write(hostInput, $0.baseAddress, $0.count) }
+                return lines.line(containing: expect, within: 30)
+            }
+
+            // The same share, here: a launcher over the same manifest, in this namespace.
+            let registry = ServiceRegistry(scanning: [folder + "/services"], includingInstalled: false)
+            var configuration = Launcher.Configuration(hostIdentifier: "com.example.local-host")
+            configuration.logger.logLevel = .error
+            let (localTyped, localResized) = try await withLauncher(registry: registry, configuration: configuration) { launcher in
+                let sheet = ShareSheet(registry: registry, items: [try .text("Hello")])
+                let session = try await sheet.perform(try #require(sheet.activity("com.example.demo-share.notes")), launcher: launcher)
+                try await session.view.present(width: 480, height: 320)
+                try await session.view.settle()
+                try await session.view.type("world")
+                try await session.view.settle()
+                let typed = session.view.image
+                try await session.view.present(width: 400, height: 300, scalePermille: 1_500)
+                try await session.view.settle()
+                let resized = session.view.image
+                await session.close()
+                return (typed, resized)
+            }
+
+            #expect(tell("share com.example.demo-share.notes Hello", expect: "share started") != nil, "\(lines.seen)")
+            #expect(tell("view-present 480 320", expect: "view ok") != nil, "\(lines.seen)")
+            #expect(tell("view-settle", expect: "view settled") != nil, "\(lines.seen)")
+            #expect(tell("view-type world", expect: "view ok") != nil, "\(lines.seen)")
+            #expect(tell("view-settle", expect: "view settled 480×320") != nil, "\(lines.seen)")
+            #expect(tell("view-snapshot \(folder)/typed.png", expect: "view ok") != nil, "\(lines.seen)")
+            #expect(try RemoteImage(contentsOfPNG: folder + "/typed.png") == localTyped, "the typed note, across the veth pair and locally")
+            #expect(tell("view-bytes", expect: "bytes ") != nil, "\(lines.seen)")
+
+            #expect(tell("view-present 400 300 1500", expect: "view ok") != nil, "\(lines.seen)")
+            #expect(tell("view-settle", expect: "view settled 600×450") != nil, "\(lines.seen)")
+            #expect(tell("view-snapshot \(folder)/resized.png", expect: "view ok") != nil, "\(lines.seen)")
+            let resized = try RemoteImage(contentsOfPNG: folder + "/resized.png")
+            #expect(resized == localResized, "resized, across the veth pair and locally")
+
+            // Notes killed on the gateway's side: the share ends interrupted; its last frame stays.
+            let notes = try #require(Self.process(runningArguments: [Self.demoShare, "activity", "notes"]), "the gateway's Notes process")
+            kill(notes, SIGKILL)
+            #expect(tell("share-outcome", expect: "outcome")?.contains("SIGKILL") == true, "\(lines.seen)")
+            #expect(tell("view-snapshot \(folder)/killed.png", expect: "view ok") != nil, "\(lines.seen)")
+            #expect(try RemoteImage(contentsOfPNG: folder + "/killed.png") == resized, "the last frame is kept")
+            close(hostInput)
+            #expect(await GatewayProcessTests.exit(of: host, within: 30) == .exited(0), "\(lines.seen)")
+            gateway.send(signal: SIGTERM)
+            #expect(await GatewayProcessTests.exit(of: gateway, within: 60) == .exited(0), "\(gatewayLines.seen)")
+        }
+    }
+
+    /// A process whose command line is `arguments`, if one runs.
+    static func process(runningArguments arguments: [String]) -> Int32? {
+        let wanted = Array(arguments.joined(separator: "\u{0}").utf8) + [0]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry), let line = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { continue }
+            if Array(line) == wanted { return pid }
+        }
+        return nil
     }
 
     /// The deepest descendant of `pid` along first children (bubblewrap, its pid 1, the
@@ -51,18 +171,7 @@ struct NamespaceTests {
         return current
     }
 
-    static func across(server: String, client: String, serverLink: String, clientLink: String, serverAddress: String, clientAddress: String) async throws {
-        for command in [["netns", "add", server], ["netns", "add", client],
-                        ["link", "add", serverLink, "type", "veth", "peer", "name", clientLink],
-                        ["link", "set", serverLink, "netns", server], ["link", "set", clientLink, "netns", client],
-                        ["-n", server, "addr", "add", serverAddress + "/30", "dev", serverLink],
-                        ["-n", client, "addr", "add", clientAddress + "/30", "dev", clientLink],
-                        ["-n", server, "link", "set", serverLink, "up"], ["-n", client, "link", "set", clientLink, "up"],
-                        ["-n", server, "link", "set", "lo", "up"], ["-n", client, "link", "set", "lo", "up"]] {
-            let (ended, output) = try await Self.ip(command)
-            try #require(ended == .exited(0), "ip \(command.joined(separator: " ")): \(output)")
-        }
-
+    static func across(server: String, client: String, serverAddress: String) async throws {
         let folder = FileManager.default.temporaryDirectory.appending(path: "remoteview-gateway-netns-\(getpid())").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -84,12 +193,7 @@ struct NamespaceTests {
 
         // A port of the namespace's own: the gateway restarted below listens on it again.
         func startGateway() async throws -> (ChildProcess, GatewayProcessTests.Lines) {
-            let (gateway, lines) = try await GatewayProcessTests.start(executable: "/usr/sbin/ip", [
-                "netns", "exec", server, GatewayProcessTests.executable, "--listen", serverAddress + ":7443", "--certificate", pki.serverCertificate,
-                "--key", pki.serverKey, "--client-ca", pki.caCertificate, "--authorization", folder + "/clients.json",
-                "--services", folder, "--no-installed"])
-            try #require(lines.line(containing: "remoteview-gateway: listening on", within: 30) != nil, "\(lines.seen)")
-            return (gateway, lines)
+            try await Self.startGateway(in: server, listening: serverAddress + ":7443", pki: pki, folder: folder)
         }
         var (gateway, gatewayLines) = try await startGateway()
         defer { gateway.send(signal: SIGKILL) }

@@ -94,6 +94,26 @@ struct RemoteViewGatewayTests {
         }
     }
 
+    @Test("a host of framing version 1 (before views had streams of their own) still gets its view's buffer as it is: its first frame shows")
+    func framingVersionOne() async throws {
+        try await ConnectTests.withConnectGateway { client, _, _ in
+            var old = client
+            old.framingVersion = 1
+            try await ConnectTests.withHostLauncher(old) { host in
+                let connection = host.connection(to: "com.example.ui@farm")
+                let remote = RemoteView(connection: connection)
+                try await remote.present(width: 120, height: 90)
+                let damage = try await firstTermination(within: .seconds(15)) { () -> Bool? in
+                    var frames = remote.damage.makeAsyncIterator()
+                    return await frames.next() != nil
+                }
+                #expect(damage)
+                #expect(remote.image.width == 120 && remote.image.height == 90, "the first frame, its buffer copied across")
+                await connection.invalidate()
+            }
+        }
+    }
+
     /// A gateway whose `View` stream lies once: everything is the real gateway's, but once the
     /// first real frame has gone out, `frames` (made for its size in pixels) follow it.
     struct LyingView: RegistrableRPCService {
