@@ -117,11 +117,19 @@ let package = Package(
             name: "CSDL2",
             path: "Sources/CSDL2"
         ),
+        // The demo's photograph (include/coffee.png, CC0), linked in for the scrolling-photo
+        // animation: a service finds no file of its own inside the sandbox.
+        .target(
+            name: "CDemoPhoto",
+            path: "Sources/CDemoPhoto",
+            exclude: ["include/coffee.png"]
+        ),
         .executableTarget(
             name: "demo-share",
             dependencies: [
                 "RemoteHost",
                 "RemoteService",
+                "CDemoPhoto",
                 "CSDL2",
                 "CCairo",
                 "CAccessibilityBridge",

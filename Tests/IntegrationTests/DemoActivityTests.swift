@@ -118,6 +118,41 @@ struct DemoActivityTests {
         updates.map(\.state).reduce(into: []) { runs, state in if runs.last != state { runs.append(state) } }
     }
 
+    // MARK: The animation
+
+    @Test("the animation's photo mode scrolls a photograph up by 4 pixels a frame (each frame's rows are the last one's, moved), its square mode changes only its 64×64 square, and a press toggles the magenta marker")
+    func animationModes() async throws {
+        try await Self.withDemo { launcher, _, _ in
+            let view = RemoteView(connection: launcher.connection(to: "com.example.demo-share.animation"), presentation: .manual)
+            var damage = view.damage.makeAsyncIterator()
+            try await view.present(width: 320, height: 200)
+            _ = await damage.next()
+            try await view.framePresented()
+            _ = try await view.connection.request(ServiceMessage(type: "animate", text: "30 photo"))
+            _ = await damage.next()
+            let first = view.image
+            try await view.framePresented()
+            #expect(await damage.next() == [PixelRect(x: 0, y: 0, width: 320, height: 200)], "full damage")
+            let second = view.image
+            #expect(first != second)
+            var moved = 0
+            for y in 0..<150 where (0..<320).allSatisfy({ second.pixel(x: $0, y: y) == first.pixel(x: $0, y: y + 4) }) { moved += 1 }
+            #expect(moved == 150, "rows moved up by 4: \(moved) of 150")
+            #expect(Set((0..<320).map { second.pixel(x: $0, y: 100) }).count > 50, "a photograph, not a flat colour")
+
+            try await view.click(x: 100, y: 100)
+            try await view.framePresented()
+            _ = await damage.next()
+            #expect(view.image.pixel(x: 10, y: 10) == 0xFFFF_00FF, "the marker")
+            _ = try await view.connection.request(ServiceMessage(type: "animate", text: "30 square"))
+            try await view.framePresented()
+            _ = await damage.next()
+            try await view.framePresented()
+            #expect(await damage.next() == [PixelRect(x: 32, y: 32, width: 64, height: 64)], "only the square")
+            await view.connection.invalidate()
+        }
+    }
+
     // MARK: Notes
 
     @Test("Notes: the shared text prefilled and the URL shown; typed text and Save return one text/plain note")
