@@ -122,14 +122,21 @@ public struct GatewayService: RegistrableRPCService {
     let logger: Logger
     /// The `Connect` calls whose views stream, by token.
     let sessions = ViewSessions()
+    /// How views' frames are compressed (`nil`: lz4, or zstd while the link is the bottleneck).
+    let viewCodec: ViewFrame.Codec?
 
     /// The service over `registry`'s services, as `authorization` grants them, reached through
     /// `launcher` (a launcher over the same registry, running). Without one, the gateway shows
     /// its catalog but `Connect` fails with `unavailable`.
-    public init(registry: ServiceRegistry, authorization: GatewayAuthorization, launcher: Launcher? = nil, logger: Logger) {
+    ///
+    /// `viewCodec` compresses every view's frames with one codec (for measuring them); `nil`
+    /// chooses as docs/Gateway.md, "Views", says.
+    public init(registry: ServiceRegistry, authorization: GatewayAuthorization, launcher: Launcher? = nil, viewCodec: ViewFrame.Codec? = nil,
+                logger: Logger) {
         self.registry = registry
         self.authorization = authorization
         self.launcher = launcher
+        self.viewCodec = viewCodec
         self.logger = logger
     }
 
@@ -144,7 +151,7 @@ public struct GatewayService: RegistrableRPCService {
             let bytes = try catalogs.encoded(for: authorization.grant(for: client), client: client)
             return StreamingServerResponse(single: ServerResponse(message: bytes))
         }
-        let (launcher, registry, sessions) = (launcher, registry, sessions)
+        let (launcher, registry, sessions, viewCodec) = (launcher, registry, sessions, viewCodec)
         router.registerHandler(forMethod: GatewayMethods.connect, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
             guard let launcher else {
@@ -160,7 +167,7 @@ public struct GatewayService: RegistrableRPCService {
         router.registerHandler(forMethod: GatewayMethods.view, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
             return StreamingServerResponse { writer in
-                try await Self.serveView(request.messages, writer, client: client, sessions: sessions, logger: logger)
+                try await Self.serveView(request.messages, writer, client: client, sessions: sessions, codec: viewCodec, logger: logger)
                 return [:]
             }
         }

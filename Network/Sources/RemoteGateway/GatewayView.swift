@@ -168,20 +168,23 @@ struct LinkEstimate: Sendable {
 /// over the next only once this one is taken).
 final class GatewayViewSink: RelayedViewSink {
     private let relay: ServiceRelay
+    /// The codec every frame gets (`nil`: as the link allows).
+    private let codec: ViewFrame.Codec?
     private let encoder = Mutex(ViewFrameEncoder())
     let link = Mutex(LinkEstimate())
     /// Each frame's messages, encoded, for the writer.
     let outbound: AsyncStream<[[UInt8]]>
     private let outboundSink: AsyncStream<[[UInt8]]>.Continuation
 
-    init(relay: ServiceRelay) {
+    init(relay: ServiceRelay, codec: ViewFrame.Codec? = nil) {
         self.relay = relay
+        self.codec = codec
         (outbound, outboundSink) = AsyncStream.makeStream()
     }
 
     func frame(_ frame: RelayedFrame) {
         Task {
-            let codec = link.withLock { $0.codec }
+            let codec = codec ?? link.withLock { $0.codec }
             let encoded = frame.withPixels { pixels in
                 encoder.withLock { $0.encode(frame: frame.number, pixels: pixels, width: frame.width, height: frame.height,
                                              damage: frame.damage, codec: codec) }
@@ -274,7 +277,7 @@ extension GatewayService {
 
     /// A `View` call: the view's frames to the host, its `presented` back.
     static func serveView(_ messages: RPCAsyncSequence<[UInt8], any Error>, _ writer: RPCWriter<[UInt8]>, client: ClientIdentity,
-                          sessions: ViewSessions, logger: Logger) async throws {
+                          sessions: ViewSessions, codec: ViewFrame.Codec? = nil, logger: Logger) async throws {
         let sink = Shared<GatewayViewSink?>(nil)
         try await serveStream(view: true, messages, client: client, sessions: sessions, reader: { session, message in
             let frame: ViewFrame
@@ -289,7 +292,7 @@ extension GatewayService {
                 throw RPCError(code: .invalidArgument, message: error.reason)
             }
         }, writer: { session in
-            let viewSink = GatewayViewSink(relay: session.relay)
+            let viewSink = GatewayViewSink(relay: session.relay, codec: codec)
             sink.value.withLock { $0 = viewSink }
             session.relay.attach(viewSink)
             defer {

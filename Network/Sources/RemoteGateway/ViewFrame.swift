@@ -32,6 +32,12 @@ public enum ViewFrame: Sendable, Hashable {
     public enum Codec: UInt8, Sendable, Hashable, CustomStringConvertible {
         case raw = 0, lz4, zstd
         public var description: String { switch self { case .raw: "raw"; case .lz4: "lz4"; case .zstd: "zstd" } }
+
+        /// The codec named `name` ("raw", "lz4", "zstd").
+        public init?(named name: String) {
+            guard let codec = [Codec.raw, .lz4, .zstd].first(where: { $0.description == name }) else { return nil }
+            self = codec
+        }
     }
 
     /// What the first message of a frame says of it.

@@ -54,11 +54,17 @@ struct Serve: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Also the activities installed in the XDG data folders (remoteview/manifests).")
     var installed = true
 
+    @Option(name: .customLong("view-codec"), help: ArgumentHelp("How views' frames are compressed: auto (lz4, zstd while the link is the bottleneck), lz4, zstd or raw.", valueName: "codec"))
+    var viewCodec = "auto"
+
     @Option(help: ArgumentHelp("The log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: Logger.Level = .info
 
     func validate() throws {
         _ = try Self.address(listen)
+        guard viewCodec == "auto" || ViewFrame.Codec(named: viewCodec) != nil else {
+            throw ValidationError("--view-codec \(viewCodec.escapedForTerminal()): not auto, lz4, zstd or raw")
+        }
     }
 
     func run() async throws {
@@ -79,15 +85,16 @@ struct Serve: AsyncParsableCommand {
         // The launcher outlives the server: once the calls have ended (each stops its process
         // in order), it stops what is left the same way, every service given its goodbye.
         try await withLauncher(registry: registry, configuration: launcherConfiguration) { [logger] launcher in
-            try await Self.serve(address: address, tls: tls, authorization: authorization, registry: registry, launcher: launcher, logger: logger)
+            try await Self.serve(address: address, tls: tls, authorization: authorization, registry: registry, launcher: launcher,
+                                 viewCodec: ViewFrame.Codec(named: viewCodec), logger: logger)
         }
         say("remoteview-gateway: stopped")
     }
 
     static func serve(address: GRPCNIOTransportCore.SocketAddress, tls: GatewayTLS, authorization: GatewayAuthorization,
-                      registry: ServiceRegistry, launcher: Launcher, logger: Logger) async throws {
+                      registry: ServiceRegistry, launcher: Launcher, viewCodec: ViewFrame.Codec?, logger: Logger) async throws {
         let gateway = Gateway(address: address, tls: tls,
-                              service: GatewayService(registry: registry, authorization: authorization, launcher: launcher, logger: logger))
+                              service: GatewayService(registry: registry, authorization: authorization, launcher: launcher, viewCodec: viewCodec, logger: logger))
         let announce = Task {
             if let address = try? await gateway.transport.listeningAddress {
                 logger.info("listening on \(address) for \(authorization.entries.count) client entries, \(registry.services.count) services")

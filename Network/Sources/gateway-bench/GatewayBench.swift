@@ -214,9 +214,30 @@ struct Client: AsyncParsableCommand {
     @Option var transfers = 20
     @Option var shares = 10
     @Option(help: "The share activity's manifest folder, for the local baseline.") var localServices: String
+    @Flag(help: "Measure the remote-view figures instead (the demo's Notes and animation on the gateway's side).") var views = false
+    @Option(help: "With --views: a delay added to each direction of the link, ms (a relay of this process's).") var delayMs = 0
+    @Option(help: "With --views: how long the photograph scrolls, seconds.") var photoSeconds = 5.0
+    @Option(help: "With --views: samples of each timed figure.") var samples = 10
+    @Flag(help: "With --views: only the photograph's frames (a gateway that forces one codec).") var photoOnly = false
+    @Option(help: "With --views: the link's name in the figures.") var label = "unshaped"
     @OptionGroup var tls: TLSOptions
 
     func run() async throws {
+        if views {
+            let host = String(gateway.split(separator: ":")[0]), port = Int(gateway.split(separator: ":")[1])!
+            var address = GRPCNIOTransportCore.SocketAddress.ipv4(host: host, port: port)
+            var relay: DelayingRelay?
+            if delayMs > 0 {
+                relay = try DelayingRelay(to: (host, port), delay: .milliseconds(delayMs))
+                address = .ipv4(host: "127.0.0.1", port: relay!.port)
+            }
+            let client = GatewayClient(address: address, certificateChain: tls.certificate, privateKey: tls.key, gatewayCA: tls.ca, serverName: "localhost")
+            let figures = try await ViewBench(gateway: client, local: localServices, delay: delayMs, photoSeconds: photoSeconds, samples: samples,
+                                              photoOnly: photoOnly, label: label).run()
+            withExtendedLifetime(relay) {}
+            print(String(decoding: try JSONEncoder().encode(figures), as: UTF8.self))
+            return
+        }
         var figures = try await measureLinks()
         figures += try await measureShares()
         let encoder = JSONEncoder()
@@ -333,10 +354,17 @@ struct Run: AsyncParsableCommand {
     @Option(name: .customLong("round-trips")) var roundTrips = 5000
     @Option var transfers = 20
     @Option var shares = 10
+    @Flag(help: "Only the remote-view figures.") var viewsOnly = false
+    @Option(help: "The demo's executable, whose Notes and animation the view figures use (default: the repository's release build).") var demo: String?
+    @Option(help: "How long the photograph scrolls, seconds.") var photoSeconds = 5.0
 
     func run() async throws {
         guard geteuid() == 0 else { throw ValidationError("gateway-bench makes network namespaces: run it as root") }
         let own = URL(filePath: CommandLine.arguments[0]).deletingLastPathComponent().path
+        let demo = demo ?? URL(filePath: own).appending(path: "../../../.build/release/demo-share").standardized.path
+        guard FileManager.default.isExecutableFile(atPath: demo) else {
+            throw ValidationError("the demo is not built at \(demo): swift build -c release --product demo-share at the repository's root, or --demo PATH")
+        }
         let service = own + "/gateway-bench-service", gatewayExecutable = own + "/remoteview-gateway", bench = CommandLine.arguments[0]
         let tag = String(getpid() % 100_000)
         let (server, client, serverLink, clientLink) = ("rvb\(tag)s", "rvb\(tag)c", "rvbs\(tag)", "rvbc\(tag)")
@@ -380,11 +408,40 @@ struct Run: AsyncParsableCommand {
         try Data(share.utf8).write(to: URL(filePath: folder + "/services/share.json"))
         try FileManager.default.createDirectory(atPath: folder + "/local", withIntermediateDirectories: true)
         try Data(share.utf8).write(to: URL(filePath: folder + "/local/share.json"))
+        // The demo's animation and Notes, on both sides, for the view figures.
+        for (name, manifest) in [("animation", #"{"identifier": "com.example.demo-share.animation", "executable": "\#(demo)", "arguments": ["animation"], "display": {"title": "Animation"}, "instances": "perConnection"}"#),
+                                 ("notes", #"{"identifier": "com.example.demo-share.notes", "executable": "\#(demo)", "arguments": ["activity", "notes"], "display": {"title": "Notes"}, "activation": {"contentTypes": [{"type": "text/plain", "min": 0, "max": 1}]}, "instances": "perConnection"}"#)] {
+            try Data(manifest.utf8).write(to: URL(filePath: "\(folder)/services/\(name).json"))
+            try Data(manifest.utf8).write(to: URL(filePath: "\(folder)/local/\(name).json"))
+        }
 
         let tls = ["--certificate", folder + "/gateway.pem", "--key", folder + "/gateway.key"]
         children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, gatewayExecutable, "--listen", serverAddress + ":7443"] + tls
                                        + ["--client-ca", folder + "/ca.pem", "--authorization", folder + "/clients.json",
                                           "--services", folder + "/services", "--no-installed", "--log-level", "warning"], until: "listening on"))
+        // Two more gateways whose views' frames all get one codec, for the compression figures.
+        for (port, codec) in [(7445, "lz4"), (7446, "zstd")] {
+            children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, gatewayExecutable, "--listen", "\(serverAddress):\(port)"] + tls
+                                           + ["--client-ca", folder + "/ca.pem", "--authorization", folder + "/clients.json", "--view-codec", codec,
+                                              "--services", folder + "/services", "--no-installed", "--log-level", "warning"], until: "listening on"))
+        }
+        let clientTLS = ["--local-services", folder + "/local", "--certificate", folder + "/client.pem", "--key", folder + "/client.key", "--ca", folder + "/ca.pem"]
+        func views(_ port: Int, _ extra: [String]) throws -> [ViewFigure] {
+            let before = try Self.counters(server, serverLink)
+            let output = try Self.run("/usr/sbin/ip", ["netns", "exec", client, bench, "client", "--views", "--gateway", "\(serverAddress):\(port)",
+                                                       "--baseline", serverAddress + ":7444", "--photo-seconds", String(photoSeconds)] + extra + clientTLS)
+            let after = try Self.counters(server, serverLink)
+            let figures = try JSONDecoder().decode([ViewFigure].self, from: Data(output.split(separator: "\n").last.map(String.init)?.utf8 ?? "".utf8))
+            return figures + [ViewFigure(name: "veth \(serverLink) during that run", value: Double(after.0 - before.0 + after.1 - before.1), unit: "B",
+                                         detail: "\(after.0 - before.0) B received, \(after.1 - before.1) B sent: every stream's payload with HTTP/2, TLS, TCP, IP and Ethernet framing")]
+        }
+        if viewsOnly {
+            var load = [Double](repeating: 0, count: 3)
+            getloadavg(&load, 3)
+            print(String(format: "load average before the run: %.2f %.2f %.2f", load[0], load[1], load[2]))
+            try printViews(views, shape: { try Self.shape(server, serverLink, client, clientLink) })
+            return
+        }
         children.append(try Self.start("/usr/sbin/ip", ["netns", "exec", server, bench, "baseline-server", "--listen", serverAddress, "--port", "7444",
                                                          "--certificate", folder + "/gateway.pem", "--key", folder + "/gateway.key", "--ca", folder + "/ca.pem"],
                                        until: "baseline: listening"))
@@ -417,6 +474,29 @@ struct Run: AsyncParsableCommand {
                          (remote.median - local.median) / 1000, (remote.median - local.median) / 10_000))
         }
         print("veth \(serverLink) during the run: \(after.0 - before.0) bytes received, \(after.1 - before.1) bytes sent (both figures' traffic)")
+        try printViews(views, shape: { try Self.shape(server, serverLink, client, clientLink) })
+    }
+
+    /// The view figures: unshaped, with each codec forced, then on a link shaped to 100 Mbit/s
+    /// (tbf, both ways) with a 20 ms round trip (the client's relay, 10 ms each way).
+    func printViews(_ views: (Int, [String]) throws -> [ViewFigure], shape: () throws -> Void) throws {
+        var figures = try views(7443, ["--label", "unshaped"])
+        figures += try views(7445, ["--label", "lz4 only", "--photo-only"])
+        figures += try views(7446, ["--label", "zstd only", "--photo-only"])
+        try shape()
+        figures += try views(7443, ["--label", "100 Mbit/s, 20 ms round trip", "--delay-ms", "10"])
+        print("| view figure | value | how |")
+        print("| --- | --- | --- |")
+        for figure in figures {
+            print(String(format: "| %@ | %.1f %@ | %@ |", figure.name, figure.value, figure.unit, figure.detail))
+        }
+    }
+
+    /// Limits both ends of the veth pair to 100 Mbit/s with `tbf` (this kernel has no `netem`).
+    static func shape(_ server: String, _ serverLink: String, _ client: String, _ clientLink: String) throws {
+        for (namespace, link) in [(server, serverLink), (client, clientLink)] {
+            _ = try run("/usr/sbin/ip", ["netns", "exec", namespace, "tc", "qdisc", "add", "dev", link, "root", "tbf", "rate", "100mbit", "burst", "32kb", "latency", "400ms"])
+        }
     }
 
     /// The veth end's byte counters in `namespace` (received, sent).
