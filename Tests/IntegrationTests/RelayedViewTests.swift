@@ -198,7 +198,7 @@ struct RelayedViewTests {
         for (done, expected, what) in steps { #expect(done == expected, "\(what)") }
     }
 
-    @Test("a far host that sends frame_done on the connection, or presents a frame that is not on its way, is cut off, naming the rule")
+    @Test("a far host that sends frame_done on the connection, presents a frame that is not on its way, or sends input before its handshake or input that is none, is refused, naming the rule")
     func hostileHost() async throws {
         try await withServices(["ui.json": ServiceFolder.manifest(mode: "ui")], within: .seconds(40)) { far, _ in
             let connection = far.connection(to: "com.example.test")
@@ -210,7 +210,10 @@ struct RelayedViewTests {
             })
             link.relay.withLock { $0 = relay }
             await #expect(throws: RemoteError.self) { try await relay.presented(frame: 1) }
-            await #expect(throws: RemoteError.self) { try await relay.send(input: [0x08, 0x01]) }
+            let early = await #expect(throws: RemoteError.self) { try await relay.send(input: InputEvent.text("x").relayPacket()) }
+            #expect(early?.reason.contains("relay.order") == true, "input before the host's handshake: \(String(describing: early))")
+            let notInput = await #expect(throws: RemoteError.self) { try await relay.send(input: [0x08, 0x01]) }
+            #expect(notInput?.code == .protocolViolation, "\(String(describing: notInput))")
             let host = RelayTests.farHost(link)
             // The far host's connection ends with the relay, saying why.
             await #expect(throws: RemoteError.self) {

@@ -5,7 +5,9 @@
 /// clients (docs/Gateway.md, "Connect").
 ///
 /// The host that speaks on it is the far one: its handshake, its requests and their deadlines
-/// and cancels, its shares and their items. This side parses nothing. The process is this
+/// and cancels, its shares and their items. Without a view this side parses nothing; with one
+/// (``ServiceConnection/openRelay(view:onPacket:onEnd:)``), it shows the service's view itself
+/// and hands its frames to a ``RelayedViewSink``. The process is this
 /// launcher's, started, sandboxed and supervised as for any ``ServiceConnection`` (the relay's
 /// connection holds it; invalidating that connection stops it as usual).
 ///
@@ -14,7 +16,7 @@
 /// view sends nothing), so it does not stop the process for idleness meanwhile. The service's
 /// own idle exit still ends it, and the far host reconnects on its next call.
 ///
-/// Made by ``ServiceConnection/openRelay(onPacket:onEnd:)``. Thread-safe: the channel itself is
+/// Made by ``ServiceConnection/openRelay(view:onPacket:onEnd:)``. Thread-safe: the channel itself is
 /// confined to RemoteView's event loop, and every call posts to it, in order.
 @_spi(RemoteViewTransport)
 public final class ServiceRelay: Sendable {

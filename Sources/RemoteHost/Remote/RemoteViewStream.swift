@@ -75,7 +75,7 @@ public final class RemoteFrameReceiver: Sendable {
 extension InputEvent {
     /// The event as a RemoteView envelope's bytes (numbered 1: a relay gives the real id), for a
     /// ``RemoteViewStream``.
-    func relayPacket() throws(RemoteError) -> [UInt8] {
+    package func relayPacket() throws(RemoteError) -> [UInt8] {
         try EnvelopeCodec.encode(Envelope(id: 1, body: .input(self)))
     }
 }
