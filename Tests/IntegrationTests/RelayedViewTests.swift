@@ -164,7 +164,7 @@ struct RelayedViewTests {
         }
     }
 
-    @Test("the relay's frames as a value: one frame in flight toward the service, two across the network, a settle's answer held behind them")
+    @Test("the relay's frames as a value: one frame in flight toward the service, two across the network, the service's frame_done owed until a slot frees, a settle's answer held behind the frames")
     func stateMachine() throws {
         var machine = RelayedViewStateMachine()
         let rect = [PixelRect(x: 0, y: 0, width: 4, height: 4)]
@@ -174,18 +174,17 @@ struct RelayedViewTests {
         func step(_ done: [Action], _ expected: [Action], _ what: String) { steps.append((done, expected, what)) }
         step(machine.committed(frame: 1, damage: rect), [], "no sink yet: held")
         step(machine.attach(), [.take(frame: 1, damage: rect)], "a sink takes the held frame")
-        step(machine.taken(frame: 1), [.release], "taken: the service may draw")
-        step(machine.committed(frame: 2, damage: rect), [.take(frame: 2, damage: rect)], "one on its way: the next goes")
-        step(machine.taken(frame: 2), [.release], "taken")
-        step(machine.committed(frame: 3, damage: rect), [], "two frames wait to be presented: the third waits")
+        step(machine.taken(frame: 1), [.release], "taken, one slot left: the service may draw")
+        step(machine.committed(frame: 2, damage: rect), [.take(frame: 2, damage: rect)], "a slot is free: it goes")
+        step(machine.taken(frame: 2), [], "taken into the last slot: the service's frame_done waits for a free one")
         let waits = machine.replyMustWait()
-        #expect(waits, "a settle's answer waits for frame 3")
+        #expect(waits, "a settle's answer waits for frame 2")
         #expect(machine.isHolding)
-        step(try machine.presented(frame: 1), [.take(frame: 3, damage: rect)], "one presented: the third goes")
-        step(try machine.presented(frame: 2), [], "the answer still waits for frame 3")
-        #expect(machine.isHolding)
-        step(machine.taken(frame: 3), [.release], "taken")
-        step(try machine.presented(frame: 3), [.forwardHeld], "frame 3 presented: the answer goes")
+        step(try machine.presented(frame: 1), [.release], "a slot freed: the service draws now, with what came meanwhile")
+        #expect(machine.isHolding, "the answer still waits for frame 2")
+        step(machine.committed(frame: 3, damage: rect), [.take(frame: 3, damage: rect)], "it goes at once")
+        step(machine.taken(frame: 3), [], "the last slot again")
+        step(try machine.presented(frame: 3), [.forwardHeld, .release], "frames 2 and 3 presented: the answer goes, the service draws")
         let goesAtOnce = !machine.replyMustWait()
         #expect(goesAtOnce, "nothing on its way: an answer goes at once")
         var copy = machine

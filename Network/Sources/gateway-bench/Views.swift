@@ -148,6 +148,42 @@ struct ViewBench {
         return (frames, elapsed, delta)
     }
 
+    /// The same animation's frames, one by one (`.manual`: the next is drawn once this one is
+    /// presented), encoded here as the gateway would, with lz4 and with zstd, finding scrolls
+    /// and not: what each way of sending would put on the wire.
+    func compression(_ launcher: Launcher) async throws -> [ViewFigure] {
+        let connection = launcher.connection(to: Self.animation + "@bench")
+        let view = RemoteView(connection: connection, presentation: .manual)
+        var damage = view.damage.makeAsyncIterator()
+        try await view.present(width: 1280, height: 720)
+        _ = await damage.next()
+        try await view.framePresented()
+        _ = try await view.connection.request(ServiceMessage(type: "animate", text: "60 photo"), timeout: .seconds(10))
+        let ways: [(codec: ViewFrame.Codec, scrolls: Bool)] = [(.lz4, true), (.zstd, true), (.lz4, false), (.zstd, false)]
+        var encoders = ways.map { ViewFrameEncoder(detectsScrolling: $0.scrolls) }
+        var bytes = [Int](repeating: 0, count: ways.count)
+        // The first frames after the request are the animation catching up (several steps
+        // drawn as one): a warm-up, encoded but not counted.
+        let (warmUp, frames) = (10, 60)
+        for index in 0..<(warmUp + frames) {
+            guard let rects = await damage.next() else { break }
+            view.withImage { image in
+                image.withUnsafePixels { pixels in
+                    for (way, (codec, _)) in ways.enumerated() {
+                        let encoded = encoders[way].encode(frame: UInt64(index), pixels: pixels, width: image.width, height: image.height, damage: rects, codec: codec)
+                        if index >= warmUp { bytes[way] += encoded.wireBytes }
+                    }
+                }
+            }
+            try await view.framePresented()
+        }
+        await connection.invalidate()
+        return ways.enumerated().map { way, choice in
+            ViewFigure(name: "scrolling photo 1280×720: compression with \(choice.codec), scrolls \(choice.scrolls ? "found" : "not looked for")", value: Double(frames * 1280 * 720 * 4) / Double(bytes[way]), unit: "×",
+                       detail: String(format: "%.0f B per frame on the wire, over %d frames (after %d) encoded here as the gateway would", Double(bytes[way]) / Double(frames), frames, warmUp))
+        }
+    }
+
     /// A 64×64 square changing, alone.
     func square(_ launcher: Launcher, _ connector: GatewayConnector) async throws -> [ViewFigure] {
         let connection = launcher.connection(to: Self.animation + "@bench")
@@ -180,6 +216,7 @@ struct ViewBench {
             await connection.invalidate()
             return figures
         }
+        figures += try await compression(launcher)
         // Input → visible: a press toggles the marker at (0, 0)…(31, 31); the frame that shows
         // the new state is the one input reached. Stamps on CLOCK_MONOTONIC (ContinuousClock)
         // at both ends of this one process: the press sent, the frame composited.

@@ -40,14 +40,18 @@ public struct RelayedFrame: Sendable {
 /// relay feeds it events on its loop and performs its actions.
 ///
 /// ```
-/// committed ──(sink attached, nothing taking, < 2 unpresented)──▶ take ──taken──▶ release (frame_done to the service)
-///     │                                                                   │
-///     └── held until then                                                 └──▶ unpresented, until the host's presented
+/// committed ──(sink attached, nothing taking, < 2 unpresented)──▶ take ──taken──▶ unpresented, until the host's presented
+///     │                                                                     │
+///     └── held until then (no sink yet)                                     └──▶ release (frame_done to the service)
+///                                                                                once fewer than 2 are unpresented
 /// ```
 ///
 /// Toward the service one frame is in flight, as with a local host; across the network at
 /// most ``maxUnpresented``, so a link's round trip does not cost every frame, and a slow link
-/// lowers the frame rate instead of queueing frames.
+/// lowers the frame rate instead of queueing frames. The service's `frame_done` waits for a free
+/// slot (it is owed, then sent at the `presented` that frees one): the frame it then draws goes
+/// out at once, with the input that came meanwhile, instead of waiting, drawn, behind the frames
+/// ahead of it.
 package struct RelayedViewStateMachine: Sendable {
     /// Frames sent to the host and not yet presented, at most.
     package static let maxUnpresented = 2
@@ -72,6 +76,8 @@ package struct RelayedViewStateMachine: Sendable {
     private(set) var lastCommitted: UInt64?
     /// The service's packets wait until the host presented this frame.
     private(set) var holdingUntil: UInt64?
+    /// A frame was taken while no slot was free: the service's `frame_done` waits for one.
+    private(set) var releaseOwed = false
 
     /// The service committed `frame`: composited, it waits to be taken.
     package mutating func committed(frame: UInt64, damage: [PixelRect]) -> [Action] {
@@ -87,6 +93,10 @@ package struct RelayedViewStateMachine: Sendable {
         taking = nil
         guard sinkAttached else { return [.release] + next() }
         unpresented.append(frame)
+        guard unpresented.count < Self.maxUnpresented else {
+            releaseOwed = true
+            return next()
+        }
         return [.release] + next()
     }
 
@@ -102,6 +112,10 @@ package struct RelayedViewStateMachine: Sendable {
         if let until = holdingUntil, until <= frame {
             holdingUntil = nil
             actions.append(.forwardHeld)
+        }
+        if releaseOwed {
+            releaseOwed = false
+            actions.append(.release)
         }
         return actions + next()
     }
@@ -134,9 +148,16 @@ package struct RelayedViewStateMachine: Sendable {
     package mutating func detach() -> [Action] {
         sinkAttached = false
         unpresented = []
-        guard holdingUntil != nil else { return [] }
-        holdingUntil = nil
-        return [.forwardHeld]
+        var actions: [Action] = []
+        if holdingUntil != nil {
+            holdingUntil = nil
+            actions.append(.forwardHeld)
+        }
+        if releaseOwed {
+            releaseOwed = false
+            actions.append(.release)
+        }
+        return actions
     }
 
     private mutating func next() -> [Action] {
