@@ -30,6 +30,8 @@ struct ConnectCall: Sendable {
     let grant: GatewayAuthorization.Grant
     let client: ClientIdentity
     let sessions: ViewSessions
+    /// How the view's frames are compressed (`nil`: as the link allows).
+    let viewCodec: ViewFrame.Codec?
     let logger: Logger
 
     /// How long the process's termination reason is waited for once its channel ended.
@@ -144,7 +146,7 @@ struct ConnectCall: Sendable {
             relaySink.finish()
             let pid = connection.processIdentifier
             logger.info("\(client) connected to \(identifier)\(pid.map { " (pid \($0))" } ?? "")")
-            let token = relay.hasView ? sessions.add(ViewSession(client: client, identifier: identifier, relay: relay, logger: logger)) : nil
+            let token = relay.hasView ? sessions.add(ViewSession(client: client, identifier: identifier, relay: relay, codec: viewCodec, logger: logger)) : nil
             // The view's streams end with the call.
             defer { if let token { sessions.remove(token) } }
             do {

@@ -158,7 +158,7 @@ public struct GatewayService: RegistrableRPCService {
                 throw RPCError(code: .unavailable, message: "this gateway serves its catalog only: it runs no launcher")
             }
             let call = ConnectCall(launcher: launcher, registry: registry, grant: authorization.grant(for: client), client: client,
-                                   sessions: sessions, logger: logger)
+                                   sessions: sessions, viewCodec: viewCodec, logger: logger)
             return StreamingServerResponse { writer in
                 try await call.run(request.messages, writer)
                 return [:]
@@ -167,7 +167,7 @@ public struct GatewayService: RegistrableRPCService {
         router.registerHandler(forMethod: GatewayMethods.view, deserializer: RawBytes(), serializer: RawBytes()) { request, context in
             let client = try Self.identify(context, logger: logger)
             return StreamingServerResponse { writer in
-                try await Self.serveView(request.messages, writer, client: client, sessions: sessions, codec: viewCodec, logger: logger)
+                try await Self.serveView(request.messages, writer, client: client, sessions: sessions, logger: logger)
                 return [:]
             }
         }

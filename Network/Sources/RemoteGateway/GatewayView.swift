@@ -89,18 +89,26 @@ final class ViewSession: Sendable {
     let identifier: String
     let relay: ServiceRelay
     let logger: Logger
+    /// The view's encoder: it takes the frames from the call's start (the first frame does not
+    /// wait for the `View` stream to open), and the `View` stream sends what it encoded.
+    let sink: GatewayViewSink
     /// Opened when the `Connect` call ends: its streams end with it.
     let ended = Latch()
     private let claims = Mutex<(view: Bool, input: Bool)>((false, false))
 
-    init(client: ClientIdentity, identifier: String, relay: ServiceRelay, logger: Logger) {
+    init(client: ClientIdentity, identifier: String, relay: ServiceRelay, codec: ViewFrame.Codec?, logger: Logger) {
         self.client = client
         self.identifier = identifier
         self.relay = relay
         self.logger = logger
+        sink = GatewayViewSink(relay: relay, codec: codec)
+        relay.attach(sink)
     }
 
-    func end() { ended.open(nil) }
+    func end() {
+        sink.finish()
+        ended.open(nil)
+    }
 
     /// Claims the call's one `View` (or `Input`) stream; `false` when it has one.
     func claim(view: Bool) -> Bool {
@@ -277,8 +285,7 @@ extension GatewayService {
 
     /// A `View` call: the view's frames to the host, its `presented` back.
     static func serveView(_ messages: RPCAsyncSequence<[UInt8], any Error>, _ writer: RPCWriter<[UInt8]>, client: ClientIdentity,
-                          sessions: ViewSessions, codec: ViewFrame.Codec? = nil, logger: Logger) async throws {
-        let sink = Shared<GatewayViewSink?>(nil)
+                          sessions: ViewSessions, logger: Logger) async throws {
         try await serveStream(view: true, messages, client: client, sessions: sessions, reader: { session, message in
             let frame: ViewFrame
             do throws(RemoteError) { frame = try ViewFrame.decode(message, toHost: false) } catch {
@@ -286,20 +293,18 @@ extension GatewayService {
                 throw RPCError(code: .invalidArgument, message: error.reason)
             }
             guard case .presented(let number) = frame else { return }
-            sink.value.withLock { $0 }?.link.withLock { $0.presented(frame: number, at: .now) }
+            session.sink.link.withLock { $0.presented(frame: number, at: .now) }
             do throws(RemoteError) { try await session.relay.presented(frame: number) } catch {
                 logger.warning("\(client) broke the View stream's rules: \(error.reason.escapedForTerminal())")
                 throw RPCError(code: .invalidArgument, message: error.reason)
             }
         }, writer: { session in
-            let viewSink = GatewayViewSink(relay: session.relay, codec: codec)
-            sink.value.withLock { $0 = viewSink }
-            session.relay.attach(viewSink)
+            // The View stream's end ends the view's frames: nothing would present them.
             defer {
                 session.relay.detachSink()
-                viewSink.finish()
+                session.sink.finish()
             }
-            for await messages in viewSink.outbound {
+            for await messages in session.sink.outbound {
                 for message in messages { try await writer.write(message) }
             }
         })
