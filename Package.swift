@@ -2,7 +2,7 @@
 //
 // RemoteView: XPC services, launchd-style on-demand launching and remote view controllers for
 // Linux. Dependency direction (docs/Architecture.md):
-// {CProto, CRemoteViewLinux, CSpawn} ← RemoteCore ← {RemoteService, RemoteHost} ← demo-share.
+// {CProto, CRemoteViewLinux, CSpawn} ← RemoteCore ← {RemoteService, RemoteHost} ← DemoShareKit ← demo-share.
 import PackageDescription
 
 let package = Package(
@@ -12,6 +12,8 @@ let package = Package(
         .library(name: "RemoteService", targets: ["RemoteService"]),
         .library(name: "RemoteHost", targets: ["RemoteHost"]),
         .executable(name: "demo-share", targets: ["demo-share"]),
+        // The demo as a library, for Network/'s demo-share-remote (the same demo, given gateways).
+        .library(name: "DemoShareKit", targets: ["DemoShareKit"]),
         .executable(name: "remoteview-check", targets: ["remoteview-check"]),
     ],
     traits: [
@@ -124,8 +126,11 @@ let package = Package(
             path: "Sources/CDemoPhoto",
             exclude: ["include/coffee.png"]
         ),
-        .executableTarget(
-            name: "demo-share",
+        // The demo: its host commands (the window among them), its services and activities. A
+        // library, so that Network/'s demo-share-remote builds the same demo with the gateway's
+        // client (demo-share window --gateway runs it).
+        .target(
+            name: "DemoShareKit",
             dependencies: [
                 "RemoteHost",
                 "RemoteService",
@@ -135,7 +140,11 @@ let package = Package(
                 "CAccessibilityBridge",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ],
+            ]
+        ),
+        .executableTarget(
+            name: "demo-share",
+            dependencies: ["DemoShareKit"],
             // The demo's service manifests; their executable is this one ("../../demo-share").
             resources: [.copy("Services")]
         ),

@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .library(name: "RemoteGateway", targets: ["RemoteGateway"]),
         .executable(name: "remoteview-gateway", targets: ["remoteview-gateway"]),
+        .executable(name: "demo-share-remote", targets: ["demo-share-remote"]),
     ],
     dependencies: [
         .package(name: "RemoteView", path: ".."),
@@ -66,6 +67,15 @@ let package = Package(
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The demo built with the gateway's client: `demo-share window --gateway` runs it.
+        .executableTarget(
+            name: "demo-share-remote",
+            dependencies: [
+                "RemoteGateway",
+                .product(name: "DemoShareKit", package: "RemoteView"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,3 +1,4 @@
+import Glibc
 import FoundationEssentials
 import GRPCCore
 import GRPCNIOTransportHTTP2
@@ -63,5 +64,34 @@ public struct GatewayClient: Sendable {
         do { return try JSONDecoder().decode(GatewayCatalog.self, from: Data(bytes)) } catch {
             throw GatewayError("the gateway at \(address) answered with no catalog: \(String(describing: error).escapedForTerminal())")
         }
+    }
+}
+
+extension GatewayClient {
+    /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address: a gateway listens on an
+    /// address, not a name.
+    ///
+    /// - Throws: ``GatewayError`` saying what `text` is not (escaped).
+    public static func address(_ text: String) throws(GatewayError) -> GRPCNIOTransportCore.SocketAddress {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst(5))
+            guard !path.isEmpty else { throw GatewayError("\(text.escapedForTerminal()): unix: needs a path") }
+            return .unixDomainSocket(path: path)
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            throw GatewayError("\(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
+        }
+        let host = String(text[..<colon])
+        var address = in6_addr()
+        if host.hasPrefix("["), host.hasSuffix("]") {
+            let inner = String(host.dropFirst().dropLast())
+            guard inet_pton(AF_INET6, inner, &address) == 1 else { throw GatewayError("\(text.escapedForTerminal()): \(inner.escapedForTerminal()) is not an IPv6 address") }
+            return .ipv6(host: inner, port: port)
+        }
+        guard !host.contains(":") else { throw GatewayError("\(text.escapedForTerminal()): an IPv6 address goes in brackets") }
+        guard inet_pton(AF_INET, host, &address) == 1 else {
+            throw GatewayError("\(text.escapedForTerminal()): \(host.isEmpty ? "no host" : "\(host.escapedForTerminal()) is not an IPv4 address") (the gateway listens on an address, not a name)")
+        }
+        return .ipv4(host: host, port: port)
     }
 }

@@ -161,7 +161,9 @@ final class GatewayViewStream: RemoteViewStream {
             // The gateway sent a frame that breaks a rule: the view ends the channel, naming it.
             end(RemoteError(error.code, "\(gateway), the view of \(identifier): \(error.reason)"))
         } catch {
-            end(nil)
+            // Cancelled: the Connect stream ended, and the channel with it. Otherwise the gateway
+            // cut this stream while the channel lives: the view closes the channel.
+            end(Task.isCancelled ? nil : RemoteError(.interrupted, "\(gateway) cut the View stream of \(identifier): \(error)".escapedForTerminal()))
         }
     }
 
@@ -189,7 +191,9 @@ final class GatewayViewStream: RemoteViewStream {
         } catch let error as RemoteError {
             end(RemoteError(error.code, "\(gateway), the input of \(identifier): \(error.reason)"))
         } catch {
-            end(nil)
+            // Cancelled: the Connect stream ended, and the channel with it. Otherwise the gateway
+            // cut this stream while the channel lives: the view closes the channel.
+            end(Task.isCancelled ? nil : RemoteError(.interrupted, "\(gateway) cut the Input stream of \(identifier): \(error)".escapedForTerminal()))
         }
     }
 }

@@ -193,14 +193,18 @@ final class GatewayViewSink: RelayedViewSink {
     func frame(_ frame: RelayedFrame) {
         Task {
             let codec = codec ?? link.withLock { $0.codec }
-            let encoded = frame.withPixels { pixels in
-                encoder.withLock { $0.encode(frame: frame.number, pixels: pixels, width: frame.width, height: frame.height,
-                                             damage: frame.damage, codec: codec) }
+            frame.withPixels { pixels in
+                encoder.withLock { encoder in
+                    let encoded = encoder.encode(frame: frame.number, pixels: pixels, width: frame.width, height: frame.height,
+                                                 damage: frame.damage, codec: codec)
+                    let messages = encoded.messages.map { $0.encoded() }
+                    link.withLock { $0.encoded(frame: frame.number, bytes: messages.reduce(0) { $0 + $1.count }, at: .now) }
+                    // Taken before it can be sent, so that its `presented` never reaches the
+                    // relay first; under the encoder's lock, so that frames go out in order.
+                    relay.frameTaken(frame.number)
+                    outboundSink.yield(messages)
+                }
             }
-            let messages = encoded.messages.map { $0.encoded() }
-            link.withLock { $0.encoded(frame: frame.number, bytes: messages.reduce(0) { $0 + $1.count }, at: .now) }
-            outboundSink.yield(messages)
-            relay.frameTaken(frame.number)
         }
     }
 

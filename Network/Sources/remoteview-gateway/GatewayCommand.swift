@@ -111,28 +111,10 @@ struct Serve: AsyncParsableCommand {
         try await group.run()
     }
 
-    /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address.
+    /// `HOST:PORT`, `[IPv6]:PORT` or `unix:PATH` as a socket address (`GatewayClient.address`),
+    /// or a usage error naming `option`.
     static func address(_ text: String, option: String = "--listen") throws -> GRPCNIOTransportCore.SocketAddress {
-        if text.hasPrefix("unix:") {
-            let path = String(text.dropFirst(5))
-            guard !path.isEmpty else { throw ValidationError("\(option) \(text): unix: needs a path") }
-            return .unixDomainSocket(path: path)
-        }
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ValidationError("\(option) \(text.escapedForTerminal()): not HOST:PORT, [IPv6]:PORT or unix:PATH")
-        }
-        let host = String(text[..<colon])
-        var address = in6_addr()
-        if host.hasPrefix("["), host.hasSuffix("]") {
-            let inner = String(host.dropFirst().dropLast())
-            guard inet_pton(AF_INET6, inner, &address) == 1 else { throw ValidationError("\(option) \(text.escapedForTerminal()): \(inner.escapedForTerminal()) is not an IPv6 address") }
-            return .ipv6(host: inner, port: port)
-        }
-        guard !host.contains(":") else { throw ValidationError("\(option) \(text.escapedForTerminal()): an IPv6 address goes in brackets") }
-        guard inet_pton(AF_INET, host, &address) == 1 else {
-            throw ValidationError("\(option) \(text.escapedForTerminal()): \(host.isEmpty ? "no host" : "\(host.escapedForTerminal()) is not an IPv4 address") (the gateway listens on an address, not a name)")
-        }
-        return .ipv4(host: host, port: port)
+        do { return try GatewayClient.address(text) } catch { throw ValidationError("\(option) \(error.description)") }
     }
 }
 

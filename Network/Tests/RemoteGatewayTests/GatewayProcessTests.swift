@@ -123,9 +123,13 @@ struct GatewayProcessTests {
         let (first, firstLines) = try await Self.start(["--listen", "127.0.0.1:0", "--certificate", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem",
                                                         "--client-ca", "/nonexistent/ca.pem", "--authorization", "/nonexistent/clients.json"])
         #expect(firstLines.line(containing: "cannot read the authorization file /nonexistent/clients.json", within: 30) != nil, "\(firstLines.seen)")
+        _ = firstLines.line(containing: "\u{0}", within: 30)
         #expect(await Self.exit(of: first, within: 30).map { $0 != .exited(0) } == true)
         let (second, secondLines) = try await Self.start(["--listen", "localhost:7443", "--certificate", "c", "--key", "k", "--client-ca", "ca", "--authorization", "a"])
         #expect(secondLines.line(containing: "--listen localhost:7443: localhost is not an IPv4 address", within: 30) != nil, "\(secondLines.seen)")
+        // Read to its end: ArgumentParser writes the usage after it a byte at a time, unbuffered,
+        // and a socket's buffer fills with one-byte writes long before its bytes do.
+        _ = secondLines.line(containing: "\u{0}", within: 30)
         #expect(await Self.exit(of: second, within: 30).map { $0 != .exited(0) } == true)
     }
 }

@@ -65,8 +65,9 @@ public final class RemoteFrameReceiver: Sendable {
         try handler(frame, width, height, damage, write)
     }
 
-    /// The stream ended: in order (`nil`, the channel ends with it), or because what arrived
-    /// broke a rule (the view ends the channel, naming it).
+    /// The stream ended: in order (`nil`, the channel ends with it), because what arrived broke
+    /// a rule (`protocolViolation`: the view ends the channel, naming it), or because it failed
+    /// while the channel lives on (the view closes the channel, and the next call reconnects).
     public func end(_ error: RemoteError?) {
         onEnd(error)
     }

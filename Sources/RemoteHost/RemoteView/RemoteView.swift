@@ -444,8 +444,15 @@ extension RemoteView: ServiceChannelListener {
             }
             self.damageSink.yield(applied)
             if immediate, let done = compositor.presentRemote() { stream?.presented(frame: done) }
-        }, onEnd: { error in
-            if let error { endService(error.reason) }
+        }, onEnd: { [weak connection = channel.connection] error in
+            // A frame that broke a rule ends the service's channel as a violation; a stream that
+            // failed (the far side cut it) ends it as interrupted: the next call reconnects.
+            guard let error else { return }
+            if error.code == .protocolViolation {
+                endService(error.reason)
+            } else {
+                connection?.startClosing(reason: "the view's frames stopped: \(error.reason)")
+            }
         }))
     }
 

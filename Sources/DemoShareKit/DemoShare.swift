@@ -8,15 +8,48 @@ import Glibc
 import Logging
 import RemoteHost
 import RemoteService
+import Synchronization
 
-@main
-struct DemoShare: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// The demo's command line (`demo-share`): its executable's `main` runs it.
+public struct DemoShare: AsyncParsableCommand {
+    public init() {}
+
+    public static let configuration = CommandConfiguration(
         commandName: "demo-share",
         abstract: "RemoteView demo: a host and its share services.",
         subcommands: [ShareCommand.self, ListCommand.self, WindowCommand.self, AnimationCommand.self, ViewDemo.self, Host.self, Services.self,
                       Activities.self, Install.self, Uninstall.self, Paths.self, Service.self, ActivityCommand.self],
         defaultSubcommand: ShareCommand.self)
+}
+
+/// How the demo reaches gateways (`demo-share window --gateway`): a build that links the
+/// gateway's client (`Network/`'s `demo-share-remote`) sets ``make``; the main package's build
+/// cannot (the gateway's package depends on it), and hands such a window to that build.
+public enum DemoGateways {
+    /// Where a gateway is, and the TLS material to reach it with, as the window was given them.
+    public struct Options: Sendable {
+        public var address: String
+        public var certificate: String
+        public var key: String
+        public var ca: String
+        public var serverName: String?
+        /// The gateway's name in the host (`[a-z0-9-]+`): activities are `identifier@name`.
+        public var name: String
+    }
+
+    /// Makes the launcher's connector for a gateway (`nil`: this build has no gateway client).
+    public static let make = Synchronization.Mutex<(@Sendable (Options) throws -> any RemoteServiceConnector)?>(nil)
+
+    /// This build's twin with a gateway client, built by `cd Network && swift build` next to this
+    /// executable's build: `<repository>/Network/.build/<triple>/<configuration>/demo-share-remote`.
+    static func remoteBuild() throws -> String {
+        let executable = try ownExecutable()
+        let folder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.endIndex)])
+        guard let range = folder.range(of: "/.build/", options: .backwards) else {
+            throw DemoError("--gateway: this demo-share was not built by SwiftPM (\(executable)), so its twin with the gateway's client cannot be found")
+        }
+        return folder.replacingCharacters(in: range, with: "/Network/.build/") + "/demo-share-remote"
+    }
 }
 
 /// Options every host command takes.

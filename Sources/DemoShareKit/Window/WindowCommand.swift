@@ -63,9 +63,30 @@ struct WindowCommand: AsyncParsableCommand {
     @Flag(help: "With --bench: draw the same repaint in this process instead, with no service (the window's own rate: the baseline remoteview-bench compares with).")
     var benchBaseline = false
 
+    @Option(help: ArgumentHelp("Also show the activities of the gateway at ADDRESS:PORT (docs/Gateway.md), marked as remote, and embed them; needs --certificate, --key and --ca.", valueName: "address"))
+    var gateway: String?
+
+    @Option(help: ArgumentHelp("With --gateway: this host's certificate chain (PEM), from the gateway's client CA.", valueName: "file"))
+    var certificate: String?
+
+    @Option(help: ArgumentHelp("With --gateway: this host's private key (PEM).", valueName: "file"))
+    var key: String?
+
+    @Option(help: ArgumentHelp("With --gateway: the CA the gateway's certificate must chain to (PEM).", valueName: "file"))
+    var ca: String?
+
+    @Option(name: .customLong("server-name"), help: ArgumentHelp("With --gateway: the name the gateway's certificate must carry (default: its address).", valueName: "name"))
+    var serverName: String?
+
+    @Option(name: .customLong("gateway-name"), help: ArgumentHelp("With --gateway: its name here; its activities are IDENTIFIER@NAME.", valueName: "name"))
+    var gatewayName = "remote"
+
     @OptionGroup var options: HostOptions
 
     func validate() throws {
+        if gateway != nil, certificate == nil || key == nil || ca == nil {
+            throw ValidationError("--gateway needs --certificate, --key and --ca")
+        }
         _ = try parseSize(size)
         _ = try parseSize(benchSize, option: "--bench-size")
         if once, bench != nil { throw ValidationError("--once goes with a share, not with --bench") }
@@ -76,22 +97,39 @@ struct WindowCommand: AsyncParsableCommand {
 
     func run() async throws {
         Syscall.lineBufferStandardOutput()
+        let connector = try gatewayConnector()
         let (width, height) = try parseSize(size)
         var shared = try items.items()
         if shared.isEmpty { shared = try DemoScenario.notes.items() }
         if let output { try makeFolder(output, for: "--output") }
         if let snapshot { try makeFolder(snapshot, for: "--snapshot") }
-        let registry = try options.registry()
-        let sheet = ShareSheet(registry: registry, items: shared, preferences: options.sharePreferences())
+        let local = try options.registry()
+        let preferences = options.sharePreferences()
+        let items = shared
         let initial = activity.map(ShareCommand.identifier)
-        if let initial, sheet.activity(initial) == nil {
-            throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
+        /// The sheet: the local activities, and the gateway's once the launcher lists them.
+        @Sendable func makeSheet(_ launcher: Launcher) async throws -> ShareSheet {
+            var registry = local
+            if connector != nil {
+                let (remote, problems) = await launcher.remoteServices()
+                for problem in problems { Syscall.writeStandardError("warning: \(problem.reason.escapedForTerminal())\n") }
+                registry = registry.adding(remote: remote)
+                print("window: \(remote.count) remote activities".escapedForTerminal())
+            }
+            let sheet = ShareSheet(registry: registry, items: items, preferences: preferences)
+            if let initial, sheet.activity(initial) == nil {
+                throw DemoError("\(initial) is not offered for these items: \(sheet.explanation(for: initial) ?? "no such activity")")
+            }
+            return sheet
         }
+        let registry = local
         let output = self.output, scale = self.scale, snapshot = self.snapshot, once = self.once
         if let bench {
             let (benchWidth, benchHeight) = try parseSize(benchSize, option: "--bench-size")
-            try await withLauncher(registry: registry, configuration: options.launcherConfiguration()) { launcher in
-                let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(benchWidth), height: Int32(benchHeight),
+            var configuration = options.launcherConfiguration()
+            configuration.remoteServices = connector
+            try await withLauncher(registry: registry, configuration: configuration) { launcher in
+                let app = try await WindowApp(sheet: try await makeSheet(launcher), launcher: launcher, width: Int32(benchWidth), height: Int32(benchHeight),
                                               scale: scale, output: nil, snapshot: nil, once: false)
                 if benchBaseline {
                     try await app.runLocalBench(seconds: bench, width: benchWidth, height: benchHeight)
@@ -104,12 +142,32 @@ struct WindowCommand: AsyncParsableCommand {
         // The window takes the focus when Tab leaves an activity (its bar's Cancel).
         var configuration = options.launcherConfiguration()
         configuration.takesFocusFromViews = true
+        configuration.remoteServices = connector
         let status = try await withLauncher(registry: registry, configuration: configuration) { launcher in
-            let app = try await WindowApp(sheet: sheet, launcher: launcher, width: Int32(width), height: Int32(height),
+            let app = try await WindowApp(sheet: try await makeSheet(launcher), launcher: launcher, width: Int32(width), height: Int32(height),
                                           scale: scale, output: output, snapshot: snapshot, once: once)
             return try await app.run(presenting: initial)
         }
         if status != 0 { throw ExitCode(status) }
+    }
+
+    /// The launcher's connector for `--gateway`, from a build with the gateway's client. This
+    /// build has none (the main package's): it runs its twin that has, with the same arguments
+    /// and this build's manifests, and never returns.
+    func gatewayConnector() throws -> (any RemoteServiceConnector)? {
+        guard let gateway, let certificate, let key, let ca else { return nil }
+        if let make = DemoGateways.make.withLock({ $0 }) {
+            return try make(DemoGateways.Options(address: gateway, certificate: certificate, key: key, ca: ca, serverName: serverName, name: gatewayName))
+        }
+        let twin = try DemoGateways.remoteBuild()
+        guard access(twin, X_OK) == 0 else {
+            throw DemoError("--gateway: this demo-share has no gateway client (the gateway's package depends on this one); build its twin with `cd Network && swift build`, expected at \(twin)")
+        }
+        var arguments = [twin] + CommandLine.arguments.dropFirst()
+        if options.serviceFolders.isEmpty { arguments += ["--services"] + (try options.folders()) }
+        var pointers = arguments.map { strdup($0) } + [nil]
+        execv(twin, &pointers)
+        throw DemoError("--gateway: cannot run \(twin): \(String(cString: strerror(errno)))")
     }
 }
 

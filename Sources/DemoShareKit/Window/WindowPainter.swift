@@ -106,7 +106,7 @@ enum WindowPainter {
                 let switchRect = PointRect(x: row.x + row.width - 60, y: y + 14, width: 44, height: 24)
                 text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: on ? palette.text : palette.secondary,
                      maxWidth: switchRect.x - 72)
-                text(cr, on ? (activity.subtitle ?? activity.identifier) : "Off: not offered", x: 64, y: y + 42, size: 11,
+                text(cr, on ? subtitle(activity) : "Off: not offered", x: 64, y: y + 42, size: 11,
                      colour: palette.secondary, maxWidth: switchRect.x - 72)
                 toggle(cr, switchRect, on: on, palette: palette)
                 layout.rows.append(row)
@@ -165,7 +165,7 @@ enum WindowPainter {
                 fill(cr, row, palette.row)
                 if let icon = activity.icon { image(cr, icon, x: margin, y: y + 8, size: 36) } else { fill(cr, PointRect(x: margin, y: y + 8, width: 36, height: 36), palette.placeholder) }
                 text(cr, activity.title, x: 64, y: y + 24, size: 15, bold: true, colour: palette.text, maxWidth: width - 80)
-                text(cr, activity.subtitle ?? activity.identifier, x: 64, y: y + 42, size: 11, colour: palette.secondary, maxWidth: width - 80)
+                text(cr, subtitle(activity), x: 64, y: y + 42, size: 11, colour: palette.secondary, maxWidth: width - 80)
                 layout.rows.append(row)
                 y += rowHeight
             }
@@ -236,6 +236,13 @@ enum WindowPainter {
         case none, cancel, relaunch, back
     }
 
+    /// A sheet row's second line: the activity's subtitle (or identifier), after "remote: NAME ·"
+    /// for an activity a gateway offers.
+    static func subtitle(_ activity: ShareActivity) -> String {
+        let subtitle = activity.subtitle ?? activity.identifier
+        return activity.manifest.gateway.map { "remote: \($0) · \(subtitle)" } ?? subtitle
+    }
+
     /// The bar above a presented activity: its title, the latest update and a progress bar, and
     /// a Cancel button while the share is open; or the share's result (`outcome`), shown for a
     /// moment before the sheet comes back; or, when the service ended, the reason, a Back and
@@ -274,7 +281,9 @@ enum WindowPainter {
                 textWidth -= button.width + 8
             }
             // The activity's title, and the update's when it says something else ("Notes", not "Notes — Notes").
-            let title = update.map { $0.title.isEmpty || $0.title == activity.title ? activity.title : "\(activity.title) — \($0.title)" } ?? activity.title
+            var title = update.map { $0.title.isEmpty || $0.title == activity.title ? activity.title : "\(activity.title) — \($0.title)" } ?? activity.title
+            // An activity on another machine says so, and where.
+            if let gateway = activity.manifest.gateway { title = "remote: \(gateway) — \(title)" }
             text(cr, title, x: margin, y: 18, size: 13, bold: true, colour: palette.text, maxWidth: textWidth)
             if let outcome {
                 text(cr, outcome, x: margin, y: 36, size: 12, colour: palette.tertiary, maxWidth: textWidth)
