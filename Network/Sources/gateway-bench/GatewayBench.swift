@@ -273,15 +273,20 @@ struct Client: AsyncParsableCommand {
         var figures = [try await withLauncher(registry: local, configuration: configuration) { launcher in
             try await measureShare(launcher, registry: local, name: "share perform → first update, local")
         }]
-        let shaped = GatewayClient(address: .ipv4(host: "127.0.0.1", port: relay.port), certificateChain: tls.certificate, privateKey: tls.key,
-                                   gatewayCA: tls.ca, serverName: "localhost")
-        configuration.remoteServices = try GatewayConnector(gateways: [(name: "bench", client: shaped)], logger: quiet)
-        figures.append(try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
-            let (services, problems) = await launcher.remoteServices()
-            guard problems.isEmpty else { throw ValidationError("the gateway's catalog: \(problems)") }
-            return try await measureShare(launcher, registry: ServiceRegistry(manifests: []).adding(remote: services),
-                                     name: "share perform → first update, through the gateway, 10 ms round trip")
-        })
+        // Framing version 2 (a view's frames on streams of their own), and version 1 (its
+        // buffer relayed as it is) for comparison, on the same link.
+        for version in [ConnectFrame.version, 1] {
+            var shaped = GatewayClient(address: .ipv4(host: "127.0.0.1", port: relay.port), certificateChain: tls.certificate, privateKey: tls.key,
+                                       gatewayCA: tls.ca, serverName: "localhost")
+            shaped.framingVersion = version
+            configuration.remoteServices = try GatewayConnector(gateways: [(name: "bench", client: shaped)], logger: quiet)
+            figures.append(try await withLauncher(registry: ServiceRegistry(manifests: []), configuration: configuration) { launcher in
+                let (services, problems) = await launcher.remoteServices()
+                guard problems.isEmpty else { throw ValidationError("the gateway's catalog: \(problems)") }
+                return try await measureShare(launcher, registry: ServiceRegistry(manifests: []).adding(remote: services),
+                                         name: "share perform → first update, through the gateway, 10 ms round trip" + (version == 1 ? ", framing version 1" : ""))
+            })
+        }
         return figures
     }
 
@@ -472,6 +477,10 @@ struct Run: AsyncParsableCommand {
         if let local = named["share perform → first update, local"], let remote = named["share perform → first update, through the gateway, 10 ms round trip"] {
             print(String(format: "share perform → first update through the gateway on a 10 ms round trip: local + %.1f ms (%.1f link round trips), target ≤ local + 3",
                          (remote.median - local.median) / 1000, (remote.median - local.median) / 10_000))
+            if let old = named["share perform → first update, through the gateway, 10 ms round trip, framing version 1"] {
+                print(String(format: "  the same with framing version 1 (no view streams): local + %.1f ms (%.1f link round trips)",
+                             (old.median - local.median) / 1000, (old.median - local.median) / 10_000))
+            }
         }
         print("veth \(serverLink) during the run: \(after.0 - before.0) bytes received, \(after.1 - before.1) bytes sent (both figures' traffic)")
         try printViews(views, shape: { try Self.shape(server, serverLink, client, clientLink) })
