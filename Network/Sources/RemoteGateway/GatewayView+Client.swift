@@ -147,7 +147,10 @@ final class GatewayViewStream: RemoteViewStream {
                 var assembler = ViewFrameAssembler()
                 for try await message in response.messages {
                     counter.add(\.viewDown, message.count)
-                    guard let frame = try assembler.receive(ViewFrame.decode(message, toHost: true)) else { continue }
+                    let part = try ViewFrame.decode(message, toHost: true)
+                    // A size the host never gave is refused before its payload is gathered.
+                    if case .frame(let header, _, _) = part { try self.receiver.withLock({ $0 })?.check(frame: header.frame, width: header.width, height: header.height) }
+                    guard let frame = try assembler.receive(part) else { continue }
                     let ops = try ViewFrameDecoder.decompress(frame.header, frame.payload)
                     guard let receiver = self.receiver.withLock({ $0 }) else { continue }
                     try receiver.receive(frame: frame.header.frame, width: frame.header.width, height: frame.header.height,

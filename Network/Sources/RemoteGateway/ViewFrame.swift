@@ -110,7 +110,8 @@ public enum ViewFrame: Sendable, Hashable {
     ///
     /// - Throws: `RemoteError` `protocolViolation` naming the rule (`view.<rule>`): an empty or
     ///   oversized message, an unknown kind or one traveling the wrong way, a size outside
-    ///   1…16384, an unknown codec, more than 128 damage rects, a rect outside the view,
+    ///   1…16384, an unknown codec, more than 128 damage rects, a rect outside the view, rects
+    ///   that together cover more pixels than the view,
     ///   a decoded size over what the damage can need, a payload size a codec could not
     ///   produce from it, and bytes missing or left over.
     public static func decode(_ bytes: [UInt8], toHost: Bool) throws(RemoteError) -> ViewFrame {
@@ -149,6 +150,10 @@ public enum ViewFrame: Sendable, Hashable {
                     throw violation("frame.damage", "damage rect \(index) (\(rect)) is not inside the view (\(width)×\(height))")
                 }
                 damage.append(rect)
+            }
+            let covered = damage.reduce(0) { $0 + $1.width * $1.height }
+            guard covered <= Int(width) * Int(height) else {
+                throw violation("frame.damage", "frame \(frame)'s \(count) damage rects cover \(covered) pixels, more than its view's \(Int(width) * Int(height))")
             }
             let bound = maxDecodedBytes(damage: damage)
             guard Int(decoded) <= bound else {

@@ -63,7 +63,11 @@ public struct ViewFrameEncoder: Sendable {
             mirror = Array(repeating: 0, count: width * height)
             rects = [PixelRect(x: 0, y: 0, width: width, height: height)]
         }
-        if rects.count > ViewFrame.maxDamageRects { rects = [PixelRect.union(rects)] }
+        // More than 128 rects, or rects that overlap to cover more than the image (a host
+        // refuses those: they would bound no payload), become their union.
+        if rects.count > ViewFrame.maxDamageRects || rects.reduce(0, { $0 + $1.width * $1.height }) > width * height {
+            rects = [PixelRect.union(rects)]
+        }
         var ops: [UInt8] = []
         ops.reserveCapacity(min(ViewFrame.maxDecodedBytes(damage: rects), 1 << 20))
         var scrolls = 0

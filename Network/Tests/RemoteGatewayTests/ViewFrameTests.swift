@@ -173,6 +173,10 @@ struct ViewFrameTests {
         outside.damage = [PixelRect(x: 60, y: 0, width: 16, height: 16)]
         #expect(Self.rule { _ = try ViewFrame.decode(ViewFrame.frame(outside, last: true, payload: []).encoded(), toHost: true) } == "view.frame.damage")
         #expect(Self.rule { _ = try ViewFrame.decode([1, 1, 0], toHost: true) } == "view.frame.length")
+        // Rects that overlap to cover more than the view: they would bound no payload.
+        var piled = header
+        piled.damage = Array(repeating: PixelRect(x: 0, y: 0, width: 64, height: 64), count: 2)
+        #expect(Self.rule { _ = try ViewFrame.decode(ViewFrame.frame(piled, last: true, payload: []).encoded(), toHost: true) } == "view.frame.damage")
         #expect(Self.rule { _ = try ViewFrame.decode([3, 1, 0, 0, 0, 0, 0, 0, 0], toHost: true) } == "view.direction")
         #expect(Self.rule { _ = try ViewFrame.decode([1] + Array(repeating: 0, count: ViewFrame.maxMessageBytes), toHost: true) } == "view.length")
 

@@ -45,11 +45,23 @@ public final class RemoteFrameReceiver: Sendable {
     typealias Handler = @Sendable (_ frame: UInt64, _ width: Int, _ height: Int, _ damage: [PixelRect],
                                    _ write: (UnsafeMutableBufferPointer<UInt32>) throws(RemoteError) -> Void) throws(RemoteError) -> Void
     private let handler: Handler
+    private let sizeCheck: @Sendable (_ frame: UInt64, _ width: Int, _ height: Int) throws(RemoteError) -> Void
     private let onEnd: @Sendable (RemoteError?) -> Void
 
-    init(handler: @escaping Handler, onEnd: @escaping @Sendable (RemoteError?) -> Void) {
+    init(handler: @escaping Handler, sizeCheck: @escaping @Sendable (UInt64, Int, Int) throws(RemoteError) -> Void,
+         onEnd: @escaping @Sendable (RemoteError?) -> Void) {
         self.handler = handler
+        self.sizeCheck = sizeCheck
         self.onEnd = onEnd
+    }
+
+    /// Checks, as soon as a frame's header has arrived and before its payload is gathered or
+    /// decompressed, that its size is one the host gave the view: a frame's payload is bounded
+    /// by its view, so this bounds what a far side can make the host hold.
+    ///
+    /// - Throws: `RemoteError` `protocolViolation` naming both sizes.
+    public func check(frame: UInt64, width: Int, height: Int) throws(RemoteError) {
+        try sizeCheck(frame, width, height)
     }
 
     /// A frame arrived: `frame` (increasing), of a view `width` × `height` pixels (a size the

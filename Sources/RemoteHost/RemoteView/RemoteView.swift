@@ -444,6 +444,8 @@ extension RemoteView: ServiceChannelListener {
             }
             self.damageSink.yield(applied)
             if immediate, let done = compositor.presentRemote() { stream?.presented(frame: done) }
+        }, sizeCheck: { frame, width, height throws(RemoteError) in
+            try compositor.checkRemoteSize(frame: frame, width: width, height: height)
         }, onEnd: { [weak connection = channel.connection] error in
             // A frame that broke a rule ends the service's channel as a violation; a stream that
             // failed (the far side cut it) ends it as interrupted: the next call reconnects.

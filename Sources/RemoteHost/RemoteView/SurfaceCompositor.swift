@@ -221,10 +221,7 @@ package final class SurfaceCompositor: Sendable {
             if let last = state.lastFrame, frame <= last {
                 throw violation("frame \(frame) after frame \(last): frame numbers must increase")
             }
-            if checksSize, !state.sizes.contains(where: { $0 == (width, height) }) {
-                guard let latest = state.sizes.last else { throw violation("frame \(frame) before the host gave the view a size") }
-                throw violation("frame \(frame) at \(width)×\(height) pixels, but the view is \(latest.width)×\(latest.height) pixels\(state.sizes.count > 1 ? ", and none of the \(state.sizes.count - 1) other sizes given before" : "")")
-            }
+            try Self.check(frame: frame, width: width, height: height, sizes: checksSize ? state.sizes : nil)
             // `write` checks the whole frame before it writes, so a frame that breaks a rule
             // changes nothing; a new size is written into a new image, kept once it is whole.
             let resized = state.image.width != width || state.image.height != height
@@ -239,6 +236,19 @@ package final class SurfaceCompositor: Sendable {
             state.lastFrame = frame
             return resized ? [PixelRect(x: 0, y: 0, width: width, height: height)] : damage
         }
+    }
+
+    /// Checks that a remote frame of `width` × `height` pixels answers a size the host gave,
+    /// before anything of it is read further (its payload is bounded by that size).
+    package func checkRemoteSize(frame: UInt64, width: Int, height: Int) throws(RemoteError) {
+        let sizes = state.withLock { $0.sizes }
+        try Self.check(frame: frame, width: width, height: height, sizes: checksSize ? sizes : nil)
+    }
+
+    private static func check(frame: UInt64, width: Int, height: Int, sizes: [(width: Int, height: Int)]?) throws(RemoteError) {
+        guard let sizes, !sizes.contains(where: { $0 == (width, height) }) else { return }
+        guard let latest = sizes.last else { throw RemoteError(.protocolViolation, "frame \(frame) before the host gave the view a size") }
+        throw RemoteError(.protocolViolation, "frame \(frame) at \(width)×\(height) pixels, but the view is \(latest.width)×\(latest.height) pixels\(sizes.count > 1 ? ", and none of the \(sizes.count - 1) other sizes given before" : "")")
     }
 
     /// The host has shown the remote frames in flight: the newest of them, to acknowledge with
