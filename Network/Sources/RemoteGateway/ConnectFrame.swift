@@ -81,7 +81,7 @@ public enum ConnectFrame: Sendable, Hashable {
         case .packet(let envelope, let sizes, let seals):
             var bytes: [UInt8] = [Kind.packet.rawValue, UInt8(truncatingIfNeeded: sizes.count)]
             for (index, size) in sizes.enumerated() {
-                withUnsafeBytes(of: UInt32(truncatingIfNeeded: size).littleEndian) { bytes += $0 }
+                bytes.append(littleEndian: UInt32(truncatingIfNeeded: size))
                 bytes.append(UInt8(truncatingIfNeeded: (index < seals.count ? seals[index] : Self.allSeals).rawValue))
             }
             return bytes + envelope

@@ -53,8 +53,9 @@ public struct RelayedFrame: Sendable {
 /// out at once, with the input that came meanwhile, instead of waiting, drawn, behind the frames
 /// ahead of it.
 package struct RelayedViewStateMachine: Sendable {
-    /// Frames sent to the host and not yet presented, at most.
-    package static let maxUnpresented = 2
+    /// Frames sent to the host and not yet presented, at most: the bound the host's compositor
+    /// enforces (one number for both sides of the network).
+    package static let maxUnpresented = SurfaceCompositor.maxRemoteFramesInFlight
 
     package enum Action: Sendable, Equatable {
         /// Hand frame `frame`, with `damage`, to the sink.

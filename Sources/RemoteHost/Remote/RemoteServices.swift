@@ -2,12 +2,13 @@ import Logging
 import RemoteCore
 
 /// How a launcher reaches services on other machines: the client of its gateways. `Network/`'s
-/// `RemoteHostNetwork` library gives one (`GatewayConnector`); a host that wants gateways adds
+/// `RemoteGateway` library gives one (`GatewayConnector`); a host that wants gateways adds
 /// that library and hands its connector to ``Launcher/Configuration/remoteServices``.
 ///
 /// RemoteHost cannot name the network transport (it lives in a package that depends on this
 /// one): this protocol is the seam. What it gives back is a `Connection` like a local one,
-/// whose packets travel to a process that the far machine's launcher runs.
+/// whose packets travel to a process that the far machine's launcher runs, with its view's
+/// streams when the transport has them (``RemoteServiceChannel``).
 public protocol RemoteServiceConnector: Sendable {
     /// The names of the gateways it reaches (each `[a-z0-9-]+`, the names a host writes after
     /// `@`), in the order a bare identifier is looked for in their catalogs.

@@ -225,7 +225,7 @@ public final class RemoteView: Sendable {
                 event = .focus(true)
             }
             // A remote view's input goes on its own stream, never behind a reply or a frame.
-            if let stream = state.withLock({ $0.frames === connection ? $0.stream : nil }) {
+            if let stream = stream(for: connection) {
                 try await stream.send(input: event.relayPacket())
             } else {
                 try await connection.send(event)
@@ -278,7 +278,7 @@ public final class RemoteView: Sendable {
         // The request and what its failure means, on one channel: the process that answered.
         try await connection.withChannel { connection throws(RemoteError) in
             // A remote view's input travels on its own stream: it reaches the service first.
-            if let stream = state.withLock({ $0.frames === connection ? $0.stream : nil }) { try await stream.sync() }
+            if let stream = stream(for: connection) { try await stream.sync() }
             do throws(RemoteError) {
                 _ = try await connection.request(ServiceMessage(type: FrameworkMessage.settle), timeout: timeout)
             } catch let error where error.code == .remoteError {
@@ -423,6 +423,12 @@ extension RemoteView: ServiceChannelListener {
                 try? await context.connection.send(reply)
             }
         })
+    }
+
+    /// The view streams of `connection`, when it is the channel whose frames the view shows now
+    /// and its transport carries them.
+    private func stream(for connection: Connection) -> (any RemoteViewStream)? {
+        state.withLock { $0.frames === connection ? $0.stream : nil }
     }
 
     /// Takes a remote view's frames from `stream` (the channel's) into `compositor`: each is
